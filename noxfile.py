@@ -1,0 +1,152 @@
+"""nox sessions for the grad monorepo.
+
+`nox` (no arguments) runs what CI runs: lint, every package's unit tests per backend, and the
+cross-package parity matrix. GPU sessions skip themselves (with a reason) when no NVIDIA GPU is
+present. Each unit session installs only its package and the siblings its pyproject declares,
+which proves a user can install just the layers they need.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import tomllib
+from pathlib import Path
+
+import nox
+
+nox.needs_version = ">=2024.10.9"
+nox.options.error_on_external_run = True
+# pip-based virtualenvs (nox's default backend). NOTE: not uv - uv ignores this machine's pip
+# configuration, so torch==2.13.0 would come as a multi-GB CUDA download instead of the CPU wheel.
+nox.options.default_venv_backend = "virtualenv"
+nox.options.sessions = ["lint", "unit", "parity"]
+
+ROOT = Path(__file__).parent
+BACKENDS = ["numpy", "sim", "cuda"]
+TORCH = "torch==2.13.0"  # exactly this version: a CPU wheel on these machines
+
+
+def _pyproject(package: str) -> dict:
+    return tomllib.loads((ROOT / "packages" / package / "pyproject.toml").read_text())
+
+
+def _packages() -> list[str]:
+    """Packages under packages/, bottom layer first (dependency order)."""
+    found = {p.parent.name for p in (ROOT / "packages").glob("*/pyproject.toml")}
+    order: list[str] = []
+
+    def visit(name: str) -> None:
+        if name in order:
+            return
+        for dep in _siblings(name, found):
+            visit(dep)
+        order.append(name)
+
+    for name in sorted(found):
+        visit(name)
+    return order
+
+
+def _siblings(package: str, found: set[str]) -> list[str]:
+    """Sibling packages named in ``package``'s dependencies."""
+    deps = _pyproject(package)["project"].get("dependencies", [])
+    names = [d.split(";")[0].split("[")[0].split("=")[0].split(">")[0].split("<")[0].strip()
+             for d in deps]
+    return [n for n in names if n in found]
+
+
+def _closure(package: str) -> list[str]:
+    """``package`` and every sibling it needs, bottom layer first."""
+    found = set(_packages())
+    out: list[str] = []
+
+    def visit(name: str) -> None:
+        for dep in _siblings(name, found):
+            visit(dep)
+        if name not in out:
+            out.append(name)
+
+    visit(package)
+    return out
+
+
+def _has_gpu() -> bool:
+    """Whether an NVIDIA GPU is visible (nvidia-smi lists one)."""
+    smi = shutil.which("nvidia-smi")
+    if not smi:
+        return False
+    try:
+        out = subprocess.run([smi, "-L"], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return out.returncode == 0 and "GPU" in out.stdout
+
+
+def _has_nvcc() -> bool:
+    return bool(shutil.which("nvcc") or Path("/usr/local/cuda/bin/nvcc").exists())
+
+
+def _install(session: nox.Session, packages: list[str], extras: dict[str, str]) -> None:
+    """Editable installs of ``packages`` (siblings resolve to each other, never to PyPI)."""
+    args = []
+    for name in packages:
+        extra = extras.get(name)
+        args += ["-e", f"packages/{name}[{extra}]" if extra else f"packages/{name}"]
+    session.install(*args)
+
+
+def _test_env(backend: str) -> dict[str, str]:
+    env = {"GRAD_TEST_BACKEND": backend}
+    if os.environ.get("CI"):
+        env["HYPOTHESIS_PROFILE"] = "ci"
+    return env
+
+
+@nox.session
+def lint(session: nox.Session) -> None:
+    """ruff over the whole tree."""
+    session.install("ruff>=0.6")
+    session.run("ruff", "check", ".")
+
+
+@nox.session
+@nox.parametrize("backend", BACKENDS)
+@nox.parametrize("package", _packages())
+def unit(session: nox.Session, package: str, backend: str) -> None:
+    """One package's unit tests on one backend, in a venv holding only what it declares."""
+    if backend == "cuda" and not _has_gpu():
+        session.skip("no NVIDIA GPU on this machine: the cuda backend is tested where one is")
+    extras = {package: "test"}
+    if backend == "cuda":
+        extras["gtensor"] = "cuda" if package != "gtensor" else "test,cuda"
+    _install(session, _closure(package), extras)
+    if package == "gtensor" and not _has_nvcc():
+        # the CUDA source must compile for sm_90 in every run: NVRTC from its wheel stands in
+        session.install("nvidia-cuda-nvrtc")
+    session.run("pytest", f"packages/{package}/tests", *session.posargs, env=_test_env(backend))
+
+
+@nox.session
+@nox.parametrize("backend", BACKENDS)
+def parity(session: nox.Session, backend: str) -> None:
+    """The cross-package parity matrix: every engine bitwise against the numpy tape."""
+    if backend == "cuda" and not _has_gpu():
+        session.skip("no NVIDIA GPU on this machine: the cuda column runs where one is")
+    if not (ROOT / "tests-integration").glob("test_*.py"):
+        session.skip("no integration tests yet")
+    packages = _packages()
+    extras = {"gtensor": "test,cuda" if backend == "cuda" else "test"}
+    _install(session, packages, extras)
+    session.install(TORCH)
+    session.run("pytest", "tests-integration", *session.posargs, env=_test_env(backend))
+
+
+@nox.session
+def oracle(session: nox.Session) -> None:
+    """Heavy oracles (not in the default run): large hypothesis profiles and slow tests."""
+    _install(session, _packages(), {name: "test" for name in _packages()})
+    session.install(TORCH)
+    env = _test_env("sim") | {"HYPOTHESIS_PROFILE": "oracle"}
+    session.run("pytest", "packages", "tests-integration", *session.posargs, env=env)

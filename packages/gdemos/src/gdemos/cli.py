@@ -1,0 +1,52 @@
+"""The ``gdemos`` command: ``gdemos ae [...]`` runs rung 1, ``gdemos ladder`` runs every rung."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Sequence
+
+import gtensor
+
+from . import ae, ladder, rung_ae
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="gdemos", description=__doc__)
+    sub = p.add_subparsers(dest="command", required=True)
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--backend", choices=gtensor.BACKENDS, default="numpy",
+                        help="gtensor backend the tape runs on (default: numpy)")
+    common.add_argument("--out", type=Path, default=Path("gdemos-out"),
+                        help="directory for the summary JSON and plots (default: gdemos-out)")
+    common.add_argument("--no-progress", action="store_true", help="no progress bar")
+    a = sub.add_parser("ae", parents=[common], help="rung 1: the d-64-32-64-d autoencoder")
+    a.add_argument("--epochs", type=int, default=ae.AEConfig.epochs)
+    a.add_argument("--seed", type=int, default=ae.AEConfig.seed)
+    a.add_argument("--dtype", choices=["float64", "float32"], default="float64")
+    a.add_argument("--no-bars", action="store_true", help="skip the bar checks (sklearn)")
+    sub.add_parser("ladder", parents=[common], help="every rung, in order, one verdict each")
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``gdemos`` console script; returns the exit code."""
+    args = _parser().parse_args(argv)
+    if args.command == "ae":
+        if args.epochs < 1:
+            raise SystemExit(f"gdemos ae: --epochs is {args.epochs}; expected >= 1")
+        cfg = ae.AEConfig(backend=args.backend, dtype=args.dtype, seed=args.seed,
+                          epochs=args.epochs)
+        run = rung_ae.run(cfg, args.out, progress=not args.no_progress, bars=not args.no_bars)
+        r = run.result
+        print(f"rung 1 ae: MSE {r.initial_mse:.4g} -> {r.final_mse:.4g} in {r.steps} steps "
+              f"({r.seconds:.1f} s, {cfg.backend}/{cfg.dtype})")
+        for name, (ok, nums) in run.bars.items():
+            print(f"  bar {name}: {'ok' if ok else 'MISSED'} ({nums})")
+        print(f"  summary: {run.summary_path}")
+        print(f"  plot:    {run.plot_path}")
+        return 0 if all(ok for ok, _ in run.bars.values()) else 1
+    verdicts = ladder.run_ladder(args.out, args.backend, progress=not args.no_progress)
+    passed = sum(v.passed for v in verdicts)
+    print(f"ladder: {passed}/{len(verdicts)} rungs passed")
+    return 0 if passed == len(verdicts) else 1

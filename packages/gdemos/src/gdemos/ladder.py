@@ -1,0 +1,54 @@
+"""The demo ladder: every rung that exists, in order, one verdict line each."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+from . import ae, rung_ae
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """One rung's outcome: PASS/FAIL and the numbers behind it."""
+
+    rung: str
+    passed: bool
+    detail: str
+
+    def line(self) -> str:
+        """``PASS rung 1 ae: ...`` (the ladder's output format)."""
+        return f"{'PASS' if self.passed else 'FAIL'} {self.rung}: {self.detail}"
+
+
+# (name, runner(out_dir, backend, progress) -> Verdict), bottom rung first; later rungs append
+RUNGS: list[tuple[str, Callable[[Path, str, bool], Verdict]]] = []
+
+
+def rung(name: str):
+    """Register a rung runner under ``name`` (decorator)."""
+    def register(fn: Callable[[Path, str, bool], Verdict]):
+        RUNGS.append((name, fn))
+        return fn
+    return register
+
+
+@rung("rung 1 ae")
+def _ae(out: Path, backend: str, progress: bool) -> Verdict:
+    run = rung_ae.run(ae.AEConfig(backend=backend), out / "ae", progress=progress)
+    return Verdict("rung 1 ae", all(ok for ok, _ in run.bars.values()), run.verdict_detail())
+
+
+def run_ladder(out: Path, backend: str = "numpy", progress: bool = True,
+               echo: Callable[[str], None] = print) -> list[Verdict]:
+    """Run every rung in order and echo one verdict line per rung (exceptions are FAILs)."""
+    verdicts = []
+    for name, fn in RUNGS:
+        try:
+            v = fn(out, backend, progress)
+        except Exception as e:  # a crashing rung is a failing rung; the ladder goes on
+            v = Verdict(name, False, f"raised {type(e).__name__}: {e}")
+        verdicts.append(v)
+        echo(v.line())
+    return verdicts

@@ -1,0 +1,40 @@
+"""Rung outputs: the JSON summary and the loss-curve PNG (matplotlib, Agg backend)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+
+def write_summary(path: Path, summary: dict[str, Any]) -> Path:
+    """Write ``summary`` as indented JSON; returns the path."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(summary, indent=2) + "\n")
+    return path
+
+
+def plot_losses(path: Path, losses: list[float], epoch_mse: list[float], steps_per_epoch: int,
+                title: str, bar: float | None = None) -> Path:
+    """A log-scale curve of the minibatch loss per step and the full-data MSE per epoch."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4.2), dpi=110)
+    ax.semilogy(range(1, len(losses) + 1), losses, lw=0.8, alpha=0.6, label="minibatch loss")
+    ax.semilogy([(e + 1) * steps_per_epoch for e in range(len(epoch_mse))], epoch_mse, "o-",
+                ms=2.5, lw=1.2, label="full-data MSE (per epoch)")
+    if bar is not None:
+        ax.axhline(bar, color="k", ls="--", lw=0.8, label=f"bar {bar:g}")
+    ax.set_xlabel("step")
+    ax.set_ylabel("MSE")
+    ax.set_title(title)
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path)
+    plt.close(fig)
+    return path

@@ -1,0 +1,67 @@
+"""Rung 1 as a program: train, check the bars, write the summary JSON and the loss PNG."""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from . import ae, data, report
+
+
+@dataclass
+class AERun:
+    """A finished rung-1 run: the result, the bars and the files written."""
+
+    result: ae.AEResult
+    bars: dict[str, tuple[bool, str]]  # name -> (passed, numbers)
+    summary_path: Path
+    plot_path: Path
+
+    def verdict_detail(self) -> str:
+        """The numbers of every bar on one line."""
+        r = self.result
+        bars = "; ".join(f"{name} {'ok' if ok else 'MISSED'} ({nums})"
+                         for name, (ok, nums) in self.bars.items())
+        return (f"MSE {r.initial_mse:.4g} -> {r.final_mse:.4g} in {r.steps} steps, "
+                f"{r.seconds:.1f} s on {r.config.backend}/{r.config.dtype}; {bars}; "
+                f"plot {self.plot_path}")
+
+
+def check_bars(result: ae.AEResult) -> dict[str, tuple[bool, str]]:
+    """The MSE bar always; sklearn's bar when scikit-learn is installed (the oracle extra)."""
+    cfg = result.config
+    bars = {"mse<=1e-4": (result.final_mse <= ae.MSE_BAR,
+                          f"{result.final_mse:.3e} vs {ae.MSE_BAR:g}")}
+    try:
+        from .oracles import sklearn_ae_mse
+
+        x = data.manifold(cfg.seed, cfg.n, cfg.noise)
+        sk = sklearn_ae_mse(x, cfg.seed, cfg.epochs, cfg.batch, cfg.lr, cfg.alpha)
+        bars["mse<=sklearn"] = (result.final_mse <= sk, f"{result.final_mse:.3e} vs {sk:.3e}")
+    except ImportError:
+        bars["mse<=sklearn"] = (True, "skipped: scikit-learn not installed "
+                                "(pip install 'gdemos[oracle]')")
+    return bars
+
+
+def run(cfg: ae.AEConfig, out: Path, progress: bool = True, bars: bool = True) -> AERun:
+    """Train under ``cfg`` with an optional tqdm bar, check the bars, write the outputs."""
+    make_bar = None
+    if progress:
+        from tqdm import tqdm
+
+        def make_bar(total: int, epochs: int):
+            return tqdm(total=total, unit="step", file=sys.stderr, dynamic_ncols=True,
+                        desc=f"epoch 0/{epochs}")
+    result = ae.train(cfg, make_bar)
+    checked = check_bars(result) if bars else {}
+    summary = result.summary()
+    summary["bars"] = {k: {"passed": ok, "numbers": nums} for k, (ok, nums) in checked.items()}
+    plot = report.plot_losses(out / "ae_loss.png", result.losses, result.epoch_mse,
+                              -(-cfg.n // cfg.batch),
+                              f"rung 1: d-64-32-64-d autoencoder ({cfg.backend}, {cfg.dtype})",
+                              ae.MSE_BAR)
+    summary["plot"] = str(plot)
+    path = report.write_summary(out / "ae_summary.json", summary)
+    return AERun(result, checked, path, plot)

@@ -1,0 +1,95 @@
+"""Adam with the bias correction folded into a host-side float64 step size."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import gtape
+
+from . import checks
+from .base import Optimizer, Slot
+
+
+def adam_lr_t(lr: float, b1_pow: float, b2_pow: float) -> float:
+    """lr * sqrt(1 - b2**t) / (1 - b1**t) in float64, from the running powers b1**t, b2**t."""
+    return lr * math.sqrt(1.0 - b2_pow) / (1.0 - b1_pow)
+
+
+class Adam(Optimizer):
+    """Adam: m, v moments on the backend; ``p <- p - lr_t * m / (sqrt(v) + eps)``."""
+
+    KIND = "adam"
+    STATE = ("m", "v")
+
+    def __init__(self, tp: gtape.Tape, lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.999),
+                 eps: float = 1e-8) -> None:
+        super().__init__(tp, lr)
+        if not isinstance(betas, (tuple, list)) or len(betas) != 2:
+            raise TypeError(f"Adam: betas is {checks.describe(betas)}; expected a pair "
+                            "(beta1, beta2)")
+        want = "a real number in [0, 1)"
+        self._b1 = checks.real("Adam", "betas[0]", betas[0], low=0.0, high=1.0, high_open=True,
+                               expected=want)
+        self._b2 = checks.real("Adam", "betas[1]", betas[1], low=0.0, high=1.0, high_open=True,
+                               expected=want)
+        self._eps = checks.real("Adam", "eps", eps, low=0.0, expected="a finite real number >= 0")
+        self._b1_pow = 1.0  # b1**t, as a running product (portable: no libm pow)
+        self._b2_pow = 1.0
+        self._lr_t = math.nan
+
+    @property
+    def betas(self) -> tuple[float, float]:
+        """(beta1, beta2)."""
+        return self._b1, self._b2
+
+    @property
+    def eps(self) -> float:
+        """The denominator's epsilon."""
+        return self._eps
+
+    @property
+    def lr_t(self) -> float:
+        """The bias-corrected step size of the last step (NaN before the first)."""
+        return self._lr_t
+
+    def _begin_step(self) -> None:
+        self._b1_pow = self._b1_pow * self._b1
+        self._b2_pow = self._b2_pow * self._b2
+        self._lr_t = adam_lr_t(self._lr, self._b1_pow, self._b2_pow)
+
+    def _update(self, i: int, slot: Slot, p: Any, g: Any) -> Any:
+        be, ws, shape = self._be, self._ws, slot.shape
+        m, v = slot.state["m"], slot.state["v"]
+        # m <- b1*m + (1-b1)*g
+        a = be.muls(m, self._b1, out=ws(("adam_a", i), shape))
+        b = be.muls(g, 1.0 - self._b1, out=ws(("adam_b", i), shape))
+        be.add(a, b, out=m)
+        # v <- b2*v + (1-b2)*(g*g)
+        a = be.muls(v, self._b2, out=ws(("adam_a", i), shape))
+        gg = be.mul(g, g, out=ws(("adam_gg", i), shape))
+        b = be.muls(gg, 1.0 - self._b2, out=ws(("adam_b", i), shape))
+        be.add(a, b, out=v)
+        # p <- p - (lr_t*m) / (sqrt(v) + eps)
+        num = be.muls(m, self._lr_t, out=ws(("adam_num", i), shape))
+        root = be.sqrt(v, out=ws(("adam_root", i), shape))
+        den = be.adds(root, self._eps, out=ws(("adam_den", i), shape))
+        upd = be.div(num, den, out=ws(("adam_upd", i), shape))
+        return be.sub(p, upd, out=ws(("new", i), shape))
+
+    def _hyper(self) -> dict[str, float]:
+        return {"lr": self._lr, "beta1": self._b1, "beta2": self._b2, "eps": self._eps}
+
+    def _set_hyper(self, hyper: dict[str, float]) -> None:
+        self._lr, self._b1, self._b2, self._eps = (hyper["lr"], hyper["beta1"], hyper["beta2"],
+                                                   hyper["eps"])
+
+    def _host_state(self) -> dict[str, float]:
+        return {"b1_pow": self._b1_pow, "b2_pow": self._b2_pow, "lr_t": self._lr_t}
+
+    def _set_host_state(self, state: dict[str, float]) -> None:
+        self._b1_pow, self._b2_pow = state["b1_pow"], state["b2_pow"]
+        self._lr_t = state["lr_t"]
+
+    def __repr__(self) -> str:
+        return super().__repr__()[:-1] + f", betas=({self._b1}, {self._b2}), eps={self._eps}>"

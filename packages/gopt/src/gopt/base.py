@@ -1,0 +1,233 @@
+"""The Optimizer base: parameter registration, L2 and clipping, the step driver, state I/O."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import gtape
+import numpy as np
+
+from . import checks, gradients
+from .workspace import Workspace
+
+
+@dataclass
+class Slot:
+    """One registered parameter: its Var, L2 weight and per-parameter state buffers."""
+
+    var: gtape.Var
+    alpha: float
+    shape: tuple[int, ...]
+    state: dict[str, Any] = field(default_factory=dict)
+
+
+class Optimizer:
+    """Base class: subclasses define ``STATE`` (per-parameter buffers) and ``_update``."""
+
+    KIND = "?"
+    STATE: tuple[str, ...] = ()
+
+    def __init__(self, tp: gtape.Tape, lr: float) -> None:
+        where = type(self).__name__
+        self._tp = checks.tape(where, tp)
+        self._lr = checks.real(where, "lr", lr, low=0.0, expected="a finite real number >= 0")
+        self._be = tp.backend
+        self._ws = Workspace(self._be, tp.dtype)
+        self._slots: list[Slot] = []
+        self._t = 0
+        self._max_norm: float | None = None
+        self._clip_consts: tuple[Any, Any] | None = None
+        self._last_norm: Any = None
+
+    # ---------------------------------------------------------------- configuration
+    @property
+    def tape(self) -> gtape.Tape:
+        """The tape whose parameters this optimizer updates."""
+        return self._tp
+
+    @property
+    def lr(self) -> float:
+        """The learning rate."""
+        return self._lr
+
+    @property
+    def t(self) -> int:
+        """Steps taken so far (the first ``step`` makes it 1)."""
+        return self._t
+
+    @property
+    def params(self) -> list[gtape.Var]:
+        """The registered parameters, in registration order."""
+        return [s.var for s in self._slots]
+
+    @property
+    def max_norm(self) -> float | None:
+        """The global-norm clipping threshold, or None when clipping is off."""
+        return self._max_norm
+
+    def add(self, param: gtape.Var, alpha: float = 0.0) -> gtape.Var:
+        """Register ``param`` with L2 weight ``alpha`` (the gradient becomes g + alpha*p)."""
+        where = f"{type(self).__name__}.add"
+        checks.param(where, self._tp, param)
+        a = checks.real(where, "alpha", alpha, low=0.0, expected="a finite real number >= 0")
+        if self._t:
+            raise RuntimeError(f"{where}: {self._t} step(s) were already taken; register every "
+                               "parameter before the first step (the step count is shared)")
+        if any(s.var.index == param.index for s in self._slots):
+            raise ValueError(f"{where}: {param!r} is already registered; expected each "
+                             "parameter once")
+        slot = Slot(param, a, tuple(param.shape))
+        for name in self.STATE:
+            slot.state[name] = self._be.zeros(slot.shape, self._tp.dtype)
+        self._slots.append(slot)
+        return param
+
+    def set_clip(self, max_norm: float | None) -> None:
+        """Clip the global gradient norm to ``max_norm`` before each step (None: no clipping)."""
+        if max_norm is None:
+            self._max_norm, self._clip_consts = None, None
+            return
+        m = checks.real(f"{type(self).__name__}.set_clip", "max_norm", max_norm, low=0.0,
+                        low_open=True, expected="a finite real number > 0, or None")
+        self._max_norm = m
+        self._clip_consts = (self._ws.scalar(m), self._ws.scalar(1.0))
+
+    # ---------------------------------------------------------------- the step
+    def step(self) -> None:
+        """One update of every registered parameter from its current gradient; advances t."""
+        where = f"{type(self).__name__}.step"
+        if not self._slots:
+            raise RuntimeError(f"{where}: no parameters registered; call add(param, alpha) "
+                               "for each parameter first")
+        for s in self._slots:
+            checks.param(where, self._tp, s.var)
+        tp, ws = self._tp, self._ws
+        self._t += 1
+        self._begin_step()
+        grads = [tp.grad(s.var) for s in self._slots]
+        if self._clip_consts is not None:
+            norm = gradients.global_norm(ws, grads)
+            scale = gradients.clip_scale(ws, norm, *self._clip_consts)
+            grads = [gradients.scaled(ws, i, g, scale) for i, g in enumerate(grads)]
+            self._last_norm = norm
+        for i, (s, g) in enumerate(zip(self._slots, grads)):
+            p = tp.value(s.var)
+            g = gradients.with_l2(ws, i, g, p, s.alpha)
+            tp.set_value(s.var, self._update(i, s, p, g))
+
+    @property
+    def last_norm(self) -> float | None:
+        """The global gradient norm of the last clipped step (before clipping; a host read)."""
+        if self._last_norm is None:
+            return None
+        return float(self._be.to_numpy(self._last_norm))
+
+    def _begin_step(self) -> None:
+        """Host-side per-step scalars (after t has advanced)."""
+
+    def _update(self, i: int, slot: Slot, p: Any, g: Any) -> Any:
+        """The new value of parameter ``i`` (a workspace buffer) from its value and gradient."""
+        raise NotImplementedError
+
+    # ---------------------------------------------------------------- state
+    def _hyper(self) -> dict[str, float]:
+        """Hyperparameters saved with the state (name -> float)."""
+        return {"lr": self._lr}
+
+    def _set_hyper(self, hyper: dict[str, float]) -> None:
+        self._lr = hyper["lr"]
+
+    def _host_state(self) -> dict[str, float]:
+        """Host-side running scalars saved with the state (name -> float)."""
+        return {}
+
+    def _set_host_state(self, state: dict[str, float]) -> None:
+        """Restore what ``_host_state`` saved."""
+
+    def state_dict(self, params: bool = True) -> dict[str, np.ndarray]:
+        """The optimizer's state as host numpy arrays (and the parameter values if ``params``)."""
+        tp = self._tp
+        out: dict[str, np.ndarray] = {
+            "kind": np.array(self.KIND), "t": np.array(self._t, np.int64),
+            "dtype": np.array(tp.dtype.name),
+            "max_norm": np.array(math.nan if self._max_norm is None else self._max_norm),
+            "alpha": np.array([s.alpha for s in self._slots], np.float64),
+        }
+        for k, v in self._hyper().items():
+            out[f"hyper.{k}"] = np.array(v, np.float64)
+        for k, v in self._host_state().items():
+            out[f"host.{k}"] = np.array(v, np.float64)
+        for i, s in enumerate(self._slots):
+            checks.param("state_dict", tp, s.var)
+            for name in self.STATE:
+                out[f"{name}.{i}"] = self._be.to_numpy(s.state[name])
+            if params:
+                out[f"param.{i}"] = self._be.to_numpy(tp.value(s.var))
+        return out
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore what ``state_dict`` returned (hyperparameters, t, buffers, parameter values)."""
+        where = f"{type(self).__name__}.load_state_dict"
+        get = _getter(where, state)
+        kind, dtype = str(get("kind")), str(get("dtype"))
+        if kind != self.KIND:
+            raise ValueError(f"{where}: the state is of a {kind!r} optimizer; expected "
+                             f"{self.KIND!r}")
+        if dtype != self._tp.dtype.name:
+            raise ValueError(f"{where}: the state holds {dtype} arrays; this tape is "
+                             f"{self._tp.dtype.name}")
+        alpha = np.asarray(get("alpha"), np.float64)
+        if alpha.shape != (len(self._slots),):
+            raise ValueError(f"{where}: the state has {alpha.size} parameters; this optimizer has "
+                             f"{len(self._slots)} registered (register the same ones first)")
+        arrays: list[dict[str, Any]] = []
+        for i, s in enumerate(self._slots):
+            checks.param(where, self._tp, s.var)
+            names = list(self.STATE) + (["param"] if f"param.{i}" in state else [])
+            got = {}
+            for name in names:
+                a = np.asarray(get(f"{name}.{i}"))
+                if a.shape != s.shape or a.dtype != self._tp.dtype:
+                    raise ValueError(f"{where}: {name}.{i} has shape {a.shape} and dtype "
+                                     f"{a.dtype}; expected {s.shape} and {self._tp.dtype}")
+                got[name] = a
+            arrays.append(got)
+        # everything checked: now apply
+        self._set_hyper({k[len("hyper."):]: float(v) for k, v in state.items()
+                         if k.startswith("hyper.")})
+        self._set_host_state({k[len("host."):]: float(v) for k, v in state.items()
+                              if k.startswith("host.")})
+        self._t = int(get("t"))
+        m = float(get("max_norm"))
+        self.set_clip(None if math.isnan(m) else m)
+        for s, a, got in zip(self._slots, alpha, arrays):
+            s.alpha = float(a)
+            for name in self.STATE:
+                s.state[name] = self._be.asarray(got[name], dtype=self._tp.dtype)
+            if "param" in got:
+                self._tp.set_value(s.var, got["param"])
+
+    def save(self, path: Any, params: bool = True) -> None:
+        """Write ``state_dict(params)`` to ``path`` with ``numpy.savez`` (no pickle)."""
+        np.savez(path, **self.state_dict(params))
+
+    def load(self, path: Any) -> None:
+        """Read a file written by ``save`` (``allow_pickle=False``) into this optimizer."""
+        with np.load(path, allow_pickle=False) as f:
+            self.load_state_dict({k: f[k] for k in f.files})
+
+    def __repr__(self) -> str:
+        clip = "" if self._max_norm is None else f", clip={self._max_norm}"
+        return (f"<{type(self).__name__} lr={self._lr}{clip}, {len(self._slots)} params, "
+                f"t={self._t}>")
+
+
+def _getter(where: str, state: dict[str, Any]):
+    def get(key: str) -> Any:
+        if key not in state:
+            raise ValueError(f"{where}: the state has no entry {key!r}; expected what "
+                             "state_dict() returns")
+        return state[key]
+    return get

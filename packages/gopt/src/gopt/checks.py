@@ -1,0 +1,62 @@
+"""Argument checks shared by the optimizers: every error names the call, the argument, what it
+received and what it expects."""
+
+from __future__ import annotations
+
+import math
+from numbers import Real
+from typing import Any
+
+import gtape
+import numpy as np
+
+
+def describe(x: Any) -> str:
+    """A short description of a value for error messages."""
+    if isinstance(x, gtape.Var):
+        return repr(x)
+    t = type(x)
+    mod = t.__module__.split(".")[0]
+    if isinstance(x, np.ndarray):
+        return f"a numpy array of shape {x.shape}"
+    return f"{x!r} (a {'' if mod == 'builtins' else mod + '.'}{t.__name__})"
+
+
+def real(where: str, name: str, x: Any, *, low: float = -math.inf, low_open: bool = False,
+         high: float = math.inf, high_open: bool = False, expected: str = "") -> float:
+    """``x`` as a Python float, checked to be a finite real number inside the given bounds."""
+    ok = isinstance(x, (Real, np.integer, np.floating)) and not isinstance(x, (bool, np.bool_))
+    value = float(x) if ok else math.nan
+    if ok and math.isfinite(value):
+        above = value > low if low_open else value >= low
+        below = value < high if high_open else value <= high
+        if above and below:
+            return value
+    want = expected or "a finite real number"
+    error = TypeError if not ok else ValueError
+    raise error(f"{where}: {name} is {describe(x)}; expected {want}")
+
+
+def tape(where: str, tp: Any) -> gtape.Tape:
+    """``tp`` checked to be an open gtape.Tape."""
+    if not isinstance(tp, gtape.Tape):
+        raise TypeError(f"{where}: tp is {describe(tp)}; expected a gtape.Tape")
+    tp.mark()  # raises RuntimeError naming the problem if the tape is closed
+    return tp
+
+
+def param(where: str, tp: gtape.Tape, p: Any) -> gtape.Var:
+    """``p`` checked to be a live parameter Var of ``tp``."""
+    if not isinstance(p, gtape.Var):
+        raise TypeError(f"{where}: param is {describe(p)}; expected a parameter Var made by "
+                        "tp.param(...)")
+    if p.tape is not tp:
+        raise ValueError(f"{where}: param {p!r} belongs to another tape; expected a parameter of "
+                         "the tape this optimizer was made for")
+    if not p.alive:
+        raise gtape.StaleVarError(f"{where}: param of node {p.index} was dropped by reset_to; "
+                                  "expected a live parameter (take marks after registering params)")
+    if p.op != "param":
+        raise ValueError(f"{where}: {p!r} is a {p.op!r} node; expected a parameter made by "
+                         "tp.param(...) (only parameters are updated)")
+    return p

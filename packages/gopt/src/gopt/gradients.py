@@ -1,0 +1,51 @@
+"""Gradient preparation, in gtensor ops: the global norm, the clip scale, the L2 term.
+
+Every formula here is stated operation by operation in docs/optimizers.md.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from .workspace import Workspace
+
+
+def global_norm(ws: Workspace, grads: Sequence[Any]) -> Any:
+    """sqrt(s_0 + s_1 + ... ) as a 0-d array, s_i = serial sum of g_i * g_i, in list order."""
+    be = ws.be
+    total = None
+    for i, g in enumerate(grads):
+        sq = be.mul(g, g, out=ws(("sq", i), g.shape))
+        s = be.sum(sq, out=ws(("sumsq", i), ()))
+        total = s if total is None else be.add(total, s, out=ws(("running", i), ()))
+    return be.sqrt(total, out=ws("norm", ()))
+
+
+def clip_scale(ws: Workspace, norm: Any, max_norm: Any, one: Any) -> Any:
+    """max_norm / norm where norm > max_norm, else exactly 1 (a 0-d array; no host sync).
+
+    Computed as ``relu_grad(c, d) + (1 - relu_grad(1, d))`` with ``c = max_norm / norm`` and
+    ``d = norm - max_norm``: one branch contributes exactly its value, the other exactly +0.0.
+    """
+    be = ws.be
+    c = be.div(max_norm, norm, out=ws("clip_c", ()))
+    d = be.sub(norm, max_norm, out=ws("clip_d", ()))
+    keep = be.relu_grad(c, d, out=ws("clip_keep", ()))
+    over = be.relu_grad(one, d, out=ws("clip_over", ()))
+    rest = be.sub(one, over, out=ws("clip_rest", ()))
+    return be.add(keep, rest, out=ws("clip_scale", ()))
+
+
+def scaled(ws: Workspace, i: int, g: Any, scale: Any) -> Any:
+    """g * scale (scale a 0-d array)."""
+    return ws.be.mul(g, scale, out=ws(("clipped", i), g.shape))
+
+
+def with_l2(ws: Workspace, i: int, g: Any, p: Any, alpha: float) -> Any:
+    """g + alpha * p (alpha rounded once to the dtype); ``g`` itself when alpha == 0."""
+    if alpha == 0.0:
+        return g
+    be = ws.be
+    ap = be.muls(p, alpha, out=ws(("l2_ap", i), p.shape))
+    return be.add(g, ap, out=ws(("l2_g", i), g.shape))

@@ -1,0 +1,28 @@
+"""Preallocated backend buffers, reused step after step through ``out=``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import gtensor
+
+
+class Workspace:
+    """Named scratch buffers of one backend and dtype, allocated on first use and then reused."""
+
+    def __init__(self, be: gtensor.Backend, dtype: Any) -> None:
+        self.be = be
+        self.dtype = dtype
+        self._bufs: dict[tuple, Any] = {}
+
+    def __call__(self, key: Any, shape: tuple[int, ...]) -> Any:
+        """The buffer called ``key`` with ``shape`` (zeros when first made; contents then stale)."""
+        k = (key, tuple(shape))
+        buf = self._bufs.get(k)
+        if buf is None:
+            buf = self._bufs[k] = self.be.zeros(shape, self.dtype)
+        return buf
+
+    def scalar(self, value: float) -> Any:
+        """A fresh 0-d backend array holding ``value`` rounded once to the dtype."""
+        return self.be.asarray(value, dtype=self.dtype)

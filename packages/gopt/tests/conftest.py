@@ -1,0 +1,39 @@
+"""gopt test configuration: the backend under test (GRAD_TEST_BACKEND) and import fallbacks."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+try:  # a fresh clone without editable installs: use the sources next to us
+    import gopt  # noqa: F401
+except ImportError:  # pragma: no cover
+    _root = Path(__file__).resolve().parents[2]
+    sys.path[:0] = [str(_root / n / "src") for n in ("gopt", "gtape", "gtensor")]
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import gtensor  # noqa: E402
+
+BACKEND = os.environ.get("GRAD_TEST_BACKEND", "numpy")
+
+
+@pytest.fixture(scope="session")
+def bname() -> str:
+    """The name of the backend under test (skips if it is unavailable here)."""
+    try:
+        gtensor.backend(BACKEND)
+    except RuntimeError as e:  # cuda without cupy or without a GPU
+        pytest.skip(f"backend {BACKEND!r} unavailable here: {e}")
+    return BACKEND
+
+
+@pytest.fixture(scope="session")
+def other(bname: str) -> str:
+    """The backend under test when it is not numpy (numpy-vs-backend parity)."""
+    if bname == "numpy":
+        pytest.skip("numpy vs numpy parity is vacuous; run with GRAD_TEST_BACKEND=sim (or cuda)")
+    return bname

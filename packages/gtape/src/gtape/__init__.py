@@ -1,0 +1,57 @@
+"""gtape: a define-by-run autograd tape over gtensor, with backward passes derived from op rules.
+
+>>> import numpy as np
+>>> import gtape as g
+>>> with g.Tape() as tp:
+...     w = tp.param(np.array([1.0, -2.0]))
+...     loss = g.sum(w * w)
+...     tp.backward(loss)
+...     tp.grad(w).tolist()
+[2.0, -4.0]
+"""
+
+from __future__ import annotations
+
+from .losses import mse
+from .ops import (
+    add,
+    adds,
+    apply,
+    bmm,
+    broadcast_to,
+    concat,
+    div,
+    exp,
+    log,
+    matmul,
+    mean,
+    mul,
+    muls,
+    neg,
+    pad,
+    relu,
+    relu_grad,
+    reshape,
+    sigmoid,
+    sigmoid_grad,
+    slice,
+    softmax,
+    softmax_grad,
+    sqrt,
+    sub,
+    sum,
+    sum_to,
+    tanh,
+    tanh_grad,
+    transpose,
+)
+from .tape import Mark, Node, Tape
+from .var import StaleVarError, Var
+
+__version__ = "0.1.0"
+__all__ = [
+    "Mark", "Node", "StaleVarError", "Tape", "Var", "__version__", "add", "adds", "apply", "bmm",
+    "broadcast_to", "concat", "div", "exp", "log", "matmul", "mean", "mse", "mul", "muls", "neg",
+    "pad", "relu", "relu_grad", "reshape", "sigmoid", "sigmoid_grad", "slice", "softmax",
+    "softmax_grad", "sqrt", "sub", "sum", "sum_to", "tanh", "tanh_grad", "transpose",
+]

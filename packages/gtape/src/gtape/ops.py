@@ -1,0 +1,179 @@
+"""One function per gtensor op: each runs the op eagerly and records one node on the tape.
+
+Operands are Vars of one tape or data (arrays, lists, numbers), which become consts of the
+Vars' tape under the conversion rule of ``gtape.convert``. At least one operand must be a Var.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from .convert import describe
+from .var import Var
+
+Operand = Any  # a Var, or data converted to a const: ndarray, backend array, list, number
+
+
+def apply(name: str, operands: Sequence[Operand], **attrs: Any) -> Var:
+    """Run the gtensor op called ``name`` on ``operands`` and record it (the generic form)."""
+    tape = next((x.tape for x in operands if isinstance(x, Var)), None)
+    if tape is None:
+        got = ", ".join(describe(x) for x in operands) or "no operands"
+        raise TypeError(f"{name}: expected at least one Var of a Tape among the operands, "
+                        f"got {got}")
+    return tape._record(name, list(operands), attrs)
+
+
+# ---------------------------------------------------------------- elementwise, binary
+def add(a: Operand, b: Operand) -> Var:
+    """a + b (broadcasting)."""
+    return apply("add", (a, b))
+
+
+def sub(a: Operand, b: Operand) -> Var:
+    """a - b (broadcasting)."""
+    return apply("sub", (a, b))
+
+
+def mul(a: Operand, b: Operand) -> Var:
+    """a * b (broadcasting)."""
+    return apply("mul", (a, b))
+
+
+def div(a: Operand, b: Operand) -> Var:
+    """a / b (broadcasting)."""
+    return apply("div", (a, b))
+
+
+def adds(x: Var, s: float) -> Var:
+    """x + s for a Python scalar s (rounded once to the tape's dtype)."""
+    return apply("adds", (x,), s=s)
+
+
+def muls(x: Var, s: float) -> Var:
+    """x * s for a Python scalar s (rounded once to the tape's dtype)."""
+    return apply("muls", (x,), s=s)
+
+
+# ---------------------------------------------------------------- elementwise, unary
+def neg(x: Operand) -> Var:
+    """-x."""
+    return apply("neg", (x,))
+
+
+def relu(x: Operand) -> Var:
+    """max(x, 0) (NaN propagates; gradient 0 at x <= 0)."""
+    return apply("relu", (x,))
+
+
+def sigmoid(x: Operand) -> Var:
+    """1 / (1 + exp(-x))."""
+    return apply("sigmoid", (x,))
+
+
+def tanh(x: Operand) -> Var:
+    """tanh(x)."""
+    return apply("tanh", (x,))
+
+
+def exp(x: Operand) -> Var:
+    """e ** x."""
+    return apply("exp", (x,))
+
+
+def log(x: Operand) -> Var:
+    """Natural logarithm."""
+    return apply("log", (x,))
+
+
+def sqrt(x: Operand) -> Var:
+    """Square root."""
+    return apply("sqrt", (x,))
+
+
+# ---------------------------------------------------------------- reductions
+def sum(x: Operand, axis: int | None = None, keepdims: bool = False) -> Var:  # noqa: A001
+    """Serial sum over all elements or one axis."""
+    return apply("sum", (x,), axis=axis, keepdims=keepdims)
+
+
+def mean(x: Operand, axis: int | None = None, keepdims: bool = False) -> Var:
+    """Serial sum / count over all elements or one axis."""
+    return apply("mean", (x,), axis=axis, keepdims=keepdims)
+
+
+def sum_to(x: Operand, shape: Sequence[int]) -> Var:
+    """Sum x over the axes that broadcast ``shape`` to x.shape."""
+    return apply("sum_to", (x,), shape=tuple(shape))
+
+
+# ---------------------------------------------------------------- inner products
+def matmul(a: Operand, b: Operand) -> Var:
+    """(m, k) @ (k, n) with serial inner products."""
+    return apply("matmul", (a, b))
+
+
+def bmm(a: Operand, b: Operand) -> Var:
+    """(batch, m, k) @ (batch, k, n) with serial inner products."""
+    return apply("bmm", (a, b))
+
+
+# ---------------------------------------------------------------- movement
+def transpose(x: Operand, axes: Sequence[int] | None = None) -> Var:
+    """Permute axes (default: reverse them)."""
+    return apply("transpose", (x,), axes=None if axes is None else tuple(axes))
+
+
+def reshape(x: Operand, shape: Sequence[int]) -> Var:
+    """Same elements in row-major order, new shape (one -1 allowed)."""
+    return apply("reshape", (x,), shape=tuple(shape) if not isinstance(shape, int) else shape)
+
+
+def slice(x: Operand, axis: int, start: int, stop: int) -> Var:  # noqa: A001
+    """x[start:stop] along one axis."""
+    return apply("slice", (x,), axis=axis, start=start, stop=stop)
+
+
+def pad(x: Operand, axis: int, before: int, after: int) -> Var:
+    """+0.0 padding before/after along one axis."""
+    return apply("pad", (x,), axis=axis, before=before, after=after)
+
+
+def concat(xs: Sequence[Operand], axis: int = 0) -> Var:
+    """Join arrays along an existing axis."""
+    if isinstance(xs, Var) or not isinstance(xs, (list, tuple)):
+        raise TypeError(f"concat: xs must be a list of Vars, got {describe(xs)}")
+    return apply("concat", tuple(xs), axis=axis)
+
+
+def broadcast_to(x: Operand, shape: Sequence[int]) -> Var:
+    """Repeat x along broadcast axes."""
+    return apply("broadcast_to", (x,), shape=tuple(shape))
+
+
+# ---------------------------------------------------------------- softmax
+def softmax(x: Operand, axis: int = -1) -> Var:
+    """exp(x - max) / serial sum along one axis."""
+    return apply("softmax", (x,), axis=axis)
+
+
+# ---------------------------------------------------------------- backward helpers (no vjp)
+def relu_grad(g: Operand, x: Operand) -> Var:
+    """g where x > 0 else 0 (not differentiable)."""
+    return apply("relu_grad", (g, x))
+
+
+def sigmoid_grad(g: Operand, y: Operand) -> Var:
+    """g * (y * (1 - y)) (not differentiable)."""
+    return apply("sigmoid_grad", (g, y))
+
+
+def tanh_grad(g: Operand, y: Operand) -> Var:
+    """g * (1 - y * y) (not differentiable)."""
+    return apply("tanh_grad", (g, y))
+
+
+def softmax_grad(g: Operand, y: Operand, axis: int = -1) -> Var:
+    """y * (g - serial sum(g * y)) along one axis (not differentiable)."""
+    return apply("softmax_grad", (g, y), axis=axis)

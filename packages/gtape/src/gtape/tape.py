@@ -1,0 +1,328 @@
+"""The Tape: flat node storage, eager forward through gtensor, ownership, mark/reset."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+import gtensor
+import numpy as np
+from gtensor import REGISTRY, Op
+
+from . import backward as _backward
+from .convert import describe, to_backend
+from .var import StaleVarError, Var
+
+PARAM, CONST = "param", "const"
+_tape_ids = itertools.count(1)
+
+
+@dataclass(frozen=True)
+class Mark:
+    """A position on a tape (see ``Tape.mark``)."""
+
+    tape_id: int
+    length: int
+    serial: int  # serial number of node length-1 (-1 for an empty tape)
+
+
+class Node(NamedTuple):
+    """A read-only description of one node (for replay / emission packages and debugging)."""
+
+    index: int
+    op: str  # an op name of gtensor.REGISTRY, or "param" / "const"
+    inputs: tuple[int, ...]
+    attrs: dict
+    shape: tuple[int, ...]
+    requires_grad: bool
+
+
+class Tape:
+    """A define-by-run tape: every op runs eagerly on a gtensor backend and appends one node."""
+
+    def __init__(self, backend: str | gtensor.Backend = "numpy", dtype: Any = "float64") -> None:
+        self._be = gtensor.backend(backend) if isinstance(backend, str) else backend
+        dt = np.dtype(dtype) if _is_dtype(dtype) else None
+        if dt is None or dt.name not in ("float64", "float32"):
+            raise TypeError(f"Tape: dtype {dtype!r} is not supported; expected float64 or float32")
+        self._dtype = dt
+        self._id = next(_tape_ids)
+        self._serials = itertools.count()
+        self._closed = False
+        # flat storage: one entry per node in each list (parallel arrays)
+        self._op: list[Op | str] = []  # an Op, or PARAM / CONST for leaves
+        self._inputs: list[tuple[int, ...]] = []
+        self._attrs: list[dict] = []
+        self._shape: list[tuple[int, ...]] = []
+        self._req: list[bool] = []
+        self._serial: list[int] = []
+        self._values: list[Any] = []
+        self._grads: list[Any] = []  # None where no gradient is stored
+        # buffers kept across reset_to, by node index, reused through ``out=``
+        self._vcache: list[Any] = []
+        self._gcache: dict[int, Any] = {}  # persistent gradient buffers of params
+        self._last_backward = {"vjps": 0, "reductions": 0, "accumulations": 0, "param_copies": 0}
+
+    # ---------------------------------------------------------------- properties
+    @property
+    def backend(self) -> gtensor.Backend:
+        """The gtensor Backend every value and gradient lives on."""
+        return self._be
+
+    @property
+    def dtype(self) -> np.dtype:
+        """The dtype of every value and gradient (float64 or float32)."""
+        return self._dtype
+
+    def __len__(self) -> int:
+        return len(self._op)
+
+    def __repr__(self) -> str:
+        state = "closed" if self._closed else f"{len(self)} nodes"
+        return f"<Tape {self._be.name} {self._dtype.name}, {state}>"
+
+    def __enter__(self) -> Tape:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    # ---------------------------------------------------------------- leaves
+    def param(self, x: Any) -> Var:
+        """Register a parameter: ``x`` is copied in (tape dtype); the tape owns the live copy."""
+        self._check_open("param")
+        value = to_backend(self._be, x, self._dtype, "param")
+        i = len(self)
+        buf = self._gcache.get(i)
+        if buf is None or tuple(buf.shape) != tuple(value.shape):
+            buf = self._be.zeros(value.shape, self._dtype)
+            self._gcache[i] = buf
+        else:
+            _zero_fill(buf)
+        return self._append(PARAM, (), {}, value, True, grad=buf)
+
+    def const(self, x: Any) -> Var:
+        """Register a constant (no gradient flows into it); ``x`` is copied in (tape dtype)."""
+        self._check_open("const")
+        return self._append(CONST, (), {}, to_backend(self._be, x, self._dtype, "const"), False)
+
+    def params(self) -> list[Var]:
+        """The parameter Vars, in registration order."""
+        self._check_open("params")
+        return [self._var(i) for i, op in enumerate(self._op) if op == PARAM]
+
+    def set_value(self, p: Var, x: Any) -> None:
+        """Overwrite a parameter's live value in place (views of it stay valid)."""
+        self._check_var(p, "set_value")
+        if self._op[p.index] != PARAM:
+            raise ValueError(f"set_value: {p!r} is not a param; only parameters can be updated")
+        buf, shape = self._values[p.index], self._shape[p.index]
+        direct = self._be.is_array(x) and x.dtype == self._dtype and not _overlaps(self._be, x, buf)
+        src = x if direct else to_backend(self._be, x, self._dtype, "set_value")
+        if tuple(src.shape) != shape:
+            raise ValueError(f"set_value: param node {p.index} has shape {shape}; got "
+                             f"{describe(x)}; expected the same shape")
+        copy_into(self, src, buf)
+
+    # ---------------------------------------------------------------- reading
+    def value(self, v: Var) -> Any:
+        """A read-only view of ``v``'s value (valid until a reset past ``v`` or close)."""
+        self._check_var(v, "value")
+        return _read_only(self._values[v.index])
+
+    def grad(self, v: Var) -> Any:
+        """A read-only view of dloss/dv from the last backward; zeros where none was computed."""
+        self._check_var(v, "grad")
+        g = self._grads[v.index]
+        if g is None:  # no parameter upstream, or not reached: fresh zeros, not stored
+            g = self._be.zeros(self._shape[v.index], self._dtype)
+        return _read_only(g)
+
+    def node(self, v: Var | int) -> Node:
+        """The description of one node (by Var or index)."""
+        i = v if isinstance(v, int) else v.index
+        if isinstance(v, Var):
+            self._check_var(v, "node")
+        op = self._op[i]
+        return Node(i, op if isinstance(op, str) else op.name, self._inputs[i],
+                    dict(self._attrs[i]), self._shape[i], self._req[i])
+
+    def nodes(self) -> list[Node]:
+        """Descriptions of every node, in tape order."""
+        self._check_open("nodes")
+        return [self.node(i) for i in range(len(self))]
+
+    def stats(self) -> dict:
+        """Counts: nodes, params, stored gradients, and the work of the last backward."""
+        self._check_open("stats")
+        return {"nodes": len(self), "params": sum(op == PARAM for op in self._op),
+                "grad_buffers": sum(g is not None for g in self._grads),
+                "requires_grad": sum(self._req), **self._last_backward}
+
+    # ---------------------------------------------------------------- backward / episodes
+    def backward(self, loss: Var) -> None:
+        """Compute d loss / d node for every node with a parameter upstream (one reverse walk)."""
+        if not isinstance(loss, Var):
+            raise TypeError(f"backward: loss is {describe(loss)}; expected a scalar Var")
+        if loss.tape is not self:
+            raise ValueError(f"backward: loss {loss!r} belongs to another tape; expected a Var "
+                             "of this tape")
+        self._check_var(loss, "backward")
+        shape = self._shape[loss.index]
+        if int(np.prod(shape)) != 1:
+            raise ValueError(f"backward: loss has shape {shape}; expected a scalar (one element), "
+                             "e.g. g.sum(...) or g.mean(...)")
+        self._last_backward = _backward.run(self, loss.index)
+
+    def mark(self) -> Mark:
+        """The current position; ``reset_to`` it drops every later node."""
+        self._check_open("mark")
+        return Mark(self._id, len(self), self._serial[-1] if self._serial else -1)
+
+    def reset_to(self, mark: Mark) -> None:
+        """Drop nodes after ``mark``, zero gradients, keep buffers for reuse (no re-allocation)."""
+        self._check_open("reset_to")
+        if not isinstance(mark, Mark) or mark.tape_id != self._id:
+            raise ValueError(f"reset_to: {mark!r} is not a mark of this tape")
+        n = mark.length
+        if n > len(self) or (n and self._serial[n - 1] != mark.serial):
+            raise ValueError(f"reset_to: {mark!r} points past nodes already dropped by an "
+                             "earlier reset_to; take a new mark")
+        for lst in (self._op, self._inputs, self._attrs, self._shape, self._req, self._serial,
+                    self._values, self._grads):
+            del lst[n:]
+        for i, g in enumerate(self._grads):
+            if self._op[i] == PARAM:
+                _zero_fill(g)
+            else:
+                self._grads[i] = None
+
+    def close(self) -> None:
+        """Release every value and gradient buffer (device memory included); idempotent."""
+        for lst in (self._op, self._inputs, self._attrs, self._shape, self._req, self._serial,
+                    self._values, self._grads, self._vcache):
+            lst.clear()
+        self._gcache.clear()
+        self._closed = True
+
+    # ---------------------------------------------------------------- recording (internal)
+    def _record(self, name: str, operands: Sequence[Any], attrs: dict) -> Var:
+        """Run op ``name`` on ``operands`` (Vars of this tape or data) and append its node.
+
+        Everything is checked and computed before anything is appended, so a failing call
+        leaves the tape exactly as it was.
+        """
+        op = REGISTRY[name]
+        self._check_open(name)
+        argnames = ([f"xs[{k}]" for k in range(len(operands))] if op.variadic else op.inputs)
+        arrays, idx, consts = [], [], []
+        for arg, x in zip(argnames, operands):
+            if isinstance(x, Var):
+                if x.tape is not self:
+                    raise ValueError(f"{name}: {arg} {x!r} belongs to another tape")
+                self._check_var(x, f"{name}: {arg}")
+                arrays.append(self._values[x.index])
+                idx.append(x.index)
+            else:
+                arr = to_backend(self._be, x, self._dtype, f"{name}: {arg}")
+                arrays.append(arr)
+                idx.append(len(self) + len(consts))
+                consts.append(arr)
+        full = dict(op.defaults)
+        full.update(attrs)
+        out_shape, norm = op.infer(tuple(tuple(a.shape) for a in arrays), full)
+        i = len(self) + len(consts)
+        buf = self._vcache[i] if i < len(self._vcache) else None
+        if buf is not None and (tuple(buf.shape) != tuple(out_shape) or buf.dtype != self._dtype):
+            buf = None
+        value = self._be.apply(op, arrays, out=buf, **norm)
+        for arr in consts:
+            self._append(CONST, (), {}, arr, False)
+        return self._append(op, tuple(idx), norm, value, any(self._req[j] for j in idx))
+
+    def _append(self, op: Op | str, inputs: tuple, attrs: dict, value: Any, req: bool,
+                grad: Any = None) -> Var:
+        i = len(self)
+        serial = next(self._serials)
+        self._op.append(op)
+        self._inputs.append(inputs)
+        self._attrs.append(attrs)
+        self._shape.append(tuple(int(d) for d in value.shape))
+        self._req.append(req)
+        self._serial.append(serial)
+        self._values.append(value)
+        self._grads.append(grad)
+        if i < len(self._vcache):
+            self._vcache[i] = value
+        else:
+            self._vcache.append(value)
+        return Var(self, i, serial)
+
+    def _var(self, i: int) -> Var:
+        return Var(self, i, self._serial[i])
+
+    # ---------------------------------------------------------------- checks (internal)
+    def _check_open(self, where: str) -> None:
+        if self._closed:
+            raise RuntimeError(f"{where}: the tape is closed; its values and gradients were "
+                               "released")
+
+    def _alive(self, v: Var) -> bool:
+        i = v.index
+        return not self._closed and i < len(self._serial) and self._serial[i] == v._serial
+
+    def _check_var(self, v: Any, where: str) -> None:
+        if not isinstance(v, Var):
+            raise TypeError(f"{where}: expected a Var, got {describe(v)}")
+        if v.tape is not self:
+            raise ValueError(f"{where}: the Var belongs to another tape")
+        if self._closed:
+            raise StaleVarError(f"{where}: the Var's tape is closed; its values and gradients "
+                                "were released")
+        if not self._alive(v):
+            raise StaleVarError(f"{where}: the Var of node {v.index} was dropped by reset_to "
+                                "(its node and buffers now belong to a later episode); use the "
+                                "Vars of the current episode")
+
+    def _node_field(self, v: Var, field: str) -> Any:
+        self._check_var(v, field)
+        i = v.index
+        if field == "shape":
+            return self._shape[i]
+        if field == "requires_grad":
+            return self._req[i]
+        op = self._op[i]
+        return op if isinstance(op, str) else op.name
+
+
+def copy_into(tape: Tape, src: Any, buf: Any) -> None:
+    """Exact copy of ``src`` into the existing array ``buf`` (same shape and dtype)."""
+    tape._be.reshape(src, tuple(buf.shape), out=buf)  # a gtensor copy op
+
+
+def _is_dtype(dtype: Any) -> bool:
+    try:
+        np.dtype(dtype)
+    except TypeError:
+        return False
+    return True
+
+
+def _read_only(a: Any) -> Any:
+    """A view of ``a`` that cannot be written (numpy and sim; cupy has no such flag)."""
+    view = a.view()
+    if hasattr(view, "flags") and isinstance(a, np.ndarray):
+        view.flags.writeable = False
+    return view
+
+
+def _zero_fill(buf: Any) -> None:
+    """Set a buffer to +0.0 in place (a memset; numpy, sim and cupy arrays all have ``fill``)."""
+    buf.fill(0)
+
+
+def _overlaps(be: Any, a: Any, b: Any) -> bool:
+    fn = getattr(be, "_overlaps", None)
+    return bool(fn(a, b)) if fn is not None else bool(np.may_share_memory(a, b))

@@ -1,0 +1,130 @@
+"""Var: a handle to one node of a Tape (an index plus the node's serial number)."""
+
+from __future__ import annotations
+
+from numbers import Real
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from .tape import Tape
+
+
+class StaleVarError(RuntimeError):
+    """A Var whose node was dropped by ``reset_to`` (or whose tape was closed) was used."""
+
+
+def _is_scalar(x: Any) -> bool:
+    """A real Python/numpy number (bool excluded): operators turn it into ``adds``/``muls``."""
+    return isinstance(x, (Real, np.integer, np.floating)) and not isinstance(x, (bool, np.bool_))
+
+
+class Var:
+    """A node of a Tape. Holds no array: its value and gradient live in the tape."""
+
+    __slots__ = ("_tape", "_index", "_serial")
+    __array_ufunc__ = None  # make ``ndarray + Var`` call Var.__radd__ instead of looping
+
+    def __init__(self, tape: Tape, index: int, serial: int) -> None:
+        self._tape = tape
+        self._index = index
+        self._serial = serial
+
+    # ---------------------------------------------------------------- identity
+    @property
+    def tape(self) -> Tape:
+        """The tape this Var belongs to."""
+        return self._tape
+
+    @property
+    def index(self) -> int:
+        """The node's position on the tape (inputs always have smaller indices)."""
+        return self._index
+
+    @property
+    def alive(self) -> bool:
+        """False once ``reset_to`` dropped the node or the tape was closed."""
+        return self._tape._alive(self)
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        """The node's shape."""
+        return self._tape._node_field(self, "shape")
+
+    @property
+    def ndim(self) -> int:
+        """Number of dimensions."""
+        return len(self.shape)
+
+    @property
+    def dtype(self) -> np.dtype:
+        """The tape's dtype (every node has it)."""
+        self._tape._check_var(self, "dtype")
+        return self._tape.dtype
+
+    @property
+    def requires_grad(self) -> bool:
+        """True when a parameter lies upstream of this node (it gets a gradient)."""
+        return self._tape._node_field(self, "requires_grad")
+
+    @property
+    def op(self) -> str:
+        """The op name, or ``"param"`` / ``"const"`` for leaves."""
+        return self._tape._node_field(self, "op")
+
+    def __repr__(self) -> str:
+        if not self.alive:
+            return f"<Var of dropped node {self._index}>"
+        rg = " requires_grad" if self.requires_grad else ""
+        return f"<Var {self._index}: {self.op} {self.shape} {self.dtype.name}{rg}>"
+
+    # ---------------------------------------------------------------- operators
+    def __add__(self, other: Any) -> Var:
+        from . import ops
+        return ops.adds(self, other) if _is_scalar(other) else ops.add(self, other)
+
+    def __radd__(self, other: Any) -> Var:
+        from . import ops
+        return ops.adds(self, other) if _is_scalar(other) else ops.add(other, self)
+
+    def __sub__(self, other: Any) -> Var:
+        from . import ops
+        return ops.adds(self, -other) if _is_scalar(other) else ops.sub(self, other)
+
+    def __rsub__(self, other: Any) -> Var:
+        from . import ops
+        # s - x == (-x) + s exactly in IEEE arithmetic
+        return ops.adds(ops.neg(self), other) if _is_scalar(other) else ops.sub(other, self)
+
+    def __mul__(self, other: Any) -> Var:
+        from . import ops
+        return ops.muls(self, other) if _is_scalar(other) else ops.mul(self, other)
+
+    def __rmul__(self, other: Any) -> Var:
+        from . import ops
+        return ops.muls(self, other) if _is_scalar(other) else ops.mul(other, self)
+
+    def __truediv__(self, other: Any) -> Var:
+        from . import ops
+        # x / s is NOT x * (1/s) bitwise, so a scalar divisor becomes a 0-d const and ``div``
+        return ops.div(self, other)
+
+    def __rtruediv__(self, other: Any) -> Var:
+        from . import ops
+        return ops.div(other, self)
+
+    def __matmul__(self, other: Any) -> Var:
+        from . import ops
+        return ops.bmm(self, other) if self.ndim == 3 else ops.matmul(self, other)
+
+    def __rmatmul__(self, other: Any) -> Var:
+        from . import ops
+        return ops.bmm(other, self) if self.ndim == 3 else ops.matmul(other, self)
+
+    def __neg__(self) -> Var:
+        from . import ops
+        return ops.neg(self)
+
+    def __pos__(self) -> Var:
+        return self

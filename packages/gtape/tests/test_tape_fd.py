@@ -1,0 +1,123 @@
+"""Central finite differences through every differentiable op (table-driven; fan-out included).
+
+Adding an op to gtensor means adding a row here (``test_every_op_has_a_row`` enforces it).
+"""
+
+from __future__ import annotations
+
+import zlib
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import gtape as g
+import gtensor
+import numpy as np
+import pytest
+from gtape_testutil import central_fd, host, rel_err, report
+
+ANY, POS, AWAY0 = "any", "pos", "away0"
+
+
+@dataclass(frozen=True)
+class Row:
+    """One op (or composite) under test: its inputs' shapes and domains, and the ops it covers."""
+
+    id: str
+    build: Callable[..., g.Var]
+    shapes: tuple[tuple[int, ...], ...]
+    domains: tuple[str, ...] | str = ANY
+    ops: tuple[str, ...] = ()
+
+    def domain(self, k: int) -> str:
+        return self.domains if isinstance(self.domains, str) else self.domains[k]
+
+
+ROWS = [
+    Row("add_bcast", g.add, ((3, 4), (4,)), ops=("add",)),
+    Row("add_bcast_both", g.add, ((2, 1, 3), (4, 1)), ops=("add",)),
+    Row("sub_bcast", g.sub, ((3, 1), (1, 4)), ops=("sub",)),
+    Row("mul", g.mul, ((2, 3), (2, 3)), ops=("mul",)),
+    Row("mul_bcast", g.mul, ((3, 4), (3, 1)), ops=("mul",)),
+    Row("div_bcast", g.div, ((2, 3), (3,)), (ANY, AWAY0), ops=("div",)),
+    Row("adds", lambda x: g.adds(x, 0.75), ((2, 3),), ops=("adds",)),
+    Row("muls", lambda x: g.muls(x, -1.5), ((2, 3),), ops=("muls",)),
+    Row("neg", g.neg, ((2, 3),), ops=("neg",)),
+    Row("relu", g.relu, ((3, 4),), AWAY0, ops=("relu",)),
+    Row("sigmoid", g.sigmoid, ((3, 4),), ops=("sigmoid",)),
+    Row("tanh", g.tanh, ((3, 4),), ops=("tanh",)),
+    Row("exp", g.exp, ((3, 4),), ops=("exp",)),
+    Row("log", g.log, ((3, 4),), POS, ops=("log",)),
+    Row("sqrt", g.sqrt, ((3, 4),), POS, ops=("sqrt",)),
+    Row("sum_all", g.sum, ((3, 4),), ops=("sum",)),
+    Row("sum_axis1_keep", lambda x: g.sum(x, axis=1, keepdims=True), ((3, 4),), ops=("sum",)),
+    Row("sum_axis0", lambda x: g.sum(x, axis=0), ((2, 3, 2),), ops=("sum",)),
+    Row("mean_all", g.mean, ((3, 4),), ops=("mean",)),
+    Row("mean_axis_last", lambda x: g.mean(x, axis=-1), ((2, 3, 2),), ops=("mean",)),
+    Row("sum_to", lambda x: g.sum_to(x, (1, 4)), ((3, 4),), ops=("sum_to",)),
+    Row("sum_to_lead", lambda x: g.sum_to(x, (3, 1)), ((2, 3, 4),), ops=("sum_to",)),
+    Row("broadcast_to", lambda x: g.broadcast_to(x, (3, 4)), ((4,),), ops=("broadcast_to",)),
+    Row("matmul", g.matmul, ((3, 4), (4, 2)), ops=("matmul",)),
+    Row("bmm", g.bmm, ((2, 3, 4), (2, 4, 2)), ops=("bmm",)),
+    Row("transpose_2d", g.transpose, ((3, 4),), ops=("transpose",)),
+    Row("transpose_perm", lambda x: g.transpose(x, (2, 0, 1)), ((2, 3, 4),), ops=("transpose",)),
+    Row("reshape", lambda x: g.reshape(x, (2, -1)), ((3, 4),), ops=("reshape",)),
+    Row("slice", lambda x: g.slice(x, 1, 1, 4), ((4, 5),), ops=("slice",)),
+    Row("pad", lambda x: g.pad(x, 0, 1, 2), ((2, 3),), ops=("pad",)),
+    Row("concat3", lambda a, b, c: g.concat([a, b, c], axis=1), ((2, 3), (2, 1), (2, 2)),
+        ops=("concat",)),
+    Row("softmax_last", g.softmax, ((3, 4),), ops=("softmax",)),
+    Row("softmax_axis0", lambda x: g.softmax(x, axis=0), ((3, 4),), ops=("softmax",)),
+    Row("mse", g.mse, ((3, 2), (3, 2))),
+    Row("fanout_square_tanh", lambda x: g.mul(x, x) + g.tanh(x) * x, ((2, 3),)),
+    Row("fanout_gram", lambda a: a @ g.transpose(a), ((3, 2),)),
+    Row("fanout_three_consumers", lambda x: g.concat([g.exp(x), x, g.sum(x, 0, True)], 0),
+        ((2, 3),)),
+    Row("operators", lambda a, b: (2.0 * a - b) / (b * b + 1.0) - 1.0 / (a * a + 2.0) + (-a),
+        ((2, 3), (2, 3))),
+    Row("scalar_div", lambda x: x / 3.0 + 3.0 / x - (1.0 - x), ((2, 3),), AWAY0),
+]
+NONDIFF = {"relu_grad", "sigmoid_grad", "tanh_grad", "softmax_grad"}
+
+
+def draw(rng: np.random.Generator, shape: tuple, domain: str) -> np.ndarray:
+    """Inputs in a row's domain (away from kinks and poles)."""
+    if domain == POS:
+        return rng.uniform(0.5, 2.0, shape)
+    if domain == AWAY0:
+        return rng.uniform(0.2, 1.5, shape) * rng.choice([-1.0, 1.0], shape)
+    return rng.normal(0.0, 1.0, shape)
+
+
+def test_every_op_has_a_row():
+    """Adding a gtensor op means adding a row (or declaring it non-differentiable)."""
+    covered = {op for row in ROWS for op in row.ops} | NONDIFF
+    missing = sorted(set(gtensor.REGISTRY) - covered)
+    assert not missing, f"ops without a finite-difference row: {missing}"
+    assert all(not gtensor.REGISTRY[n].differentiable for n in NONDIFF)
+
+
+@pytest.mark.parametrize("row", ROWS, ids=[r.id for r in ROWS])
+def test_finite_differences(bname, row):
+    rng = np.random.default_rng(zlib.crc32(row.id.encode()))
+    xs = [draw(rng, s, row.domain(k)) for k, s in enumerate(row.shapes)]
+    with g.Tape(bname) as tp:
+        ps = [tp.param(x) for x in xs]
+        out = row.build(*ps)
+        weights = rng.normal(0.0, 1.0, out.shape)
+        tp.backward(g.sum(out * weights))
+        grads = [host(tp, tp.grad(p)) for p in ps]
+
+    with g.Tape(bname) as ft:
+        start = ft.mark()
+
+        def f(vals: list[np.ndarray]) -> float:
+            ft.reset_to(start)
+            return float(host(ft, ft.value(g.sum(row.build(*map(ft.const, vals)) * weights))))
+
+        worst = 0.0
+        for k in range(len(xs)):
+            fd = central_fd(f, xs, k)
+            worst = max(worst, rel_err(grads[k], fd))
+    report("finite-difference relative error", f"{row.id}[{bname}]", worst)
+    print(f"{row.id}: worst relative error {worst:.2e}")
+    assert worst < 1e-6, f"{row.id}: analytic vs central differences differ by {worst:.3e}"

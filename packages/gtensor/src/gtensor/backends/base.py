@@ -1,0 +1,158 @@
+"""The Backend interface: ``asarray``/``to_numpy`` plus one method per registered op."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from .. import dtypes, shapes
+from ..ops import REGISTRY, Op
+
+
+class Backend:
+    """Executes ops on one kind of array. Subclasses define the array type and ``_execute``."""
+
+    name = "?"
+
+    # ---------------------------------------------------------------- arrays
+    def asarray(self, x: Any, dtype: Any = None) -> Any:
+        """A new C-contiguous array of this backend holding ``x`` (see ``gtensor.dtypes.infer``)."""
+        raise NotImplementedError
+
+    def to_numpy(self, a: Any) -> np.ndarray:
+        """A numpy copy of an array of this backend."""
+        raise NotImplementedError
+
+    def zeros(self, shape: Sequence[int], dtype: Any = "float64") -> Any:
+        """A new array of +0.0."""
+        raise NotImplementedError
+
+    def is_array(self, x: Any) -> bool:
+        """Whether ``x`` is an array of this backend."""
+        raise NotImplementedError
+
+    def _prepare(self, x: Any) -> Any:
+        """Make a checked input ready for execution (e.g. C-contiguous)."""
+        return x
+
+    def _execute(self, op: Op, inputs: list, out_shape: tuple, dtype: np.dtype,
+                 attrs: dict, out: Any = None) -> Any:
+        raise NotImplementedError
+
+    def _overlaps(self, a: Any, b: Any) -> bool:
+        """Whether two arrays of this backend may share memory."""
+        return bool(np.may_share_memory(a, b))
+
+    # ---------------------------------------------------------------- ops
+    def apply(self, op: Op | str, inputs: Sequence[Any], out: Any = None, **attrs: Any) -> Any:
+        """Run ``op`` on ``inputs`` with ``attrs`` after checking them.
+
+        Returns a new C-contiguous array, or writes into ``out`` (an array of this backend with
+        the result's shape and dtype that shares no memory with the inputs) and returns it.
+        """
+        if isinstance(op, str):
+            op = REGISTRY[op]
+        names = ([f"xs[{i}]" for i in range(len(inputs))] if op.variadic else list(op.inputs))
+        if not op.variadic and len(inputs) != len(op.inputs):
+            raise TypeError(f"{op.name}: expected {len(op.inputs)} arrays "
+                            f"({', '.join(op.inputs)}), got {len(inputs)}")
+        inputs = [self.check_input(op.name, n, x) for n, x in zip(names, inputs)]
+        dtype = None
+        for n, x in zip(names, inputs):
+            shapes.check_rank(op.name, n, x.shape)
+            if dtype is None:
+                dtype = x.dtype
+            elif x.dtype != dtype:
+                raise TypeError(f"{op.name}: {n} is {x.dtype} but {names[0]} is {dtype}; "
+                                "expected one dtype for all inputs (convert with asarray)")
+        out_shape, attrs = op.infer(tuple(tuple(x.shape) for x in inputs), attrs)
+        if out is not None:
+            self._check_out(op.name, out, out_shape, dtype, inputs)
+        return self._execute(op, inputs, out_shape, dtype, attrs, out)
+
+    def _check_out(self, op: str, out: Any, shape: tuple, dtype: Any, inputs: list) -> None:
+        """Validate an ``out=`` buffer."""
+        if not self.is_array(out):
+            raise TypeError(f"{op}: out is {_describe(out)}; expected an array of the "
+                            f"{self.name} backend")
+        if tuple(out.shape) != tuple(shape) or out.dtype != dtype:
+            raise ValueError(f"{op}: out has shape {tuple(out.shape)} and dtype {out.dtype}; "
+                             f"expected shape {tuple(shape)} and dtype {dtype}")
+        if not out.flags.c_contiguous or not getattr(out.flags, "writeable", True):
+            raise ValueError(f"{op}: out must be C-contiguous and writeable")
+        if any(self._overlaps(out, x) for x in inputs):
+            raise ValueError(f"{op}: out shares memory with an input; expected a separate buffer")
+
+    def check_input(self, op: str, arg: str, x: Any) -> Any:
+        """Reject anything but a float32/float64 array of this backend."""
+        if not self.is_array(x):
+            raise TypeError(f"{op}: {arg} is {_describe(x)}; the {self.name} backend takes "
+                            f"arrays made by backend({self.name!r}).asarray")
+        if x.dtype.name not in dtypes.SUPPORTED:
+            raise TypeError(f"{op}: {arg} has dtype {x.dtype}; expected float32 or float64")
+        return self._prepare(x)
+
+    def __repr__(self) -> str:
+        return f"gtensor.backend({self.name!r})"
+
+
+def _describe(x: Any) -> str:
+    """A short description of a foreign value for error messages."""
+    t = type(x)
+    mod = t.__module__.split(".")[0]
+    if mod == "cupy":
+        return "a cupy array (from the cuda backend)"
+    if t.__name__ == "SimArray":
+        return "an array of the sim backend"
+    if isinstance(x, np.ndarray):
+        return "a plain numpy.ndarray (the numpy backend's array type)"
+    return f"a {mod + '.' if mod != 'builtins' else ''}{t.__name__}"
+
+
+def _method(op: Op):
+    """The backend method for ``op``: positional arrays, then attrs positionally or by name."""
+
+    def method(self: Backend, *args: Any, **kwargs: Any) -> Any:
+        if op.variadic:
+            if not args:
+                raise TypeError(f"{op.name}: missing the list of arrays")
+            xs, rest = args[0], args[1:]
+            if not isinstance(xs, (list, tuple)):
+                raise TypeError(f"{op.name}: xs must be a list of arrays, got {_describe(xs)}")
+            inputs = list(xs)
+        else:
+            inputs, rest = list(args[:len(op.inputs)]), args[len(op.inputs):]
+            if len(inputs) < len(op.inputs):
+                raise TypeError(f"{op.name}: expected arrays ({', '.join(op.inputs)}), "
+                                f"got {len(inputs)}")
+        if len(rest) > len(op.attrs):
+            raise TypeError(f"{op.name}: too many arguments; attributes are {op.attrs}")
+        attrs = dict(op.defaults)
+        attrs.update(zip(op.attrs, rest))
+        out = kwargs.pop("out", None)
+        for k, v in kwargs.items():
+            if k not in op.attrs:
+                raise TypeError(f"{op.name}: unexpected argument {k!r}; attributes are {op.attrs}")
+            attrs[k] = v
+        missing = [a for a in op.attrs if a not in attrs]
+        if missing:
+            raise TypeError(f"{op.name}: missing argument(s) {', '.join(missing)}")
+        return self.apply(op, inputs, out=out, **attrs)
+
+    sig = ", ".join(list(op.inputs) + [f"{a}={op.defaults[a]!r}" if a in op.defaults else a
+                                       for a in op.attrs])
+    method.__name__ = op.name
+    method.__qualname__ = f"Backend.{op.name}"
+    method.__doc__ = f"{op.name}({sig}, out=None): {op.doc}."
+    return method
+
+
+def install_op_methods() -> None:
+    """Give Backend one method per registered op (``be.add(a, b)``, ``be.sum(x, axis)``...)."""
+    for op in REGISTRY.values():
+        setattr(Backend, op.name, _method(op))
+
+
+install_op_methods()

@@ -1,0 +1,70 @@
+"""Backends that run the ops' CUDA kernels (sim on the CPU, cuda on the GPU)."""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from ..cuda_source import module_kernels, module_source
+from ..ops import Op
+from .base import Backend
+
+GEOM_CACHE = 4096
+
+
+class KernelBackend(Backend):
+    """Shared logic: lazy module build, geometry arrays, kernel launch."""
+
+    def __init__(self) -> None:
+        self._module = None
+        self._lock = threading.Lock()
+        self._geoms: OrderedDict[tuple, Any] = OrderedDict()
+
+    def _build_module(self, source: str, kernels: tuple) -> Any:
+        raise NotImplementedError
+
+    def _geom_array(self, values: tuple) -> Any:
+        raise NotImplementedError
+
+    def empty(self, shape: Sequence[int], dtype: Any) -> Any:
+        """A new uninitialized array."""
+        raise NotImplementedError
+
+    @property
+    def module(self) -> Any:
+        """The compiled CUDA module (built on first use, then cached)."""
+        if self._module is None:
+            with self._lock:
+                if self._module is None:
+                    self._module = self._build_module(module_source(), module_kernels())
+        return self._module
+
+    def geom(self, values: tuple) -> Any:
+        """A read-only int64 array of this backend holding ``values`` (cached by value)."""
+        key = tuple(int(v) for v in values)
+        with self._lock:
+            arr = self._geoms.get(key)
+            if arr is not None:
+                self._geoms.move_to_end(key)
+                return arr
+        arr = self._geom_array(key)
+        with self._lock:
+            self._geoms[key] = arr
+            if len(self._geoms) > GEOM_CACHE:
+                self._geoms.popitem(last=False)
+        return arr
+
+    def launch(self, name: str, grid: Any, block: Any, args: Sequence[Any]) -> None:
+        """Launch kernel ``name`` of the module (arguments are checked against its signature)."""
+        self.module.launch(name, grid, block, args)
+
+    def _execute(self, op: Op, inputs: list, out_shape: tuple, dtype: np.dtype,
+                 attrs: dict, out: Any = None) -> Any:
+        if out is None:
+            out = self.empty(out_shape, dtype)
+        op.launch(self, inputs, out, **attrs)
+        return out

@@ -1,0 +1,44 @@
+"""The CUDA module: every op's ``__device__`` functions and ``__global__`` kernels, one text.
+
+The same text is compiled by NVRTC for the GPU and by the system C++ compiler for ``sim``.
+"""
+
+from __future__ import annotations
+
+from functools import cache
+
+from .kernels import Kernel
+from .ops import REGISTRY
+from .ops.elementwise import SCALAR_FNS
+from .ops.softmax import MAX
+from .scalar.dsl import device_sources
+
+DTYPE_SUFFIXES = ("f64", "f32")
+
+_HEADER = """\
+// gtensor CUDA module (generated from gtensor's op definitions; do not edit).
+// Every floating-point operation is a correctly rounded __d*_rn / __f*_rn intrinsic:
+// no compiler may fuse (FMA) or reorder it. Compile with --fmad=false.
+"""
+
+
+@cache
+def module_kernels() -> tuple[Kernel, ...]:
+    """Every kernel of every op, for both dtypes, without duplicates (ops may share kernels)."""
+    seen: dict[str, Kernel] = {}
+    for op in REGISTRY.values():
+        for sfx in DTYPE_SUFFIXES:
+            for k in op.kernels(sfx):
+                if k.name in seen and seen[k.name].source() != k.source():
+                    raise RuntimeError(f"kernel {k.name} is defined twice with different text")
+                seen[k.name] = k
+    return tuple(seen.values())
+
+
+@cache
+def module_source() -> str:
+    """The full module text: device functions, then kernels."""
+    fns = list(SCALAR_FNS) + list(MAX.values())
+    parts = [_HEADER, device_sources(fns)]
+    parts += [k.source() for k in module_kernels()]
+    return "\n".join(parts)

@@ -1,0 +1,219 @@
+"""Elementwise ops: each is a scalar function (written once) mapped over arrays.
+
+The scalar function's text is both the numpy reference and the CUDA ``__device__`` function
+(see ``gtensor.scalar.dsl``); the kernels below only do indexing around it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from string import Template
+
+import numpy as np
+
+from .. import shapes
+from ..kernels import Kernel, params
+from ..scalar import transcendental as tr
+from ..scalar.dsl import F32, F64, ScalarFn, scalar_fn
+from .registry import Op, register
+
+BLOCK = 256
+MAX_GRID = 4096
+CTYPE = {"f64": "double", "f32": "float"}
+SUFFIX = {"float64": "f64", "float32": "f32"}
+NPDT = {"f64": np.float64, "f32": np.float32}
+
+
+def pair(name: str, arity: int, body: Callable) -> dict[str, ScalarFn]:
+    """The float64 and float32 scalar functions ``gt_<name>_f64/_f32`` of one body."""
+    return {
+        sfx: scalar_fn(f"gt_{name}_{sfx}", (dt,) * arity, dt)(body)
+        for sfx, dt in (("f64", F64), ("f32", F32))
+    }
+
+
+def grid_for(n: int) -> int:
+    """Blocks of BLOCK threads for n elements, capped (kernels use grid-stride loops)."""
+    return max(1, min(MAX_GRID, -(-n // BLOCK)))
+
+
+def suffix(x: np.ndarray) -> str:
+    """"f64" or "f32" for an array's dtype."""
+    return SUFFIX[str(x.dtype)]
+
+
+# --------------------------------------------------------------------------- scalar functions
+ADD = pair("add", 2, lambda m, a, b: a + b)
+SUB = pair("sub", 2, lambda m, a, b: a - b)
+MUL = pair("mul", 2, lambda m, a, b: a * b)
+DIV = pair("div", 2, lambda m, a, b: a / b)
+NEG = pair("neg", 1, lambda m, x: -x)
+SQRT = pair("sqrt", 1, lambda m, x: m.sqrt(x))
+# relu(x) = x for x > 0 and for NaN (propagates), else +0.0 (so relu(-0.0) = +0.0).
+RELU = pair("relu", 1, lambda m, x: m.where((x > 0.0) | m.isnan(x), x, 0.0))
+# d relu: g where x > 0, else +0.0 (as PyTorch's threshold_backward; NaN x gives 0).
+RELU_GRAD = pair("relu_grad", 2, lambda m, g, x: m.where(x > 0.0, g, 0.0))
+# d sigmoid from its output y: g * (y * (1 - y)).
+SIGMOID_GRAD = pair("sigmoid_grad", 2, lambda m, g, y: g * (y * (1.0 - y)))
+# d tanh from its output y: g * (1 - y * y).
+TANH_GRAD = pair("tanh_grad", 2, lambda m, g, y: g * (1.0 - y * y))
+EXP = {"f64": tr.EXP_F64, "f32": tr.EXP_F32}
+LOG = {"f64": tr.LOG_F64, "f32": tr.LOG_F32}
+TANH = {"f64": tr.TANH_F64, "f32": tr.TANH_F32}
+SIGMOID = {"f64": tr.SIGMOID_F64, "f32": tr.SIGMOID_F32}
+
+# --------------------------------------------------------------------------- kernel templates
+_MAP = Template("""\
+    const long long step = (long long)gridDim.x * blockDim.x;
+    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += step)
+        y[i] = $FN(x[i]);""")
+
+_SCALAR = Template("""\
+    const long long step = (long long)gridDim.x * blockDim.x;
+    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += step)
+        y[i] = $FN(x[i], s);""")
+
+# geom = [rank, shape[rank], a_strides[rank], b_strides[rank]]; the output is contiguous.
+_ZIP = Template("""\
+    const int rank = (int)geom[0];
+    const long long* shape = geom + 1;
+    const long long* sa = geom + 1 + rank;
+    const long long* sb = geom + 1 + 2 * rank;
+    const long long step = (long long)gridDim.x * blockDim.x;
+    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += step) {
+        long long rem = i, oa = 0, ob = 0;
+        for (int d = rank - 1; d >= 0; --d) {
+            const long long c = rem % shape[d];
+            rem /= shape[d];
+            oa += c * sa[d];
+            ob += c * sb[d];
+        }
+        y[i] = $FN(a[oa], b[ob]);
+    }""")
+
+
+def _map_kernels(name: str, fns: dict[str, ScalarFn]) -> Callable[[str], list[Kernel]]:
+    def kernels(sfx: str) -> list[Kernel]:
+        t = CTYPE[sfx]
+        sig = params(f"const {t}* x, {t}* y, long long n")
+        return [Kernel(f"k_{name}_{sfx}", sig, _MAP.substitute(FN=fns[sfx].cname))]
+
+    return kernels
+
+
+def _scalar_kernels(name: str, fns: dict[str, ScalarFn]) -> Callable[[str], list[Kernel]]:
+    def kernels(sfx: str) -> list[Kernel]:
+        t = CTYPE[sfx]
+        sig = params(f"const {t}* x, {t}* y, long long n, {t} s")
+        return [Kernel(f"k_{name}_{sfx}", sig, _SCALAR.substitute(FN=fns[sfx].cname))]
+
+    return kernels
+
+
+def _zip_kernels(name: str, fns: dict[str, ScalarFn]) -> Callable[[str], list[Kernel]]:
+    def kernels(sfx: str) -> list[Kernel]:
+        t = CTYPE[sfx]
+        sig = params(f"const {t}* a, const {t}* b, {t}* y, long long n, const long long* geom")
+        return [Kernel(f"k_{name}_{sfx}", sig, _ZIP.substitute(FN=fns[sfx].cname))]
+
+    return kernels
+
+
+# --------------------------------------------------------------------------- op builders
+def _same_shape(shapes_: tuple, attrs: dict) -> tuple[tuple, dict]:
+    return shapes_[0], attrs
+
+
+def unary(name: str, fns: dict[str, ScalarFn], vjp=None, doc: str = "", inputs=("x",)) -> Op:
+    """An op y = f(x) elementwise."""
+
+    def reference(x: np.ndarray) -> np.ndarray:
+        return fns[suffix(x)].numpy(x)
+
+    def launch(rt, ins, out) -> None:
+        n = out.size
+        if n:
+            rt.launch(f"k_{name}_{suffix(out)}", grid_for(n), BLOCK, (ins[0], out, n))
+
+    return register(Op(name, inputs, (), _same_shape, reference, _map_kernels(name, fns), launch,
+                       vjp, doc))
+
+
+def binary(name: str, fns: dict[str, ScalarFn], vjp=None, doc: str = "", inputs=("a", "b")) -> Op:
+    """An op y = f(a, b) elementwise, with numpy broadcasting."""
+
+    def infer(shapes_: tuple, attrs: dict) -> tuple[tuple, dict]:
+        return shapes.broadcast(name, shapes_[0], shapes_[1]), attrs
+
+    def reference(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        return fns[suffix(a)].numpy(a, b)
+
+    def launch(rt, ins, out) -> None:
+        n = out.size
+        if not n:
+            return
+        a, b = ins
+        dims, (sa, sb) = shapes.collapse(
+            out.shape,
+            shapes.broadcast_strides(a.shape, out.shape),
+            shapes.broadcast_strides(b.shape, out.shape),
+        )
+        geom = rt.geom((len(dims), *dims, *sa, *sb))
+        rt.launch(f"k_{name}_{suffix(out)}", grid_for(n), BLOCK, (a, b, out, n, geom))
+
+    kernels = _zip_kernels(name, fns)
+    return register(Op(name, inputs, (), infer, reference, kernels, launch, vjp, doc))
+
+
+def scalar_form(name: str, fns: dict[str, ScalarFn], vjp=None, doc: str = "") -> Op:
+    """An op y = f(x, s) with a Python scalar s, rounded once to the array's dtype."""
+
+    def infer(shapes_: tuple, attrs: dict) -> tuple[tuple, dict]:
+        s = attrs["s"]
+        if isinstance(s, bool) or not isinstance(s, (int, float, np.floating, np.integer)):
+            raise TypeError(f"{name}: s must be a real Python number, got {type(s).__name__}")
+        return shapes_[0], {"s": float(s)}
+
+    def reference(x: np.ndarray, *, s: float) -> np.ndarray:
+        sfx = suffix(x)
+        return fns[sfx].numpy(x, NPDT[sfx](s))
+
+    def launch(rt, ins, out, *, s: float) -> None:
+        n = out.size
+        if n:
+            sfx = suffix(out)
+            rt.launch(f"k_{name}_{sfx}", grid_for(n), BLOCK, (ins[0], out, n, NPDT[sfx](s)))
+
+    return register(Op(name, ("x",), ("s",), infer, reference, _scalar_kernels(name, fns), launch,
+                       vjp, doc))
+
+
+# --------------------------------------------------------------------------- the ops
+def _div_vjp(be, g, ins, out, needs):
+    ga = be.div(g, ins[1])
+    return ga if needs[0] else None, be.neg(be.mul(ga, out)) if needs[1] else None
+
+
+binary("add", ADD, lambda be, g, ins, out, needs: (g, g), "a + b")
+binary("sub", SUB, lambda be, g, ins, out, needs: (g, be.neg(g) if needs[1] else None), "a - b")
+binary("mul", MUL, lambda be, g, ins, out, needs: (
+    be.mul(g, ins[1]) if needs[0] else None, be.mul(g, ins[0]) if needs[1] else None), "a * b")
+binary("div", DIV, _div_vjp, "a / b")
+scalar_form("adds", ADD, lambda be, g, ins, out, needs, s: (g,), "x + s")
+scalar_form("muls", MUL, lambda be, g, ins, out, needs, s: (be.muls(g, s),), "x * s")
+unary("neg", NEG, lambda be, g, ins, out, needs: (be.neg(g),), "-x")
+unary("relu", RELU, lambda be, g, ins, out, needs: (be.relu_grad(g, ins[0]),), "max(x, 0)")
+unary("sigmoid", SIGMOID, lambda be, g, ins, out, needs: (be.sigmoid_grad(g, out),),
+      "1 / (1 + exp(-x))")
+unary("tanh", TANH, lambda be, g, ins, out, needs: (be.tanh_grad(g, out),), "tanh(x)")
+unary("exp", EXP, lambda be, g, ins, out, needs: (be.mul(g, out),), "e ** x")
+unary("log", LOG, lambda be, g, ins, out, needs: (be.div(g, ins[0]),), "natural log")
+unary("sqrt", SQRT, lambda be, g, ins, out, needs: (be.div(g, be.add(out, out)),),
+      "square root")
+binary("relu_grad", RELU_GRAD, None, "g where x > 0 else 0 (relu's backward)", ("g", "x"))
+binary("sigmoid_grad", SIGMOID_GRAD, None, "g * (y * (1 - y)) (sigmoid's backward from y)",
+       ("g", "y"))
+binary("tanh_grad", TANH_GRAD, None, "g * (1 - y * y) (tanh's backward from y)", ("g", "y"))
+
+SCALAR_FNS = [fn for table in (ADD, SUB, MUL, DIV, NEG, SQRT, RELU, RELU_GRAD, SIGMOID_GRAD,
+                               TANH_GRAD, EXP, LOG, TANH, SIGMOID) for fn in table.values()]

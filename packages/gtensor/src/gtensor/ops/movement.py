@@ -1,0 +1,274 @@
+"""Movement ops: transpose, reshape, slice, pad, concat, broadcast_to (exact copies, no arithmetic).
+
+All of them run one strided-copy kernel (and a fill kernel for pad); every result is a new
+C-contiguous array.
+"""
+
+from __future__ import annotations
+
+from string import Template
+
+import numpy as np
+
+from .. import shapes
+from ..kernels import Kernel, params
+from .elementwise import BLOCK, CTYPE, NPDT, grid_for, suffix
+from .registry import Op, register
+
+# geom = [rank, shape[rank], in_strides[rank], in_offset, out_strides[rank], out_offset]
+_COPY = Template("""\
+    const int rank = (int)geom[0];
+    const long long* shape = geom + 1;
+    const long long* si = geom + 1 + rank;
+    const long long ioff = geom[1 + 2 * rank];
+    const long long* so = geom + 2 + 2 * rank;
+    const long long ooff = geom[2 + 3 * rank];
+    const long long step = (long long)gridDim.x * blockDim.x;
+    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += step) {
+        long long rem = i, oi = ioff, oo = ooff;
+        for (int d = rank - 1; d >= 0; --d) {
+            const long long c = rem % shape[d];
+            rem /= shape[d];
+            oi += c * si[d];
+            oo += c * so[d];
+        }
+        y[oo] = x[oi];
+    }""")
+
+_FILL = """\
+    const long long step = (long long)gridDim.x * blockDim.x;
+    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += step)
+        y[i] = v;"""
+
+
+def _kernels(sfx: str) -> list[Kernel]:
+    t = CTYPE[sfx]
+    return [
+        Kernel(f"k_copy_{sfx}", params(f"const {t}* x, {t}* y, long long n, const long long* geom"),
+               _COPY.substitute()),
+        Kernel(f"k_fill_{sfx}", params(f"{t}* y, long long n, {t} v"), _FILL),
+    ]
+
+
+def copy_strided(rt, x, out, shape: tuple, in_strides: tuple, in_offset: int,
+                 out_strides: tuple, out_offset: int) -> None:
+    """Enqueue ``out[out_offset + c.out_strides] = x[in_offset + c.in_strides]`` over ``shape``."""
+    n = shapes.size(shape)
+    if not n:
+        return
+    dims, (si, so) = shapes.collapse(tuple(shape), tuple(in_strides), tuple(out_strides))
+    geom = rt.geom((len(dims), *dims, *si, in_offset, *so, out_offset))
+    rt.launch(f"k_copy_{suffix(out)}", grid_for(n), BLOCK, (x, out, n, geom))
+
+
+def fill(rt, out, value: float) -> None:
+    """Enqueue ``out[:] = value``."""
+    if out.size:
+        sfx = suffix(out)
+        rt.launch(f"k_fill_{sfx}", grid_for(out.size), BLOCK, (out, out.size, NPDT[sfx](value)))
+
+
+def _copy_into(rt, x, out) -> None:
+    """Contiguous copy of x into out (same number of elements)."""
+    copy_strided(rt, x, out, (x.size,), (1,), 0, (1,), 0)
+
+
+# --------------------------------------------------------------------------- transpose
+def _infer_transpose(shapes_: tuple, attrs: dict) -> tuple[tuple, dict]:
+    (shape,) = shapes_
+    axes = attrs.get("axes")
+    if axes is None:
+        axes = tuple(reversed(range(len(shape))))
+    if not isinstance(axes, (tuple, list)) or sorted(
+            a % len(shape) if isinstance(a, int) and -len(shape) <= a < len(shape) else -1
+            for a in axes) != list(range(len(shape))):
+        raise ValueError(f"transpose: axes {axes!r} is not a permutation of the "
+                         f"{len(shape)} axes of an array of shape {shape}")
+    axes = tuple(a % len(shape) for a in axes)
+    return tuple(shape[a] for a in axes), {"axes": axes}
+
+
+def _launch_transpose(rt, ins, out, *, axes: tuple) -> None:
+    x = ins[0]
+    st = shapes.contiguous_strides(x.shape)
+    copy_strided(rt, x, out, out.shape, tuple(st[a] for a in axes), 0,
+                 shapes.contiguous_strides(out.shape), 0)
+
+
+def _transpose_vjp(be, g, ins, out, needs, *, axes):
+    inverse = tuple(int(i) for i in np.argsort(axes))
+    return (be.transpose(g, inverse),)
+
+
+register(Op("transpose", ("x",), ("axes",), _infer_transpose,
+            lambda x, *, axes: np.array(np.transpose(x, axes), order="C"),
+            _kernels, _launch_transpose, _transpose_vjp,
+            "permute axes (default: reverse them; the 2-D swap)", {"axes": None}))
+
+
+# --------------------------------------------------------------------------- reshape
+def _infer_reshape(shapes_: tuple, attrs: dict) -> tuple[tuple, dict]:
+    (shape,) = shapes_
+    new = list(shapes.normalize_shape("reshape", attrs["shape"]))
+    n = shapes.size(shape)
+    if new.count(-1) > 1 or any(d < -1 for d in new):
+        raise ValueError(f"reshape: bad target shape {tuple(new)} (sizes >= 0, at most one -1)")
+    if -1 in new:
+        known = shapes.size([d for d in new if d != -1])
+        if known == 0 or n % known:
+            raise ValueError(f"reshape: cannot reshape an array of shape {shape} "
+                             f"({n} elements) into {tuple(new)}")
+        new[new.index(-1)] = n // known
+    if shapes.size(new) != n:
+        raise ValueError(f"reshape: cannot reshape an array of shape {shape} ({n} elements) "
+                         f"into {tuple(new)} ({shapes.size(new)} elements)")
+    shapes.check_rank("reshape", "shape", tuple(new))
+    return tuple(new), {"shape": tuple(new)}
+
+
+register(Op("reshape", ("x",), ("shape",), _infer_reshape,
+            lambda x, *, shape: np.array(x.reshape(shape), order="C"),
+            _kernels, lambda rt, ins, out, *, shape: _copy_into(rt, ins[0], out),
+            lambda be, g, ins, out, needs, shape: (be.reshape(g, ins[0].shape),),
+            "same elements in row-major order, new shape"))
+
+
+# --------------------------------------------------------------------------- slice / pad
+def _check_int(op: str, name: str, v) -> int:
+    if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
+        raise TypeError(f"{op}: {name} must be an int, got {type(v).__name__} {v!r}")
+    return int(v)
+
+
+def _infer_slice(shapes_: tuple, attrs: dict) -> tuple[tuple, dict]:
+    (shape,) = shapes_
+    axis = shapes.normalize_axis("slice", attrs["axis"], len(shape))
+    n = shape[axis]
+    start, stop = (_check_int("slice", k, attrs[k]) for k in ("start", "stop"))
+    start, stop = (v + n if v < 0 else v for v in (start, stop))
+    if not 0 <= start <= stop <= n:
+        raise ValueError(f"slice: [{attrs['start']}:{attrs['stop']}] is out of range for axis "
+                         f"{axis} of size {n} in shape {shape} "
+                         f"(expected -{n} <= start <= stop <= {n} after wrapping negatives)")
+    out = shape[:axis] + (stop - start,) + shape[axis + 1:]
+    return out, {"axis": axis, "start": start, "stop": stop}
+
+
+def _slice_reference(x: np.ndarray, *, axis: int, start: int, stop: int) -> np.ndarray:
+    return np.array(x[(slice(None),) * axis + (slice(start, stop),)], order="C")
+
+
+def _launch_slice(rt, ins, out, *, axis: int, start: int, stop: int) -> None:
+    x = ins[0]
+    st = shapes.contiguous_strides(x.shape)
+    copy_strided(rt, x, out, out.shape, st, start * st[axis],
+                 shapes.contiguous_strides(out.shape), 0)
+
+
+register(Op("slice", ("x",), ("axis", "start", "stop"), _infer_slice, _slice_reference, _kernels,
+            _launch_slice,
+            lambda be, g, ins, out, needs, axis, start, stop: (
+                be.pad(g, axis, start, ins[0].shape[axis] - stop),),
+            "x[start:stop] along one axis"))
+
+
+def _infer_pad(shapes_: tuple, attrs: dict) -> tuple[tuple, dict]:
+    (shape,) = shapes_
+    axis = shapes.normalize_axis("pad", attrs["axis"], len(shape))
+    before, after = (_check_int("pad", k, attrs[k]) for k in ("before", "after"))
+    if before < 0 or after < 0:
+        raise ValueError(f"pad: before={before} and after={after} must be >= 0")
+    out = shape[:axis] + (before + shape[axis] + after,) + shape[axis + 1:]
+    return out, {"axis": axis, "before": before, "after": after}
+
+
+def _pad_reference(x: np.ndarray, *, axis: int, before: int, after: int) -> np.ndarray:
+    shape = list(x.shape)
+    shape[axis] += before + after
+    out = np.zeros(shape, x.dtype)
+    out[(slice(None),) * axis + (slice(before, before + x.shape[axis]),)] = x
+    return out
+
+
+def _launch_pad(rt, ins, out, *, axis: int, before: int, after: int) -> None:
+    x = ins[0]
+    fill(rt, out, 0.0)
+    ost = shapes.contiguous_strides(out.shape)
+    copy_strided(rt, x, out, x.shape, shapes.contiguous_strides(x.shape), 0, ost,
+                 before * ost[axis])
+
+
+register(Op("pad", ("x",), ("axis", "before", "after"), _infer_pad, _pad_reference, _kernels,
+            _launch_pad,
+            lambda be, g, ins, out, needs, axis, before, after: (
+                be.slice(g, axis, before, before + ins[0].shape[axis]),),
+            "+0.0 padding before/after along one axis (slice's backward)"))
+
+
+# --------------------------------------------------------------------------- concat
+def _infer_concat(shapes_: tuple, attrs: dict) -> tuple[tuple, dict]:
+    if not shapes_:
+        raise ValueError("concat: needs at least one array, got an empty list")
+    first = shapes_[0]
+    if not first:
+        raise ValueError("concat: cannot concatenate 0-dimensional arrays")
+    axis = shapes.normalize_axis("concat", attrs.get("axis", 0), len(first))
+    for i, s in enumerate(shapes_):
+        if len(s) != len(first) or any(d != e for j, (d, e) in enumerate(zip(s, first))
+                                       if j != axis):
+            raise ValueError(f"concat: xs[{i}] has shape {s}, xs[0] has {first}; expected "
+                             f"the same rank and equal sizes except along axis {axis}")
+    out = first[:axis] + (sum(s[axis] for s in shapes_),) + first[axis + 1:]
+    return out, {"axis": axis}
+
+
+def _launch_concat(rt, ins, out, *, axis: int) -> None:
+    ost = shapes.contiguous_strides(out.shape)
+    at = 0
+    for x in ins:
+        copy_strided(rt, x, out, x.shape, shapes.contiguous_strides(x.shape), 0, ost,
+                     at * ost[axis])
+        at += x.shape[axis]
+
+
+def _concat_vjp(be, g, ins, out, needs, *, axis):
+    grads, at = [], 0
+    for x, need in zip(ins, needs):
+        n = x.shape[axis]
+        grads.append(be.slice(g, axis, at, at + n) if need else None)
+        at += n
+    return tuple(grads)
+
+
+register(Op("concat", ("*xs",), ("axis",), _infer_concat,
+            lambda *xs, axis: np.concatenate(xs, axis=axis), _kernels, _launch_concat,
+            _concat_vjp, "join arrays along an existing axis", {"axis": 0}))
+
+
+# --------------------------------------------------------------------------- broadcast_to
+def _infer_broadcast_to(shapes_: tuple, attrs: dict) -> tuple[tuple, dict]:
+    (shape,) = shapes_
+    target = shapes.normalize_shape("broadcast_to", attrs["shape"])
+    try:
+        ok = shapes.broadcast("broadcast_to", shape, target) == target
+    except ValueError:
+        ok = False
+    if not ok:
+        raise ValueError(f"broadcast_to: cannot broadcast shape {shape} to {target}")
+    shapes.check_rank("broadcast_to", "shape", target)
+    return target, {"shape": target}
+
+
+def _launch_broadcast_to(rt, ins, out, *, shape: tuple) -> None:
+    x = ins[0]
+    copy_strided(rt, x, out, shape, shapes.broadcast_strides(x.shape, shape), 0,
+                 shapes.contiguous_strides(shape), 0)
+
+
+def _broadcast_to_vjp(be, g, ins, out, needs, *, shape):
+    return (be.sum_to(g, ins[0].shape),)
+
+
+register(Op("broadcast_to", ("x",), ("shape",), _infer_broadcast_to,
+            lambda x, *, shape: np.array(np.broadcast_to(x, shape), order="C"), _kernels,
+            _launch_broadcast_to, _broadcast_to_vjp, "repeat x along broadcast axes (copy)"))

@@ -1,0 +1,159 @@
+"""softmax along one axis, and its backward helper softmax_grad.
+
+Definition, per row r (the positions along ``axis``):
+``m = max(x_r)`` (NaN if any is NaN), ``e_i = exp(x_i - m)`` with our exp,
+``s = serial sum of e_i`` (first element first), ``y_i = e_i / s``.
+The order in which the max is found cannot change a bit of y: only the sign of a zero max
+depends on it, and x - (+0) and x - (-0) give the same exp. softmax_grad:
+``d = serial sum of g_i * y_i``, ``out_i = y_i * (g_i - d)``.
+
+The kernels run a block per row: a shared-memory tree for the max, a parallel map, and the
+serial sums on thread 0 (the sum order is the definition, so it is not a tree).
+"""
+
+from __future__ import annotations
+
+from math import prod
+from string import Template
+
+import numpy as np
+
+from .. import shapes
+from ..kernels import Kernel, params
+from .elementwise import ADD, CTYPE, DIV, EXP, MUL, SUB, pair, suffix
+from .reduce import serial_sum
+from .registry import Op, register
+
+ROW_THREADS = 128
+MAX_ROW_BLOCKS = 4096
+
+# NaN-propagating max; only used where the order of comparisons cannot matter (see above).
+MAX = pair("max", 2, lambda m, a, b: m.where((a > b) | m.isnan(a), a, b))
+
+_ROWS = Template("""\
+$SHARED    __shared__ $T total;
+    const long long rows = A * B;
+    const int t = threadIdx.x, nt = blockDim.x;
+    for (long long row = blockIdx.x; row < rows; row += gridDim.x) {
+        const long long base = (row / B) * R * B + row % B;
+$BODY
+        __syncthreads();
+    }""")
+
+_SOFTMAX = Template("""\
+        const $T* xr = x + base;
+        $T* yr = y + base;
+        $T mx = xr[(t < R ? t : 0) * B];
+        for (long long r = t + nt; r < R; r += nt) mx = $MAX(mx, xr[r * B]);
+        buf[t] = mx;
+        __syncthreads();
+        for (int h = nt / 2; h > 0; h >>= 1) {
+            if (t < h) buf[t] = $MAX(buf[t], buf[t + h]);
+            __syncthreads();
+        }
+        mx = buf[0];
+        for (long long r = t; r < R; r += nt) yr[r * B] = $EXP($SUB(xr[r * B], mx));
+        __syncthreads();
+        if (t == 0) {
+            $T s = yr[0];
+            for (long long r = 1; r < R; ++r) s = $ADD(s, yr[r * B]);
+            total = s;
+        }
+        __syncthreads();
+        const $T s = total;
+        for (long long r = t; r < R; r += nt) yr[r * B] = $DIV(yr[r * B], s);""")
+
+_SOFTMAX_GRAD = Template("""\
+        const $T* gr = g + base;
+        const $T* yr = y + base;
+        $T* outr = out + base;
+        if (t == 0) {
+            $T d = $MUL(gr[0], yr[0]);
+            for (long long r = 1; r < R; ++r) d = $ADD(d, $MUL(gr[r * B], yr[r * B]));
+            total = d;
+        }
+        __syncthreads();
+        const $T d = total;
+        for (long long r = t; r < R; r += nt) outr[r * B] = $MUL(yr[r * B], $SUB(gr[r * B], d));""")
+
+
+def _fns(sfx: str) -> dict[str, str]:
+    return {"T": CTYPE[sfx], "NT": str(ROW_THREADS), "MAX": MAX[sfx].cname,
+            "EXP": EXP[sfx].cname, "SUB": SUB[sfx].cname, "ADD": ADD[sfx].cname,
+            "DIV": DIV[sfx].cname, "MUL": MUL[sfx].cname}
+
+
+def _softmax_kernels(sfx: str) -> list[Kernel]:
+    t, f = CTYPE[sfx], _fns(sfx)
+    body = _ROWS.substitute(f, BODY=_SOFTMAX.substitute(f),
+                            SHARED=f"    __shared__ {t} buf[{ROW_THREADS}];\n")
+    sig = params(f"const {t}* x, {t}* y, long long A, long long R, long long B")
+    return [Kernel(f"k_softmax_{sfx}", sig, body)]
+
+
+def _softmax_grad_kernels(sfx: str) -> list[Kernel]:
+    t, f = CTYPE[sfx], _fns(sfx)
+    body = _ROWS.substitute(f, BODY=_SOFTMAX_GRAD.substitute(f), SHARED="")
+    sig = params(f"const {t}* g, const {t}* y, {t}* out, long long A, long long R, long long B")
+    return [Kernel(f"k_softmax_grad_{sfx}", sig, body)]
+
+
+def row_geometry(shape: tuple, axis: int) -> tuple[int, int, int]:
+    """(A, R, B): rows before the axis, the axis length, elements after it."""
+    return prod(shape[:axis]), shape[axis], prod(shape[axis + 1:])
+
+
+def _row_threads(r: int) -> int:
+    """Threads per row block: a power of two, at most ROW_THREADS."""
+    nt = 1
+    while nt < min(r, ROW_THREADS):
+        nt *= 2
+    return nt
+
+
+def _launch_rows(rt, kernel: str, arrays: tuple, shape: tuple, axis: int) -> None:
+    a, r, b = row_geometry(shape, axis)
+    if a * r * b == 0:
+        return
+    rt.launch(kernel, min(a * b, MAX_ROW_BLOCKS), _row_threads(r), (*arrays, a, r, b))
+
+
+def _infer_axis(op: str):
+    def infer(shapes_: tuple, attrs: dict) -> tuple[tuple, dict]:
+        shape = shapes_[0]
+        for i, s in enumerate(shapes_[1:], 1):
+            if s != shape:
+                raise ValueError(f"{op}: input {i} has shape {s}, input 0 has {shape}; "
+                                 "expected equal shapes")
+        return shape, {"axis": shapes.normalize_axis(op, attrs.get("axis", -1), len(shape))}
+
+    return infer
+
+
+def _softmax_reference(x: np.ndarray, *, axis: int) -> np.ndarray:
+    sfx = suffix(x)
+    with np.errstate(invalid="ignore"):
+        m = np.max(x, axis=axis, keepdims=True) if x.size else x
+    e = EXP[sfx].numpy(SUB[sfx].numpy(x, m))
+    s = np.expand_dims(serial_sum(e, (axis,)), axis)
+    return DIV[sfx].numpy(e, s)
+
+
+def _softmax_grad_reference(g: np.ndarray, y: np.ndarray, *, axis: int) -> np.ndarray:
+    sfx = suffix(g)
+    d = np.expand_dims(serial_sum(MUL[sfx].numpy(g, y), (axis,)), axis)
+    return MUL[sfx].numpy(y, SUB[sfx].numpy(g, d))
+
+
+register(Op("softmax", ("x",), ("axis",), _infer_axis("softmax"), _softmax_reference,
+            _softmax_kernels,
+            lambda rt, ins, out, *, axis: _launch_rows(
+                rt, f"k_softmax_{suffix(out)}", (ins[0], out), out.shape, axis),
+            lambda be, g, ins, out, needs, axis: (be.softmax_grad(g, out, axis),),
+            "exp(x - max) / serial sum, along one axis", {"axis": -1}))
+register(Op("softmax_grad", ("g", "y"), ("axis",), _infer_axis("softmax_grad"),
+            _softmax_grad_reference, _softmax_grad_kernels,
+            lambda rt, ins, out, *, axis: _launch_rows(
+                rt, f"k_softmax_grad_{suffix(out)}", (ins[0], ins[1], out), out.shape, axis),
+            None, "y * (g - serial sum(g * y)) along one axis (softmax's backward from y)",
+            {"axis": -1}))

@@ -1,0 +1,149 @@
+"""Launch-argument checks shared by the sim and cuda runtimes.
+
+A wrong scalar width or array dtype passes silently on the CPU and corrupts memory on the GPU,
+so both runtimes validate every argument against the kernel signature before launching.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import numpy as np
+
+from gtensor.kernels import POINTER_DTYPES, Kernel, Param
+
+# Exact numpy scalar type each scalar C type is marshalled as.
+SCALAR_NUMPY = {
+    "long long": np.int64,
+    "int": np.int32,
+    "double": np.float64,
+    "float": np.float32,
+}
+_INT_BITS = {"long long": 64, "int": 32}
+
+# CUDA launch limits (compute capability >= 3.0).
+MAX_BLOCK_THREADS = 1024
+MAX_BLOCK = (1024, 1024, 64)
+MAX_GRID = (2**31 - 1, 65535, 65535)
+
+Dims = tuple[int, int, int]
+
+
+def _describe(value: object) -> str:
+    """Short description of a received argument for error messages."""
+    dtype = getattr(value, "dtype", None)
+    shape = getattr(value, "shape", None)
+    if dtype is not None and shape is not None:
+        flags = getattr(value, "flags", None)
+        contiguous = getattr(flags, "c_contiguous", True)
+        layout = "" if contiguous else ", not C-contiguous"
+        kind = f"{type(value).__module__}.{type(value).__name__}"
+        return f"{kind}(dtype={dtype}, shape={shape}{layout})"
+    return f"{type(value).__name__} {value!r}"
+
+
+def _where(kernel: Kernel, param: Param) -> str:
+    """Message prefix naming the kernel and the parameter."""
+    return f"kernel {kernel.name!r}: parameter {param.name!r} ({param.ctype})"
+
+
+def check_pointer(
+    kernel: Kernel, param: Param, value: object, is_array: Callable[[object], bool], kind: str
+) -> object:
+    """Check an array argument: array type, exact dtype, C-contiguous, writeable if non-const."""
+    where = _where(kernel, param)
+    if not is_array(value):
+        raise TypeError(f"{where} expects a {kind}, got {_describe(value)}")
+    want = np.dtype(POINTER_DTYPES[param.ctype])
+    if value.dtype != want:
+        raise TypeError(f"{where} expects dtype {want}, got {_describe(value)}")
+    if not value.flags.c_contiguous:
+        raise ValueError(f"{where} expects a C-contiguous array, got {_describe(value)}")
+    if not param.is_const and not getattr(value.flags, "writeable", True):
+        raise ValueError(f"{where} is written by the kernel; got a read-only {_describe(value)}")
+    return value
+
+
+def check_scalar(kernel: Kernel, param: Param, value: object) -> np.generic:
+    """Check a scalar argument and return it as the parameter's exact numpy scalar type."""
+    where = _where(kernel, param)
+    ctype = param.ctype
+    if ctype in _INT_BITS:
+        if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
+            raise TypeError(f"{where} expects an int, got {_describe(value)}")
+        bits = _INT_BITS[ctype]
+        lo, hi = -(2 ** (bits - 1)), 2 ** (bits - 1) - 1
+        if not lo <= int(value) <= hi:
+            raise OverflowError(f"{where} must lie in [{lo}, {hi}], got {_describe(value)}")
+        return SCALAR_NUMPY[ctype](int(value))
+    if ctype == "double":
+        if not isinstance(value, float):  # np.float64 subclasses float; np.float32 does not
+            raise TypeError(f"{where} expects a Python float or np.float64, got {_describe(value)}")
+        return np.float64(value)
+    if ctype == "float":
+        if not isinstance(value, np.float32):
+            raise TypeError(
+                f"{where} expects np.float32 (pass np.float32(x); a Python float would be "
+                f"rounded silently), got {_describe(value)}"
+            )
+        return value
+    raise TypeError(f"{where}: unsupported scalar type")
+
+
+def check_args(
+    kernel: Kernel, args: Sequence[object], is_array: Callable[[object], bool], kind: str
+) -> list[object]:
+    """Validate all launch arguments; arrays are returned as-is, scalars as numpy scalars."""
+    if isinstance(args, (str, bytes)) or not isinstance(args, Sequence):
+        raise TypeError(
+            f"kernel {kernel.name!r}: args must be a sequence, got {type(args).__name__}; "
+            f"signature: {kernel.name}({kernel.signature()})"
+        )
+    if len(args) != len(kernel.params):
+        raise TypeError(
+            f"kernel {kernel.name!r} takes {len(kernel.params)} arguments, got {len(args)}; "
+            f"signature: {kernel.name}({kernel.signature()})"
+        )
+    out: list[object] = []
+    for param, value in zip(kernel.params, args):
+        if param.is_pointer:
+            out.append(check_pointer(kernel, param, value, is_array, kind))
+        else:
+            out.append(check_scalar(kernel, param, value))
+    return out
+
+
+def normalize_dims(kernel: Kernel, what: str, value: object, limits: Dims) -> Dims:
+    """Turn an int or a tuple of up to 3 ints into (x, y, z), checked against CUDA limits."""
+    items = (value,) if isinstance(value, (int, np.integer)) else value
+    if not isinstance(items, tuple) or not 1 <= len(items) <= 3:
+        raise TypeError(
+            f"kernel {kernel.name!r}: {what} must be an int or a tuple of 1 to 3 ints, "
+            f"got {value!r}"
+        )
+    dims = []
+    for axis, item in zip("xyz", items):
+        if isinstance(item, (bool, np.bool_)) or not isinstance(item, (int, np.integer)):
+            raise TypeError(f"kernel {kernel.name!r}: {what}.{axis} must be an int, got {item!r}")
+        dims.append(int(item))
+    dims += [1] * (3 - len(dims))
+    for axis, n, limit in zip("xyz", dims, limits):
+        if n < 0 or n > limit:
+            raise ValueError(
+                f"kernel {kernel.name!r}: {what}.{axis} = {n} is outside [0, {limit}]"
+            )
+    return dims[0], dims[1], dims[2]
+
+
+def check_launch_dims(kernel: Kernel, grid: object, block: object) -> tuple[Dims, Dims]:
+    """Normalize grid and block; block dims must be positive with at most 1024 threads."""
+    g = normalize_dims(kernel, "grid", grid, MAX_GRID)
+    b = normalize_dims(kernel, "block", block, MAX_BLOCK)
+    if min(b) < 1:
+        raise ValueError(f"kernel {kernel.name!r}: block dimensions must be positive, got {b}")
+    if b[0] * b[1] * b[2] > MAX_BLOCK_THREADS:
+        raise ValueError(
+            f"kernel {kernel.name!r}: block {b} has {b[0] * b[1] * b[2]} threads, "
+            f"more than {MAX_BLOCK_THREADS}"
+        )
+    return g, b

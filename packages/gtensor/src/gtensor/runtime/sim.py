@@ -1,0 +1,226 @@
+"""The ``sim`` backend: CUDA-dialect kernels compiled with the host C++ compiler, run on the CPU.
+
+The module source is compiled together with ``sim_runtime.h`` into a shared library that is
+cached on disk (keyed by the sha256 of the translation unit, the compiler and the flags) and
+loaded with ctypes. Each kernel gets a generated ``extern "C"`` launcher taking the grid, the
+block and a ``void**`` argument vector (the cuLaunchKernel convention).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import hashlib
+import os
+import shlex
+import shutil
+import subprocess
+import tempfile
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+
+from gtensor.kernels import Kernel
+from gtensor.runtime.args import check_args, check_launch_dims
+
+CXX_FLAGS = (
+    "-O2",
+    "-ffp-contract=off",
+    "-fno-fast-math",
+    "-fPIC",
+    "-shared",
+    "-std=c++17",
+    "-U_FORTIFY_SOURCE",
+)
+HEADER_PATH = Path(__file__).with_name("sim_runtime.h")
+_INSTALL_HINT = "install g++ (Debian/Ubuntu: apt-get install g++) or set CXX to a C++17 compiler"
+_STATUS_MESSAGES = {
+    1: "could not allocate fiber stacks (mmap failed)",
+    2: "__syncthreads was called (from a helper function?) but the kernel body does not mention "
+    "it, so it ran without fibers; call __syncthreads in the kernel body itself",
+}
+_CTYPES = {
+    "long long": ctypes.c_longlong,
+    "int": ctypes.c_int,
+    "double": ctypes.c_double,
+    "float": ctypes.c_float,
+}
+
+_LOADED: dict[str, ctypes.CDLL] = {}
+_LOAD_LOCK = threading.Lock()
+
+
+def cache_dir() -> Path:
+    """Directory holding compiled modules: $GTENSOR_CACHE_DIR/sim, else the XDG cache."""
+    if os.environ.get("GTENSOR_CACHE_DIR"):
+        return Path(os.environ["GTENSOR_CACHE_DIR"]) / "sim"
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "gtensor" / "sim"
+
+
+def compiler_command() -> list[str]:
+    """The C++ compiler command: $CXX (may carry arguments) or g++, resolved on PATH."""
+    words = shlex.split(os.environ.get("CXX", "").strip() or "g++")
+    path = shutil.which(words[0])
+    if path is None:
+        raise RuntimeError(f"C++ compiler {words[0]!r} not found: {_INSTALL_HINT}")
+    return [path, *words[1:]]
+
+
+@functools.lru_cache(maxsize=8)
+def _compiler_identity(command: tuple[str, ...]) -> str:
+    """Compiler path plus its ``--version`` output (part of the cache key)."""
+    try:
+        proc = subprocess.run([*command, "--version"], capture_output=True, text=True, check=False)
+    except OSError as exc:
+        msg = f"cannot run C++ compiler {command[0]!r} ({exc}): {_INSTALL_HINT}"
+        raise RuntimeError(msg) from exc
+    return " ".join(command) + "\n" + proc.stdout
+
+
+def _launcher(kernel: Kernel, barrier: bool) -> str:
+    """Generated ``extern "C"`` launcher unpacking ``void** args`` and running the grid."""
+    unpack = "".join(
+        f"    {p.ctype} a{i} = *static_cast<{p.ctype}*>(args[{i}]);\n"
+        for i, p in enumerate(kernel.params)
+    )
+    call_args = ", ".join(f"a{i}" for i in range(len(kernel.params)))
+    runner = "run_fibers" if barrier else "run_plain"
+    return (
+        f'extern "C" int gtsim_launch_{kernel.name}(const unsigned* dims, void** args)\n{{\n'
+        f"{unpack}"
+        f"    return gtsim::{runner}(dims, [=]() {{ {kernel.name}({call_args}); }});\n}}\n"
+    )
+
+
+def _helpers_use_barrier(source: str, kernels: Sequence[Kernel]) -> bool:
+    """True when __syncthreads appears outside the kernel bodies (e.g. in a helper)."""
+    rest = source
+    for k in kernels:
+        rest = rest.replace(k.body, "")
+    return "__syncthreads" in rest
+
+
+def translation_unit(source: str, kernels: Sequence[Kernel]) -> str:
+    """Header text + module source + one launcher per kernel."""
+    all_barrier = _helpers_use_barrier(source, kernels)
+    launchers = "".join(_launcher(k, all_barrier or k.barrier) for k in kernels)
+    return (
+        '#line 1 "sim_runtime.h"\n'
+        f"{HEADER_PATH.read_text()}\n"
+        '#line 1 "module.cu"\n'
+        f"{source}\n"
+        '#line 1 "launchers.cpp"\n'
+        f"{launchers}"
+    )
+
+
+def _run_compiler(command: list[str], src: Path, out: Path) -> None:
+    """Compile ``src`` into the shared library ``out``; RuntimeError with stderr on failure."""
+    proc = subprocess.run(
+        [*command, *CXX_FLAGS, "-x", "c++", str(src), "-o", str(out)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if proc.returncode != 0:
+        raise RuntimeError(
+            f"sim: compiling the kernel module failed (source kept at {src}):\n{proc.stderr}"
+        )
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    """Write text to path via a temporary file and os.replace."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name + ".", suffix=".tmp")
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
+    os.replace(tmp, path)
+
+
+def build(source: str, kernels: Sequence[Kernel]) -> tuple[str, Path]:
+    """Compile (or find in the disk cache) the module; returns (key, path of the .so)."""
+    command = compiler_command()
+    tu = translation_unit(source, kernels)
+    ident = _compiler_identity(tuple(command))
+    key = hashlib.sha256("\0".join([tu, ident, " ".join(CXX_FLAGS)]).encode()).hexdigest()
+    directory = cache_dir()
+    lib = directory / f"{key}.so"
+    if lib.exists():
+        return key, lib
+    directory.mkdir(parents=True, exist_ok=True)
+    src = directory / f"{key}.cpp"
+    _write_atomic(src, tu)
+    fd, tmp = tempfile.mkstemp(dir=directory, prefix=f"{key}.", suffix=".so.tmp")
+    os.close(fd)
+    try:
+        _run_compiler(command, src, Path(tmp))
+        os.replace(tmp, lib)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    return key, lib
+
+
+def load(source: str, kernels: Sequence[Kernel]) -> ctypes.CDLL:
+    """The loaded library for this module, compiled at most once per process and cache."""
+    with _LOAD_LOCK:
+        key, lib = build(source, kernels)
+        if key not in _LOADED:
+            _LOADED[key] = ctypes.CDLL(str(lib))
+        return _LOADED[key]
+
+
+def _is_ndarray(value: object) -> bool:
+    """Pointer-argument predicate for the sim backend."""
+    return isinstance(value, np.ndarray)
+
+
+class SimModule:
+    """A compiled module of CUDA-dialect kernels, launched on the CPU."""
+
+    def __init__(self, source: str, kernels: Sequence[Kernel]) -> None:
+        """Compile ``source`` (helpers + the kernels' definitions) and bind the launchers."""
+        self._kernels = {k.name: k for k in kernels}
+        if len(self._kernels) != len(kernels):
+            raise ValueError("SimModule: duplicate kernel names")
+        self._lib = load(source, list(kernels))
+        self._launchers = {}
+        for name in self._kernels:
+            fn = getattr(self._lib, f"gtsim_launch_{name}")
+            fn.argtypes = (ctypes.POINTER(ctypes.c_uint), ctypes.POINTER(ctypes.c_void_p))
+            fn.restype = ctypes.c_int
+            self._launchers[name] = fn
+
+    def kernel(self, name: str) -> Kernel:
+        """The Kernel description for ``name``."""
+        try:
+            return self._kernels[name]
+        except KeyError:
+            raise KeyError(f"no kernel {name!r} in module; have {sorted(self._kernels)}") from None
+
+    def launch(
+        self,
+        name: str,
+        grid: int | tuple[int, ...],
+        block: int | tuple[int, ...],
+        args: Sequence,
+    ) -> None:
+        """Run kernel ``name`` over ``grid`` x ``block`` threads; returns when it finished."""
+        kernel = self.kernel(name)
+        values = check_args(kernel, args, _is_ndarray, "numpy.ndarray")
+        g, b = check_launch_dims(kernel, grid, block)
+        if min(g) == 0:
+            return
+        boxes = []
+        for param, value in zip(kernel.params, values):
+            if param.is_pointer:
+                boxes.append(ctypes.c_void_p(value.ctypes.data))
+            else:
+                boxes.append(_CTYPES[param.ctype](value.item()))
+        argv = (ctypes.c_void_p * max(len(boxes), 1))(*(ctypes.addressof(x) for x in boxes))
+        dims = (ctypes.c_uint * 6)(*g, *b)
+        status = self._launchers[name](dims, argv)
+        if status != 0:
+            raise RuntimeError(f"sim: kernel {name!r}: {_STATUS_MESSAGES.get(status, status)}")

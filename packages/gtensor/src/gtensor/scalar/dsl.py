@@ -1,0 +1,410 @@
+"""The scalar language: one Python text per elementwise function, run by numpy or emitted as CUDA.
+
+A scalar function is written once as ``def f(m, x, ...)`` using only:
+
+* operators ``+ - * /`` and unary ``-`` on floats (each one correctly rounded, no FMA);
+  comparisons ``< <= > >= == !=``; ``& | ~`` on booleans; ``+ - * & | << >>`` on int64;
+* helpers of ``m``: ``where``, ``isnan``, ``rint``, ``floor``, ``sqrt``, ``fabs``, ``bits``,
+  ``from_bits``, ``to_f64``, ``to_f32``, ``i2f``, ``f2i``, ``call``.
+
+Run with ``m = NUMPY`` and numpy arrays, the text *is* the numpy reference (vectorized,
+every operation an IEEE operation of numpy). Run with ``m = CEmitter(...)`` and traced
+values, the same text produces the body of a CUDA ``__device__`` function that spells every
+operation with a ``__d*_rn`` / ``__f*_rn`` intrinsic, so no compiler can fuse or reorder it.
+Python float constants take the dtype of the value they meet, in both modes (NEP 50).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+F64, F32, I64, BOOL = "f64", "f32", "i64", "bool"
+CTYPE = {F64: "double", F32: "float", I64: "long long", BOOL: "bool"}
+NPTYPE = {F64: np.float64, F32: np.float32, I64: np.int64, BOOL: np.bool_}
+
+
+# --------------------------------------------------------------------------- numpy mode
+class _NumpyMath:
+    """Helpers of the scalar language for numpy arrays."""
+
+    @staticmethod
+    def where(c: Any, a: Any, b: Any) -> Any:
+        """Select ``a`` where ``c`` else ``b``."""
+        return np.where(c, a, b)
+
+    @staticmethod
+    def isnan(x: Any) -> Any:
+        """NaN test (``x != x``)."""
+        return x != x
+
+    @staticmethod
+    def rint(x: Any) -> Any:
+        """Round to nearest integer, ties to even."""
+        return np.rint(x)
+
+    @staticmethod
+    def floor(x: Any) -> Any:
+        """Round toward minus infinity."""
+        return np.floor(x)
+
+    @staticmethod
+    def sqrt(x: Any) -> Any:
+        """Correctly rounded square root."""
+        return np.sqrt(x)
+
+    @staticmethod
+    def fabs(x: Any) -> Any:
+        """Absolute value (clears the sign bit)."""
+        return np.abs(x)
+
+    @staticmethod
+    def bits(x: Any) -> Any:
+        """The IEEE bit pattern of a float64 as int64."""
+        return np.asarray(x, dtype=np.float64).view(np.int64)
+
+    @staticmethod
+    def from_bits(i: Any) -> Any:
+        """The float64 with the given int64 bit pattern."""
+        return np.asarray(i, dtype=np.int64).view(np.float64)
+
+    @staticmethod
+    def to_f64(x: Any) -> Any:
+        """Widen to float64 (exact)."""
+        return np.asarray(x).astype(np.float64)
+
+    @staticmethod
+    def to_f32(x: Any) -> Any:
+        """Round to float32 (to nearest, ties to even)."""
+        return np.asarray(x).astype(np.float32)
+
+    @staticmethod
+    def i2f(i: Any) -> Any:
+        """int64 to float64 (exact for |i| < 2**53)."""
+        return np.asarray(i).astype(np.float64)
+
+    @staticmethod
+    def f2i(x: Any) -> Any:
+        """float64 to int64, truncating (callers pass integral values)."""
+        return np.asarray(x).astype(np.int64)
+
+    @staticmethod
+    def call(fn: "ScalarFn", *args: Any) -> Any:
+        """Call another scalar function."""
+        return fn.body(NUMPY, *args)
+
+
+NUMPY = _NumpyMath()
+
+
+# --------------------------------------------------------------------------- CUDA mode
+_BINOPS_FLOAT = {
+    "+": ("__dadd_rn", "__fadd_rn"),
+    "-": ("__dsub_rn", "__fsub_rn"),
+    "*": ("__dmul_rn", "__fmul_rn"),
+    "/": ("__ddiv_rn", "__fdiv_rn"),
+}
+
+
+def _float_literal(value: float, dt: str) -> str:
+    """An exact C literal of ``value`` rounded to dtype ``dt``."""
+    if dt == F32:
+        value = float(np.float32(value))
+    if value != value:
+        if dt == F64:
+            return "__longlong_as_double(0x7ff8000000000000LL)"
+        return "__int_as_float(0x7fc00000)"
+    if value in (float("inf"), float("-inf")):
+        sign = "" if value > 0 else "-"
+        inf = ("__longlong_as_double(0x7ff0000000000000LL)" if dt == F64
+               else "__int_as_float(0x7f800000)")
+        return f"({sign}{inf})"
+    text = float.hex(value)
+    return f"({text}f)" if dt == F32 else f"({text})"
+
+
+@dataclass
+class CVal:
+    """A traced value: the name of a C variable and its dtype."""
+
+    em: "CEmitter"
+    expr: str
+    dt: str
+
+    # arithmetic ----------------------------------------------------------
+    def _bin(self, other: Any, op: str, reverse: bool = False) -> "CVal":
+        other = self.em.coerce(other, self.dt)
+        if other.dt != self.dt:
+            raise TypeError(f"scalar language: {self.dt} {op} {other.dt} mixes dtypes")
+        a, b = (other, self) if reverse else (self, other)
+        if self.dt in (F64, F32) and op in _BINOPS_FLOAT:
+            fn = _BINOPS_FLOAT[op][0 if self.dt == F64 else 1]
+            return self.em.let(f"{fn}({a.expr}, {b.expr})", self.dt)
+        if self.dt == I64 and op in ("+", "-", "*", "&", "|", "<<", ">>"):
+            return self.em.let(f"({a.expr} {op} {b.expr})", I64)
+        if self.dt == BOOL and op in ("&", "|"):
+            return self.em.let(f"({a.expr} {op}{op} {b.expr})", BOOL)
+        raise TypeError(f"scalar language: operator {op} is not defined on {self.dt}")
+
+    def __add__(self, o: Any) -> "CVal":
+        return self._bin(o, "+")
+
+    def __radd__(self, o: Any) -> "CVal":
+        return self._bin(o, "+", True)
+
+    def __sub__(self, o: Any) -> "CVal":
+        return self._bin(o, "-")
+
+    def __rsub__(self, o: Any) -> "CVal":
+        return self._bin(o, "-", True)
+
+    def __mul__(self, o: Any) -> "CVal":
+        return self._bin(o, "*")
+
+    def __rmul__(self, o: Any) -> "CVal":
+        return self._bin(o, "*", True)
+
+    def __truediv__(self, o: Any) -> "CVal":
+        return self._bin(o, "/")
+
+    def __rtruediv__(self, o: Any) -> "CVal":
+        return self._bin(o, "/", True)
+
+    def __and__(self, o: Any) -> "CVal":
+        return self._bin(o, "&")
+
+    def __rand__(self, o: Any) -> "CVal":
+        return self._bin(o, "&", True)
+
+    def __or__(self, o: Any) -> "CVal":
+        return self._bin(o, "|")
+
+    def __ror__(self, o: Any) -> "CVal":
+        return self._bin(o, "|", True)
+
+    def __lshift__(self, o: Any) -> "CVal":
+        return self._bin(o, "<<")
+
+    def __rshift__(self, o: Any) -> "CVal":
+        return self._bin(o, ">>")
+
+    def __neg__(self) -> "CVal":
+        if self.dt == BOOL:
+            raise TypeError("scalar language: unary minus on bool")
+        return self.em.let(f"(-{self.expr})", self.dt)
+
+    def __invert__(self) -> "CVal":
+        if self.dt != BOOL:
+            raise TypeError("scalar language: ~ is only defined on bool")
+        return self.em.let(f"(!{self.expr})", BOOL)
+
+    # comparisons ---------------------------------------------------------
+    def _cmp(self, other: Any, op: str) -> "CVal":
+        other = self.em.coerce(other, self.dt)
+        if other.dt != self.dt or self.dt == BOOL:
+            raise TypeError(f"scalar language: cannot compare {self.dt} {op} {other.dt}")
+        return self.em.let(f"({self.expr} {op} {other.expr})", BOOL)
+
+    def __lt__(self, o: Any) -> "CVal":
+        return self._cmp(o, "<")
+
+    def __le__(self, o: Any) -> "CVal":
+        return self._cmp(o, "<=")
+
+    def __gt__(self, o: Any) -> "CVal":
+        return self._cmp(o, ">")
+
+    def __ge__(self, o: Any) -> "CVal":
+        return self._cmp(o, ">=")
+
+    def __eq__(self, o: Any) -> "CVal":  # type: ignore[override]
+        return self._cmp(o, "==")
+
+    def __ne__(self, o: Any) -> "CVal":  # type: ignore[override]
+        return self._cmp(o, "!=")
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __bool__(self) -> bool:
+        raise TypeError("scalar language: a traced value has no truth value; use m.where")
+
+
+@dataclass
+class CEmitter:
+    """Traces a scalar function into the statements of a CUDA ``__device__`` function."""
+
+    lines: list[str] = field(default_factory=list)
+    calls: set = field(default_factory=set)
+    _n: int = 0
+
+    def let(self, expr: str, dt: str) -> CVal:
+        """Bind ``expr`` to a fresh ``const`` variable."""
+        self._n += 1
+        name = f"t{self._n}"
+        self.lines.append(f"    const {CTYPE[dt]} {name} = {expr};")
+        return CVal(self, name, dt)
+
+    def coerce(self, value: Any, dt: str) -> CVal:
+        """Turn a Python constant into a literal of dtype ``dt``; pass traced values through."""
+        if isinstance(value, CVal):
+            return value
+        if isinstance(value, bool):
+            return CVal(self, "true" if value else "false", BOOL)
+        if dt in (F64, F32) and isinstance(value, (int, float)):
+            return CVal(self, _float_literal(float(value), dt), dt)
+        if dt == I64 and isinstance(value, int):
+            if not -(2**63) <= value < 2**63:
+                raise OverflowError(f"scalar language: int constant {value} exceeds int64")
+            text = f"({value}LL)" if value != -(2**63) else "(-9223372036854775807LL-1)"
+            return CVal(self, text, I64)
+        raise TypeError(f"scalar language: cannot use {value!r} as a {dt} constant")
+
+    def _unary(self, x: CVal, f64: str, f32: str) -> CVal:
+        if x.dt == F64:
+            return self.let(f"{f64}({x.expr})", F64)
+        if x.dt == F32:
+            return self.let(f"{f32}({x.expr})", F32)
+        raise TypeError(f"scalar language: {f64} needs a float, got {x.dt}")
+
+    def where(self, c: Any, a: Any, b: Any) -> CVal:
+        """Select ``a`` where ``c`` else ``b``."""
+        dt = a.dt if isinstance(a, CVal) else b.dt
+        a, b = self.coerce(a, dt), self.coerce(b, dt)
+        if not isinstance(c, CVal) or c.dt != BOOL or a.dt != b.dt:
+            raise TypeError("scalar language: where(bool, x, y) with x and y of one dtype")
+        return self.let(f"({c.expr} ? {a.expr} : {b.expr})", dt)
+
+    def isnan(self, x: CVal) -> CVal:
+        """NaN test (``x != x``)."""
+        return x != x
+
+    def rint(self, x: CVal) -> CVal:
+        """Round to nearest integer, ties to even."""
+        return self._unary(x, "rint", "rintf")
+
+    def floor(self, x: CVal) -> CVal:
+        """Round toward minus infinity."""
+        return self._unary(x, "floor", "floorf")
+
+    def sqrt(self, x: CVal) -> CVal:
+        """Correctly rounded square root."""
+        return self._unary(x, "__dsqrt_rn", "__fsqrt_rn")
+
+    def fabs(self, x: CVal) -> CVal:
+        """Absolute value (clears the sign bit)."""
+        return self._unary(x, "fabs", "fabsf")
+
+    def bits(self, x: CVal) -> CVal:
+        """The IEEE bit pattern of a float64 as int64."""
+        self._expect(x, F64, "bits")
+        return self.let(f"__double_as_longlong({x.expr})", I64)
+
+    def from_bits(self, i: Any) -> CVal:
+        """The float64 with the given int64 bit pattern."""
+        i = self.coerce(i, I64)
+        self._expect(i, I64, "from_bits")
+        return self.let(f"__longlong_as_double({i.expr})", F64)
+
+    def to_f64(self, x: CVal) -> CVal:
+        """Widen float32 to float64 (exact)."""
+        self._expect(x, F32, "to_f64")
+        return self.let(f"((double)({x.expr}))", F64)
+
+    def to_f32(self, x: CVal) -> CVal:
+        """Round float64 to float32 (to nearest, ties to even)."""
+        self._expect(x, F64, "to_f32")
+        return self.let(f"__double2float_rn({x.expr})", F32)
+
+    def i2f(self, i: CVal) -> CVal:
+        """int64 to float64 (exact for |i| < 2**53)."""
+        self._expect(i, I64, "i2f")
+        return self.let(f"__ll2double_rn({i.expr})", F64)
+
+    def f2i(self, x: CVal) -> CVal:
+        """float64 to int64, truncating."""
+        self._expect(x, F64, "f2i")
+        return self.let(f"__double2ll_rz({x.expr})", I64)
+
+    def call(self, fn: "ScalarFn", *args: CVal) -> CVal:
+        """Call another scalar function's ``__device__`` function."""
+        if len(args) != len(fn.in_dts):
+            raise TypeError(f"scalar language: {fn.cname} takes {len(fn.in_dts)} arguments")
+        for a, dt in zip(args, fn.in_dts):
+            self._expect(a, dt, fn.cname)
+        self.calls.add(fn)
+        return self.let(f"{fn.cname}({', '.join(a.expr for a in args)})", fn.out_dt)
+
+    @staticmethod
+    def _expect(x: Any, dt: str, what: str) -> None:
+        if not isinstance(x, CVal) or x.dt != dt:
+            got = x.dt if isinstance(x, CVal) else type(x).__name__
+            raise TypeError(f"scalar language: {what} expects {dt}, got {got}")
+
+
+# --------------------------------------------------------------------------- definitions
+@dataclass(frozen=True, eq=False)
+class ScalarFn:
+    """A scalar function written once in the scalar language, with fixed argument dtypes."""
+
+    cname: str
+    in_dts: tuple[str, ...]
+    out_dt: str
+    body: Callable[..., Any]
+
+    def numpy(self, *arrays: Any) -> np.ndarray:
+        """Evaluate on numpy arrays (broadcasting); the numpy reference of this function."""
+        with np.errstate(all="ignore"):
+            out = self.body(NUMPY, *arrays)
+        return np.asarray(out, dtype=NPTYPE[self.out_dt])
+
+    def device_source(self) -> str:
+        """The CUDA ``__device__`` definition of this function."""
+        em = CEmitter()
+        names = [f"a{i}" for i in range(len(self.in_dts))]
+        args = [CVal(em, n, dt) for n, dt in zip(names, self.in_dts)]
+        out = self.body(em, *args)
+        out = em.coerce(out, self.out_dt)
+        if out.dt != self.out_dt:
+            raise TypeError(f"{self.cname}: returns {out.dt}, declared {self.out_dt}")
+        params = ", ".join(f"{CTYPE[dt]} {n}" for n, dt in zip(names, self.in_dts))
+        body = "\n".join(em.lines)
+        return (
+            f"__device__ __forceinline__ {CTYPE[self.out_dt]} {self.cname}({params})\n"
+            f"{{\n{body}\n    return {out.expr};\n}}\n"
+        )
+
+    def dependencies(self) -> list["ScalarFn"]:
+        """Scalar functions this one calls (directly), in a stable order."""
+        em = CEmitter()
+        self.body(em, *[CVal(em, f"a{i}", dt) for i, dt in enumerate(self.in_dts)])
+        return sorted(em.calls, key=lambda f: f.cname)
+
+
+def scalar_fn(cname: str, in_dts: tuple[str, ...], out_dt: str) -> Callable[[Callable], ScalarFn]:
+    """Decorator: declare ``def body(m, *args)`` as a scalar function named ``cname`` in C."""
+
+    def wrap(body: Callable) -> ScalarFn:
+        return ScalarFn(cname, tuple(in_dts), out_dt, body)
+
+    return wrap
+
+
+def device_sources(fns: list[ScalarFn]) -> str:
+    """``__device__`` definitions of ``fns`` and everything they call, callees first."""
+    order: list[ScalarFn] = []
+    seen: set[int] = set()
+
+    def visit(fn: ScalarFn) -> None:
+        if id(fn) in seen:
+            return
+        seen.add(id(fn))
+        for dep in fn.dependencies():
+            visit(dep)
+        order.append(fn)
+
+    for fn in fns:
+        visit(fn)
+    return "\n".join(fn.device_source() for fn in order)

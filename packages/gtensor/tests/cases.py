@@ -1,0 +1,115 @@
+"""The op-case table: every op x shape class, the rows of the parity and oracle tests.
+
+Adding an op means adding its rows here; test_registry checks that every op has one.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+from hypothesis import strategies as st
+from hypothesis.extra import numpy as hnp
+
+
+@dataclass(frozen=True)
+class Case:
+    """One op call: input shapes and attrs; ``positive`` asks for a domain like log's."""
+
+    op: str
+    shapes: tuple
+    attrs: dict = field(default_factory=dict)
+    label: str = ""
+
+    @property
+    def id(self) -> str:
+        """A readable pytest id."""
+        attrs = ",".join(f"{k}={v}" for k, v in self.attrs.items())
+        return f"{self.op}-{'x'.join(map(str, self.shapes))}{'-' + attrs if attrs else ''}"
+
+
+UNARY_SHAPES = [(), (7,), (3, 5), (2, 3, 4), (1,), (1, 1), (13,), (0, 3)]
+BINARY_SHAPES = [
+    ((), ()), ((7,), (7,)), ((3, 5), (3, 5)), ((1, 5), (3, 5)), ((3, 1), (3, 5)),
+    ((3, 1), (1, 5)), ((2, 3, 4), (2, 3, 4)), ((2, 3, 4), (4,)), ((2, 1, 4), (3, 1)),
+    ((), (3, 5)), ((1,), (1,)), ((13,), (1,)),
+]
+UNARY = ["neg", "relu", "sigmoid", "tanh", "exp", "log", "sqrt"]
+BINARY = ["add", "sub", "mul", "div", "relu_grad", "sigmoid_grad", "tanh_grad"]
+
+
+def _cases() -> list[Case]:
+    cases: list[Case] = []
+    for op in UNARY:
+        cases += [Case(op, (s,)) for s in UNARY_SHAPES]
+    for op in BINARY:
+        cases += [Case(op, pair) for pair in BINARY_SHAPES]
+    for op in ("adds", "muls"):
+        for s in UNARY_SHAPES:
+            cases += [Case(op, (s,), {"s": 0.75}), Case(op, (s,), {"s": -3.0e-3})]
+    for op in ("sum", "mean"):
+        for s in [(), (7,), (3, 5), (2, 3, 4), (1, 1), (13,), (0, 3)]:
+            cases.append(Case(op, (s,)))
+            for ax in range(len(s)):
+                cases.append(Case(op, (s,), {"axis": ax}))
+            if len(s) >= 2:
+                cases.append(Case(op, (s,), {"axis": -1, "keepdims": True}))
+                cases.append(Case(op, (s,), {"keepdims": True}))
+    for x, target in [((3, 5), (5,)), ((3, 5), (1, 5)), ((3, 5), (3, 1)), ((3, 5), ()),
+                      ((2, 3, 4), (3, 1)), ((2, 3, 4), (2, 1, 4)), ((2, 3, 4), (1, 3, 1)),
+                      ((7,), (7,)), ((1, 1), (1,)), ((13,), (1,))]:
+        cases.append(Case("sum_to", (x,), {"shape": target}))
+    for a, b in [((1, 1), (1, 1)), ((3, 5), (5, 2)), ((1, 7), (7, 1)), ((4, 1), (1, 3)),
+                 ((2, 13), (13, 3)), ((3, 0), (0, 2))]:
+        cases.append(Case("matmul", (a, b)))
+    for a, b in [((1, 1, 1), (1, 1, 1)), ((2, 3, 4), (2, 4, 5)), ((3, 1, 7), (3, 7, 2))]:
+        cases.append(Case("bmm", (a, b)))
+    for s, axes in [((3, 5), None), ((1, 7), None), ((2, 3, 4), (0, 2, 1)),
+                    ((2, 3, 4), (2, 0, 1)), ((2, 3, 4), None), ((7,), None)]:
+        cases.append(Case("transpose", (s,), {} if axes is None else {"axes": axes}))
+    for s, new in [((3, 5), (5, 3)), ((2, 3, 4), (6, 4)), ((12,), (2, -1, 3)), ((), (1, 1)),
+                   ((1, 1), ())]:
+        cases.append(Case("reshape", (s,), {"shape": new}))
+    for s, axis, a, b in [((7,), 0, 2, 5), ((3, 5), 1, 1, 4), ((3, 5), 0, 0, 1),
+                          ((2, 3, 4), 2, 1, 3), ((2, 3, 4), 1, -2, 3), ((3, 5), 1, 2, 2)]:
+        cases.append(Case("slice", (s,), {"axis": axis, "start": a, "stop": b}))
+    for s, axis, a, b in [((7,), 0, 2, 1), ((3, 5), 1, 1, 0), ((2, 3, 4), 0, 1, 2),
+                          ((1, 1), 1, 0, 3)]:
+        cases.append(Case("pad", (s,), {"axis": axis, "before": a, "after": b}))
+    for shapes_, axis in [(((3, 2), (3, 5)), 1), (((1, 4), (2, 4), (3, 4)), 0),
+                          (((7,),), 0), (((2, 3, 1), (2, 3, 2)), 2), (((2, 1, 4), (2, 2, 4)), -2)]:
+        cases.append(Case("concat", shapes_, {"axis": axis}))
+    for s, target in [((5,), (3, 5)), ((3, 1), (3, 5)), ((), (2, 3)), ((1, 4), (2, 3, 4)),
+                      ((7,), (7,))]:
+        cases.append(Case("broadcast_to", (s,), {"shape": target}))
+    for op, n in (("softmax", 1), ("softmax_grad", 2)):
+        for s, axis in [((7,), 0), ((3, 5), 1), ((3, 5), 0), ((2, 3, 4), 1), ((2, 3, 4), -1),
+                        ((1, 1), 0), ((2, 300), 1), ((4, 1), 1)]:
+            cases.append(Case(op, (s,) * n, {"axis": axis}))
+    return cases
+
+
+CASES = _cases()
+
+SPECIALS = [0.0, -0.0, 1.0, -1.0, np.inf, -np.inf, np.nan, 0.5, 2.0, 1e-300, -1e-300,
+            5e-324, -5e-324, 2.2250738585072014e-308, 1.7976931348623157e308,
+            -1.7976931348623157e308,
+            1e10, -1e10, 700.0, -700.0, 710.0, -746.0, 88.0, -104.0, 20.0, -20.0, 1e-8, 3e-39,
+            1.0000001, 0.9999999]
+
+
+def elements(dtype: np.dtype) -> st.SearchStrategy:
+    """Float values of ``dtype``: specials (+-0, inf, nan, subnormals, edges) and ordinary ones."""
+    width = 64 if dtype == np.float64 else 32
+    with np.errstate(over="ignore"):
+        specials = sorted({float(dtype.type(v)) for v in SPECIALS if not np.isnan(v)}) + [np.nan]
+    return st.one_of(
+        st.sampled_from(specials),
+        st.floats(-4.0, 4.0, width=width),
+        st.floats(width=width, allow_nan=True, allow_infinity=True, allow_subnormal=True),
+    )
+
+
+def arrays(dtype: np.dtype, shape: tuple) -> st.SearchStrategy:
+    """Arrays of ``shape`` filled from ``elements``."""
+    return hnp.arrays(dtype, shape, elements=elements(np.dtype(dtype)))

@@ -1,0 +1,152 @@
+"""The backend under test vs independent slow oracles: plain Python loops in the defined order.
+
+Python floats are IEEE binary64 with correctly rounded + - * /; np.float32 scalars give the
+same for binary32. The loops below spell out each op's definition (docs/semantics.md).
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+from cases import arrays
+from gtensor.ops.elementwise import EXP
+from gtensor.testing import bits_equal, first_difference
+from hypothesis import given
+from hypothesis import strategies as st
+
+DTYPES = [np.float64, np.float32]
+
+
+def _scalar(dtype):
+    return float if dtype == np.float64 else np.float32
+
+
+def loop_matmul(a, b):
+    """c[..,i,j] = a[..,i,0]*b[..,0,j], then += a[..,i,k]*b[..,k,j], k ascending."""
+    T = _scalar(a.dtype)
+    batch = a.shape[:-2]
+    out = np.zeros(batch + (a.shape[-2], b.shape[-1]), a.dtype)
+    for idx in itertools.product(*[range(d) for d in batch]):
+        for i in range(a.shape[-2]):
+            for j in range(b.shape[-1]):
+                acc = T(0.0)
+                for k in range(a.shape[-1]):
+                    with np.errstate(all="ignore"):
+                        p = T(a[idx + (i, k)]) * T(b[idx + (k, j)])
+                    acc = p if k == 0 else acc + p
+                out[idx + (i, j)] = acc
+    return out
+
+
+def loop_sum(x, axes):
+    """Per output slot: serial sum of its positions in row-major order, first element first."""
+    T = _scalar(x.dtype)
+    kept = [i for i in range(x.ndim) if i not in axes]
+    out = np.zeros([x.shape[i] for i in kept], x.dtype)
+    for o in itertools.product(*[range(x.shape[i]) for i in kept]):
+        acc, first = T(0.0), True
+        for r in itertools.product(*[range(x.shape[i]) for i in axes]):
+            full = [0] * x.ndim
+            for i, v in zip(kept, o):
+                full[i] = v
+            for i, v in zip(axes, r):
+                full[i] = v
+            v = T(x[tuple(full)])
+            acc, first = (v if first else acc + v), False
+        out[o] = acc
+    return out
+
+
+def loop_softmax(x, axis):
+    """Per row: max, e = exp(x - max) with our exp, serial sum, divide."""
+    T = _scalar(x.dtype)
+    exp = EXP["f64" if x.dtype == np.float64 else "f32"]
+    xm = np.moveaxis(x, axis, -1)
+    out = np.zeros_like(xm)
+    for idx in itertools.product(*[range(d) for d in xm.shape[:-1]]):
+        row = [T(v) for v in xm[idx]]
+        m = row[0]
+        for v in row[1:]:
+            m = v if (v > m or v != v) else m
+        e = [T(exp.numpy(np.asarray(v - m, x.dtype))) for v in row]
+        s = e[0]
+        for v in e[1:]:
+            s = s + v
+        out[idx] = [v / s for v in e]
+    return np.moveaxis(out, -1, axis)
+
+
+def _check(be, want, got, what):
+    got = be.to_numpy(got)
+    assert bits_equal(want, got), f"{what}: {first_difference(want, got)}"
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=["f64", "f32"])
+@pytest.mark.parametrize("shapes", [((3, 4), (4, 2)), ((1, 5), (5, 1)), ((2, 0), (0, 3)),
+                                    ((2, 3, 4), (2, 4, 2))])
+@given(data=st.data())
+def test_matmul_bmm_serial_order(be, dtype, shapes, data):
+    a = data.draw(arrays(np.dtype(dtype), shapes[0]))
+    b = data.draw(arrays(np.dtype(dtype), shapes[1]))
+    op = be.bmm if len(shapes[0]) == 3 else be.matmul
+    _check(be, loop_matmul(a, b), op(be.asarray(a), be.asarray(b)), op.__name__)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=["f64", "f32"])
+@pytest.mark.parametrize("shape", [(7,), (3, 4), (2, 3, 4), (1, 1), (0, 2)])
+@given(data=st.data())
+def test_sum_mean_serial_order(be, dtype, shape, data):
+    x = data.draw(arrays(np.dtype(dtype), shape))
+    bx = be.asarray(x)
+    all_axes = tuple(range(len(shape)))
+    _check(be, loop_sum(x, all_axes), be.sum(bx), "sum")
+    n = dtype(int(np.prod(shape)))
+    with np.errstate(all="ignore"):
+        _check(be, loop_sum(x, all_axes) / n, be.mean(bx), "mean")
+    for ax in all_axes:
+        _check(be, loop_sum(x, (ax,)), be.sum(bx, ax), f"sum axis {ax}")
+        with np.errstate(all="ignore"):
+            want = loop_sum(x, (ax,)) / dtype(shape[ax])
+        _check(be, want, be.mean(bx, ax), f"mean axis {ax}")
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=["f64", "f32"])
+@pytest.mark.parametrize("shape,target,axes", [((2, 3, 4), (3, 1), (0, 2)),
+                                               ((2, 3, 4), (2, 1, 4), (1,)),
+                                               ((3, 5), (), (0, 1)), ((3, 5), (5,), (0,))])
+@given(data=st.data())
+def test_sum_to_serial_order(be, dtype, shape, target, axes, data):
+    x = data.draw(arrays(np.dtype(dtype), shape))
+    want = loop_sum(x, axes).reshape(target)
+    _check(be, want, be.sum_to(be.asarray(x), target), "sum_to")
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=["f64", "f32"])
+@pytest.mark.parametrize("shape,axis", [((5,), 0), ((3, 4), 1), ((3, 4), 0), ((2, 3, 4), 1)])
+@given(data=st.data())
+def test_softmax_definition(be, dtype, shape, axis, data):
+    x = data.draw(arrays(np.dtype(dtype), shape))
+    with np.errstate(all="ignore"):
+        want = loop_softmax(x, axis)
+    _check(be, want, be.softmax(be.asarray(x), axis), "softmax")
+
+
+def test_accumulator_starts_at_first_element(be):
+    """The sign of a zero sum: [-0.0] sums to -0.0, [-0.0, -0.0] too, an empty sum to +0.0."""
+    for data, want in [([-0.0], -0.0), ([-0.0, -0.0], -0.0), ([-0.0, 0.0], 0.0)]:
+        got = be.to_numpy(be.sum(be.asarray(np.array(data))))
+        assert got.tobytes() == np.float64(want).tobytes(), (data, got)
+    empty = be.to_numpy(be.sum(be.asarray(np.zeros((0,)))))
+    assert empty.tobytes() == np.float64(0.0).tobytes()
+    k0 = be.to_numpy(be.matmul(be.asarray(np.zeros((2, 0))), be.asarray(np.zeros((0, 3)))))
+    assert np.array_equal(k0.view(np.uint64), np.zeros((2, 3), np.uint64))
+
+
+def test_serial_sum_differs_from_pairwise(be):
+    """A serial sum is not numpy's pairwise np.sum: pinned on a case where they differ."""
+    x = np.array([1.0] + [1e-16] * 143)  # each 1e-16 is below half an ulp of 1.0
+    got = be.to_numpy(be.sum(be.asarray(x))).item()
+    assert got == 1.0  # serial: 1.0 + 1e-16 rounds back to 1.0, every time
+    assert float(np.sum(x)) > 1.0  # pairwise sums the small terms first

@@ -1,0 +1,105 @@
+"""Graphs of the parity matrix: each a loss over named inputs, built with gtape ops.
+
+A graph is engine-neutral: ``build(v)`` receives one Var per input (params and consts of one
+tape) and returns the scalar loss; ``inputs(rng)`` makes the data. Every engine (the tape on
+each backend, and later replay, fusion, emitted C) runs the same graphs from the same bits.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import gtape as g
+import numpy as np
+
+
+@dataclass(frozen=True)
+class Graph:
+    """One loss: its input data, which inputs are parameters, and its construction."""
+
+    name: str
+    inputs: Callable[[np.random.Generator], dict[str, np.ndarray]]
+    params: tuple[str, ...]
+    build: Callable[[dict[str, Any]], g.Var]
+
+    def data(self, seed: int = 0) -> dict[str, np.ndarray]:
+        """The graph's inputs for ``seed`` (float64; engines convert to their dtype)."""
+        return self.inputs(np.random.default_rng(seed))
+
+
+def _n(rng: np.random.Generator, *shape: int, scale: float = 1.0) -> np.ndarray:
+    return rng.normal(size=shape) * scale
+
+
+def _mlp(v: dict) -> g.Var:
+    h = g.relu(v["x"] @ v["w1"] + v["b1"])
+    return g.mse(g.softmax(h @ v["w2"] + v["b2"], axis=-1), v["t"])
+
+
+def _chain(v: dict) -> g.Var:
+    c = g.concat([g.slice(v["a"], 1, 1, 5), v["b"]], axis=1)
+    return g.sum(g.tanh(g.transpose(g.reshape(c, (7, 4)))) * v["r"])
+
+
+def _sigmoid_bmm(v: dict) -> g.Var:
+    return g.mse(g.sigmoid(g.bmm(v["p"], v["q"])), v["t"])
+
+
+def _autoencoder(v: dict) -> g.Var:
+    h = g.tanh(v["x"] @ v["we"] + v["be"])
+    y = g.sigmoid(h @ v["wd"] + v["bd"])
+    l2 = g.sum(v["we"] * v["we"]) * 1e-3
+    return g.mse(y, v["x"]) + l2
+
+
+def _attention(v: dict) -> g.Var:
+    q, k, val = v["x"] @ v["wq"], v["x"] @ v["wk"], v["x"] @ v["wv"]  # (6, 4) each
+    qh = g.transpose(g.reshape(q, (6, 2, 2)), (1, 0, 2))  # (heads, seq, dim)
+    kh = g.transpose(g.reshape(k, (6, 2, 2)), (1, 2, 0))  # (heads, dim, seq)
+    vh = g.transpose(g.reshape(val, (6, 2, 2)), (1, 0, 2))
+    att = g.softmax(g.bmm(qh, kh) / 2.0 + v["mask"], axis=-1)
+    out = g.reshape(g.transpose(g.bmm(att, vh), (1, 0, 2)), (6, 4))
+    return g.mean(g.exp(g.log(g.sqrt(out * out + 1.0))) - 1.0)
+
+
+def _lora(v: dict) -> g.Var:
+    y = v["x"] @ v["w"] + (v["x"] @ v["a"]) @ v["b"]
+    rms = g.sqrt(g.mean(y * y, axis=1, keepdims=True) + 1e-6)
+    return g.mse(y / rms, v["t"])
+
+
+def _fanout_broadcast(v: dict) -> g.Var:
+    s = v["u"] * v["u"] - v["u"] / (v["c"] * v["c"] + 1.0)
+    z = g.pad(g.sum_to(s, (1, 5)), 0, 1, 1) + g.broadcast_to(v["c"], (3, 5))
+    return g.sum(z * (-z)) + g.sum(g.neg(s), axis=None) * 0.5
+
+
+GRAPHS = [
+    Graph("relu_softmax_mlp_mse",
+          lambda r: {"w1": _n(r, 5, 8, scale=0.5), "b1": _n(r, 8, scale=0.25),
+                     "w2": _n(r, 8, 4, scale=0.3), "b2": _n(r, 4, scale=0.25),
+                     "x": _n(r, 16, 5), "t": r.dirichlet(np.ones(4), size=16)},
+          ("w1", "b1", "w2", "b2"), _mlp),
+    Graph("tanh_transpose_reshape_slice_concat",
+          lambda r: {"a": _n(r, 4, 6), "b": _n(r, 4, 3), "r": _n(r, 4, 7)}, ("a", "b"), _chain),
+    Graph("sigmoid_bmm",
+          lambda r: {"p": _n(r, 3, 4, 5), "q": _n(r, 3, 5, 2), "t": r.uniform(size=(3, 4, 2))},
+          ("p", "q"), _sigmoid_bmm),
+    Graph("autoencoder_l2",
+          lambda r: {"we": _n(r, 6, 3, scale=0.5), "be": np.zeros(3), "wd": _n(r, 3, 6, scale=0.5),
+                     "bd": np.zeros(6), "x": r.uniform(size=(10, 6))},
+          ("we", "be", "wd", "bd"), _autoencoder),
+    Graph("attention_heads",
+          lambda r: {"wq": _n(r, 4, 4, scale=0.5), "wk": _n(r, 4, 4, scale=0.5),
+                     "wv": _n(r, 4, 4, scale=0.5), "x": _n(r, 6, 4),
+                     "mask": np.triu(np.full((6, 6), -1e9), 1)},
+          ("wq", "wk", "wv"), _attention),
+    Graph("lora_rmsnorm",
+          lambda r: {"a": _n(r, 5, 2, scale=0.3), "b": _n(r, 2, 5, scale=0.3), "x": _n(r, 7, 5),
+                     "w": _n(r, 5, 5), "t": _n(r, 7, 5)},
+          ("a", "b"), _lora),
+    Graph("fanout_broadcast_pad",
+          lambda r: {"u": _n(r, 3, 5), "c": _n(r, 5)}, ("u", "c"), _fanout_broadcast),
+]

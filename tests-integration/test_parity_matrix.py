@@ -1,0 +1,122 @@
+"""The parity matrix: graphs x engines x dtypes, every engine bitwise against the numpy tape.
+
+Columns today: the eager tape on sim and cuda (and a second numpy tape run, for determinism).
+A later engine (replay, fused replay, emitted C) adds a column with ``@engine(name, backend)``:
+a function ``(graph, dtype) -> Result``. Whatever a Result carries (loss, parameter gradients,
+and optionally every node's value and gradient) is compared bitwise (NaN by class).
+``GRAD_TEST_BACKEND`` (set by ``nox -s parity``) restricts the columns to one backend.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import gtape as g
+import gtensor
+import numpy as np
+import pytest
+from graphs import GRAPHS, Graph
+
+DTYPES = ["float64", "float32"]
+
+
+@dataclass
+class Result:
+    """What an engine produced for one graph (numpy arrays)."""
+
+    loss: np.ndarray
+    param_grads: dict[str, np.ndarray]
+    values: list[np.ndarray] | None = None  # per tape node, when the engine has nodes
+    grads: list[np.ndarray | None] | None = None
+    extra: dict = field(default_factory=dict)
+
+
+ENGINES: dict[str, tuple[str, Callable[[Graph, str], Result]]] = {}
+
+
+def engine(name: str, backend: str):
+    """Register a column: ``fn(graph, dtype) -> Result`` running on ``backend``."""
+
+    def deco(fn: Callable[[Graph, str], Result]) -> Callable[[Graph, str], Result]:
+        ENGINES[name] = (backend, fn)
+        return fn
+
+    return deco
+
+
+def run_tape(graph: Graph, dtype: str, backend: str) -> Result:
+    """The eager tape on ``backend``: loss, parameter gradients, every node's value and grad."""
+    data = graph.data()
+    with g.Tape(backend, dtype) as tp:
+        v = {k: tp.param(a) if k in graph.params else tp.const(a) for k, a in data.items()}
+        loss = graph.build(v)
+        tp.backward(loss)
+        be = tp.backend
+        return Result(be.to_numpy(tp.value(loss)),
+                      {k: be.to_numpy(tp.grad(v[k])) for k in graph.params},
+                      [be.to_numpy(a) for a in tp._values],
+                      [None if a is None else be.to_numpy(a) for a in tp._grads])
+
+
+for _b in ("numpy", "sim", "cuda"):
+    engine(f"tape-{_b}", _b)(lambda graph, dtype, _b=_b: run_tape(graph, dtype, _b))
+
+
+def _columns() -> list[str]:
+    only = os.environ.get("GRAD_TEST_BACKEND")
+    return [n for n, (b, _) in ENGINES.items() if only is None or b == only]
+
+
+def _bits_equal(a: np.ndarray, b: np.ndarray) -> bool:
+    a, b = np.asarray(a), np.asarray(b)
+    if a.shape != b.shape or a.dtype != b.dtype:
+        return False
+    ui = np.uint64 if a.dtype == np.float64 else np.uint32
+    nan = np.isnan(a)
+    return bool(np.array_equal(nan, np.isnan(b))
+                and np.array_equal(a[~nan].view(ui), b[~nan].view(ui)))
+
+
+_REFERENCE: dict[tuple[str, str], Result] = {}
+
+
+def reference(graph: Graph, dtype: str) -> Result:
+    """The numpy tape's result (cached)."""
+    key = (graph.name, dtype)
+    if key not in _REFERENCE:
+        _REFERENCE[key] = run_tape(graph, dtype, "numpy")
+    return _REFERENCE[key]
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("graph", GRAPHS, ids=[gr.name for gr in GRAPHS])
+@pytest.mark.parametrize("column", _columns())
+def test_parity(column: str, graph: Graph, dtype: str) -> None:
+    backend, fn = ENGINES[column]
+    try:
+        gtensor.backend(backend)
+    except RuntimeError as e:
+        pytest.skip(f"{column}: backend {backend!r} unavailable here: {e}")
+    want, got = reference(graph, dtype), fn(graph, dtype)
+    where = f"{column} / {graph.name} / {dtype}"
+    assert _bits_equal(want.loss, got.loss), f"{where}: loss {got.loss!r} vs {want.loss!r}"
+    for k in graph.params:
+        assert _bits_equal(want.param_grads[k], got.param_grads[k]), f"{where}: grad of {k}"
+    if got.values is not None:
+        assert len(got.values) == len(want.values), f"{where}: node count"
+        for i, (a, b) in enumerate(zip(want.values, got.values)):
+            assert _bits_equal(a, b), f"{where}: value of node {i}"
+    if got.grads is not None:
+        for i, (a, b) in enumerate(zip(want.grads, got.grads)):
+            assert (a is None) == (b is None), f"{where}: gradient stored for node {i}"
+            assert a is None or _bits_equal(a, b), f"{where}: gradient of node {i}"
+
+
+@pytest.mark.parametrize("graph", GRAPHS, ids=[gr.name for gr in GRAPHS])
+def test_graphs_are_finite_and_differentiable(graph: Graph) -> None:
+    """Sanity of the matrix itself: every graph has a finite loss and nonzero gradients."""
+    r = reference(graph, "float64")
+    assert np.isfinite(r.loss).all()
+    assert all(np.isfinite(v).all() and np.any(v != 0) for v in r.param_grads.values())
