@@ -150,3 +150,21 @@ def oracle(session: nox.Session) -> None:
     session.install(TORCH)
     env = _test_env("sim") | {"HYPOTHESIS_PROFILE": "oracle"}
     session.run("pytest", "packages", "tests-integration", *session.posargs, env=env)
+
+
+@nox.session
+def demo(session: nox.Session) -> None:
+    """The main job: the demo ladder on the CPU (every rung, one verdict line each)."""
+    _install(session, _closure("gdemos"), {"gdemos": "oracle"})
+    out = Path(session.posargs[0]) if session.posargs else Path(session.create_tmp()) / "gdemos"
+    session.run("gdemos", "ladder", "--out", str(out))
+
+
+@nox.session
+def bench(session: nox.Session) -> None:
+    """Benchmarks against peers (not a test): writes tables under benchmarks/results/."""
+    _install(session, _closure("gdemos"), {})
+    session.install(TORCH)
+    # the JAX column is optional: the benchmark leaves it out when jax does not install
+    session.run("python", "-m", "pip", "install", "jax", "jaxlib", success_codes=[0, 1])
+    session.run("python", "benchmarks/bench_ae_step.py", *session.posargs)

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from typing import Any, Callable
-
-import numpy as np
+from typing import Any
 
 import gtape as g
+import numpy as np
 from gopt import Adam
 
 from . import data, model

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import argparse
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 import gtensor
 
@@ -45,7 +45,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"  bar {name}: {'ok' if ok else 'MISSED'} ({nums})")
         print(f"  summary: {run.summary_path}")
         print(f"  plot:    {run.plot_path}")
-        return 0 if all(ok for ok, _ in run.bars.values()) else 1
+        binding = cfg.epochs == ae.AEConfig.epochs and cfg.dtype == "float64"
+        if not binding:
+            print("  (the bars bind the full 60-epoch float64 run; this run exits 0 either way)")
+        return 1 if binding and not all(ok for ok, _ in run.bars.values()) else 0
     verdicts = ladder.run_ladder(args.out, args.backend, progress=not args.no_progress)
     passed = sum(v.passed for v in verdicts)
     print(f"ladder: {passed}/{len(verdicts)} rungs passed")

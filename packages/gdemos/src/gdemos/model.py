@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import math
 
-import numpy as np
-
 import gtape as g
+import numpy as np
 
 HIDDEN = (64, 32, 64)
 INIT_GAIN = 0.5  # Glorot-uniform bound times this gain; biases start at 0

@@ -1,0 +1,408 @@
+"""One training step (forward + backward + Adam) of the rung-1 autoencoder, engine by engine.
+
+The d-64-32-64-d autoencoder (relu hidden, linear out, MSE), batch 200, Adam lr 1e-3 with L2 1e-5
+on the weights, float64 and float32. Engines: our tape on the numpy backend, our tape on the sim
+backend, hand-written numpy + BLAS, PyTorch eager (CPU), JAX jit (when it imports). Each engine
+cycles through the same ten minibatches; we time every step (perf_counter_ns) after a warm-up and
+report the median. A cProfile of the numpy tape step says where our time goes.
+
+    python benchmarks/bench_ae_step.py --steps 1000
+
+prints the table and writes it, with the command and the profile, to benchmarks/results/ae_step.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import io
+import math
+import platform
+import pstats
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+for _p in ("gtensor", "gtape", "gopt", "gdemos"):
+    sys.path.insert(0, str(ROOT / "packages" / _p / "src"))
+
+import gtape as g  # noqa: E402
+from gdemos import data, model  # noqa: E402
+from gopt import Adam  # noqa: E402
+
+BATCH, LR, ALPHA, B1, B2, EPS = 200, 1e-3, 1e-5, 0.9, 0.999, 1e-8
+Step = Callable[[], float]
+
+
+def problem() -> tuple[list[np.ndarray], list[np.ndarray]]:
+    """Ten minibatches of the rung-1 data and the initial parameters [W1, b1, ...]."""
+    x = data.manifold(0)
+    _, init_rng, order_rng = data.rngs(0)
+    params = model.init_params(init_rng, model.layer_sizes(x.shape[1]))
+    return [x[i] for i in data.batch_order(order_rng, len(x), BATCH)], params
+
+
+# ---------------------------------------------------------------- engines: make_step(dtype)
+def tape_step(backend: str) -> Callable[[str], Step]:
+    """Our tape on ``backend``: the mark/reset minibatch loop body of rung 1."""
+    def make(dtype: str) -> Step:
+        batches, init = problem()
+        tp = g.Tape(backend, dtype)
+        ps = [tp.param(a) for a in init]
+        opt = Adam(tp, lr=LR)
+        for k, p in enumerate(ps):
+            opt.add(p, alpha=ALPHA if k % 2 == 0 else 0.0)
+        mark = tp.mark()
+        state = {"i": 0}
+
+        def step() -> float:
+            xb = tp.const(batches[state["i"] % len(batches)])
+            state["i"] += 1
+            loss = g.mse(model.forward(xb, ps), xb)
+            tp.backward(loss)
+            opt.step()
+            value = float(tp.backend.to_numpy(tp.value(loss)))
+            tp.reset_to(mark)
+            return value
+        return step
+    return make
+
+
+def numpy_step(dtype: str) -> Step:
+    """Hand-written numpy backprop + Adam (BLAS matmuls, in-place updates)."""
+    batches, init = problem()
+    dt = np.dtype(dtype)
+    batches = [b.astype(dt) for b in batches]
+    ps = [a.astype(dt) for a in init]
+    ms = [np.zeros_like(p) for p in ps]
+    vs = [np.zeros_like(p) for p in ps]
+    st = {"i": 0, "b1p": 1.0, "b2p": 1.0}
+
+    def step() -> float:
+        xb = batches[st["i"] % len(batches)]
+        st["i"] += 1
+        acts, pre = [xb], []
+        for k in range(4):
+            z = acts[-1] @ ps[2 * k] + ps[2 * k + 1]
+            pre.append(z)
+            acts.append(np.maximum(z, 0) if k < 3 else z)
+        diff = acts[-1] - xb
+        loss = float(np.mean(diff * diff))
+        delta = diff * dt.type(2.0 / diff.size)
+        grads = [None] * 8
+        for k in range(3, -1, -1):
+            grads[2 * k] = acts[k].T @ delta
+            grads[2 * k + 1] = delta.sum(axis=0, keepdims=True)
+            if k:
+                delta = (delta @ ps[2 * k].T) * (pre[k - 1] > 0)
+        st["b1p"] *= B1
+        st["b2p"] *= B2
+        lr_t = dt.type(LR * math.sqrt(1.0 - st["b2p"]) / (1.0 - st["b1p"]))
+        for k, (p, gr, m, v) in enumerate(zip(ps, grads, ms, vs)):
+            if k % 2 == 0:
+                gr += dt.type(ALPHA) * p
+            m *= dt.type(B1)
+            m += dt.type(1 - B1) * gr
+            v *= dt.type(B2)
+            v += dt.type(1 - B2) * (gr * gr)
+            p -= lr_t * m / (np.sqrt(v) + dt.type(EPS))
+        return loss
+    return step
+
+
+def torch_step(dtype: str) -> Step:
+    """PyTorch eager: nn-free modules, F.mse_loss, torch.optim.Adam with per-group weight decay."""
+    import torch
+
+    batches, init = problem()
+    tdt = getattr(torch, dtype)
+    xs = [torch.tensor(b, dtype=tdt) for b in batches]
+    ps = [torch.tensor(a, dtype=tdt, requires_grad=True) for a in init]
+    groups = [{"params": ps[0::2], "weight_decay": ALPHA}, {"params": ps[1::2]}]
+    opt = torch.optim.Adam(groups, lr=LR, betas=(B1, B2), eps=EPS)
+    st = {"i": 0}
+
+    def step() -> float:
+        xb = xs[st["i"] % len(xs)]
+        st["i"] += 1
+        h = xb
+        for k in range(4):
+            h = torch.addmm(ps[2 * k + 1], h, ps[2 * k])
+            if k < 3:
+                h = torch.relu(h)
+        loss = torch.nn.functional.mse_loss(h, xb)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        return loss.item()
+    return step
+
+
+def jax_step(dtype: str) -> Step:
+    """JAX: value_and_grad + Adam (same formulas as gopt) in one jitted function."""
+    import jax
+    import jax.numpy as jnp
+
+    if dtype == "float64":
+        jax.config.update("jax_enable_x64", True)
+    batches, init = problem()
+    xs = [jnp.asarray(b, dtype=dtype) for b in batches]
+    ps = [jnp.asarray(a, dtype=dtype) for a in init]
+    ms = [jnp.zeros_like(p) for p in ps]
+    vs = [jnp.zeros_like(p) for p in ps]
+
+    def loss_fn(params, xb):
+        h = xb
+        for k in range(4):
+            h = h @ params[2 * k] + params[2 * k + 1]
+            if k < 3:
+                h = jax.nn.relu(h)
+        return jnp.mean((h - xb) ** 2)
+
+    @jax.jit
+    def update(params, ms, vs, xb, lr_t):
+        loss, grads = jax.value_and_grad(loss_fn)(params, xb)
+        new_p, new_m, new_v = [], [], []
+        for k, (p, gr, m, v) in enumerate(zip(params, grads, ms, vs)):
+            if k % 2 == 0:
+                gr = gr + ALPHA * p
+            m = B1 * m + (1 - B1) * gr
+            v = B2 * v + (1 - B2) * (gr * gr)
+            new_p.append(p - lr_t * m / (jnp.sqrt(v) + EPS))
+            new_m.append(m)
+            new_v.append(v)
+        return loss, new_p, new_m, new_v
+
+    st = {"i": 0, "b1p": 1.0, "b2p": 1.0, "p": ps, "m": ms, "v": vs}
+
+    def step() -> float:
+        xb = xs[st["i"] % len(xs)]
+        st["i"] += 1
+        st["b1p"] *= B1
+        st["b2p"] *= B2
+        lr_t = LR * math.sqrt(1.0 - st["b2p"]) / (1.0 - st["b1p"])
+        loss, st["p"], st["m"], st["v"] = update(st["p"], st["m"], st["v"], xb, lr_t)
+        return float(loss)  # blocks until the step is done
+    return step
+
+
+# ---------------------------------------------------------------- timing and profile
+def median_us(step: Step, steps: int, warmup: int) -> tuple[float, float]:
+    """Median and interquartile spread (us) of ``steps`` timed calls after ``warmup`` calls."""
+    for _ in range(warmup):
+        step()
+    times = []
+    for _ in range(steps):
+        t0 = time.perf_counter_ns()
+        step()
+        times.append(time.perf_counter_ns() - t0)
+    q = statistics.quantiles(times, n=4)
+    return statistics.median(times) / 1e3, (q[2] - q[0]) / 1e3
+
+
+def matmul_share(steps: int) -> dict[str, float]:
+    """Unprofiled numpy-tape step time and the part spent in the serial matmul reference."""
+    from gtensor import REGISTRY
+
+    op = REGISTRY["matmul"]
+    inner = op.reference
+    spent = [0.0, 0]
+
+    def timed(*a, **k):
+        t0 = time.perf_counter()
+        try:
+            return inner(*a, **k)
+        finally:
+            spent[0] += time.perf_counter() - t0
+            spent[1] += 1
+
+    step = tape_step("numpy")("float64")
+    for _ in range(20):
+        step()
+    object.__setattr__(op, "reference", timed)  # Op is frozen: patch for the measurement only
+    try:
+        t0 = time.perf_counter()
+        for _ in range(steps):
+            step()
+        total = time.perf_counter() - t0
+    finally:
+        object.__setattr__(op, "reference", inner)
+    return {"step_ms": 1e3 * total / steps, "matmul_ms": 1e3 * spent[0] / steps,
+            "matmuls_per_step": spent[1] / steps}
+
+
+def profile_tape(backend: str, steps: int) -> tuple[str, dict[str, float]]:
+    """cProfile of one tape step: the top entries and the time of named phases (ms per step)."""
+    step = tape_step(backend)("float64")
+    for _ in range(20):
+        step()
+    prof = cProfile.Profile()
+    prof.enable()
+    for _ in range(steps):
+        step()
+    prof.disable()
+    st = pstats.Stats(prof)
+    total = st.total_tt
+    cum = {f"{Path(k[0]).name}:{k[2]}": v[3] for k, v in st.stats.items()}
+    calls = {f"{Path(k[0]).name}:{k[2]}": v[1] for k, v in st.stats.items()}
+    share = {
+        "total_ms_per_step": 1e3 * total / steps,
+        "serial_matmul_ms": 1e3 * cum.get("linalg.py:serial_matmul", 0.0) / steps,
+        "sim_launch_ms": 1e3 * cum.get("sim.py:launch", 0.0) / steps,
+        "ops_per_step": calls.get("base.py:apply", 0) / steps,
+        "backward_ms": 1e3 * cum.get("backward.py:run", 0.0) / steps,
+        "optimizer_ms": 1e3 * cum.get("base.py:step", 0.0) / steps,
+    }
+    buf = io.StringIO()
+    pstats.Stats(prof, stream=buf).sort_stats("tottime").print_stats(12)
+    text = "\n".join(line for line in buf.getvalue().splitlines()
+                     if line.strip() and not line.startswith(("   Ordered", "   List")))
+    return text, share
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run every engine, print the table, write benchmarks/results/ae_step.md."""
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--steps", type=int, default=1000, help="timed steps per engine and dtype")
+    ap.add_argument("--sim-steps", type=int, default=None, help="timed steps for the sim tape "
+                    "(default: --steps)")
+    ap.add_argument("--warmup", type=int, default=50)
+    ap.add_argument("--profile-steps", type=int, default=200)
+    ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "ae_step.md")
+    args = ap.parse_args(argv)
+    engines: list[tuple[str, Callable[[str], Step], int]] = [
+        ("tape, numpy backend", tape_step("numpy"), args.steps),
+        ("tape, sim backend", tape_step("sim"), args.sim_steps or args.steps),
+        ("numpy + BLAS, hand-written", numpy_step, args.steps),
+        ("PyTorch eager (CPU)", torch_step, args.steps),
+        ("JAX jit (CPU)", jax_step, args.steps),
+    ]
+    rows: dict[str, dict[str, tuple[float, float, int] | str]] = {}
+    for dtype in ("float64", "float32"):
+        for name, make, n in engines:
+            try:
+                step = make(dtype)
+            except ImportError as e:
+                rows.setdefault(name, {})[dtype] = f"not installed ({e.name})"
+                continue
+            med, iqr = median_us(step, n, args.warmup)
+            rows.setdefault(name, {})[dtype] = (med, iqr, n)
+            print(f"{dtype:8s} {name:28s} median {med:9.1f} us (IQR {iqr:.1f}, {n} steps)",
+                  flush=True)
+    plain = matmul_share(args.profile_steps)
+    profiles = {b: profile_tape(b, args.profile_steps) for b in ("numpy", "sim")}
+    table = _table(rows)
+    print(table)
+    print(plain, {b: p[1] for b, p in profiles.items()})
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(_report(argv, args, table, plain, profiles, rows))
+    print(f"wrote {args.out}")
+    return 0
+
+
+def _table(rows: dict) -> str:
+    torch_ = rows.get("PyTorch eager (CPU)", {})
+    lines = ["| engine | float64 median (us) | vs torch eager | float32 median (us) | "
+             "vs torch eager |", "|---|---:|---:|---:|---:|"]
+    for name, by_dt in rows.items():
+        cells = [name]
+        for dt in ("float64", "float32"):
+            v, ref = by_dt.get(dt), torch_.get(dt)
+            if isinstance(v, tuple):
+                ratio = f"{v[0] / ref[0]:.2f}x" if isinstance(ref, tuple) else "-"
+                cells += [f"{v[0]:,.0f} (IQR {v[1]:,.0f}, n={v[2]})", ratio]
+            else:
+                cells += [str(v), "-"]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def _report(argv, args, table: str, plain: dict, profiles: dict, rows: dict) -> str:
+    import torch
+
+    ref = rows.get("PyTorch eager (CPU)", {}).get("float64")
+    ours = rows.get("tape, numpy backend", {}).get("float64")
+    ratio = (f"{ours[0] / ref[0]:.0f}x" if isinstance(ref, tuple) and isinstance(ours, tuple)
+             else "many times")
+
+    try:
+        import jax
+        jax_v = jax.__version__
+    except ImportError:
+        jax_v = "not installed"
+    cmd = "python benchmarks/bench_ae_step.py " + " ".join(argv if argv is not None
+                                                          else sys.argv[1:])
+    step, mm = plain["step_ms"], plain["matmul_ms"]
+    np_text, np_share = profiles["numpy"]
+    sim_text, sim_share = profiles["sim"]
+    ops = np_share["ops_per_step"]
+    return f"""# One training step of the rung-1 autoencoder
+
+Forward + backward + Adam (L2 {ALPHA:g} on the weights) of the d-64-32-64-d autoencoder, batch
+{BATCH}; median over the timed steps after {args.warmup} warm-up steps, each engine cycling the
+same ten minibatches. The two tape rows are exact (bit-identical to each other); the other
+engines use BLAS / oneDNN / XLA matmuls in whatever order they like.
+
+Command (from the repository root):
+
+```
+{cmd.strip()}
+```
+
+Machine: {platform.processor() or platform.machine()}, {_cpus()} CPUs, Python
+{platform.python_version()}, numpy {np.__version__}, torch {torch.__version__}
+({torch.get_num_threads()} threads), jax {jax_v}.
+
+{table}
+
+## Where the tape's time goes (float64)
+
+**numpy backend**, measured without a profiler over {args.profile_steps} steps (the matmul
+reference wrapped in a timer): {step:.2f} ms per step, of which {mm:.2f} ms
+({100 * mm / step:.0f}%) is the serial-order matmul ({plain['matmuls_per_step']:.0f} matmuls per
+step: 4 forward, 7 backward; the numpy definition issues one broadcast multiply and one add per
+inner index k, i.e. 2k numpy calls per matmul). The remaining {step - mm:.2f} ms is per-op
+overhead over {ops:.0f} gtensor op calls per step (forward, backward and Adam together):
+about {1e3 * (step - mm) / ops:.0f} us per op (argument checks, shape inference, `np.errstate`,
+the scalar-language dispatch, the tape's bookkeeping, the elementwise work itself).
+
+**sim backend** (cProfile, which inflates Python-heavy code): {sim_share['total_ms_per_step']:.1f}
+ms per step under the profiler, {sim_share['sim_launch_ms']:.1f} ms of it inside kernel launches
+(the compiled CUDA source run on the CPU, blocks one at a time and threads as fibers: the serial
+inner products plus the fiber scheduling), the rest the same per-op Python as numpy. The sim
+backend exists to check the CUDA source bit for bit on any machine, not for speed.
+
+Reading: the exact eager tape takes {ratio} torch eager's step time on this machine. To get to or
+below torch eager, both halves must go: the serial matmul needs a compiled inner loop (the
+device/replay path, or a compiled CPU kernel in the serial order) and the ~{ops:.0f} per-op
+Python dispatches per step need to collapse into one captured program (replay + fusion layers).
+Hand-written numpy+BLAS and JAX jit show the floor for this tiny network (~0.3 ms), which is
+dominated by per-call overhead too, not by FLOPs (about 5.6 MFLOP per step).
+
+### cProfile, numpy backend ({args.profile_steps} steps, top entries by own time)
+
+```
+{np_text}
+```
+
+### cProfile, sim backend
+
+```
+{sim_text}
+```
+"""
+
+
+def _cpus() -> int:
+    import os
+
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,47 @@
+"""gdemos test configuration: the backend under test (GRAD_TEST_BACKEND) and import fallbacks."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+try:  # a fresh clone without editable installs: use the sources next to us
+    import gdemos  # noqa: F401
+except ImportError:  # pragma: no cover
+    _root = Path(__file__).resolve().parents[2]
+    sys.path[:0] = [str(_root / n / "src") for n in ("gdemos", "gopt", "gtape", "gtensor")]
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import gtensor  # noqa: E402
+
+BACKEND = os.environ.get("GRAD_TEST_BACKEND", "numpy")
+
+
+@pytest.fixture(scope="session")
+def bname() -> str:
+    """The name of the backend under test (skips if it is unavailable here)."""
+    try:
+        gtensor.backend(BACKEND)
+    except RuntimeError as e:  # cuda without cupy or without a GPU
+        pytest.skip(f"backend {BACKEND!r} unavailable here: {e}")
+    return BACKEND
+
+
+@pytest.fixture(scope="session")
+def other(bname: str) -> str:
+    """The backend under test when it is not numpy (numpy-vs-backend parity)."""
+    if bname == "numpy":
+        pytest.skip("numpy vs numpy parity is vacuous; run with GRAD_TEST_BACKEND=sim (or cuda)")
+    return bname
+
+
+@pytest.fixture(scope="module")
+def full_run(bname):
+    """One full 60-epoch rung-1 run on the backend under test, shared by the bar tests."""
+    from gdemos import AEConfig, train
+
+    return train(AEConfig(backend=bname))

@@ -1,0 +1,60 @@
+"""The ``gdemos`` command line: outputs, verdict lines and exit codes."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+from gdemos import cli, ladder
+
+
+def test_ae_writes_summary_and_plot(bname, tmp_path, capsys):
+    rc = cli.main(["ae", "--backend", bname, "--epochs", "1", "--out", str(tmp_path),
+                   "--no-progress", "--no-bars"])
+    assert rc == 0
+    summary = json.loads((tmp_path / "ae_summary.json").read_text())
+    assert summary["steps"] == 10 and summary["backend"] == bname
+    assert summary["initial_mse"] > summary["final_mse"] > 0
+    assert (tmp_path / "ae_loss.png").read_bytes()[:4] == b"\x89PNG"
+    out = capsys.readouterr().out
+    assert "plot:" in out and "ae_loss.png" in out
+
+
+def test_ae_float32(tmp_path):
+    rc = cli.main(["ae", "--dtype", "float32", "--epochs", "1", "--out", str(tmp_path),
+                   "--no-progress", "--no-bars"])
+    assert rc == 0
+    assert json.loads((tmp_path / "ae_summary.json").read_text())["dtype"] == "float32"
+
+
+def test_bad_arguments_exit_with_a_message(capsys):
+    with pytest.raises(SystemExit):
+        cli.main(["ae", "--backend", "tpu"])
+    assert "invalid choice: 'tpu'" in capsys.readouterr().err
+    with pytest.raises(SystemExit, match="--epochs is 0; expected >= 1"):
+        cli.main(["ae", "--epochs", "0"])
+
+
+def test_ladder_prints_one_verdict_per_rung_and_fails_on_any_failure(monkeypatch, tmp_path,
+                                                                    capsys):
+    def good(out, backend, progress):
+        return ladder.Verdict("rung A", True, "x 1")
+
+    def bad(out, backend, progress):
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(ladder, "RUNGS", [("rung A", good), ("rung B", bad)])
+    assert cli.main(["ladder", "--out", str(tmp_path), "--no-progress"]) == 1
+    lines = capsys.readouterr().out.splitlines()
+    assert lines == ["PASS rung A: x 1", "FAIL rung B: raised RuntimeError: boom",
+                     "ladder: 1/2 rungs passed"]
+    monkeypatch.setattr(ladder, "RUNGS", [("rung A", good)])
+    assert cli.main(["ladder", "--out", str(tmp_path), "--no-progress"]) == 0
+
+
+def test_python_dash_m_runs():
+    out = subprocess.run([sys.executable, "-m", "gdemos", "--help"], capture_output=True,
+                         text=True, check=True).stdout
+    assert "ladder" in out and "ae" in out
