@@ -11,6 +11,7 @@ from string import Template
 import numpy as np
 
 from ..kernels import Kernel, params
+from ..scalar.dsl import NUMPY
 from .elementwise import ADD, BLOCK, CTYPE, MUL, grid_for, suffix
 from .registry import Op, register
 
@@ -42,15 +43,20 @@ def _kernels(sfx: str) -> list[Kernel]:
 
 
 def serial_matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """(..., m, k) @ (..., k, n) with the serial inner-product order; the numpy definition."""
+    """(..., m, k) @ (..., k, n) with the serial inner-product order; the numpy definition.
+
+    Vectorized over every output element, serial over k: each step is the MUL and ADD scalar
+    functions' own numpy text (``a * b``, ``acc + p``), evaluated once per k on whole arrays.
+    """
     k = a.shape[-1]
     out_shape = a.shape[:-1] + b.shape[-1:]
     if k == 0:
         return np.zeros(out_shape, a.dtype)
-    mul, add = MUL[suffix(a)].numpy, ADD[suffix(a)].numpy
-    acc = mul(a[..., :, 0:1], b[..., 0:1, :])
-    for kk in range(1, k):
-        acc = add(acc, mul(a[..., :, kk:kk + 1], b[..., kk:kk + 1, :]))
+    mul, add = MUL[suffix(a)].body, ADD[suffix(a)].body
+    with np.errstate(all="ignore"):
+        acc = mul(NUMPY, a[..., :, 0:1], b[..., 0:1, :])
+        for kk in range(1, k):
+            acc = add(NUMPY, acc, mul(NUMPY, a[..., :, kk:kk + 1], b[..., kk:kk + 1, :]))
     return acc
 
 
