@@ -156,7 +156,7 @@ def oracle(session: nox.Session) -> None:
 def demo(session: nox.Session) -> None:
     """The main job: the demo ladder on the CPU (every rung, one verdict line each)."""
     _install(session, _closure("gdemos"), {"gdemos": "oracle"})
-    out = Path(session.posargs[0]) if session.posargs else Path(session.create_tmp()) / "gdemos"
+    out = Path(session.posargs[0]) if session.posargs else ROOT / "out"  # git-ignored
     session.run("gdemos", "ladder", "--out", str(out))
 
 

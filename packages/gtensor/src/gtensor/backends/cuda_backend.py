@@ -44,16 +44,21 @@ class CudaBackend(KernelBackend):
         return self.cp.asarray(np.array(values, dtype=np.int64))
 
     def asarray(self, x: Any, dtype: Any = None) -> Any:
-        """A new C-contiguous cupy array holding ``x``."""
-        if type(x).__name__ == "SimArray":
+        """A new C-contiguous cupy array holding ``x`` (bits copied exactly)."""
+        if isinstance(x, self.cp.ndarray):
+            x = self.to_numpy(x)  # NOTE: cupy's own astype kernels flush float32 subnormals
+        elif type(x).__name__ == "SimArray":
             x = np.asarray(x).view(np.ndarray)
         dt = dtypes.infer(x, dtype)
-        return self.cp.array(x, dtype=dt, order="C", copy=True)
+        host = np.array(x, dtype=dt, order="C", copy=True)
+        # NOTE: a 1-D host array goes over as a plain memcpy; cupy turns 0-d inputs into a
+        # scalar fill, which loses the sign of a float32 -0.0 (seen on an H200).
+        return self.cp.asarray(host.reshape(-1)).reshape(host.shape)
 
     def to_numpy(self, a: Any) -> np.ndarray:
         """A numpy copy of ``a`` (synchronizes)."""
         self.check_input("to_numpy", "a", a)
-        return self.cp.asnumpy(a)
+        return self.cp.asnumpy(a.reshape(-1)).reshape(a.shape)
 
     def zeros(self, shape: Sequence[int], dtype: Any = "float64") -> Any:
         """A new array of +0.0."""

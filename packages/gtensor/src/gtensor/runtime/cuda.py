@@ -1,4 +1,10 @@
-"""The ``cuda`` backend: the same kernel source compiled by NVRTC through cupy.RawModule."""
+"""The ``cuda`` backend: the same kernel source compiled by NVRTC, launched through cupy.
+
+NOTE: not ``cupy.RawModule(code=...)``: cupy appends ``-ftz=true`` after the caller's options
+(cupy/cupy#9576), which flushes float32 subnormals and breaks bit-equality with numpy. We call
+NVRTC through cupy's own binding with our options, load the CUBIN as a module, and check at
+load time that float32 subnormals survive.
+"""
 
 from __future__ import annotations
 
@@ -34,6 +40,34 @@ def import_cupy() -> ModuleType:
     return cupy
 
 
+def _nvrtc_binding():
+    """cupy's own NVRTC binding (its location moved between cupy versions)."""
+    try:
+        from cupy_backends.cuda.libs import nvrtc
+    except ImportError:  # older cupy
+        from cupy.cuda import nvrtc
+    return nvrtc
+
+
+def compile_module(cp: ModuleType, source: str, options: Sequence[str]):
+    """Compile ``source`` with NVRTC for the current device and load it (a cupy Module)."""
+    nvrtc = _nvrtc_binding()
+    cc = str(cp.cuda.Device().compute_capability)
+    prog = nvrtc.createProgram(source, "gtensor_module.cu", (), ())
+    try:
+        try:
+            nvrtc.compileProgram(prog, (*options, f"--gpu-architecture=sm_{cc}"))
+        except nvrtc.NVRTCError as exc:
+            log = nvrtc.getProgramLog(prog)
+            raise RuntimeError(f"NVRTC failed to compile the gtensor module: {exc}\n{log}") from exc
+        binary = nvrtc.getCUBIN(prog)
+    finally:
+        nvrtc.destroyProgram(prog)
+    module = cp.cuda.function.Module()
+    module.load(binary)
+    return module
+
+
 class CudaModule:
     """A module of CUDA kernels compiled with NVRTC and launched with cupy."""
 
@@ -43,8 +77,24 @@ class CudaModule:
         self._kernels = {k.name: k for k in kernels}
         if len(self._kernels) != len(kernels):
             raise ValueError("CudaModule: duplicate kernel names")
-        self._module = self._cp.RawModule(code=source, options=NVRTC_OPTIONS)
+        self._module = compile_module(self._cp, source, NVRTC_OPTIONS)
         self._functions = {name: self._module.get_function(name) for name in self._kernels}
+        self._check_subnormals()
+
+    def _check_subnormals(self) -> None:
+        """Fail loudly if float32 subnormals are flushed (an FTZ build would change bits)."""
+        name = "k_mul_f32"
+        if name not in self._kernels:
+            return
+        cp = self._cp
+        tiny = cp.asarray([1e-45, -3e-39], dtype=cp.float32)
+        one = cp.asarray([1.0], dtype=cp.float32)
+        out = cp.empty(2, dtype=cp.float32)
+        geom = cp.asarray([1, 2, 1, 0], dtype=cp.int64)  # rank 1, shape 2, strides 1 and 0
+        self.launch(name, 1, 2, (tiny, one, out, 2, geom))
+        if not bool((out == tiny).all()):
+            raise RuntimeError("cuda backend: float32 subnormals are flushed to zero by this "
+                               "build (FTZ); results would differ from numpy")
 
     def kernel(self, name: str) -> Kernel:
         """The Kernel description for ``name``."""
