@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
 
@@ -16,27 +15,21 @@ except ImportError:  # pragma: no cover
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import gtensor  # noqa: E402
+from gtensor import testing  # noqa: E402
 
-BACKEND = os.environ.get("GRAD_TEST_BACKEND", "numpy")
+testing.load_hypothesis_profiles()
 
 
 @pytest.fixture(scope="session")
 def bname() -> str:
     """The name of the backend under test (skips if it is unavailable here)."""
-    try:
-        gtensor.backend(BACKEND)
-    except RuntimeError as e:  # cuda without cupy or without a GPU
-        pytest.skip(f"backend {BACKEND!r} unavailable here: {e}")
-    return BACKEND
+    return testing.require_backend(testing.backend_name()).name
 
 
 @pytest.fixture(scope="session")
 def other(bname: str) -> str:
     """The backend under test when it is not numpy (numpy-vs-backend parity)."""
-    if bname == "numpy":
-        pytest.skip("numpy vs numpy parity is vacuous; run with GRAD_TEST_BACKEND=sim (or cuda)")
-    return bname
+    return testing.require_other(bname)
 
 
 @pytest.fixture(scope="module")

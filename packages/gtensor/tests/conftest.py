@@ -2,34 +2,17 @@
 
 from __future__ import annotations
 
-import os
-
 import gtensor
 import pytest
-from hypothesis import HealthCheck, settings
+from gtensor import testing
 
-settings.register_profile("ci", max_examples=6, deadline=None, derandomize=True,
-                          suppress_health_check=[HealthCheck.too_slow])
-settings.register_profile("dev", max_examples=15, deadline=None,
-                          suppress_health_check=[HealthCheck.too_slow])
-settings.register_profile("oracle", max_examples=300, deadline=None,
-                          suppress_health_check=[HealthCheck.too_slow])
-settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "dev"))
-
-BACKEND = os.environ.get("GRAD_TEST_BACKEND", "numpy")
-
-
-def _make(name: str):
-    try:
-        return gtensor.backend(name)
-    except RuntimeError as e:  # cuda without cupy or without a GPU
-        pytest.skip(f"backend {name!r} unavailable here: {e}")
+testing.load_hypothesis_profiles()
 
 
 @pytest.fixture(scope="session")
 def be():
     """The backend under test."""
-    return _make(BACKEND)
+    return testing.require_backend(testing.backend_name())
 
 
 @pytest.fixture(scope="session")
@@ -41,7 +24,5 @@ def ref():
 @pytest.fixture(scope="session")
 def other(be):
     """The backend under test, when it is not the reference itself (parity tests)."""
-    if be.name == "numpy":
-        pytest.skip("parity of the numpy reference with itself is vacuous; run with "
-                    "GRAD_TEST_BACKEND=sim or cuda")
+    testing.require_other(be.name)
     return be

@@ -18,9 +18,8 @@ rounds to infinity in the format, else its error is infinite.
 
 from __future__ import annotations
 
-import ctypes
+import os
 import shutil
-import subprocess
 import sys
 import zlib
 from pathlib import Path
@@ -384,70 +383,27 @@ def test_device_source_uses_no_fma_and_no_libm():
 
 
 # --------------------------------------------------------------------------- C bit-equality
-SHIM = r"""
-#include <cmath>
-#include <cstring>
-#define __device__
-#define __forceinline__ inline
-static inline double __dadd_rn(double a, double b) { return a + b; }
-static inline double __dsub_rn(double a, double b) { return a - b; }
-static inline double __dmul_rn(double a, double b) { return a * b; }
-static inline double __ddiv_rn(double a, double b) { return a / b; }
-static inline double __dsqrt_rn(double a) { return std::sqrt(a); }
-static inline float __fadd_rn(float a, float b) { return a + b; }
-static inline float __fsub_rn(float a, float b) { return a - b; }
-static inline float __fmul_rn(float a, float b) { return a * b; }
-static inline float __fdiv_rn(float a, float b) { return a / b; }
-static inline float __fsqrt_rn(float a) { return std::sqrt(a); }
-static inline long long __double_as_longlong(double x) {
-    long long i; std::memcpy(&i, &x, 8); return i; }
-static inline double __longlong_as_double(long long i) {
-    double x; std::memcpy(&x, &i, 8); return x; }
-static inline float __int_as_float(int i) { float x; std::memcpy(&x, &i, 4); return x; }
-static inline double __ll2double_rn(long long k) { return (double)k; }
-static inline long long __double2ll_rz(double x) { return (long long)x; }
-static inline float __double2float_rn(double x) { return (float)x; }
-using std::rint; using std::floor; using std::fabs;
-"""
+def build_sim_module():
+    """``device_sources(ALL)`` plus one map kernel per function, on the sim runtime."""
+    from gtensor.kernels import Kernel, params
+    from gtensor.runtime import SimModule
 
-
-def build_c_library(directory: Path) -> ctypes.CDLL:
-    """Compile ``device_sources(ALL)`` for the CPU; ``run_<cname>(in, out, n)`` per function."""
-    src = [SHIM, device_sources(T.ALL), 'extern "C" {']
+    kernels = []
     for fn in T.ALL:
         ct = "double" if fn.out_dt == "f64" else "float"
-        src.append(
-            f"void run_{fn.cname}(const {ct}* x, {ct}* y, long n) "
-            f"{{ for (long i = 0; i < n; ++i) y[i] = {fn.cname}(x[i]); }}"
-        )
-    src.append("}")
-    cpp = directory / "gt_transcendental.cpp"
-    so = directory / "gt_transcendental.so"
-    cpp.write_text("\n".join(src))
-    subprocess.run(
-        [
-            "g++",
-            "-O2",
-            "-ffp-contract=off",
-            "-fno-fast-math",
-            "-std=c++17",
-            "-fPIC",
-            "-shared",
-            "-o",
-            str(so),
-            str(cpp),
-        ],
-        check=True,
-    )
-    return ctypes.CDLL(str(so))
+        body = ("    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n;"
+                " i += (long long)gridDim.x * blockDim.x)\n"
+                f"        y[i] = {fn.cname}(x[i]);")
+        kernels.append(Kernel(f"map_{fn.cname}", params(f"const {ct}* x, {ct}* y, long long n"),
+                              body))
+    source = device_sources(T.ALL) + "\n" + "\n".join(k.source() for k in kernels)
+    return SimModule(source, kernels)
 
 
-def run_c(lib, fn, x: np.ndarray) -> np.ndarray:
+def run_c(module, fn, x: np.ndarray) -> np.ndarray:
     x = np.ascontiguousarray(x)
     y = np.empty_like(x)
-    getattr(lib, f"run_{fn.cname}")(
-        x.ctypes.data_as(ctypes.c_void_p), y.ctypes.data_as(ctypes.c_void_p), ctypes.c_long(len(x))
-    )
+    module.launch(f"map_{fn.cname}", 64, 256, (x, y, len(x)))
     return y
 
 
@@ -474,10 +430,11 @@ def bit_equality_inputs(dtype, n: int, seed: int = 1) -> np.ndarray:
 
 
 @pytest.fixture(scope="session")
-def c_library(tmp_path_factory):
-    if shutil.which("g++") is None:
-        pytest.skip("g++ not available")
-    return build_c_library(tmp_path_factory.mktemp("gt_c"))
+def c_library():
+    """The functions compiled by the sim runtime (g++ -O2 -ffp-contract=off), CUDA dialect."""
+    if shutil.which(os.environ.get("CXX", "g++")) is None:
+        pytest.skip("no C++ compiler: the sim backend (and this check) needs g++ or $CXX")
+    return build_sim_module()
 
 
 @pytest.mark.parametrize("fn", T.ALL, ids=lambda f: f.cname)

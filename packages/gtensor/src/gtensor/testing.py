@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 
 
@@ -31,3 +33,59 @@ def first_difference(a: np.ndarray, b: np.ndarray) -> str:
     i = tuple(idx[0])
     return f"first of {len(idx)} differences at {i}: {a[i]!r} ({a[i].tobytes().hex()}) vs " \
            f"{b[i]!r} ({b[i].tobytes().hex()})"
+
+
+# --------------------------------------------------------------------------- test sessions
+BACKEND_ENV = "GRAD_TEST_BACKEND"
+
+
+def backend_name(config: object = None) -> str:
+    """The backend under test: ``--backend`` where a conftest defines it, else $GRAD_TEST_BACKEND.
+
+    Defaults to "numpy". nox sets the variable per session (see the root noxfile).
+    """
+    opt = None
+    if config is not None:
+        try:
+            opt = config.getoption("--backend")
+        except ValueError:
+            opt = None
+    return opt or os.environ.get(BACKEND_ENV) or "numpy"
+
+
+def require_backend(name: str):
+    """The gtensor backend ``name``, or a pytest skip saying why it is unavailable here."""
+    import pytest
+
+    from . import backend
+
+    try:
+        return backend(name)
+    except RuntimeError as e:  # cuda without cupy or without a GPU
+        pytest.skip(f"backend {name!r} unavailable here: {e}")
+
+
+def require_other(name: str) -> str:
+    """``name`` when it is not the numpy reference; else skip (numpy vs numpy is vacuous)."""
+    import pytest
+
+    if name == "numpy":
+        pytest.skip(f"parity of the numpy reference with itself is vacuous; run with "
+                    f"{BACKEND_ENV}=sim or cuda")
+    return name
+
+
+def load_hypothesis_profiles() -> None:
+    """Register the shared hypothesis profiles and load $HYPOTHESIS_PROFILE (default "dev").
+
+    ci: few derandomized examples (CI on 2 cores); dev: a few more; oracle: the heavy run.
+    """
+    from hypothesis import HealthCheck, settings
+
+    slow = [HealthCheck.too_slow]
+    settings.register_profile("ci", max_examples=6, deadline=None, derandomize=True,
+                              suppress_health_check=slow)
+    settings.register_profile("dev", max_examples=15, deadline=None, suppress_health_check=slow)
+    settings.register_profile("oracle", max_examples=300, deadline=None,
+                              suppress_health_check=slow)
+    settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "dev"))

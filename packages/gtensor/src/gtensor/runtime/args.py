@@ -147,3 +147,32 @@ def check_launch_dims(kernel: Kernel, grid: object, block: object) -> tuple[Dims
             f"more than {MAX_BLOCK_THREADS}"
         )
     return g, b
+
+
+class KernelTable:
+    """Kernel lookup and launch checking shared by the sim and cuda modules."""
+
+    array_kind = "array"
+
+    def __init__(self, kernels: Sequence[Kernel]) -> None:
+        self._kernels = {k.name: k for k in kernels}
+        if len(self._kernels) != len(kernels):
+            raise ValueError(f"{type(self).__name__}: duplicate kernel names")
+
+    def kernel(self, name: str) -> Kernel:
+        """The Kernel description for ``name``."""
+        try:
+            return self._kernels[name]
+        except KeyError:
+            raise KeyError(f"no kernel {name!r} in module; have {sorted(self._kernels)}") from None
+
+    def _is_array(self, value: object) -> bool:
+        """Whether ``value`` is an array this module's kernels can take."""
+        raise NotImplementedError
+
+    def checked(self, name: str, grid, block, args: Sequence) -> tuple[Kernel, list, Dims, Dims]:
+        """The kernel, its marshalled arguments and the launch dims, all checked."""
+        kernel = self.kernel(name)
+        values = check_args(kernel, args, self._is_array, self.array_kind)
+        g, b = check_launch_dims(kernel, grid, block)
+        return kernel, values, g, b

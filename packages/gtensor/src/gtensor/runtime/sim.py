@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from gtensor.kernels import Kernel
-from gtensor.runtime.args import check_args, check_launch_dims
+from gtensor.runtime.args import KernelTable
 
 CXX_FLAGS = (
     "-O2",
@@ -172,19 +172,14 @@ def load(source: str, kernels: Sequence[Kernel]) -> ctypes.CDLL:
         return _LOADED[key]
 
 
-def _is_ndarray(value: object) -> bool:
-    """Pointer-argument predicate for the sim backend."""
-    return isinstance(value, np.ndarray)
-
-
-class SimModule:
+class SimModule(KernelTable):
     """A compiled module of CUDA-dialect kernels, launched on the CPU."""
+
+    array_kind = "numpy.ndarray"
 
     def __init__(self, source: str, kernels: Sequence[Kernel]) -> None:
         """Compile ``source`` (helpers + the kernels' definitions) and bind the launchers."""
-        self._kernels = {k.name: k for k in kernels}
-        if len(self._kernels) != len(kernels):
-            raise ValueError("SimModule: duplicate kernel names")
+        super().__init__(kernels)
         self._lib = load(source, list(kernels))
         self._launchers = {}
         for name in self._kernels:
@@ -193,12 +188,9 @@ class SimModule:
             fn.restype = ctypes.c_int
             self._launchers[name] = fn
 
-    def kernel(self, name: str) -> Kernel:
-        """The Kernel description for ``name``."""
-        try:
-            return self._kernels[name]
-        except KeyError:
-            raise KeyError(f"no kernel {name!r} in module; have {sorted(self._kernels)}") from None
+    def _is_array(self, value: object) -> bool:
+        """Pointer arguments are numpy arrays (the sim backend's SimArray included)."""
+        return isinstance(value, np.ndarray)
 
     def launch(
         self,
@@ -208,9 +200,7 @@ class SimModule:
         args: Sequence,
     ) -> None:
         """Run kernel ``name`` over ``grid`` x ``block`` threads; returns when it finished."""
-        kernel = self.kernel(name)
-        values = check_args(kernel, args, _is_ndarray, "numpy.ndarray")
-        g, b = check_launch_dims(kernel, grid, block)
+        kernel, values, g, b = self.checked(name, grid, block, args)
         if min(g) == 0:
             return
         boxes = []
