@@ -26,3 +26,12 @@ def other(be):
     """The backend under test, when it is not the reference itself (parity tests)."""
     testing.require_other(be.name)
     return be
+
+
+def pytest_terminal_summary(terminalreporter) -> None:
+    """Print the transcendental accuracy measured by test_transcendental (max ulp vs mpmath)."""
+    import sys
+
+    module = sys.modules.get("test_transcendental")
+    for line in getattr(module, "ULP_REPORT", []):
+        terminalreporter.write_line(f"ulp vs mpmath: {line}")
