@@ -348,7 +348,7 @@ Forward + backward + Adam (L2 {ALPHA:g} on the weights) of the d-64-32-64-d auto
 same ten minibatches. The two tape rows are exact (bit-identical to each other); the other
 engines use BLAS / oneDNN / XLA matmuls in whatever order they like.
 
-Command (from the repository root):
+Command (from the repository root, with the packages installed; `nox -s bench` does both):
 
 ```
 {cmd.strip()}

@@ -5,6 +5,8 @@ from __future__ import annotations
 import numpy as np
 
 SUPPORTED = ("float64", "float32")
+# dtype objects hash fast; ``dtype.name`` is slow on numpy 2, and this is on every op call
+SUPPORTED_DTYPES = frozenset(np.dtype(n) for n in SUPPORTED)
 
 
 def normalize(dtype: object, where: str = "asarray") -> np.dtype:

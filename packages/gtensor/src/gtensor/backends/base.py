@@ -90,7 +90,7 @@ class Backend:
         if not self.is_array(x):
             raise TypeError(f"{op}: {arg} is {_describe(x)}; the {self.name} backend takes "
                             f"arrays made by backend({self.name!r}).asarray")
-        if x.dtype.name not in dtypes.SUPPORTED:
+        if x.dtype not in dtypes.SUPPORTED_DTYPES:
             raise TypeError(f"{op}: {arg} has dtype {x.dtype}; expected float32 or float64")
         return self._prepare(x)
 

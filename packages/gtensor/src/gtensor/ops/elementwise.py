@@ -20,7 +20,7 @@ from .registry import Op, register
 BLOCK = 256
 MAX_GRID = 4096
 CTYPE = {"f64": "double", "f32": "float"}
-SUFFIX = {"float64": "f64", "float32": "f32"}
+SUFFIX = {np.dtype(np.float64): "f64", np.dtype(np.float32): "f32"}
 NPDT = {"f64": np.float64, "f32": np.float32}
 
 
@@ -39,7 +39,7 @@ def grid_for(n: int) -> int:
 
 def suffix(x: np.ndarray) -> str:
     """"f64" or "f32" for an array's dtype."""
-    return SUFFIX[str(x.dtype)]
+    return SUFFIX[x.dtype]
 
 
 # --------------------------------------------------------------------------- scalar functions
@@ -128,7 +128,7 @@ def unary(name: str, fns: dict[str, ScalarFn], vjp=None, doc: str = "", inputs=(
     """An op y = f(x) elementwise."""
 
     def reference(x: np.ndarray) -> np.ndarray:
-        return fns[suffix(x)].numpy(x)
+        return fns[suffix(x)].eval(x)
 
     def launch(rt, ins, out) -> None:
         n = out.size
@@ -146,7 +146,7 @@ def binary(name: str, fns: dict[str, ScalarFn], vjp=None, doc: str = "", inputs=
         return shapes.broadcast(name, shapes_[0], shapes_[1]), attrs
 
     def reference(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-        return fns[suffix(a)].numpy(a, b)
+        return fns[suffix(a)].eval(a, b)
 
     def launch(rt, ins, out) -> None:
         n = out.size
@@ -176,7 +176,7 @@ def scalar_form(name: str, fns: dict[str, ScalarFn], vjp=None, doc: str = "") ->
 
     def reference(x: np.ndarray, *, s: float) -> np.ndarray:
         sfx = suffix(x)
-        return fns[sfx].numpy(x, NPDT[sfx](s))
+        return fns[sfx].eval(x, NPDT[sfx](s))
 
     def launch(rt, ins, out, *, s: float) -> None:
         n = out.size

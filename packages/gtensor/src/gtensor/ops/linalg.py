@@ -11,7 +11,6 @@ from string import Template
 import numpy as np
 
 from ..kernels import Kernel, params
-from ..scalar.dsl import NUMPY
 from .elementwise import ADD, BLOCK, CTYPE, MUL, grid_for, suffix
 from .registry import Op, register
 
@@ -45,18 +44,22 @@ def _kernels(sfx: str) -> list[Kernel]:
 def serial_matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """(..., m, k) @ (..., k, n) with the serial inner-product order; the numpy definition.
 
-    Vectorized over every output element, serial over k: each step is the MUL and ADD scalar
-    functions' own numpy text (``a * b``, ``acc + p``), evaluated once per k on whole arrays.
+    Vectorized over every output element, serial over k: step k is one IEEE multiply of
+    column k of ``a`` by row k of ``b`` (MUL's ``a * b``) and one IEEE add into the
+    accumulator (ADD's ``acc + p``), written in place to keep the loop cheap.
     """
     k = a.shape[-1]
     out_shape = a.shape[:-1] + b.shape[-1:]
     if k == 0:
         return np.zeros(out_shape, a.dtype)
-    mul, add = MUL[suffix(a)].body, ADD[suffix(a)].body
+    cols = np.moveaxis(a, -1, 0)[..., None]  # cols[k]: (..., m, 1)
+    rows = np.moveaxis(b, -2, 0)[..., None, :]  # rows[k]: (..., 1, n)
     with np.errstate(all="ignore"):
-        acc = mul(NUMPY, a[..., :, 0:1], b[..., 0:1, :])
+        acc = np.multiply(cols[0], rows[0])
+        prod = np.empty_like(acc)
         for kk in range(1, k):
-            acc = add(NUMPY, acc, mul(NUMPY, a[..., :, kk:kk + 1], b[..., kk:kk + 1, :]))
+            np.multiply(cols[kk], rows[kk], out=prod)
+            np.add(acc, prod, out=acc)
     return acc
 
 

@@ -357,8 +357,11 @@ class ScalarFn:
     def numpy(self, *arrays: Any) -> np.ndarray:
         """Evaluate on numpy arrays (broadcasting); the numpy reference of this function."""
         with np.errstate(all="ignore"):
-            out = self.body(NUMPY, *arrays)
-        return np.asarray(out, dtype=NPTYPE[self.out_dt])
+            return self.eval(*arrays)
+
+    def eval(self, *arrays: Any) -> np.ndarray:
+        """``numpy`` without its ``np.errstate`` (for callers that already set it)."""
+        return np.asarray(self.body(NUMPY, *arrays), dtype=NPTYPE[self.out_dt])
 
     def device_source(self) -> str:
         """The CUDA ``__device__`` definition of this function."""
