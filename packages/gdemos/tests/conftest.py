@@ -17,8 +17,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from gtensor import testing  # noqa: E402
 
-testing.load_hypothesis_profiles()
-
 
 @pytest.fixture(scope="session")
 def bname() -> str:
