@@ -104,6 +104,11 @@ def test_random_graphs(bname, steps, seed):
             vs = _build(steps, [ft.const(x) for x in vals_])
             return float(host(ft, ft.value(g.sum(vs[-1] * r) + g.sum(vs[len(vs) // 2]))))
 
-        err = max(rel_err(grads[0][k], central_fd(f, xs, k)) for k in range(2))
+        fds = [central_fd(f, xs, k) for k in range(2)]
+        # NOTE: one scale for both params: a parameter whose true gradient is 0 (e.g. through
+        # sum(softmax(p)), constant in p) gets FD noise of ~eps*|f|/h, which a per-parameter
+        # relative error would call a 100% error. The floor is far above that noise.
+        scale = max(max(float(np.max(np.abs(d))) for d in fds), 1e-3 * (1.0 + abs(f(xs))))
+        err = max(float(np.max(np.abs(grads[0][k] - fds[k]))) for k in range(2)) / scale
     report("hypothesis random-graph FD relative error", repr(steps), err)
     assert err < 1e-5
