@@ -18,6 +18,7 @@ import gtensor
 import numpy as np
 import pytest
 from graphs import GRAPHS, Graph
+from gtensor.testing import bits_equal
 
 DTYPES = ["float64", "float32"]
 
@@ -69,16 +70,6 @@ def _columns() -> list[str]:
     return [n for n, (b, _) in ENGINES.items() if only is None or b == only]
 
 
-def _bits_equal(a: np.ndarray, b: np.ndarray) -> bool:
-    a, b = np.asarray(a), np.asarray(b)
-    if a.shape != b.shape or a.dtype != b.dtype:
-        return False
-    ui = np.uint64 if a.dtype == np.float64 else np.uint32
-    nan = np.isnan(a)
-    return bool(np.array_equal(nan, np.isnan(b))
-                and np.array_equal(a[~nan].view(ui), b[~nan].view(ui)))
-
-
 _REFERENCE: dict[tuple[str, str], Result] = {}
 
 
@@ -101,17 +92,17 @@ def test_parity(column: str, graph: Graph, dtype: str) -> None:
         pytest.skip(f"{column}: backend {backend!r} unavailable here: {e}")
     want, got = reference(graph, dtype), fn(graph, dtype)
     where = f"{column} / {graph.name} / {dtype}"
-    assert _bits_equal(want.loss, got.loss), f"{where}: loss {got.loss!r} vs {want.loss!r}"
+    assert bits_equal(want.loss, got.loss), f"{where}: loss {got.loss!r} vs {want.loss!r}"
     for k in graph.params:
-        assert _bits_equal(want.param_grads[k], got.param_grads[k]), f"{where}: grad of {k}"
+        assert bits_equal(want.param_grads[k], got.param_grads[k]), f"{where}: grad of {k}"
     if got.values is not None:
         assert len(got.values) == len(want.values), f"{where}: node count"
         for i, (a, b) in enumerate(zip(want.values, got.values)):
-            assert _bits_equal(a, b), f"{where}: value of node {i}"
+            assert bits_equal(a, b), f"{where}: value of node {i}"
     if got.grads is not None:
         for i, (a, b) in enumerate(zip(want.grads, got.grads)):
             assert (a is None) == (b is None), f"{where}: gradient stored for node {i}"
-            assert a is None or _bits_equal(a, b), f"{where}: gradient of node {i}"
+            assert a is None or bits_equal(a, b), f"{where}: gradient of node {i}"
 
 
 @pytest.mark.parametrize("graph", GRAPHS, ids=[gr.name for gr in GRAPHS])
