@@ -15,19 +15,7 @@ except ImportError:  # pragma: no cover
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from gtensor import testing  # noqa: E402
-
-
-@pytest.fixture(scope="session")
-def bname() -> str:
-    """The name of the backend under test (skips if it is unavailable here)."""
-    return testing.require_backend(testing.backend_name()).name
-
-
-@pytest.fixture(scope="session")
-def other(bname: str) -> str:
-    """The backend under test when it is not numpy (numpy-vs-backend parity)."""
-    return testing.require_other(bname)
+from gtensor.testing_fixtures import bname, other  # noqa: E402, F401  (shared fixtures)
 
 
 @pytest.fixture(scope="module")

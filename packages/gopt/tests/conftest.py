@@ -5,8 +5,6 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-import pytest
-
 try:  # a fresh clone without editable installs: use the sources next to us
     import gopt  # noqa: F401
 except ImportError:  # pragma: no cover
@@ -16,17 +14,7 @@ except ImportError:  # pragma: no cover
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from gtensor import testing  # noqa: E402
+from gtensor.testing_fixtures import bname, other  # noqa: E402, F401  (shared fixtures)
 
 testing.load_hypothesis_profiles()
 
-
-@pytest.fixture(scope="session")
-def bname() -> str:
-    """The name of the backend under test (skips if it is unavailable here)."""
-    return testing.require_backend(testing.backend_name()).name
-
-
-@pytest.fixture(scope="session")
-def other(bname: str) -> str:
-    """The backend under test when it is not numpy (numpy-vs-backend parity)."""
-    return testing.require_other(bname)
