@@ -51,6 +51,12 @@ _CTYPES = {
 _LOADED: dict[str, ctypes.CDLL] = {}
 _LOAD_LOCK = threading.Lock()
 
+# The fiber/thread schedule (a race detector, see sim_runtime.h): read at every launch, so
+# changing it needs no recompile. "forward" (default), "reverse" or "shuffle:SEED".
+SCHEDULE_ENV = "GTENSOR_SIM_SCHEDULE"
+SCHEDULES = {"forward": 0, "reverse": 1, "shuffle": 2}
+_APPLIED: dict[int, str] = {}  # id(loaded library) -> the schedule text it was last given
+
 
 def cache_dir() -> Path:
     """Directory holding compiled modules: $GTENSOR_CACHE_DIR/sim, else the XDG cache."""
@@ -172,6 +178,30 @@ def load(source: str, kernels: Sequence[Kernel]) -> ctypes.CDLL:
         return _LOADED[key]
 
 
+def parse_schedule(text: str | None) -> tuple[int, int]:
+    """``"forward"``, ``"reverse"`` or ``"shuffle:SEED"`` (empty: forward) -> (mode, seed)."""
+    name, _, seed = (text or "forward").strip().partition(":")
+    name = name or "forward"
+    if name not in SCHEDULES or (name == "shuffle") != bool(seed) or (
+            seed and not seed.isdigit()):
+        raise ValueError(f"{SCHEDULE_ENV}={text!r}: expected forward, reverse or shuffle:SEED "
+                         "(SEED a non-negative integer)")
+    return SCHEDULES[name], int(seed or 0) % 2**64
+
+
+def apply_schedule(lib: ctypes.CDLL) -> None:
+    """Give a loaded module the schedule $GTENSOR_SIM_SCHEDULE names (no-op when unchanged)."""
+    text = os.environ.get(SCHEDULE_ENV, "")
+    if _APPLIED.get(id(lib)) == text:
+        return
+    mode, seed = parse_schedule(text)
+    fn = lib.gtsim_set_schedule
+    fn.argtypes = (ctypes.c_int, ctypes.c_ulonglong)
+    fn.restype = ctypes.c_int
+    fn(mode, seed)
+    _APPLIED[id(lib)] = text
+
+
 class SimModule(KernelTable):
     """A compiled module of CUDA-dialect kernels, launched on the CPU."""
 
@@ -211,6 +241,7 @@ class SimModule(KernelTable):
                 boxes.append(_CTYPES[param.ctype](value.item()))
         argv = (ctypes.c_void_p * max(len(boxes), 1))(*(ctypes.addressof(x) for x in boxes))
         dims = (ctypes.c_uint * 6)(*g, *b)
+        apply_schedule(self._lib)  # the schedule is read at every launch (see SCHEDULE_ENV)
         status = self._launchers[name](dims, argv)
         if status != 0:
             raise RuntimeError(f"sim: kernel {name!r}: {_STATUS_MESSAGES.get(status, status)}")

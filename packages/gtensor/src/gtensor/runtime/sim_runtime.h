@@ -9,11 +9,21 @@
 // bootstrapped once with makecontext/setcontext; they live in a thread_local pool with mmap'ed
 // stacks (lazily committed, guard page below) and are reused across launches.
 // __shared__ storage is static thread_local: per OS thread, therefore per running block.
+//
+// Schedules (a race detector; set per process with gtsim_set_schedule, which gtensor calls
+// from $GTENSOR_SIM_SCHEDULE before launches, so changing it needs no recompile):
+//   0 forward  - blocks and threads in index order; fibers round robin from thread 0;
+//   1 reverse  - blocks and threads in descending order; fibers in descending order;
+//   2 shuffle  - blocks in a seeded pseudo-random order, threads of barrier-free kernels in a
+//                seeded permutation per block, and fibers in a fresh seeded permutation at
+//                every barrier (every live fiber still runs once per barrier phase).
+// A correct kernel (no race, every needed barrier present) gives the same bits under all three.
 #ifndef GTENSOR_SIM_RUNTIME_H
 #define GTENSOR_SIM_RUNTIME_H
 
 #undef _FORTIFY_SOURCE  // glibc's fortified longjmp aborts when jumping between fiber stacks
 
+#include <atomic>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -114,6 +124,20 @@ enum Status : int { kOk = 0, kNoStack = 1, kBarrierWithoutFibers = 2 };
 constexpr size_t kStackBytes = 256 * 1024;
 constexpr int kMaxThreads = 1024;
 
+enum Schedule : int { kForward = 0, kReverse = 1, kShuffle = 2 };
+
+// The process-wide schedule (read once per launch).
+static std::atomic<int> g_schedule{kForward};
+static std::atomic<unsigned long long> g_schedule_seed{0};
+
+// splitmix64: the seeded generator behind the shuffle schedule.
+static __forceinline__ unsigned long long splitmix64(unsigned long long& x) {
+    unsigned long long z = (x += 0x9E3779B97F4A7C15ULL);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+    return z ^ (z >> 31);
+}
+
 struct Fiber {
     JmpBuf entry;   // top of the fiber's trampoline: jumping here starts the current task
     JmpBuf resume;  // where the fiber waits inside __syncthreads
@@ -129,6 +153,10 @@ struct State {
     int cur = 0;            // fiber now running
     int live = 0;           // fibers of the block that have not returned
     bool fiber_mode = false;
+    int schedule = kForward;  // this launch's schedule
+    unsigned long long rng = 0;  // shuffle generator state
+    int pos = 0;            // position of cur in order[]
+    int order[kMaxThreads] = {};  // the fibers' order within one barrier phase
     bool started[kMaxThreads] = {};
     bool done[kMaxThreads] = {};
     void (*task)(void*) = nullptr;
@@ -174,13 +202,35 @@ static __forceinline__ void set_thread_index(int linear) {
     GTSIM_LONGJMP(s.fibers[i]->entry);
 }
 
-// Index of the next live fiber after cur, wrapping around (cur itself when it is the only one).
-static int next_live(const State& s) {
-    int j = s.cur;
+// order[0..n) = 0..n-1 (forward), n-1..0 (reverse) or a seeded permutation (shuffle).
+static void make_order(State& s, int* order, int n) {
+    for (int i = 0; i < n; ++i) order[i] = s.schedule == kReverse ? n - 1 - i : i;
+    if (s.schedule != kShuffle) return;
+    for (int i = n - 1; i > 0; --i) {  // Fisher-Yates
+        const int j = static_cast<int>(splitmix64(s.rng) % static_cast<unsigned>(i + 1));
+        const int t = order[i];
+        order[i] = order[j];
+        order[j] = t;
+    }
+}
+
+// Index of the next live fiber after cur in the phase order, wrapping around (cur itself when
+// it is the only one). Under shuffle a wrap starts a new phase with a new permutation.
+static int next_live(State& s) {
+    if (s.schedule == kForward) {
+        int j = s.cur;
+        do {
+            j = (j + 1 == s.nthreads) ? 0 : j + 1;
+        } while (s.done[j]);
+        return j;
+    }
     do {
-        j = (j + 1 == s.nthreads) ? 0 : j + 1;
-    } while (s.done[j]);
-    return j;
+        if (++s.pos == s.nthreads) {
+            s.pos = 0;
+            if (s.schedule == kShuffle) make_order(s, s.order, s.nthreads);
+        }
+    } while (s.done[s.order[s.pos]]);
+    return s.order[s.pos];
 }
 
 // Run this fiber's kernel body for the current block, then hand over. Never returns.
@@ -268,14 +318,79 @@ static void set_dims(const unsigned* dims) {
     blockDim = dim3(dims[3], dims[4], dims[5]);
 }
 
+// Read the process-wide schedule for this launch and seed the shuffle generator.
+static void begin_launch(State& s) {
+    s.schedule = g_schedule.load(std::memory_order_relaxed);
+    s.rng = g_schedule_seed.load(std::memory_order_relaxed);
+}
+
+// Linear block b of the launch in the schedule's block order (a bijection on [0, nb)).
+static __forceinline__ unsigned long long block_at(const State& s, unsigned long long b,
+                                                   unsigned long long nb, unsigned long long mul,
+                                                   unsigned long long add) {
+    if (s.schedule == kReverse) return nb - 1 - b;
+    if (s.schedule == kShuffle) return (b * mul + add) % nb;  // mul coprime to nb
+    return b;
+}
+
+static unsigned long long gcd(unsigned long long a, unsigned long long b) {
+    while (b) {
+        const unsigned long long t = a % b;
+        a = b;
+        b = t;
+    }
+    return a;
+}
+
+// The block-order multiplier and offset of a shuffled launch over nb blocks.
+static void block_affine(State& s, unsigned long long nb, unsigned long long& mul,
+                         unsigned long long& add) {
+    mul = 1;
+    add = 0;
+    if (s.schedule != kShuffle || nb < 2) return;
+    mul = splitmix64(s.rng) % nb;
+    while (gcd(mul, nb) != 1) mul = (mul + 1) % nb;
+    add = splitmix64(s.rng) % nb;
+}
+
+static void set_block_index(unsigned long long linear) {
+    blockIdx.x = static_cast<unsigned>(linear % gridDim.x);
+    blockIdx.y = static_cast<unsigned>((linear / gridDim.x) % gridDim.y);
+    blockIdx.z = static_cast<unsigned>(linear / (static_cast<unsigned long long>(gridDim.x) *
+                                                 gridDim.y));
+}
+
+// Run a barrier-free kernel under a non-forward schedule: blocks and threads permuted.
+template <class F>
+void run_plain_permuted(State& s, F& body) {
+    const unsigned long long nb =
+        static_cast<unsigned long long>(gridDim.x) * gridDim.y * gridDim.z;
+    const int nt = static_cast<int>(blockDim.x * blockDim.y * blockDim.z);
+    unsigned long long mul, add;
+    block_affine(s, nb, mul, add);
+    for (unsigned long long b = 0; b < nb; ++b) {
+        set_block_index(block_at(s, b, nb, mul, add));
+        make_order(s, s.order, nt);
+        for (int t = 0; t < nt; ++t) {
+            set_thread_index(s.order[t]);
+            body();
+        }
+    }
+}
+
 // Run a barrier-free kernel: a plain loop over blocks and threads.
 template <class F>
 int run_plain(const unsigned* dims, F&& body) {
     FpEnvGuard fp;
     State& s = install_state();
     set_dims(dims);
+    begin_launch(s);
     s.fiber_mode = false;
     if (GTSIM_SETJMP(s.escape)) return kBarrierWithoutFibers;
+    if (s.schedule != kForward) {
+        run_plain_permuted(s, body);
+        return kOk;
+    }
     for (unsigned bz = 0; bz < gridDim.z; ++bz)
         for (unsigned by = 0; by < gridDim.y; ++by)
             for (unsigned bx = 0; bx < gridDim.x; ++bx) {
@@ -295,7 +410,10 @@ __attribute__((noinline)) static void run_block(State& s) {
     std::memset(s.started, 0, sizeof s.started);
     std::memset(s.done, 0, sizeof s.done);
     s.live = s.nthreads;
-    if (!GTSIM_SETJMP(s.sched)) enter(s, 0);  // the last fiber to finish jumps back here
+    s.pos = 0;
+    if (s.schedule != kForward) make_order(s, s.order, s.nthreads);
+    const int first = s.schedule == kForward ? 0 : s.order[0];
+    if (!GTSIM_SETJMP(s.sched)) enter(s, first);  // the last fiber to finish jumps back here
 }
 
 template <class F>
@@ -317,17 +435,27 @@ int run_fibers(const unsigned* dims, F&& body) {
     s.task_arg = const_cast<void*>(static_cast<const void*>(&body));
     s.nthreads = n;
     s.fiber_mode = true;
-    for (unsigned bz = 0; bz < gridDim.z; ++bz)
-        for (unsigned by = 0; by < gridDim.y; ++by)
-            for (unsigned bx = 0; bx < gridDim.x; ++bx) {
-                blockIdx = uint3{bx, by, bz};
-                run_block(s);
-            }
+    begin_launch(s);
+    const unsigned long long nb =
+        static_cast<unsigned long long>(gridDim.x) * gridDim.y * gridDim.z;
+    unsigned long long mul, add;
+    block_affine(s, nb, mul, add);
+    for (unsigned long long b = 0; b < nb; ++b) {
+        set_block_index(block_at(s, b, nb, mul, add));
+        run_block(s);
+    }
     s.fiber_mode = false;
     return kOk;
 }
 
 }  // namespace gtsim
+
+// Set the schedule of every later launch in this process: 0 forward, 1 reverse, 2 shuffle
+// (seeded by `seed`). Returns the previous schedule.
+extern "C" int gtsim_set_schedule(int mode, unsigned long long seed) {
+    gtsim::g_schedule_seed.store(seed, std::memory_order_relaxed);
+    return gtsim::g_schedule.exchange(mode, std::memory_order_relaxed);
+}
 
 static inline void __syncthreads() { gtsim::syncthreads_impl(); }
 
