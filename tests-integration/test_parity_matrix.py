@@ -57,8 +57,9 @@ def run_tape(graph: Graph, dtype: str, backend: str) -> Result:
         be = tp.backend
         return Result(be.to_numpy(tp.value(loss)),
                       {k: be.to_numpy(tp.grad(v[k])) for k in graph.params},
-                      [be.to_numpy(a) for a in tp._values],
-                      [None if a is None else be.to_numpy(a) for a in tp._grads])
+                      [be.to_numpy(tp.value_at(i)) for i in range(len(tp))],
+                      [None if a is None else be.to_numpy(a)
+                       for a in (tp.grad_at(i) for i in range(len(tp)))])
 
 
 for _b in ("numpy", "sim", "cuda"):

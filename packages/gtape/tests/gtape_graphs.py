@@ -8,6 +8,7 @@ from typing import Any
 
 import gtape as g
 import numpy as np
+from gtape_testutil import grads, values
 
 
 @dataclass(frozen=True)
@@ -85,6 +86,6 @@ def run_tape(graph: Graph, backend: str, dtype: str = "float64", seed: int = 0) 
         tp.backward(loss)
         be = tp.backend
         return {"data": data, "loss": be.to_numpy(tp.value(loss)),
-                "values": [be.to_numpy(a) for a in tp._values],
-                "grads": [None if a is None else be.to_numpy(a) for a in tp._grads],
+                "values": [be.to_numpy(a) for a in values(tp)],
+                "grads": [None if a is None else be.to_numpy(a) for a in grads(tp)],
                 "param_grads": {k: be.to_numpy(tp.grad(v[k])) for k in graph.params}}

@@ -30,6 +30,24 @@ def host(tp: g.Tape, a: Any) -> np.ndarray:
     return np.array(tp.backend.to_numpy(a))
 
 
+def address(a: Any) -> int:
+    """The device/host address of an array's first element (identity of its buffer)."""
+    data = getattr(a, "data", None)
+    if hasattr(data, "ptr"):  # cupy
+        return int(data.ptr)
+    return int(a.__array_interface__["data"][0])
+
+
+def values(tp: g.Tape) -> list:
+    """Every node's value (read-only views), through the public accessor."""
+    return [tp.value_at(i) for i in range(len(tp))]
+
+
+def grads(tp: g.Tape) -> list:
+    """Every node's stored gradient or None, through the public accessor."""
+    return [tp.grad_at(i) for i in range(len(tp))]
+
+
 class CountingBackend:
     """A gtensor backend proxy counting every op call (``apply`` and the op methods)."""
 

@@ -61,6 +61,7 @@ ROWS = [
     Row("transpose_2d", g.transpose, ((3, 4),), ops=("transpose",)),
     Row("transpose_perm", lambda x: g.transpose(x, (2, 0, 1)), ((2, 3, 4),), ops=("transpose",)),
     Row("reshape", lambda x: g.reshape(x, (2, -1)), ((3, 4),), ops=("reshape",)),
+    Row("copy", g.copy, ((3, 4),), ops=("copy",)),
     Row("slice", lambda x: g.slice(x, 1, 1, 4), ((4, 5),), ops=("slice",)),
     Row("pad", lambda x: g.pad(x, 0, 1, 2), ((2, 3),), ops=("pad",)),
     Row("concat3", lambda a, b, c: g.concat([a, b, c], axis=1), ((2, 3), (2, 1), (2, 2)),
@@ -76,7 +77,7 @@ ROWS = [
         ((2, 3), (2, 3))),
     Row("scalar_div", lambda x: x / 3.0 + 3.0 / x - (1.0 - x), ((2, 3),), AWAY0),
 ]
-NONDIFF = {"relu_grad", "sigmoid_grad", "tanh_grad", "softmax_grad"}
+NONDIFF = {"relu_grad", "sigmoid_grad", "tanh_grad", "softmax_grad", "fill"}
 
 
 def draw(rng: np.random.Generator, shape: tuple, domain: str) -> np.ndarray:

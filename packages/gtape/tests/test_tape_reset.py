@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import gtape as g
 import numpy as np
-from gtape_testutil import bits_equal, host
+from gtape_testutil import address, bits_equal, grads, host, values
 
 
 def _episode(tp: g.Tape, w1, b1, w2, x: np.ndarray, t: np.ndarray) -> g.Var:
@@ -13,8 +13,8 @@ def _episode(tp: g.Tape, w1, b1, w2, x: np.ndarray, t: np.ndarray) -> g.Var:
 
 
 def _snapshot(tp: g.Tape) -> tuple[list, list]:
-    return ([host(tp, v) for v in tp._values],
-            [None if gr is None else host(tp, gr) for gr in tp._grads])
+    return ([host(tp, v) for v in values(tp)],
+            [None if gr is None else host(tp, gr) for gr in grads(tp)])
 
 
 def test_episode_after_reset_is_bitwise_identical_and_reuses_buffers(bname):
@@ -25,12 +25,12 @@ def test_episode_after_reset_is_bitwise_identical_and_reuses_buffers(bname):
         b1 = tp.param(rng.normal(size=5))
         w2 = tp.param(rng.normal(size=(5, 3)))
         mark = tp.mark()
-        grad_bufs = [tp._grads[p.index] for p in tp.params()]
+        grad_bufs = [address(tp.grad_at(p.index)) for p in tp.params()]
         loss = _episode(tp, w1, b1, w2, x, t)
         tp.backward(loss)
         vals1, grads1 = _snapshot(tp)
-        op_bufs = {i: tp._values[i] for i, n in enumerate(tp.nodes()) if n.op not in
-                   ("param", "const")}
+        op_bufs = {i: address(tp.value_at(i)) for i, n in enumerate(tp.nodes())}
+        grad_homes = [address(a) for a in grads(tp) if a is not None]
         tp.reset_to(mark)
         assert len(tp) == 3
         assert all(host(tp, tp.grad(p)).tolist() == np.zeros(tp.node(p).shape).tolist()
@@ -43,9 +43,11 @@ def test_episode_after_reset_is_bitwise_identical_and_reuses_buffers(bname):
             assert all(bits_equal(a, b) for a, b in zip(vals1, vals2))
             assert all((a is None and b is None) or bits_equal(a, b)
                        for a, b in zip(grads1, grads2))
-            # every op node wrote into the very same array object (out=), grads too
-            assert all(tp._values[i] is buf for i, buf in op_bufs.items())
-            assert all(tp._grads[p.index] is buf for p, buf in zip(tp.params(), grad_bufs))
+            # every node (consts too) wrote into the very same buffer, every gradient too
+            assert all(address(tp.value_at(i)) == buf for i, buf in op_bufs.items())
+            assert all(address(tp.grad_at(p.index)) == buf
+                       for p, buf in zip(tp.params(), grad_bufs))
+            assert [address(a) for a in grads(tp) if a is not None] == grad_homes
             tp.reset_to(mark)
 
 

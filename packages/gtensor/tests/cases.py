@@ -79,6 +79,11 @@ def _cases() -> list[Case]:
     for shapes_, axis in [(((3, 2), (3, 5)), 1), (((1, 4), (2, 4), (3, 4)), 0),
                           (((7,),), 0), (((2, 3, 1), (2, 3, 2)), 2), (((2, 1, 4), (2, 2, 4)), -2)]:
         cases.append(Case("concat", shapes_, {"axis": axis}))
+    for s in [(), (7,), (3, 5), (2, 3, 4), (0, 3)]:
+        cases.append(Case("copy", (s,)))
+    for s, v in [((), 1.0), ((7,), -0.0), ((3, 5), 0.1), ((2, 3, 4), float("nan")),
+                 ((0, 3), 2.0), ((5,), float("-inf")), ((4,), 1e-40)]:
+        cases.append(Case("fill", (), {"shape": s, "value": v}))
     for s, target in [((5,), (3, 5)), ((3, 1), (3, 5)), ((), (2, 3)), ((1, 4), (2, 3, 4)),
                       ((7,), (7,))]:
         cases.append(Case("broadcast_to", (s,), {"shape": target}))

@@ -12,10 +12,11 @@ from hypothesis import strategies as st
 DTYPES = [np.float64, np.float32]
 
 
-def _run(be, case, arrays_):
+def _run(be, case, arrays_, dtype=None):
     xs = [be.asarray(a) for a in arrays_]
     fn = getattr(be, case.op)
-    out = fn(xs, **case.attrs) if case.op == "concat" else fn(*xs, **case.attrs)
+    attrs = dict(case.attrs) if case.shapes else {**case.attrs, "dtype": dtype}
+    out = fn(xs, **attrs) if case.op == "concat" else fn(*xs, **attrs)
     return be.to_numpy(out)
 
 
@@ -25,8 +26,8 @@ def _run(be, case, arrays_):
 def test_bitwise_parity(other, ref, case, dtype, data):
     inputs = [data.draw(arrays(np.dtype(dtype), s), label=f"input{i}")
               for i, s in enumerate(case.shapes)]
-    want = _run(ref, case, inputs)
-    got = _run(other, case, inputs)
+    want = _run(ref, case, inputs, dtype)
+    got = _run(other, case, inputs, dtype)
     assert want.dtype == np.dtype(dtype)
     assert bits_equal(want, got), (
         f"{case.id} {np.dtype(dtype)} on {other.name}: {first_difference(want, got)}\n"

@@ -9,11 +9,12 @@ import pytest
 from cases import CASES
 from gtensor.cuda_source import module_kernels, module_source
 
-NON_DIFFERENTIABLE = {"relu_grad", "sigmoid_grad", "tanh_grad", "softmax_grad"}
+NON_DIFFERENTIABLE = {"relu_grad", "sigmoid_grad", "tanh_grad", "softmax_grad", "fill"}
 EXPECTED_OPS = {
     "add", "sub", "mul", "div", "adds", "muls", "neg", "relu", "sigmoid", "tanh", "exp", "log",
     "sqrt", "sum", "mean", "sum_to", "matmul", "bmm", "transpose", "reshape", "slice", "concat",
     "softmax", "pad", "broadcast_to", "relu_grad", "sigmoid_grad", "tanh_grad", "softmax_grad",
+    "copy", "fill",
 }
 
 

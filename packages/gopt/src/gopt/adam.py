@@ -1,4 +1,9 @@
-"""Adam with the bias correction folded into a host-side float64 step size."""
+"""Adam with the bias correction folded into a host-side float64 step size.
+
+The step size ``lr_t`` changes every step: it is computed on the host in float64 and written,
+rounded once to the tape's dtype, into a 0-d backend buffer that the update multiplies by
+(``mul`` with a 0-d operand: the same arithmetic as ``muls`` with the scalar).
+"""
 
 from __future__ import annotations
 
@@ -57,6 +62,7 @@ class Adam(Optimizer):
         self._b1_pow = self._b1_pow * self._b1
         self._b2_pow = self._b2_pow * self._b2
         self._lr_t = adam_lr_t(self._lr, self._b1_pow, self._b2_pow)
+        self._ws.put("adam_lr_t", self._lr_t)
 
     def _update(self, i: int, slot: Slot, p: Any, g: Any) -> Any:
         be, ws, shape = self._be, self._ws, slot.shape
@@ -71,7 +77,7 @@ class Adam(Optimizer):
         b = be.muls(gg, 1.0 - self._b2, out=ws(("adam_b", i), shape))
         be.add(a, b, out=v)
         # p <- p - (lr_t*m) / (sqrt(v) + eps)
-        num = be.muls(m, self._lr_t, out=ws(("adam_num", i), shape))
+        num = be.mul(m, ws("adam_lr_t", ()), out=ws(("adam_num", i), shape))
         root = be.sqrt(v, out=ws(("adam_root", i), shape))
         den = be.adds(root, self._eps, out=ws(("adam_den", i), shape))
         upd = be.div(num, den, out=ws(("adam_upd", i), shape))

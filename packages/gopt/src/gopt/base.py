@@ -24,14 +24,22 @@ class Slot:
 
 
 class Optimizer:
-    """Base class: subclasses define ``STATE`` (per-parameter buffers) and ``_update``."""
+    """Base class: subclasses define ``STATE`` (per-parameter buffers) and ``_update``.
+
+    The optimizer works over a *parameter store*: a ``gtape.Tape``, or any object with the same
+    ``backend``, ``dtype``, ``value(p)``, ``grad(p)``, ``set_value(p, array)`` plus
+    ``check_param(where, p)`` (a replay program holding the tape's parameters on a device).
+    A step is two halves: ``_advance`` (host: the step count and per-step scalars, written into
+    small backend buffers) and ``_device_step`` (backend ops only, on buffers that never move),
+    so a replay engine can record the second half once and re-run it every step.
+    """
 
     KIND = "?"
     STATE: tuple[str, ...] = ()
 
     def __init__(self, tp: gtape.Tape, lr: float) -> None:
         where = type(self).__name__
-        self._tp = checks.tape(where, tp)
+        self._tp = checks.store(where, tp)
         self._lr = checks.real(where, "lr", lr, low=0.0, expected="a finite real number >= 0")
         self._be = tp.backend
         self._ws = Workspace(self._be, tp.dtype)
@@ -44,7 +52,7 @@ class Optimizer:
     # ---------------------------------------------------------------- configuration
     @property
     def tape(self) -> gtape.Tape:
-        """The tape whose parameters this optimizer updates."""
+        """The tape (or parameter store) whose parameters this optimizer updates."""
         return self._tp
 
     @property
@@ -70,7 +78,7 @@ class Optimizer:
     def add(self, param: gtape.Var, alpha: float = 0.0) -> gtape.Var:
         """Register ``param`` with L2 weight ``alpha`` (the gradient becomes g + alpha*p)."""
         where = f"{type(self).__name__}.add"
-        checks.param(where, self._tp, param)
+        checks.store_param(where, self._tp, param)
         a = checks.real(where, "alpha", alpha, low=0.0, expected="a finite real number >= 0")
         if self._t:
             raise RuntimeError(f"{where}: {self._t} step(s) were already taken; register every "
@@ -97,15 +105,27 @@ class Optimizer:
     # ---------------------------------------------------------------- the step
     def step(self) -> None:
         """One update of every registered parameter from its current gradient; advances t."""
+        self._check_step()
+        self._advance()
+        self._device_step()
+
+    def _check_step(self) -> None:
+        """Refuse a step that cannot run (before anything changes)."""
         where = f"{type(self).__name__}.step"
         if not self._slots:
             raise RuntimeError(f"{where}: no parameters registered; call add(param, alpha) "
                                "for each parameter first")
         for s in self._slots:
-            checks.param(where, self._tp, s.var)
-        tp, ws = self._tp, self._ws
+            checks.store_param(where, self._tp, s.var)
+
+    def _advance(self) -> None:
+        """The host half of a step: advance t, write this step's scalars into their buffers."""
         self._t += 1
         self._begin_step()
+
+    def _device_step(self) -> None:
+        """The backend half of a step: backend ops only, on buffers that never move."""
+        tp, ws = self._tp, self._ws
         grads = [tp.grad(s.var) for s in self._slots]
         if self._clip_consts is not None:
             norm = gradients.global_norm(ws, grads)
@@ -125,7 +145,7 @@ class Optimizer:
         return float(self._be.to_numpy(self._last_norm))
 
     def _begin_step(self) -> None:
-        """Host-side per-step scalars (after t has advanced)."""
+        """Host-side per-step scalars (after t has advanced), written with ``be.write``."""
 
     def _update(self, i: int, slot: Slot, p: Any, g: Any) -> Any:
         """The new value of parameter ``i`` (a workspace buffer) from its value and gradient."""
@@ -160,7 +180,7 @@ class Optimizer:
         for k, v in self._host_state().items():
             out[f"host.{k}"] = np.array(v, np.float64)
         for i, s in enumerate(self._slots):
-            checks.param("state_dict", tp, s.var)
+            checks.store_param("state_dict", tp, s.var)
             for name in self.STATE:
                 out[f"{name}.{i}"] = self._be.to_numpy(s.state[name])
             if params:
@@ -184,7 +204,7 @@ class Optimizer:
                              f"{len(self._slots)} registered (register the same ones first)")
         arrays: list[dict[str, Any]] = []
         for i, s in enumerate(self._slots):
-            checks.param(where, self._tp, s.var)
+            checks.store_param(where, self._tp, s.var)
             names = list(self.STATE) + (["param"] if f"param.{i}" in state else [])
             got = {}
             for name in names:

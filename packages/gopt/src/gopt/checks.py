@@ -45,6 +45,26 @@ def tape(where: str, tp: Any) -> gtape.Tape:
     return tp
 
 
+def store(where: str, tp: Any) -> Any:
+    """``tp`` checked to be an open gtape.Tape or a parameter store (see ``Optimizer``)."""
+    if isinstance(tp, gtape.Tape):
+        return tape(where, tp)
+    if all(callable(getattr(tp, m, None)) for m in STORE_METHODS):
+        return tp
+    raise TypeError(f"{where}: tp is {describe(tp)}; expected a gtape.Tape (or a replay "
+                    "program's parameter store)")
+
+
+STORE_METHODS = ("value", "grad", "set_value", "check_param")
+
+
+def store_param(where: str, tp: Any, p: Any) -> gtape.Var:
+    """``p`` checked to be a live parameter of the tape or parameter store ``tp``."""
+    if isinstance(tp, gtape.Tape):
+        return param(where, tp, p)
+    return tp.check_param(where, p)
+
+
 def param(where: str, tp: gtape.Tape, p: Any) -> gtape.Var:
     """``p`` checked to be a live parameter Var of ``tp``."""
     if not isinstance(p, gtape.Var):

@@ -26,3 +26,11 @@ class Workspace:
     def scalar(self, value: float) -> Any:
         """A fresh 0-d backend array holding ``value`` rounded once to the dtype."""
         return self.be.asarray(value, dtype=self.dtype)
+
+    def put(self, key: Any, value: float) -> Any:
+        """The 0-d buffer ``key``, overwritten with ``value`` rounded once to the dtype.
+
+        How a per-step host scalar reaches the backend: the buffer never moves, so a captured
+        step that reads it sees each step's value (``Backend.write``, a transfer, not a launch).
+        """
+        return self.be.write(self(key, ()), value)

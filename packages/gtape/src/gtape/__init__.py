@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+from .leaves import CONST, PARAM, Leaf
 from .losses import mse
 from .ops import (
     add,
@@ -20,6 +21,7 @@ from .ops import (
     bmm,
     broadcast_to,
     concat,
+    copy,
     div,
     exp,
     log,
@@ -50,7 +52,8 @@ from .var import StaleVarError, Var
 
 __version__ = "0.1.0"
 __all__ = [
-    "Mark", "Node", "StaleVarError", "Tape", "Var", "__version__", "add", "adds", "apply", "bmm",
+    "CONST", "Leaf", "Mark", "Node", "PARAM", "StaleVarError", "Tape", "Var", "__version__",
+    "add", "adds", "apply", "bmm", "copy",
     "broadcast_to", "concat", "div", "exp", "log", "matmul", "mean", "mse", "mul", "muls", "neg",
     "pad", "relu", "relu_grad", "reshape", "sigmoid", "sigmoid_grad", "slice", "softmax",
     "softmax_grad", "sqrt", "sub", "sum", "sum_to", "tanh", "tanh_grad", "transpose",

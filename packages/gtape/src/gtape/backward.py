@@ -1,78 +1,103 @@
-"""The backward pass: one reverse walk over the flat node list.
+"""The backward pass: one reverse walk over a flat node list, written only in backend ops.
 
 Order (fixed, so every engine can reproduce the bits):
   * node indices descend from the loss; a node is visited only if it requires a gradient
     (a parameter lies upstream) and the loss depends on it;
+  * the seed is ``fill(loss shape, 1.0)``;
   * a visited op node calls its op's ``vjp`` with ``needs[k]`` = input k requires a gradient;
   * each contribution whose shape differs from its input's shape is reduced once with
     ``sum_to``; contributions to one node are summed with ``add`` in arrival order
     (consumers in descending index order, and within one consumer in input order);
-  * a parameter's total is copied (``reshape``) into its persistent gradient buffer.
-All arithmetic is done by backend ops; the engine itself only moves references.
+  * a parameter's total is copied (``copy``) into its persistent gradient buffer; parameters
+    the gradient does not reach get ``fill(0.0)``.
+The engine only moves references; every write is a backend op. It runs on any gtensor backend:
+the eager tape's, or a ``gtensor.recording.Recorder`` when a replay engine captures the pass.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
 
-import numpy as np
+from gtensor import Op
 
-if TYPE_CHECKING:
-    from .tape import Tape
+from .leaves import PARAM, Leaf
 
 
-def _reached(tape: Tape, loss: int) -> list[bool]:
+@dataclass(frozen=True)
+class Graph:
+    """The flat node lists the backward pass reads, plus the gradient list it writes.
+
+    ``grads[i]`` is a persistent buffer for every param (overwritten in place) and is replaced
+    by the pass for every other node (an array, or None where no gradient is stored).
+    """
+
+    ops: Sequence[Op | Leaf]
+    inputs: Sequence[tuple[int, ...]]
+    attrs: Sequence[dict]
+    shapes: Sequence[tuple[int, ...]]
+    req: Sequence[bool]
+    values: Sequence[Any]
+    grads: list
+
+
+def reached(graph: Graph, loss: int) -> list[bool]:
     """Nodes the gradient reaches: requires-grad nodes the loss depends on.
 
     Raises NotImplementedError (before any work) if a gradient would have to flow through an
     op without a backward rule.
     """
     reach = [False] * (loss + 1)
-    reach[loss] = tape._req[loss]
+    reach[loss] = graph.req[loss]
     for i in range(loss, -1, -1):
-        if not reach[i] or isinstance(tape._op[i], str):
+        op = graph.ops[i]
+        if not reach[i] or isinstance(op, Leaf):
             continue
-        op = tape._op[i]
         if op.vjp is None:
             raise NotImplementedError(
                 f"backward: op {op.name} (node {i}) has no backward rule, but a parameter "
                 "lies upstream of it and the loss depends on it; keep it off the gradient path")
-        for j in tape._inputs[i]:
-            if tape._req[j]:
+        for j in graph.inputs[i]:
+            if graph.req[j]:
                 reach[j] = True
     return reach
 
 
-def run(tape: Tape, loss: int) -> dict:
-    """Fill ``tape._grads`` with d loss / d node; returns counts of the work done."""
-    from .tape import PARAM, copy_into
+def run(be: Any, graph: Graph, loss: int, dtype: Any,
+        visit: Callable[[int], None] | None = None) -> dict:
+    """Fill ``graph.grads`` with d loss / d node on backend ``be``; returns counts of the work.
 
-    be, req = tape._be, tape._req
-    reach = _reached(tape, loss)  # may raise: nothing has been touched yet
+    ``visit(i)``, when given, is called before node ``i``'s work (a capture tags launches).
+    """
+    ops, req, grads = graph.ops, graph.req, graph.grads
+    reach = reached(graph, loss)  # may raise: nothing has been touched yet
     stats = {"vjps": 0, "reductions": 0, "accumulations": 0, "param_copies": 0}
-    for i, op in enumerate(tape._op):  # forget the previous backward's gradients
-        if op == PARAM:
+    for i, op in enumerate(ops):  # forget the previous backward's gradients
+        if op is PARAM:
             if i > loss or not reach[i]:
-                tape._grads[i].fill(0)
+                be.fill(graph.shapes[i], 0.0, dtype, out=grads[i])
         else:
-            tape._grads[i] = None
+            grads[i] = None
     if not reach[loss]:
         return stats
-    pending: dict[int, Any] = {loss: be.asarray(np.ones(tape._shape[loss]), dtype=tape.dtype)}
+    pending: dict[int, Any] = {loss: be.fill(graph.shapes[loss], 1.0, dtype)}
     for i in range(loss, -1, -1):
         if not reach[i]:
             continue
+        if visit is not None:
+            visit(i)
         g = pending.pop(i)
-        op = tape._op[i]
-        if op == PARAM:
-            copy_into(tape, g, tape._grads[i])
+        op = ops[i]
+        if op is PARAM:
+            be.copy(g, out=grads[i])
             stats["param_copies"] += 1
             continue
-        tape._grads[i] = g
-        inputs = tape._inputs[i]
+        grads[i] = g
+        inputs = graph.inputs[i]
         needs = tuple(req[j] for j in inputs)
-        contribs = op.vjp(be, g, [tape._values[j] for j in inputs], tape._values[i], needs,
-                          **tape._attrs[i])
+        contribs = op.vjp(be, g, [graph.values[j] for j in inputs], graph.values[i], needs,
+                          **graph.attrs[i])
         stats["vjps"] += 1
         for j, c, need in zip(inputs, contribs, needs):
             if not need:
@@ -80,8 +105,8 @@ def run(tape: Tape, loss: int) -> dict:
             if c is None:
                 raise AssertionError(f"backward: the vjp of {op.name} returned no gradient for "
                                      f"input node {j}, which needs one")
-            if tuple(c.shape) != tape._shape[j]:
-                c = be.sum_to(c, tape._shape[j])
+            if tuple(c.shape) != graph.shapes[j]:
+                c = be.sum_to(c, graph.shapes[j])
                 stats["reductions"] += 1
             if j in pending:
                 pending[j] = be.add(pending[j], c)

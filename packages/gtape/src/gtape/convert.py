@@ -33,14 +33,43 @@ def to_backend(be: Any, x: Any, dtype: np.dtype, where: str) -> Any:
     if type(x).__module__.split(".")[0] == "cupy":
         raise TypeError(f"{where}: got {describe(x)} (a cuda array) but this tape runs on the "
                         f"{be.name} backend; expected host data or a {be.name} array")
+    arr = _host(x, where)
+    with np.errstate(over="ignore"):
+        return be.asarray(arr, dtype=dtype)
+
+
+def into_backend(be: Any, x: Any, dtype: np.dtype, where: str, buf: Any) -> Any:
+    """``x`` converted by the module rule, written into ``buf`` when it fits, else a fresh array.
+
+    ``buf`` (an array of ``be`` with ``dtype``, or None) is reused when ``x`` has its shape: host
+    data is written in (``Backend.write``, the same single rounding as ``to_backend``) and an
+    array of the tape's backend and dtype is copied with the ``copy`` op.
+    """
+    if buf is None or buf.dtype != dtype:
+        return to_backend(be, x, dtype, where)
+    if be.is_array(x):
+        _check_kind(x.dtype, where, x)
+        if (x.dtype == dtype and tuple(x.shape) == tuple(buf.shape)
+                and not be._overlaps(x, buf)):
+            return be.copy(x, out=buf)
+        return to_backend(be, x, dtype, where)
+    if type(x).__module__.split(".")[0] == "cupy":
+        return to_backend(be, x, dtype, where)  # raises the cross-backend TypeError
+    arr = _host(x, where)
+    if tuple(arr.shape) != tuple(buf.shape):
+        return to_backend(be, arr, dtype, where)
+    return be.write(buf, arr)
+
+
+def _host(x: Any, where: str) -> np.ndarray:
+    """``x`` as a host numpy array of real numbers (TypeError naming ``where`` otherwise)."""
     try:
         arr = np.asarray(x)
     except (TypeError, ValueError) as e:
         raise TypeError(f"{where}: cannot convert {describe(x)} to an array ({e}); expected "
                         "real numbers (bool, int or float)") from None
     _check_kind(arr.dtype, where, x)
-    with np.errstate(over="ignore"):
-        return be.asarray(arr.view(np.ndarray), dtype=dtype)
+    return arr.view(np.ndarray)
 
 
 def _check_kind(dt: np.dtype, where: str, x: Any) -> None:

@@ -9,18 +9,21 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from gtensor import Op
+
 from .convert import describe
 from .var import Var
 
 Operand = Any  # a Var, or data converted to a const: ndarray, backend array, list, number
 
 
-def apply(name: str, operands: Sequence[Operand], **attrs: Any) -> Var:
-    """Run the gtensor op called ``name`` on ``operands`` and record it (the generic form)."""
+def apply(name: Op | str, operands: Sequence[Operand], **attrs: Any) -> Var:
+    """Run the gtensor op ``name`` (an Op, or its name) on ``operands`` and record it."""
     tape = next((x.tape for x in operands if isinstance(x, Var)), None)
     if tape is None:
         got = ", ".join(describe(x) for x in operands) or "no operands"
-        raise TypeError(f"{name}: expected at least one Var of a Tape among the operands, "
+        what = name.name if isinstance(name, Op) else name
+        raise TypeError(f"{what}: expected at least one Var of a Tape among the operands, "
                         f"got {got}")
     return tape._record(name, list(operands), attrs)
 
@@ -120,6 +123,11 @@ def bmm(a: Operand, b: Operand) -> Var:
 
 
 # ---------------------------------------------------------------- movement
+def copy(x: Operand) -> Var:
+    """An exact copy of x (a new node; gradient passes through unchanged)."""
+    return apply("copy", (x,))
+
+
 def transpose(x: Operand, axes: Sequence[int] | None = None) -> Var:
     """Permute axes (default: reverse them)."""
     return apply("transpose", (x,), axes=None if axes is None else tuple(axes))

@@ -12,10 +12,11 @@ import numpy as np
 from gtensor import REGISTRY, Op
 
 from . import backward as _backward
-from .convert import describe, to_backend
+from .buffers import ReusedOutputs
+from .convert import describe, into_backend, to_backend
+from .leaves import CONST, PARAM, Leaf
 from .var import StaleVarError, Var
 
-PARAM, CONST = "param", "const"
 _tape_ids = itertools.count(1)
 
 
@@ -32,11 +33,21 @@ class Node(NamedTuple):
     """A read-only description of one node (for replay / emission packages and debugging)."""
 
     index: int
-    op: str  # an op name of gtensor.REGISTRY, or "param" / "const"
+    op: Op | Leaf  # a gtensor Op, or gtape.PARAM / gtape.CONST for leaves
     inputs: tuple[int, ...]
     attrs: dict
     shape: tuple[int, ...]
     requires_grad: bool
+
+    @property
+    def name(self) -> str:
+        """The op's name, or "param" / "const"."""
+        return self.op.name
+
+    @property
+    def is_leaf(self) -> bool:
+        """True for params and consts."""
+        return isinstance(self.op, Leaf)
 
 
 class Tape:
@@ -52,7 +63,7 @@ class Tape:
         self._serials = itertools.count()
         self._closed = False
         # flat storage: one entry per node in each list (parallel arrays)
-        self._op: list[Op | str] = []  # an Op, or PARAM / CONST for leaves
+        self._op: list[Op | Leaf] = []  # an Op, or PARAM / CONST for leaves
         self._inputs: list[tuple[int, ...]] = []
         self._attrs: list[dict] = []
         self._shape: list[tuple[int, ...]] = []
@@ -63,6 +74,7 @@ class Tape:
         # buffers kept across reset_to, by node index, reused through ``out=``
         self._vcache: list[Any] = []
         self._gcache: dict[int, Any] = {}  # persistent gradient buffers of params
+        self._bwd = ReusedOutputs(self._be)  # stable homes of the backward pass's results
         self._last_backward = {"vjps": 0, "reductions": 0, "accumulations": 0, "param_copies": 0}
 
     # ---------------------------------------------------------------- properties
@@ -75,6 +87,11 @@ class Tape:
     def dtype(self) -> np.dtype:
         """The dtype of every value and gradient (float64 or float32)."""
         return self._dtype
+
+    @property
+    def closed(self) -> bool:
+        """True once ``close`` released every buffer."""
+        return self._closed
 
     def __len__(self) -> int:
         return len(self._op)
@@ -100,23 +117,30 @@ class Tape:
             buf = self._be.zeros(value.shape, self._dtype)
             self._gcache[i] = buf
         else:
-            _zero_fill(buf)
+            self._zero(buf)
         return self._append(PARAM, (), {}, value, True, grad=buf)
 
     def const(self, x: Any) -> Var:
-        """Register a constant (no gradient flows into it); ``x`` is copied in (tape dtype)."""
+        """Register a constant (no gradient flows into it); ``x`` is copied in (tape dtype).
+
+        In a mark/reset loop the copy goes into the buffer the node at this index had in the
+        previous episode (same shape), so a minibatch input has one stable home.
+        """
         self._check_open("const")
-        return self._append(CONST, (), {}, to_backend(self._be, x, self._dtype, "const"), False)
+        i = len(self)
+        buf = self._vcache[i] if i < len(self._vcache) else None
+        value = into_backend(self._be, x, self._dtype, "const", buf)
+        return self._append(CONST, (), {}, value, False)
 
     def params(self) -> list[Var]:
         """The parameter Vars, in registration order."""
         self._check_open("params")
-        return [self._var(i) for i, op in enumerate(self._op) if op == PARAM]
+        return [self._var(i) for i, op in enumerate(self._op) if op is PARAM]
 
     def set_value(self, p: Var, x: Any) -> None:
         """Overwrite a parameter's live value in place (views of it stay valid)."""
         self._check_var(p, "set_value")
-        if self._op[p.index] != PARAM:
+        if self._op[p.index] is not PARAM:
             raise ValueError(f"set_value: {p!r} is not a param; only parameters can be updated")
         buf, shape = self._values[p.index], self._shape[p.index]
         direct = self._be.is_array(x) and x.dtype == self._dtype and not _overlaps(self._be, x, buf)
@@ -124,7 +148,7 @@ class Tape:
         if tuple(src.shape) != shape:
             raise ValueError(f"set_value: param node {p.index} has shape {shape}; got "
                              f"{describe(x)}; expected the same shape")
-        copy_into(self, src, buf)
+        self._be.copy(src, out=buf)
 
     # ---------------------------------------------------------------- reading
     def value(self, v: Var) -> Any:
@@ -140,14 +164,24 @@ class Tape:
             g = self._be.zeros(self._shape[v.index], self._dtype)
         return _read_only(g)
 
+    def value_at(self, i: int) -> Any:
+        """A read-only view of node ``i``'s value (as ``value``, by index)."""
+        return _read_only(self._values[self._check_index(i, "value_at")])
+
+    def grad_at(self, i: int) -> Any | None:
+        """A read-only view of node ``i``'s stored gradient, or None where none is stored."""
+        g = self._grads[self._check_index(i, "grad_at")]
+        return None if g is None else _read_only(g)
+
     def node(self, v: Var | int) -> Node:
         """The description of one node (by Var or index)."""
-        i = v if isinstance(v, int) else v.index
         if isinstance(v, Var):
             self._check_var(v, "node")
-        op = self._op[i]
-        return Node(i, op if isinstance(op, str) else op.name, self._inputs[i],
-                    dict(self._attrs[i]), self._shape[i], self._req[i])
+            i = v.index
+        else:
+            i = self._check_index(v, "node")
+        return Node(i, self._op[i], self._inputs[i], dict(self._attrs[i]), self._shape[i],
+                    self._req[i])
 
     def nodes(self) -> list[Node]:
         """Descriptions of every node, in tape order."""
@@ -157,7 +191,7 @@ class Tape:
     def stats(self) -> dict:
         """Counts: nodes, params, stored gradients, and the work of the last backward."""
         self._check_open("stats")
-        return {"nodes": len(self), "params": sum(op == PARAM for op in self._op),
+        return {"nodes": len(self), "params": sum(op is PARAM for op in self._op),
                 "grad_buffers": sum(g is not None for g in self._grads),
                 "requires_grad": sum(self._req), **self._last_backward}
 
@@ -174,7 +208,10 @@ class Tape:
         if int(np.prod(shape)) != 1:
             raise ValueError(f"backward: loss has shape {shape}; expected a scalar (one element), "
                              "e.g. g.sum(...) or g.mean(...)")
-        self._last_backward = _backward.run(self, loss.index)
+        self._bwd.start()
+        graph = _backward.Graph(self._op, self._inputs, self._attrs, self._shape, self._req,
+                                self._values, self._grads)
+        self._last_backward = _backward.run(self._bwd, graph, loss.index, self._dtype)
 
     def mark(self) -> Mark:
         """The current position; ``reset_to`` it drops every later node."""
@@ -194,8 +231,8 @@ class Tape:
                     self._values, self._grads):
             del lst[n:]
         for i, g in enumerate(self._grads):
-            if self._op[i] == PARAM:
-                _zero_fill(g)
+            if self._op[i] is PARAM:
+                self._zero(g)
             else:
                 self._grads[i] = None
 
@@ -205,16 +242,18 @@ class Tape:
                     self._values, self._grads, self._vcache):
             lst.clear()
         self._gcache.clear()
+        self._bwd.clear()
         self._closed = True
 
     # ---------------------------------------------------------------- recording (internal)
-    def _record(self, name: str, operands: Sequence[Any], attrs: dict) -> Var:
+    def _record(self, name: Op | str, operands: Sequence[Any], attrs: dict) -> Var:
         """Run op ``name`` on ``operands`` (Vars of this tape or data) and append its node.
 
         Everything is checked and computed before anything is appended, so a failing call
         leaves the tape exactly as it was.
         """
-        op = REGISTRY[name]
+        op = name if isinstance(name, Op) else REGISTRY[name]
+        name = op.name
         self._check_open(name)
         argnames = ([f"xs[{k}]" for k in range(len(operands))] if op.variadic else op.inputs)
         arrays, idx, consts = [], [], []
@@ -226,7 +265,9 @@ class Tape:
                 arrays.append(self._values[x.index])
                 idx.append(x.index)
             else:
-                arr = to_backend(self._be, x, self._dtype, f"{name}: {arg}")
+                k = len(self) + len(consts)
+                home = self._vcache[k] if k < len(self._vcache) else None
+                arr = into_backend(self._be, x, self._dtype, f"{name}: {arg}", home)
                 arrays.append(arr)
                 idx.append(len(self) + len(consts))
                 consts.append(arr)
@@ -242,7 +283,7 @@ class Tape:
             self._append(CONST, (), {}, arr, False)
         return self._append(op, tuple(idx), norm, value, any(self._req[j] for j in idx))
 
-    def _append(self, op: Op | str, inputs: tuple, attrs: dict, value: Any, req: bool,
+    def _append(self, op: Op | Leaf, inputs: tuple, attrs: dict, value: Any, req: bool,
                 grad: Any = None) -> Var:
         i = len(self)
         serial = next(self._serials)
@@ -293,13 +334,20 @@ class Tape:
             return self._shape[i]
         if field == "requires_grad":
             return self._req[i]
-        op = self._op[i]
-        return op if isinstance(op, str) else op.name
+        return self._op[i].name
 
+    def _check_index(self, i: Any, where: str) -> int:
+        self._check_open(where)
+        if isinstance(i, bool) or not isinstance(i, (int, np.integer)):
+            raise TypeError(f"{where}: expected a node index (int), got {describe(i)}")
+        if not 0 <= i < len(self):
+            raise IndexError(f"{where}: node {i} does not exist; the tape has {len(self)} "
+                             f"nodes (expected 0 <= index < {len(self)})")
+        return int(i)
 
-def copy_into(tape: Tape, src: Any, buf: Any) -> None:
-    """Exact copy of ``src`` into the existing array ``buf`` (same shape and dtype)."""
-    tape._be.reshape(src, tuple(buf.shape), out=buf)  # a gtensor copy op
+    def _zero(self, buf: Any) -> None:
+        """Set a buffer to +0.0 in place (the gtensor fill op, a kernel on sim and cuda)."""
+        self._be.fill(tuple(buf.shape), 0.0, self._dtype, out=buf)
 
 
 def _is_dtype(dtype: Any) -> bool:
@@ -316,11 +364,6 @@ def _read_only(a: Any) -> Any:
     if hasattr(view, "flags") and isinstance(a, np.ndarray):
         view.flags.writeable = False
     return view
-
-
-def _zero_fill(buf: Any) -> None:
-    """Set a buffer to +0.0 in place (a memset; numpy, sim and cupy arrays all have ``fill``)."""
-    buf.fill(0)
 
 
 def _overlaps(be: Any, a: Any, b: Any) -> bool:

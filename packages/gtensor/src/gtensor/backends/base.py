@@ -68,6 +68,8 @@ class Backend:
                 raise TypeError(f"{op.name}: {n} is {x.dtype} but {names[0]} is {dtype}; "
                                 "expected one dtype for all inputs (convert with asarray)")
         out_shape, attrs = op.infer(tuple(tuple(x.shape) for x in inputs), attrs)
+        if dtype is None:  # an op without array inputs (fill) names its dtype
+            dtype = attrs["dtype"]
         if out is not None:
             self._check_out(op.name, out, out_shape, dtype, inputs)
         return self._execute(op, inputs, out_shape, dtype, attrs, out)
@@ -75,7 +77,7 @@ class Backend:
     def _check_out(self, op: str, out: Any, shape: tuple, dtype: Any, inputs: list) -> None:
         """Validate an ``out=`` buffer."""
         if not self.is_array(out):
-            raise TypeError(f"{op}: out is {_describe(out)}; expected an array of the "
+            raise TypeError(f"{op}: out is {describe(out)}; expected an array of the "
                             f"{self.name} backend")
         if tuple(out.shape) != tuple(shape) or out.dtype != dtype:
             raise ValueError(f"{op}: out has shape {tuple(out.shape)} and dtype {out.dtype}; "
@@ -85,10 +87,42 @@ class Backend:
         if any(self._overlaps(out, x) for x in inputs):
             raise ValueError(f"{op}: out shares memory with an input; expected a separate buffer")
 
+    def write(self, dst: Any, x: Any) -> Any:
+        """Copy host data ``x`` into the existing array ``dst`` (converted once to its dtype).
+
+        A host-to-backend transfer with no allocation on the backend: how fresh inputs and
+        per-step host scalars reach buffers whose address a captured program has recorded.
+        ``x`` is host data (a number, a list, a numpy array) of ``dst``'s shape; arrays already
+        on this backend are copied with the ``copy`` op instead.
+        """
+        if not self.is_array(dst):
+            raise TypeError(f"write: dst is {describe(dst)}; expected an array of the "
+                            f"{self.name} backend")
+        if not dst.flags.c_contiguous or not getattr(dst.flags, "writeable", True):
+            raise ValueError("write: dst must be C-contiguous and writeable")
+        if type(x).__module__.split(".")[0] == "cupy":
+            raise TypeError(f"write: x is {describe(x)}; write takes host data (copy an array "
+                            "of a backend with that backend's copy op or to_numpy)")
+        host = np.asarray(x)
+        if host.dtype.kind not in "biuf":
+            raise TypeError(f"write: x has dtype {host.dtype}; expected real numbers (bool, "
+                            "int or float)")
+        if tuple(host.shape) != tuple(dst.shape):
+            raise ValueError(f"write: x has shape {tuple(host.shape)}; dst has shape "
+                             f"{tuple(dst.shape)}; expected the same shape")
+        with np.errstate(over="ignore"):
+            host = np.ascontiguousarray(host, dtype=dst.dtype).view(np.ndarray)
+        self._upload(dst, host)
+        return dst
+
+    def _upload(self, dst: Any, host: np.ndarray) -> None:
+        """Copy a C-contiguous numpy array of dst's shape and dtype into ``dst``."""
+        np.copyto(dst, host)
+
     def check_input(self, op: str, arg: str, x: Any) -> Any:
         """Reject anything but a float32/float64 array of this backend."""
         if not self.is_array(x):
-            raise TypeError(f"{op}: {arg} is {_describe(x)}; the {self.name} backend takes "
+            raise TypeError(f"{op}: {arg} is {describe(x)}; the {self.name} backend takes "
                             f"arrays made by backend({self.name!r}).asarray")
         if x.dtype not in dtypes.SUPPORTED_DTYPES:
             raise TypeError(f"{op}: {arg} has dtype {x.dtype}; expected float32 or float64")
@@ -98,7 +132,7 @@ class Backend:
         return f"gtensor.backend({self.name!r})"
 
 
-def _describe(x: Any) -> str:
+def describe(x: Any) -> str:
     """A short description of a foreign value for error messages."""
     t = type(x)
     mod = t.__module__.split(".")[0]
@@ -120,7 +154,7 @@ def _method(op: Op):
                 raise TypeError(f"{op.name}: missing the list of arrays")
             xs, rest = args[0], args[1:]
             if not isinstance(xs, (list, tuple)):
-                raise TypeError(f"{op.name}: xs must be a list of arrays, got {_describe(xs)}")
+                raise TypeError(f"{op.name}: xs must be a list of arrays, got {describe(xs)}")
             inputs = list(xs)
         else:
             inputs, rest = list(args[:len(op.inputs)]), args[len(op.inputs):]

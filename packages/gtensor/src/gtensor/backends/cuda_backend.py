@@ -60,6 +60,10 @@ class CudaBackend(KernelBackend):
         self.check_input("to_numpy", "a", a)
         return self.cp.asnumpy(a.reshape(-1)).reshape(a.shape)
 
+    def _upload(self, dst: Any, host: np.ndarray) -> None:
+        # NOTE: as a 1-D memcpy (see asarray: cupy's 0-d path loses the sign of -0.0)
+        dst.reshape(-1).set(host.reshape(-1))
+
     def zeros(self, shape: Sequence[int], dtype: Any = "float64") -> Any:
         """A new array of +0.0."""
         return self.cp.zeros(tuple(shape), dtypes.normalize(dtype, "zeros"))

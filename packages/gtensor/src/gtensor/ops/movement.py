@@ -1,7 +1,9 @@
-"""Movement ops: transpose, reshape, slice, pad, concat, broadcast_to (exact copies, no arithmetic).
+"""Movement ops: copy, fill, transpose, reshape, slice, pad, concat, broadcast_to (no arithmetic).
 
-All of them run one strided-copy kernel (and a fill kernel for pad); every result is a new
-C-contiguous array.
+All of them run one strided-copy kernel (and a fill kernel for fill and pad); every result is a
+new C-contiguous array. ``copy`` and ``fill`` are the writes a training step makes outside the
+arithmetic (gradient zeroing, the backward seed, parameter updates): as ops they go through the
+same kernel door as everything else, so a capture of the step sees them.
 """
 
 from __future__ import annotations
@@ -10,7 +12,7 @@ from string import Template
 
 import numpy as np
 
-from .. import shapes
+from .. import dtypes, shapes
 from ..kernels import Kernel, params
 from .elementwise import BLOCK, CTYPE, NPDT, grid_for, suffix
 from .registry import Op, register
@@ -71,6 +73,38 @@ def fill(rt, out, value: float) -> None:
 def _copy_into(rt, x, out) -> None:
     """Contiguous copy of x into out (same number of elements)."""
     copy_strided(rt, x, out, (x.size,), (1,), 0, (1,), 0)
+
+
+# --------------------------------------------------------------------------- copy / fill
+def _same_shape(shapes_: tuple, attrs: dict) -> tuple[tuple, dict]:
+    return shapes_[0], attrs
+
+
+register(Op("copy", ("x",), (), _same_shape, lambda x: np.array(x, order="C", copy=True),
+            _kernels, lambda rt, ins, out: _copy_into(rt, ins[0], out),
+            lambda be, g, ins, out, needs: (g,), "an exact copy of x"))
+
+
+def _infer_fill(shapes_: tuple, attrs: dict) -> tuple[tuple, dict]:
+    shape = shapes.normalize_shape("fill", attrs["shape"])
+    if any(d < 0 for d in shape):
+        raise ValueError(f"fill: shape {shape} has a negative size; expected sizes >= 0")
+    shapes.check_rank("fill", "shape", shape)
+    v = attrs["value"]
+    if isinstance(v, bool) or not isinstance(v, (int, float, np.floating, np.integer)):
+        raise TypeError(f"fill: value must be a real Python number, got {type(v).__name__}")
+    return shape, {"shape": shape, "value": float(v), "dtype": dtypes.normalize(attrs["dtype"],
+                                                                                 "fill")}
+
+
+def _fill_reference(*, shape: tuple, value: float, dtype) -> np.ndarray:
+    return np.full(shape, np.dtype(dtype).type(value), dtype)
+
+
+register(Op("fill", (), ("shape", "value", "dtype"), _infer_fill, _fill_reference, _kernels,
+            lambda rt, ins, out, *, shape, value, dtype: fill(rt, out, value), None,
+            "an array of ``shape`` holding ``value`` rounded once to ``dtype``",
+            {"dtype": "float64"}))
 
 
 # --------------------------------------------------------------------------- transpose

@@ -8,7 +8,7 @@ load time that float32 subnormals survive.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from types import ModuleType
 
 import numpy as np
@@ -111,7 +111,29 @@ class CudaModule(KernelTable):
         args: Sequence,
     ) -> None:
         """Enqueue kernel ``name`` on cupy's current stream (asynchronous)."""
-        _, values, g, b = self.checked(name, grid, block, args)
+        self.prepare(name, grid, block, args)()
+
+    def prepare(
+        self,
+        name: str,
+        grid: int | tuple[int, ...],
+        block: int | tuple[int, ...],
+        args: Sequence,
+    ) -> Callable[[], None]:
+        """Check one launch once; the returned callable enqueues it on the current stream."""
+        return self.bind(*self.checked(name, grid, block, args))
+
+    def bind(self, kernel: Kernel, values: list, g: tuple, b: tuple) -> Callable[[], None]:
+        """The runnable launch of already checked arguments (see ``KernelTable.checked``)."""
         if min(g) == 0:
-            return
-        self._functions[name](g, b, tuple(values))
+            return _nothing
+        fn, argv = self._functions[kernel.name], tuple(values)
+
+        def run() -> None:
+            fn(g, b, argv)
+
+        return run
+
+
+def _nothing() -> None:
+    """A launch over an empty grid."""

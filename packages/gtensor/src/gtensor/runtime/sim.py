@@ -17,7 +17,7 @@ import shutil
 import subprocess
 import tempfile
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -230,9 +230,27 @@ class SimModule(KernelTable):
         args: Sequence,
     ) -> None:
         """Run kernel ``name`` over ``grid`` x ``block`` threads; returns when it finished."""
-        kernel, values, g, b = self.checked(name, grid, block, args)
+        self.prepare(name, grid, block, args)()
+
+    def prepare(
+        self,
+        name: str,
+        grid: int | tuple[int, ...],
+        block: int | tuple[int, ...],
+        args: Sequence,
+    ) -> Callable[[], None]:
+        """Check and marshal one launch once; the returned callable runs it (again and again).
+
+        The callable keeps the argument arrays alive and reads them where they are, so a
+        replayed launch sees whatever was written into them since.
+        """
+        return self.bind(*self.checked(name, grid, block, args))
+
+    def bind(self, kernel: Kernel, values: list, g: tuple, b: tuple) -> Callable[[], None]:
+        """The runnable launch of already checked arguments (see ``KernelTable.checked``)."""
+        name = kernel.name
         if min(g) == 0:
-            return
+            return _nothing
         boxes = []
         for param, value in zip(kernel.params, values):
             if param.is_pointer:
@@ -241,7 +259,19 @@ class SimModule(KernelTable):
                 boxes.append(_CTYPES[param.ctype](value.item()))
         argv = (ctypes.c_void_p * max(len(boxes), 1))(*(ctypes.addressof(x) for x in boxes))
         dims = (ctypes.c_uint * 6)(*g, *b)
-        apply_schedule(self._lib)  # the schedule is read at every launch (see SCHEDULE_ENV)
-        status = self._launchers[name](dims, argv)
-        if status != 0:
-            raise RuntimeError(f"sim: kernel {name!r}: {_STATUS_MESSAGES.get(status, status)}")
+        fn = self._launchers[name]
+        keep = (values, boxes)
+        lib = self._lib
+
+        def run() -> None:
+            apply_schedule(lib)  # the schedule is read at every launch (see SCHEDULE_ENV)
+            status = fn(dims, argv)
+            if status != 0:
+                raise RuntimeError(f"sim: kernel {name!r}: {_STATUS_MESSAGES.get(status, status)}")
+
+        run.keep = keep  # the arrays and boxes live as long as the launch
+        return run
+
+
+def _nothing() -> None:
+    """A launch over an empty grid."""

@@ -1,0 +1,128 @@
+"""Recording kernel launches: run ops on a kernel backend and keep every launch for replay.
+
+A ``Recorder`` is a backend (sim or cuda underneath) whose op calls execute as usual and are
+also appended, launch by launch, to the current ``Tape of launches`` (a ``list[Launch]``).
+Arrays a recorded op allocates, and the geometry arrays of its launches, are owned by the
+recording (never evicted), so replaying the launches later re-runs exactly the same kernels on
+exactly the same buffers: whatever was written into an input buffer since is what they read.
+
+>>> import numpy as np, gtensor
+>>> from gtensor.recording import Recorder
+>>> rec = Recorder(gtensor.backend("sim"))
+>>> x = rec.asarray(np.array([1.0, 2.0]))
+>>> with rec.recording() as launches:
+...     y = rec.exp(x)
+>>> [l.kernel.name for l in launches]
+['k_exp_f64']
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from .backends.kernel_backend import KernelBackend
+from .kernels import Kernel
+
+
+@dataclass(frozen=True)
+class Launch:
+    """One recorded kernel launch: the kernel, its checked arguments and launch dims.
+
+    ``tag`` is whatever the recorder's ``tag`` was when the launch happened (a capture uses the
+    tape node the launch belongs to); ``run`` re-enqueues the launch (prepared once).
+    """
+
+    kernel: Kernel
+    grid: tuple[int, int, int]
+    block: tuple[int, int, int]
+    args: tuple
+    tag: Any
+    run: Callable[[], None]
+
+
+class Recorder(KernelBackend):
+    """A kernel backend that executes every op on ``inner`` and records its launches."""
+
+    def __init__(self, inner: KernelBackend) -> None:
+        if not isinstance(inner, KernelBackend):
+            raise TypeError(f"Recorder: inner is {type(inner).__name__}; expected a kernel "
+                            "backend (gtensor.backend('sim') or gtensor.backend('cuda'))")
+        super().__init__()
+        self.inner = inner
+        self.name = inner.name
+        self.tag: Any = None
+        self._owned_geoms: dict[tuple, Any] = {}
+        self._into: list[Launch] | None = None
+
+    # ---------------------------------------------------------------- recording
+    @contextlib.contextmanager
+    def recording(self, into: list[Launch] | None = None) -> Iterator[list[Launch]]:
+        """Append every launch made inside the block to ``into`` (a new list by default)."""
+        launches = [] if into is None else into
+        if self._into is not None:
+            raise RuntimeError("Recorder: already recording; recordings do not nest")
+        self._into = launches
+        try:
+            yield launches
+        finally:
+            self._into = None
+
+    # ---------------------------------------------------------------- the kernel door
+    @property
+    def module(self) -> Any:
+        """The inner backend's compiled module."""
+        return self.inner.module
+
+    def launch(self, name: str, grid: Any, block: Any, args: Sequence[Any]) -> None:
+        """Run the launch now and, while recording, keep it (prepared) for replay."""
+        kernel, values, g, b = self.module.checked(name, grid, block, args)
+        run = self.module.bind(kernel, values, g, b)
+        if self._into is not None:
+            self._into.append(Launch(kernel, g, b, tuple(values), self.tag, run))
+        run()
+
+    def geom(self, values: tuple) -> Any:
+        """A geometry array owned by this recorder (one per distinct value, never evicted)."""
+        key = tuple(int(v) for v in values)
+        arr = self._owned_geoms.get(key)
+        if arr is None:
+            arr = self._owned_geoms[key] = self.inner._geom_array(key)
+        return arr
+
+    # ---------------------------------------------------------------- arrays: the inner's
+    def asarray(self, x: Any, dtype: Any = None) -> Any:
+        """A new array of the inner backend holding ``x``."""
+        return self.inner.asarray(x, dtype)
+
+    def to_numpy(self, a: Any) -> np.ndarray:
+        """A numpy copy of ``a``."""
+        return self.inner.to_numpy(a)
+
+    def zeros(self, shape: Sequence[int], dtype: Any = "float64") -> Any:
+        """A new array of +0.0."""
+        return self.inner.zeros(shape, dtype)
+
+    def empty(self, shape: Sequence[int], dtype: Any) -> Any:
+        """A new uninitialized array."""
+        return self.inner.empty(shape, dtype)
+
+    def is_array(self, x: Any) -> bool:
+        """Arrays of the inner backend."""
+        return self.inner.is_array(x)
+
+    def _prepare(self, x: Any) -> Any:
+        return self.inner._prepare(x)
+
+    def _overlaps(self, a: Any, b: Any) -> bool:
+        return self.inner._overlaps(a, b)
+
+    def _upload(self, dst: Any, host: np.ndarray) -> None:
+        self.inner._upload(dst, host)
+
+    def __repr__(self) -> str:
+        return f"<Recorder over {self.inner!r}>"
