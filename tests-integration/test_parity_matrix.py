@@ -1,7 +1,8 @@
 """The parity matrix: graphs x engines x dtypes, every engine bitwise against the numpy tape.
 
-Columns today: the eager tape on sim and cuda (and a second numpy tape run, for determinism).
-A later engine (replay, fused replay, emitted C) adds a column with ``@engine(name, backend)``:
+Columns: the eager tape on each backend (a second numpy run checks determinism) and the
+ggpu-replay program on sim and cuda (captured from a numpy tape, inputs re-sent). Another
+engine (fused replay, emitted C) adds a column with ``@engine(name, backend)``:
 a function ``(graph, dtype) -> Result``. Whatever a Result carries (loss, parameter gradients,
 and optionally every node's value and gradient) is compared bitwise (NaN by class).
 ``GRAD_TEST_BACKEND`` (set by ``nox -s parity``) restricts the columns to one backend.
@@ -64,6 +65,55 @@ def run_tape(graph: Graph, dtype: str, backend: str) -> Result:
 
 for _b in ("numpy", "sim", "cuda"):
     engine(f"tape-{_b}", _b)(lambda graph, dtype, _b=_b: run_tape(graph, dtype, _b))
+
+
+@engine("emit-c", "numpy")
+def run_emit_c(graph: Graph, dtype: str) -> Result:
+    """gemit's emitted C (compiled with -ffp-contract=off): loss and parameter gradients."""
+    gemit = pytest.importorskip("gemit", reason="gemit is not installed")
+    data = graph.data()
+    consts = [k for k in data if k not in graph.params]
+    with g.Tape("numpy", dtype) as tp:
+        v = {k: tp.param(a) if k in graph.params else tp.const(a) for k, a in data.items()}
+        loss = graph.build(v)
+        ps, xs, shape = [v[k] for k in graph.params], [v[k] for k in consts], loss.shape
+        try:
+            src = gemit.emit_c(tp, loss, params=ps, inputs=xs)
+        except NotImplementedError as e:
+            pytest.skip(f"emit-c: {graph.name} cannot be emitted: {e}")
+    fn = gemit.compile_c(src, "grad", dtype, sum(data[k].size for k in graph.params),
+                         sum(data[k].size for k in consts))
+    flat = [np.asarray(data[k], dtype).ravel() for k in (*graph.params, *consts)]
+    npar = fn.n_params
+    vec = np.concatenate(flat) if flat else np.zeros(0, dtype)
+    lossv, gvec = fn(vec[:npar], vec[npar:])
+    grads, start = {}, 0
+    for k in graph.params:
+        grads[k] = gvec[start:start + data[k].size].reshape(data[k].shape)
+        start += data[k].size
+    return Result(lossv.reshape(shape), grads)
+
+
+def run_replay(graph: Graph, dtype: str, device: str) -> Result:
+    """ggpu-replay: the episode recorded on a numpy tape, captured and replayed on ``device``."""
+    from ggpu_replay import capture
+
+    data = graph.data()
+    with g.Tape("numpy", dtype) as tp:
+        v = {k: tp.param(a) if k in graph.params else tp.const(a) for k, a in data.items()}
+        prog = capture(tp, graph.build(v), backend=device)
+        for k in data:  # re-send the inputs: the replay must not lean on capture-time values
+            if k not in graph.params:
+                prog.set_input(v[k], data[k])
+        prog.forward()
+        prog.backward()
+        n = len(prog.nodes)
+        return Result(prog.value_at(n - 1), {k: prog.grad(v[k]) for k in graph.params},
+                      [prog.value_at(i) for i in range(n)], [prog.grad_at(i) for i in range(n)])
+
+
+for _d in ("sim", "cuda"):
+    engine(f"replay-{_d}", _d)(lambda graph, dtype, _d=_d: run_replay(graph, dtype, _d))
 
 
 def _columns() -> list[str]:

@@ -224,8 +224,8 @@ class Optimizer:
         self.set_clip(None if math.isnan(m) else m)
         for s, a, got in zip(self._slots, alpha, arrays):
             s.alpha = float(a)
-            for name in self.STATE:
-                s.state[name] = self._be.asarray(got[name], dtype=self._tp.dtype)
+            for name in self.STATE:  # into the existing buffers: they never move
+                self._be.write(s.state[name], got[name])
             if "param" in got:
                 self._tp.set_value(s.var, got["param"])
 

@@ -164,6 +164,10 @@ class Tape:
             g = self._be.zeros(self._shape[v.index], self._dtype)
         return _read_only(g)
 
+    def var_at(self, i: int) -> Var:
+        """A Var of node ``i`` of the current episode."""
+        return self._var(self._check_index(i, "var_at"))
+
     def value_at(self, i: int) -> Any:
         """A read-only view of node ``i``'s value (as ``value``, by index)."""
         return _read_only(self._values[self._check_index(i, "value_at")])

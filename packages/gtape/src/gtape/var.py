@@ -43,6 +43,12 @@ class Var:
         return self._index
 
     @property
+    def serial(self) -> int:
+        """The node's serial number: unique over the tape's life (indices are reused after
+        ``reset_to``, serials never are)."""
+        return self._serial
+
+    @property
     def alive(self) -> bool:
         """False once ``reset_to`` dropped the node or the tape was closed."""
         return self._tape._alive(self)

@@ -1,0 +1,123 @@
+"""Device optimizers: gopt's SGD and Adam over a program's parameter buffers.
+
+The optimizer IS gopt's (same code, same formulas, so the same bits); the program is its
+parameter store. Its step has two halves (see ``gopt.Optimizer``): the host half (the step
+count and per-step scalars such as Adam's ``lr_t``, written into small device buffers) runs
+every step; the device half is recorded the first time it runs and replayed afterwards.
+Registering a parameter, changing the clip or loading a state re-records it.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import gopt
+import gtape
+from gtensor.recording import Launch
+
+if TYPE_CHECKING:
+    from .program import Program
+
+
+class DeviceOptimizer:
+    """A gopt optimizer whose state lives on a program's device (made by ``Program.adam``)."""
+
+    def __init__(self, program: Program, opt: gopt.Optimizer) -> None:
+        self._prog = program
+        self._opt = opt
+        self._segment: list[Launch] | None = None
+
+    # ---------------------------------------------------------------- configuration (gopt's)
+    def add(self, param: gtape.Var, alpha: float = 0.0) -> gtape.Var:
+        """Register a parameter of the captured tape with L2 weight ``alpha`` (as gopt)."""
+        self._opt.add(param, alpha)
+        self._segment = None
+        return param
+
+    def set_clip(self, max_norm: float | None) -> None:
+        """Clip the global gradient norm to ``max_norm`` before each step (None: no clipping)."""
+        self._opt.set_clip(max_norm)
+        self._segment = None
+
+    # ---------------------------------------------------------------- stepping
+    def step(self) -> None:
+        """One update from the program's current gradients (recorded once, then replayed)."""
+        self.advance()
+        device = self._prog._device
+        with device.ordered():
+            if self._segment is None:
+                rec = self._prog.backend
+                with rec.recording() as segment:
+                    rec.tag = "optimizer"
+                    self._opt._device_step()
+                rec.tag = None
+                self._segment = segment
+            else:
+                device.run(self._segment)
+
+    def advance(self) -> None:
+        """The host half of a step: checks, the step count, per-step scalars to the device."""
+        self._opt._check_step()
+        with self._prog._device.ordered():
+            self._opt._advance()
+
+    @property
+    def recorded(self) -> bool:
+        """Whether the device half of the step has been recorded."""
+        return self._segment is not None
+
+    @property
+    def segment(self) -> list[Launch]:
+        """The recorded launches of the device half (empty before the first step)."""
+        return self._segment if self._segment is not None else []
+
+    @property
+    def program(self) -> Program:
+        """The program whose parameters this optimizer updates."""
+        return self._prog
+
+    @property
+    def optimizer(self) -> gopt.Optimizer:
+        """The underlying gopt optimizer (its formulas are the definition)."""
+        return self._opt
+
+    # ---------------------------------------------------------------- gopt's read-outs
+    @property
+    def t(self) -> int:
+        """Steps taken so far."""
+        return self._opt.t
+
+    @property
+    def lr(self) -> float:
+        """The learning rate."""
+        return self._opt.lr
+
+    @property
+    def params(self) -> list[gtape.Var]:
+        """The registered parameters, in registration order."""
+        return self._opt.params
+
+    @property
+    def max_norm(self) -> float | None:
+        """The clipping threshold, or None."""
+        return self._opt.max_norm
+
+    @property
+    def last_norm(self) -> float | None:
+        """The global gradient norm of the last clipped step (a device read)."""
+        with self._prog._device.ordered():
+            return self._opt.last_norm
+
+    def state_dict(self, params: bool = True) -> dict[str, Any]:
+        """gopt's state dict, read from the device."""
+        with self._prog._device.ordered():
+            return self._opt.state_dict(params)
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore a state dict (gopt's checks first); the device step is re-recorded."""
+        with self._prog._device.ordered():
+            self._opt.load_state_dict(state)
+        self._segment = None
+
+    def __repr__(self) -> str:
+        return f"<DeviceOptimizer {self._opt!r} on {self._prog!r}>"

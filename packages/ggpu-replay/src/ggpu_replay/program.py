@@ -1,0 +1,286 @@
+"""The captured program: device buffers allocated once and the launch lists that fill them.
+
+``capture`` re-runs one recorded episode on the device (``gtape.trace``): the forward as one
+launch per op node, the backward as the tape's own backward engine (one launch per gtensor op
+it calls), each launch prepared once. A device optimizer made with ``adam``/``sgd`` is gopt's
+optimizer over the program's parameter buffers; its step is recorded the first time it runs.
+Replaying re-runs the prepared launches: whatever ``set_input`` wrote into an input buffer
+since is what they read. On cuda the whole training step (forward, backward, optimizer) runs
+as one CUDA graph.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import gopt
+import gtape
+import gtensor
+import numpy as np
+from gtape.trace import CaptureError, Trace, trace
+from gtensor.recording import Launch
+
+from .device import Device, device_for
+from .optim import DeviceOptimizer
+
+
+class Program:
+    """One training episode of a tape as a static program on a device (see ``capture``)."""
+
+    def __init__(self, tape: gtape.Tape, tr: Trace) -> None:
+        self._tape = tape
+        self._tr = tr
+        self._serials = [tape.var_at(n.index).serial for n in tr.nodes]
+        self._device: Device = device_for(tr.rec)
+        self._store = ParamStore(self)
+        self._whole: dict[int, Any] = {}  # id(dopt) -> the whole step, built for that optimizer
+
+    # ---------------------------------------------------------------- description
+    @property
+    def backend(self) -> gtensor.Backend:
+        """The backend the program runs on (a recorder over sim or cuda)."""
+        return self._tr.rec
+
+    @property
+    def dtype(self) -> np.dtype:
+        """The dtype of every device buffer."""
+        return self._tr.dtype
+
+    @property
+    def tape(self) -> gtape.Tape:
+        """The tape the episode was recorded on."""
+        return self._tape
+
+    @property
+    def nodes(self) -> list[gtape.Node]:
+        """The captured nodes (the episode up to the loss)."""
+        return list(self._tr.nodes)
+
+    @property
+    def forward_launches(self) -> list[Launch]:
+        """The recorded forward launches, in order."""
+        return list(self._tr.forward)
+
+    @property
+    def backward_launches(self) -> list[Launch]:
+        """The recorded backward launches, in order."""
+        return list(self._tr.backward)
+
+    @property
+    def inputs(self) -> list[gtape.Var]:
+        """The const leaves, which ``set_input`` may refresh."""
+        return [self._tape.var_at(n.index) for n in self._tr.nodes if n.op is gtape.CONST]
+
+    def stats(self) -> dict:
+        """Counts: nodes, launches per phase, stored gradients and device bytes."""
+        grads = [g for g in self._tr.grads if g is not None]
+        return {"nodes": len(self._tr.nodes), "forward_launches": len(self._tr.forward),
+                "backward_launches": len(self._tr.backward), "grad_buffers": len(grads),
+                "value_bytes": sum(int(v.nbytes) for v in self._tr.values),
+                "grad_bytes": sum(int(g.nbytes) for g in grads)}
+
+    # ---------------------------------------------------------------- running
+    def set_input(self, x: gtape.Var, data: Any) -> None:
+        """Copy fresh data into input ``x``'s device buffer (shape fixed at capture).
+
+        ``data`` is host data of float32 or float64 (converted once to the program's dtype),
+        or an array of the program's device with its exact dtype.
+        """
+        i = self._check_var("set_input", x)
+        node = self._tr.nodes[i]
+        if node.op is not gtape.CONST:
+            raise CaptureError(f"set_input: node {i} ({node.name}) is not an input of the "
+                               "program; inputs are its const leaves: "
+                               f"{[v.index for v in self.inputs]}")
+        buf = self._tr.values[i]
+        be = self._tr.rec
+        if be.is_array(data):
+            if data.dtype != self.dtype or tuple(data.shape) != node.shape:
+                raise ValueError(f"set_input: input node {i} holds shape {node.shape} and "
+                                 f"dtype {self.dtype}; got a device array of shape "
+                                 f"{tuple(data.shape)} and dtype {data.dtype}")
+            with self._device.ordered():
+                be.copy(data, out=buf)
+            return
+        if type(data).__module__.split(".")[0] == "cupy":
+            raise TypeError("set_input: got a cupy array but the program runs on "
+                            f"{be.name}; pass host data")
+        host = np.asarray(data)
+        if host.dtype.kind != "f" or host.dtype.itemsize not in (4, 8):
+            raise TypeError(f"set_input: data for input node {i} has dtype {host.dtype}; "
+                            "expected float32 or float64 (converted once to the program's "
+                            f"{self.dtype})")
+        if tuple(host.shape) != node.shape:
+            raise ValueError(f"set_input: input node {i} has shape {node.shape} (fixed at "
+                             f"capture); got data of shape {tuple(host.shape)}")
+        with self._device.ordered():
+            be.write(buf, host)
+
+    def forward(self) -> None:
+        """Replay the forward launches (one per op node)."""
+        self._device.run(self._tr.forward)
+
+    def backward(self) -> None:
+        """Replay the backward launches (the gradient of the loss; frozen nodes get none)."""
+        self._device.run(self._tr.backward)
+
+    def step(self, dopt: DeviceOptimizer) -> None:
+        """The whole training step: forward, backward and ``dopt``'s update.
+
+        On cuda the three run as ONE CUDA graph (built once ``dopt``'s step is recorded).
+        """
+        self._check_optimizer("step", dopt)
+        if not dopt.recorded:
+            self.forward()
+            self.backward()
+            dopt.step()
+            return
+        dopt.advance()
+        whole = self._whole.get(id(dopt))
+        if whole is None or whole[0] is not dopt.segment:
+            launches = self._tr.forward + self._tr.backward + dopt.segment
+            whole = self._whole[id(dopt)] = (dopt.segment, self._device.graph(launches))
+        self._device.launch_graph(whole[1])
+
+    def loss(self) -> float:
+        """The loss of the last forward (a device-to-host read of one scalar)."""
+        with self._device.ordered():
+            return float(self._tr.rec.to_numpy(self._tr.values[self._tr.loss]).reshape(()))
+
+    def value(self, v: gtape.Var) -> np.ndarray:
+        """A host copy of node ``v``'s value on the device."""
+        i = self._check_var("value", v)
+        with self._device.ordered():
+            return self._tr.value(i)
+
+    def grad(self, v: gtape.Var) -> np.ndarray:
+        """A host copy of d loss / d ``v`` from the last backward (zeros where none is stored)."""
+        i = self._check_var("grad", v)
+        with self._device.ordered():
+            g = self._tr.grad(i)
+        return np.zeros(self._tr.nodes[i].shape, self.dtype) if g is None else g
+
+    def value_at(self, i: int) -> np.ndarray:
+        """A host copy of captured node ``i``'s value (by index, like ``Tape.value_at``)."""
+        with self._device.ordered():
+            return self._tr.value(self._check_index("value_at", i))
+
+    def grad_at(self, i: int) -> np.ndarray | None:
+        """A host copy of captured node ``i``'s gradient buffer, or None where none is stored."""
+        with self._device.ordered():
+            return self._tr.grad(self._check_index("grad_at", i))
+
+    def sync_params(self, tp: gtape.Tape) -> None:
+        """Copy the device's parameter values back into ``tp`` (the tape captured from)."""
+        if tp is not self._tape:
+            raise CaptureError("sync_params: tp is not the tape this program was captured "
+                               "from; expected that tape")
+        if tp.closed:
+            raise CaptureError("sync_params: the tape is closed")
+        hosts = []
+        for i in self._tr.params:
+            v = self._var(i, "sync_params")
+            with self._device.ordered():
+                hosts.append((v, self._tr.value(i)))
+        for v, host in hosts:
+            tp.set_value(v, host)
+
+    # ---------------------------------------------------------------- optimizers
+    def adam(self, lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.999),
+             eps: float = 1e-8) -> DeviceOptimizer:
+        """gopt's Adam, exactly, with its state on the device (register params with ``add``)."""
+        return DeviceOptimizer(self, gopt.Adam(self._store, lr=lr, betas=betas, eps=eps))
+
+    def sgd(self, lr: float) -> DeviceOptimizer:
+        """gopt's SGD, exactly, on the device (register params with ``add``)."""
+        return DeviceOptimizer(self, gopt.SGD(self._store, lr=lr))
+
+    # ---------------------------------------------------------------- checks (internal)
+    def _var(self, i: int, where: str) -> gtape.Var:
+        """The tape's live Var of captured node ``i``."""
+        tp = self._tape
+        if tp.closed or i >= len(tp) or tp.var_at(i).serial != self._serials[i]:
+            raise CaptureError(f"{where}: node {i} of the captured episode is no longer on the "
+                               "tape (it was reset or closed)")
+        return tp.var_at(i)
+
+    def _check_var(self, where: str, v: Any) -> int:
+        if not isinstance(v, gtape.Var):
+            raise TypeError(f"{where}: expected a Var of the captured tape, got "
+                            f"{type(v).__name__}")
+        if v.tape is not self._tape:
+            raise CaptureError(f"{where}: {v!r} belongs to another tape; expected a Var of the "
+                               "tape this program was captured from")
+        i = v.index
+        if i >= len(self._serials) or v.serial != self._serials[i]:
+            raise CaptureError(f"{where}: the Var of node {i} is not a node of the captured "
+                               f"episode (nodes 0..{len(self._serials) - 1})")
+        return i
+
+    def _check_index(self, where: str, i: Any) -> int:
+        n = len(self._serials)
+        if isinstance(i, bool) or not isinstance(i, (int, np.integer)) or not 0 <= i < n:
+            raise IndexError(f"{where}: expected a node index 0 <= i < {n}, got {i!r}")
+        return int(i)
+
+    def _check_optimizer(self, where: str, dopt: Any) -> None:
+        if not isinstance(dopt, DeviceOptimizer) or dopt.program is not self:
+            raise TypeError(f"{where}: expected an optimizer made by this program's adam() or "
+                            "sgd()")
+
+    def __repr__(self) -> str:
+        s = self.stats()
+        return (f"<Program {self._tr.rec.name} {self.dtype.name}: {s['nodes']} nodes, "
+                f"{s['forward_launches']} + {s['backward_launches']} launches>")
+
+
+class ParamStore:
+    """The program's parameters as gopt's optimizers see them (a gopt parameter store)."""
+
+    def __init__(self, prog: Program) -> None:
+        self._prog = prog
+
+    @property
+    def backend(self) -> gtensor.Backend:
+        """The program's (recording) backend."""
+        return self._prog._tr.rec
+
+    @property
+    def dtype(self) -> np.dtype:
+        """The program's dtype."""
+        return self._prog._tr.dtype
+
+    def check_param(self, where: str, p: Any) -> gtape.Var:
+        """``p`` checked to be a parameter node of the captured episode."""
+        i = self._prog._check_var(where, p)
+        node = self._prog._tr.nodes[i]
+        if node.op is not gtape.PARAM:
+            raise ValueError(f"{where}: {p!r} is a {node.name!r} node; expected a parameter "
+                             "made by tp.param(...) (only parameters are updated)")
+        return p
+
+    def value(self, p: gtape.Var) -> Any:
+        """The parameter's device value buffer."""
+        return self._prog._tr.values[p.index]
+
+    def grad(self, p: gtape.Var) -> Any:
+        """The parameter's device gradient buffer."""
+        return self._prog._tr.grads[p.index]
+
+    def set_value(self, p: gtape.Var, x: Any) -> None:
+        """Copy the device array ``x`` into the parameter's buffer (the copy op)."""
+        self.backend.copy(x, out=self._prog._tr.values[p.index])
+
+
+def capture(tp: gtape.Tape, loss: gtape.Var, backend: str = "cuda",
+            dtype: Any = None) -> Program:
+    """Turn the episode of ``tp`` ending at ``loss`` into a static program on ``backend``.
+
+    ``backend`` is "sim" or "cuda"; ``dtype="float32"`` on a float64 tape gives float32
+    device buffers (a tolerance contract, not bits: see docs/replay.md). Refuses, naming the
+    node and why: a non-scalar loss, a Var of another tape, an op without a kernel, a gradient
+    path through an op without a backward rule, a closed tape. The episode's values are
+    recomputed on the device during capture (so the program starts at the tape's state).
+    """
+    tr = trace(tp, loss, backend, dtype, where="capture")
+    return Program(tp, tr)

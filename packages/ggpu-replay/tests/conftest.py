@@ -1,0 +1,16 @@
+"""Fixtures: the tape's backend under test and the device the program replays on."""
+
+from __future__ import annotations
+
+import pytest
+from gtensor import testing
+from gtensor.testing_fixtures import bname  # noqa: F401  (fixture)
+
+testing.load_hypothesis_profiles()
+
+
+@pytest.fixture(scope="session")
+def device() -> str:
+    """"cuda" in the cuda session (skipped without a GPU), else "sim"."""
+    name = "cuda" if testing.backend_name() == "cuda" else "sim"
+    return testing.require_backend(name).name

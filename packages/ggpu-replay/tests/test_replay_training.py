@@ -1,0 +1,50 @@
+"""Whole training runs: the replayed step lands on the CPU tape's bits, step after step."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from gtensor.testing import bits_equal, first_difference
+from replay_testutil import train_replay, train_tape
+
+EPISODES = 40
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+@pytest.mark.parametrize("kind", ["adam", "sgd"])
+def test_training_run_is_bit_equal_to_the_cpu_tape(bname, device, kind, dtype):
+    """40 episodes of Adam (or SGD) with L2 and clipping: loss trace and final params."""
+    want_losses, want = train_tape("numpy", dtype, kind, EPISODES)
+    got_losses, got = train_replay(bname, device, None, kind, EPISODES, tape_dtype=dtype)
+    assert bits_equal(np.array(got_losses), np.array(want_losses)), (
+        f"loss trace: {first_difference(np.array(want_losses), np.array(got_losses))}")
+    for k, (a, b) in enumerate(zip(want, got)):
+        assert bits_equal(a, b), f"param {k}: {first_difference(a, b)}"
+    assert want_losses[-1] < 0.9 * want_losses[0]  # it trained
+
+
+def test_split_calls_equal_the_whole_step(bname, device):
+    """forward(); backward(); dopt.step() lands where prog.step(dopt) (one graph) lands."""
+    a_losses, a = train_replay(bname, device, None, "adam", 12, whole_step=False)
+    b_losses, b = train_replay(bname, device, None, "adam", 12, whole_step=True)
+    assert bits_equal(np.array(a_losses), np.array(b_losses))
+    assert all(bits_equal(x, y) for x, y in zip(a, b))
+
+
+def test_without_clipping(bname, device):
+    want_losses, want = train_tape("numpy", "float64", "adam", 10, clip=None)
+    got_losses, got = train_replay(bname, device, None, "adam", 10, clip=None)
+    assert bits_equal(np.array(got_losses), np.array(want_losses))
+    assert all(bits_equal(x, y) for x, y in zip(want, got))
+
+
+def test_float32_device_mode_tolerance(bname, device):
+    """dtype="float32" on a float64 tape: not bits, a measured tolerance (docs/replay.md)."""
+    want_losses, want = train_tape("numpy", "float64", "adam", EPISODES)
+    got_losses, got = train_replay(bname, device, "float32", "adam", EPISODES)
+    loss_dev = max(abs(a - b) / abs(a) for a, b in zip(want_losses, got_losses))
+    param_dev = max(float(np.max(np.abs(a - b)) / np.max(np.abs(a))) for a, b in zip(want, got))
+    print(f"float32 device mode: loss {loss_dev:.2e}, params {param_dev:.2e} relative")
+    assert all(p.dtype == np.float64 for p in got)  # synced back into the float64 tape
+    assert 0 < loss_dev < 1e-5, f"loss deviation {loss_dev:.3e}"
+    assert 0 < param_dev < 1e-4, f"parameter deviation {param_dev:.3e}"
