@@ -159,6 +159,7 @@ ROWS = [
     Row("transpose", lambda x: g.transpose(x, (2, 0, 1)), ((2, 3, 4),),
         lambda i, y, G, dt: [G.transpose(1, 2, 0)]),
     Row("reshape", lambda x: g.reshape(x, (4, 3)), (S,), lambda i, y, G, dt: [G.reshape(S)]),
+    Row("copy", g.copy, (S,), lambda i, y, G, dt: [G]),
     Row("slice", lambda x: g.slice(x, 1, 1, 3), (S,), lambda i, y, G, dt: [
         np.concatenate([np.zeros((3, 1), dt), G, np.zeros((3, 1), dt)], axis=1)]),
     Row("pad", lambda x: g.pad(x, 0, 2, 1), (S,), lambda i, y, G, dt: [G[2:5]]),
