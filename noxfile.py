@@ -21,7 +21,7 @@ nox.options.error_on_external_run = True
 # pip-based virtualenvs (nox's default backend). NOTE: not uv - uv ignores this machine's pip
 # configuration, so torch==2.13.0 would come as a multi-GB CUDA download instead of the CPU wheel.
 nox.options.default_venv_backend = "virtualenv"
-nox.options.sessions = ["lint", "unit", "parity"]
+nox.options.sessions = ["lint", "unit", "parity", "lora_oracle"]
 
 ROOT = Path(__file__).parent
 BACKENDS = ["numpy", "sim", "cuda"]
@@ -150,6 +150,14 @@ def oracle(session: nox.Session) -> None:
     session.install(TORCH)
     env = _test_env("sim") | {"HYPOTHESIS_PROFILE": "oracle"}
     session.run("pytest", "packages", "tests-integration", *session.posargs, env=env)
+
+
+@nox.session
+def lora_oracle(session: nox.Session) -> None:
+    """Rung 3 against transformers' Qwen2 and PEFT on torch CPU (float64): its own venv."""
+    _install(session, _closure("gdemos"), {"gdemos": "lora-oracle"})
+    session.run("pytest", "packages/gdemos/tests/test_lora_oracle.py", *session.posargs,
+                env=_test_env("numpy"))
 
 
 @nox.session

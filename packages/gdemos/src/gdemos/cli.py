@@ -13,7 +13,7 @@ from pathlib import Path
 
 import gtensor
 
-from . import ae, ladder, rung_ae
+from . import ae, ladder, rung_ae, rung_lora
 
 EXIT_PASS, EXIT_FAIL, EXIT_UNVERIFIED = 0, 1, 3
 
@@ -33,6 +33,7 @@ def _parser() -> argparse.ArgumentParser:
     a.add_argument("--seed", type=int, default=ae.AEConfig.seed)
     a.add_argument("--dtype", choices=["float64", "float32"], default="float64")
     a.add_argument("--no-bars", action="store_true", help="skip the bar checks (sklearn)")
+    rung_lora.add_parser(sub, common)
     sub.add_parser("ladder", parents=[common], help="every rung, in order, one verdict each")
     return p
 
@@ -60,6 +61,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if rung_ae.missed(run.bars):
             return EXIT_FAIL
         return EXIT_UNVERIFIED if rung_ae.unchecked(run.bars) else EXIT_PASS
+    if args.command == "lora":
+        return rung_lora.main(args)
     verdicts = ladder.run_ladder(args.out, args.backend, progress=not args.no_progress)
     return ladder_exit(verdicts)
 

@@ -6,7 +6,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import ae, rung_ae
+from . import ae, rung_ae, rung_lora
 
 
 @dataclass(frozen=True)
@@ -51,6 +51,12 @@ def _ae(out: Path, backend: str, progress: bool) -> Verdict:
     run = rung_ae.run(ae.AEConfig(backend=backend), out / "ae", progress=progress)
     return Verdict("rung 1 ae", not rung_ae.missed(run.bars), run.verdict_detail(),
                    rung_ae.unchecked(run.bars))
+
+
+@rung("rung 3 lora")
+def _lora(out: Path, backend: str, progress: bool) -> Verdict:
+    run = rung_lora.run(rung_lora.lt.LoRAConfig(backend=backend), out / "lora", progress=progress)
+    return Verdict("rung 3 lora", run.passed, run.verdict_detail())
 
 
 def run_ladder(out: Path, backend: str = "numpy", progress: bool = True,
