@@ -1,0 +1,73 @@
+"""Compile emitted C with the system compiler and call it through ctypes (tests, rung 5)."""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import os
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+CFLAGS = ("-O2", "-ffp-contract=off", "-fno-fast-math", "-fPIC", "-shared", "-std=c99")
+
+
+def c_compiler() -> str:
+    """The system C compiler ($CC, cc or gcc); RuntimeError when there is none."""
+    for cand in (os.environ.get("CC"), "cc", "gcc", "clang"):
+        if cand and shutil.which(cand):
+            return shutil.which(cand)
+    raise RuntimeError("gemit.build: no C compiler found ($CC, cc, gcc or clang)")
+
+
+class GradFn:
+    """An emitted ``grad`` loaded from a shared object: ``fn(params, example) -> (loss, grad)``."""
+
+    def __init__(self, path: str, name: str, dtype: np.dtype, n_params: int,
+                 n_example: int) -> None:
+        self.path, self.name, self.dtype = path, name, np.dtype(dtype)
+        self.n_params, self.n_example = n_params, n_example
+        ct = ctypes.c_double if self.dtype == np.float64 else ctypes.c_float
+        self._lib = ctypes.CDLL(path)
+        self._fn = getattr(self._lib, name)
+        ptr = ctypes.POINTER(ct)
+        self._fn.argtypes = [ptr, ptr, ptr]
+        self._fn.restype = ct
+        self._ptr = ptr
+
+    def __call__(self, params: np.ndarray, example: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The loss (a 0-d array) and the gradient vector for one example."""
+        p = self._vector(params, self.n_params, "params")
+        x = self._vector(example, self.n_example, "example")
+        g = np.empty(self.n_params, self.dtype)
+        loss = self._fn(p.ctypes.data_as(self._ptr), x.ctypes.data_as(self._ptr),
+                        g.ctypes.data_as(self._ptr))
+        return np.array(loss, dtype=self.dtype), g
+
+    def _vector(self, a: np.ndarray, n: int, what: str) -> np.ndarray:
+        a = np.asarray(a)
+        if a.dtype != self.dtype or a.size != n:
+            raise ValueError(f"GradFn {self.name}: {what} is {a.dtype} with {a.size} elements; "
+                             f"expected {self.dtype} with {n}")
+        return np.ascontiguousarray(a).ravel()
+
+
+def compile_c(source: str, name: str, dtype: object, n_params: int, n_example: int,
+              workdir: str | None = None) -> GradFn:
+    """Compile ``source`` (from ``emit_c``) into a shared object and load ``name`` from it."""
+    key = hashlib.sha256(source.encode()).hexdigest()[:16]
+    out = Path(workdir or tempfile.mkdtemp(prefix="gemit-"))
+    out.mkdir(parents=True, exist_ok=True)
+    src, lib = out / f"gemit_{key}.c", out / f"gemit_{key}.so"
+    if not lib.exists():
+        src.write_text(source)
+        tmp = out / f"gemit_{key}.{os.getpid()}.so"
+        cmd = [c_compiler(), *CFLAGS, "-o", str(tmp), str(src), "-lm"]
+        proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
+        if proc.returncode != 0:
+            raise RuntimeError(f"gemit.compile_c: {' '.join(cmd)} failed:\n{proc.stderr}")
+        os.replace(tmp, lib)
+    return GradFn(str(lib), name, np.dtype(dtype), n_params, n_example)

@@ -1,0 +1,126 @@
+"""Render a planned program as C or CUDA text: gtensor's own kernel and device-function text,
+wrapped for one thread, then the straight-line ``grad()`` that calls the kernels in order."""
+
+from __future__ import annotations
+
+import re
+from functools import cache
+
+import numpy as np
+from gtensor.kernels import Kernel
+from gtensor.ops.elementwise import SCALAR_FNS
+from gtensor.ops.softmax import MAX
+from gtensor.scalar.dsl import ScalarFn, device_sources
+
+from .plan import Program, Ref
+from .prelude import C_PRELUDE, CUDA_CLOSE, CUDA_OPEN, GEOMETRY
+
+CTYPE = {np.dtype(np.float64): "double", np.dtype(np.float32): "float"}
+_CALLEE = re.compile(r"\bgt_\w+\b")
+
+
+@cache
+def scalar_functions() -> dict[str, ScalarFn]:
+    """Every scalar function gtensor's kernels may call, by C name (dependencies included).
+
+    NOTE: the roots are the list ``gtensor.cuda_source.module_source`` uses; a public accessor
+    there would keep the two from drifting apart.
+    """
+    out: dict[str, ScalarFn] = {}
+    todo = [*SCALAR_FNS, *MAX.values()]
+    while todo:
+        fn = todo.pop()
+        if fn.cname not in out:
+            out[fn.cname] = fn
+            todo += fn.dependencies()
+    return out
+
+
+def device_functions(kernels: list[Kernel]) -> str:
+    """The ``__device__`` definitions the kernels call (and what those call), callees first."""
+    known = scalar_functions()
+    needed: list[ScalarFn] = []
+    for k in kernels:
+        for name in dict.fromkeys(_CALLEE.findall(k.body)):
+            if name not in known:
+                raise NotImplementedError(f"gemit: kernel {k.name} calls {name}, which is not a "
+                                          "scalar function of gtensor's module; cannot emit it")
+            needed.append(known[name])
+    return device_sources(list(dict.fromkeys(needed)))
+
+
+def literal(x: object, ctype: str) -> str:
+    """An exact C literal of a kernel scalar argument of type ``ctype``."""
+    if ctype in ("long long", "int"):
+        return f"{int(x)}LL" if ctype == "long long" else str(int(x))
+    if ctype == "double":
+        v = float(np.float64(x))
+        if np.isfinite(v):
+            return f"({v.hex()})"
+        return f"__longlong_as_double({int(np.float64(v).view(np.int64))}LL)"
+    v32 = np.float32(x)
+    if np.isfinite(v32):
+        return f"({float(v32).hex()}f)"
+    return f"__int_as_float({int(v32.view(np.int32))})"
+
+
+def _kernel_function(k: Kernel, qualifier: str) -> str:
+    return (f"{qualifier} void gemit_{k.name}({k.signature()})\n{{\n{GEOMETRY}{k.body}\n}}\n")
+
+
+def _arg(a: object, ctype: str) -> str:
+    if isinstance(a, Ref):
+        base = f"b{a.index}" if a.kind == "buf" else f"g{a.index}"
+        return base if a.offset == 0 else f"{base} + {a.offset}"
+    return literal(a, ctype)
+
+
+def _body(prog: Program, t: str, node_names: dict) -> list[str]:
+    lines = []
+    for i, size in enumerate(prog.sizes):
+        lines.append(f"    {t} b{i}[{max(size, 1)}] = {{0}};")
+    for i, g in enumerate(prog.geoms):
+        vals = ", ".join(f"{int(v)}LL" for v in g)
+        lines.append(f"    const long long g{i}[{max(len(g), 1)}] = {{{vals or '0'}}};")
+    for buf, (off, data) in sorted(prog.baked.items()):
+        vals = ", ".join(literal(v, t) for v in data)
+        lines.append("    {  /* a leaf that is neither a param nor an input: its value */")
+        lines.append(f"        const {t} k[{max(len(data), 1)}] = {{{vals or '0'}}};")
+        lines.append(f"        for (int i = 0; i < {len(data)}; ++i) b{buf}[{off} + i] = k[i];")
+        lines.append("    }")
+    for vec, slots in (("params", prog.params), ("example", prog.inputs)):
+        for s in slots:
+            lines.append(f"    for (int i = 0; i < {s.size}; ++i) "
+                         f"b{s.buf}[{s.offset} + i] = {vec}[{s.start} + i];")
+    last = object()
+    for c in prog.calls:
+        if c.node != last:
+            lines.append(f"    /* node {c.node}: {node_names.get(c.node, '?')} */")
+            last = c.node
+        args = ", ".join(_arg(a, p.ctype) for p, a in zip(c.kernel.params, c.args))
+        lines.append(f"    gemit_{c.kernel.name}({args});")
+    for s in prog.grads:
+        lines.append(f"    for (int i = 0; i < {s.size}; ++i) "
+                     f"grad_out[{s.start} + i] = b{s.buf}[{s.offset} + i];")
+    lines.append(f"    return b{prog.loss.index}[{prog.loss.offset}];")
+    return lines
+
+
+def signature(prog: Program, name: str) -> str:
+    """``T name(const T *params, const T *example, T *grad_out)``."""
+    t = CTYPE[prog.dtype]
+    return f"{t} {name}(const {t} *params, const {t} *example, {t} *grad_out)"
+
+
+def render(prog: Program, name: str, target: str, header: str, node_names: dict) -> str:
+    """The full source for ``target`` ("c" or "cuda")."""
+    t = CTYPE[prog.dtype]
+    kernels = prog.kernels
+    devs = device_functions(kernels)
+    if target == "c":
+        fns = "\n".join(_kernel_function(k, "static") for k in kernels)
+        return "\n".join([header, C_PRELUDE, devs, fns, signature(prog, name), "{",
+                          *_body(prog, t, node_names), "}", ""])
+    fns = "\n".join(_kernel_function(k, "static __device__") for k in kernels)
+    return "\n".join([header, CUDA_OPEN, devs, fns, f"__device__ {signature(prog, name)}", "{",
+                      *_body(prog, t, node_names), "}", CUDA_CLOSE])
