@@ -1,4 +1,9 @@
-"""Rung 1: train the autoencoder through the tape with Adam and the mark/reset minibatch loop."""
+"""Rungs 1 and 2: train the autoencoder with Adam and the mark/reset minibatch loop.
+
+Engine ``tape`` (rung 1): every step is recorded and differentiated on the tape. Engine
+``replay`` (rung 2): one episode is recorded on a numpy tape and captured (ggpu-replay); every
+step replays it on the device backend (sim or cuda), only the loss coming back.
+"""
 
 from __future__ import annotations
 
@@ -23,6 +28,7 @@ class AEConfig:
 
     backend: str = "numpy"
     dtype: str = "float64"
+    engine: str = "tape"  # "tape" (rung 1) or "replay" (rung 2: backend sim or cuda)
     seed: int = 0
     epochs: int = 60
     n: int = data.N
@@ -62,17 +68,51 @@ def full_mse(tp: g.Tape, params: list[g.Var], x: np.ndarray) -> float:
     return value
 
 
+def register(opt: Any, params: list[g.Var], cfg: AEConfig) -> None:
+    """Weights carry L2 ``cfg.alpha``, biases none (a gopt or a device optimizer)."""
+    for k, p in enumerate(params):
+        opt.add(p, alpha=cfg.alpha if k % 2 == 0 else 0.0)
+
+
+class TapeSteps:
+    """Rung 1's step: record the episode, backward, Adam, reset."""
+
+    def __init__(self, tp: g.Tape, params: list[g.Var], cfg: AEConfig) -> None:
+        self.tp, self.params = tp, params
+        self.opt = Adam(tp, lr=cfg.lr)
+        register(self.opt, params, cfg)
+        self.mark = tp.mark()
+
+    def step(self, xb: np.ndarray) -> float:
+        """One training step on minibatch ``xb``; returns its loss (before the update)."""
+        tp = self.tp
+        xv = tp.const(xb)
+        loss = g.mse(model.forward(xv, self.params), xv)
+        tp.backward(loss)
+        self.opt.step()
+        value = float(tp.backend.to_numpy(tp.value(loss)))
+        tp.reset_to(self.mark)
+        return value
+
+    def sync(self) -> None:
+        """The tape already holds the trained weights."""
+
+
 def train(cfg: AEConfig, progress: Callable[[int, int], Any] | None = None) -> AEResult:
-    """Run rung 1 under ``cfg``; ``progress(total_steps, epochs)`` may return a tqdm-like bar."""
+    """Run rung 1 or 2 under ``cfg``; ``progress(total_steps, epochs)`` may return a tqdm bar."""
     x = data.manifold(cfg.seed, cfg.n, cfg.noise)
     _, init_rng, order_rng = data.rngs(cfg.seed)
-    tp = g.Tape(cfg.backend, cfg.dtype)
+    if cfg.engine == "replay":
+        from .replay_ae import ReplaySteps, check_replay_config
+
+        check_replay_config(cfg)
+        tp = g.Tape("numpy", cfg.dtype)  # records the episode; evaluates full-data MSE
+    elif cfg.engine == "tape":
+        tp = g.Tape(cfg.backend, cfg.dtype)
+    else:
+        raise ValueError(f"train: engine {cfg.engine!r}; expected 'tape' or 'replay'")
     params = [tp.param(a) for a in model.init_params(init_rng, model.layer_sizes(x.shape[1]))]
-    opt = Adam(tp, lr=cfg.lr)
-    for k, p in enumerate(params):
-        opt.add(p, alpha=cfg.alpha if k % 2 == 0 else 0.0)  # weights carry alpha, biases 0
-    mark = tp.mark()
-    be = tp.backend
+    steps = (ReplaySteps if cfg.engine == "replay" else TapeSteps)(tp, params, cfg)
     initial = full_mse(tp, params, x)
     losses: list[float] = []
     epoch_mse: list[float] = []
@@ -81,15 +121,11 @@ def train(cfg: AEConfig, progress: Callable[[int, int], Any] | None = None) -> A
     start = time.perf_counter()
     for epoch in range(cfg.epochs):
         for idx in data.batch_order(order_rng, cfg.n, cfg.batch):
-            xb = tp.const(x[idx])
-            loss = g.mse(model.forward(xb, params), xb)
-            tp.backward(loss)
-            opt.step()
-            losses.append(float(be.to_numpy(tp.value(loss))))
-            tp.reset_to(mark)
+            losses.append(steps.step(x[idx]))
             if bar is not None:
                 bar.set_postfix_str(f"loss {losses[-1]:.3e}", refresh=False)
                 bar.update(1)
+        steps.sync()
         epoch_mse.append(full_mse(tp, params, x))
         if bar is not None:
             bar.set_description(f"epoch {epoch + 1}/{cfg.epochs} mse {epoch_mse[-1]:.3e}")
@@ -97,6 +133,6 @@ def train(cfg: AEConfig, progress: Callable[[int, int], Any] | None = None) -> A
     if bar is not None:
         bar.close()
     final = epoch_mse[-1] if epoch_mse else initial
-    weights = [np.array(be.to_numpy(tp.value(p))) for p in params]
+    weights = [np.array(tp.backend.to_numpy(tp.value(p))) for p in params]
     tp.close()
     return AEResult(cfg, initial, final, len(losses), seconds, losses, epoch_mse, weights)

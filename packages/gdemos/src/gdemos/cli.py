@@ -33,6 +33,10 @@ def _parser() -> argparse.ArgumentParser:
     a.add_argument("--seed", type=int, default=ae.AEConfig.seed)
     a.add_argument("--dtype", choices=["float64", "float32"], default="float64")
     a.add_argument("--no-bars", action="store_true", help="skip the bar checks (sklearn)")
+    a.add_argument("--engine", choices=["tape", "replay"], default="tape",
+                   help="tape: rung 1, the eager tape; replay: rung 2, the step captured once "
+                        "and replayed on --backend sim or cuda, checked bit-equal to the CPU "
+                        "tape (default: tape)")
     rung_lora.add_parser(sub, common)
     sub.add_parser("ladder", parents=[common], help="every rung, in order, one verdict each")
     return p
@@ -40,15 +44,20 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``gdemos`` console script; returns the exit code."""
-    args = _parser().parse_args(argv)
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if getattr(args, "engine", "tape") == "replay" and args.backend not in ("sim", "cuda"):
+        parser.error(f"--engine replay runs on a device backend: --backend sim or cuda, "
+                     f"got {args.backend}")
     if args.command == "ae":
         if args.epochs < 1:
             raise SystemExit(f"gdemos ae: --epochs is {args.epochs}; expected >= 1")
         cfg = ae.AEConfig(backend=args.backend, dtype=args.dtype, seed=args.seed,
-                          epochs=args.epochs)
+                          epochs=args.epochs, engine=args.engine)
         run = rung_ae.run(cfg, args.out, progress=not args.no_progress, bars=not args.no_bars)
         r = run.result
-        print(f"rung 1 ae: MSE {r.initial_mse:.4g} -> {r.final_mse:.4g} in {r.steps} steps "
+        rung = "rung 2 replay" if cfg.engine == "replay" else "rung 1 ae"
+        print(f"{rung}: MSE {r.initial_mse:.4g} -> {r.final_mse:.4g} in {r.steps} steps "
               f"({r.seconds:.1f} s, {cfg.backend}/{cfg.dtype})")
         for name, (ok, nums) in run.bars.items():
             print(f"  bar {name}: {rung_ae.bar_word(ok)} ({nums})")

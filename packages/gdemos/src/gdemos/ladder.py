@@ -53,6 +53,15 @@ def _ae(out: Path, backend: str, progress: bool) -> Verdict:
                    rung_ae.unchecked(run.bars))
 
 
+@rung("rung 2 replay")
+def _replay(out: Path, backend: str, progress: bool) -> Verdict:
+    device = "cuda" if backend == "cuda" else "sim"
+    cfg = ae.AEConfig(backend=device, engine="replay")
+    run = rung_ae.run(cfg, out / "replay", progress=progress)
+    return Verdict("rung 2 replay", not rung_ae.missed(run.bars), run.verdict_detail(),
+                   rung_ae.unchecked(run.bars))
+
+
 @rung("rung 3 lora")
 def _lora(out: Path, backend: str, progress: bool) -> Verdict:
     run = rung_lora.run(rung_lora.lt.LoRAConfig(backend=backend), out / "lora", progress=progress)
