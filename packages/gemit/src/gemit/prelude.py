@@ -70,14 +70,12 @@ static inline long long __double2ll_rz(double d) {
 }
 """
 
-# CUDA has the intrinsics; only the one-thread launch model is ours. __syncthreads and
-# __shared__ are redefined for the emitted snippet only (saved and restored around it): one
-# thread runs one example, so a barrier would wait for threads running other examples and
-# shared storage would be shared with them.
+# CUDA has the intrinsics; only the one-thread launch model is ours. One thread runs one
+# example, so a barrier would wait for threads running other examples and block-shared storage
+# would be shared with them: __syncthreads is a no-op inside the emitted snippet only (#undef
+# after it), and the renderer drops the __shared__ qualifier from the kernel text it copies
+# (NVRTC and nvcc differ in whether __shared__ is a macro, so it is not redefined).
 CUDA_OPEN = r"""
-#pragma push_macro("__shared__")
-#undef __shared__
-#define __shared__
 #define __syncthreads() ((void)0)
 
 typedef struct { unsigned int x, y, z; } gemit_dim3;
@@ -85,7 +83,6 @@ typedef struct { unsigned int x, y, z; } gemit_dim3;
 
 CUDA_CLOSE = r"""
 #undef __syncthreads
-#pragma pop_macro("__shared__")
 """
 
 # The one-thread launch geometry, declared inside every emitted kernel function.

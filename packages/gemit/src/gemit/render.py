@@ -17,6 +17,7 @@ from .prelude import C_PRELUDE, CUDA_CLOSE, CUDA_OPEN, GEOMETRY
 
 CTYPE = {np.dtype(np.float64): "double", np.dtype(np.float32): "float"}
 _CALLEE = re.compile(r"\bgt_\w+\b")
+_SHARED = re.compile(r"\b__shared__\s+")
 
 
 @cache
@@ -64,8 +65,9 @@ def literal(x: object, ctype: str) -> str:
     return f"__int_as_float({int(v32.view(np.int32))})"
 
 
-def _kernel_function(k: Kernel, qualifier: str) -> str:
-    return (f"{qualifier} void gemit_{k.name}({k.signature()})\n{{\n{GEOMETRY}{k.body}\n}}\n")
+def _kernel_function(k: Kernel, qualifier: str, per_thread: bool) -> str:
+    body = _SHARED.sub("", k.body) if per_thread else k.body  # one thread's own storage
+    return f"{qualifier} void gemit_{k.name}({k.signature()})\n{{\n{GEOMETRY}{body}\n}}\n"
 
 
 def _arg(a: object, ctype: str) -> str:
@@ -118,9 +120,9 @@ def render(prog: Program, name: str, target: str, header: str, node_names: dict)
     kernels = prog.kernels
     devs = device_functions(kernels)
     if target == "c":
-        fns = "\n".join(_kernel_function(k, "static") for k in kernels)
+        fns = "\n".join(_kernel_function(k, "static", False) for k in kernels)
         return "\n".join([header, C_PRELUDE, devs, fns, signature(prog, name), "{",
                           *_body(prog, t, node_names), "}", ""])
-    fns = "\n".join(_kernel_function(k, "static __device__") for k in kernels)
+    fns = "\n".join(_kernel_function(k, "static __device__", True) for k in kernels)
     return "\n".join([header, CUDA_OPEN, devs, fns, f"__device__ {signature(prog, name)}", "{",
                       *_body(prog, t, node_names), "}", CUDA_CLOSE])
