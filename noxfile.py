@@ -122,8 +122,9 @@ def unit(session: nox.Session, package: str, backend: str) -> None:
     if backend == "cuda":
         extras["gtensor"] = "cuda" if package != "gtensor" else "test,cuda"
     _install(session, _closure(package), extras)
-    if package == "gtensor" and not _has_nvcc():
-        # the CUDA source must compile for sm_90 in every run: NVRTC from its wheel stands in
+    if package in ("gtensor", "gemit") and not _has_nvcc():
+        # the CUDA source (gemit: the emitted grad) must compile for sm_90 in every run: NVRTC
+        # from its wheel stands in
         session.install("nvidia-cuda-nvrtc")
     session.run("pytest", f"packages/{package}/tests", *session.posargs, env=_test_env(backend))
 
