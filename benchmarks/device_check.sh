@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
 # One prepared device run (an NVIDIA GPU with cupy, torch, numpy, pytest, hypothesis installed;
 # nothing is installed from the network). Runs every package's tests on the cuda backend and the
-# cuda column of the parity matrix, an end-to-end AE training bit-equality check, and prints a
-# short table last. Usage: OUT=<dir> bash benchmarks/device_check.sh
+# cuda columns of the parity matrix (eager tape and replay), an end-to-end AE training
+# bit-equality check, rung 2 (the captured step replayed as one CUDA graph, bit-equal to the CPU
+# tape), the replay benchmark, and prints a short table last (~10 minutes on an H200).
+# Usage: OUT=<dir> bash benchmarks/device_check.sh
 set -u
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/device_check}
 mkdir -p "$OUT"
-export PYTHONPATH=packages/gtensor/src:packages/gtape/src:packages/gopt/src:packages/gdemos/src
+export PYTHONPATH=packages/gtensor/src:packages/gtape/src:packages/gopt/src:packages/ggpu-replay/src:packages/gdemos/src
 export GRAD_TEST_BACKEND=cuda HYPOTHESIS_PROFILE=ci PYTHONDONTWRITEBYTECODE=1
 SUMMARY="$OUT/summary.txt"
 : > "$SUMMARY"
@@ -36,7 +38,18 @@ for dt in float64 float32; do
         "$(tail -1 "$OUT/ae_$dt.log")" >> "$SUMMARY"
 done
 run gopt-cuda 90 packages/gopt/tests
+run ggpu-replay-cuda 120 packages/ggpu-replay/tests
 run gdemos-cuda 120 packages/gdemos/tests
+start=$SECONDS
+timeout 120 python -m gdemos ae --engine replay --backend cuda --no-progress --no-bars \
+    --out "$OUT/rung2" > "$OUT/rung2.log" 2>&1
+printf '%-28s rc=%-3s %4ss  %s\n' "rung2-replay-cuda" "$?" "$((SECONDS - start))" \
+    "$(grep -E 'weights==cpu tape|MSE' "$OUT/rung2.log" | tr '\n' ' ' | cut -c1-160)" >> "$SUMMARY"
+start=$SECONDS
+timeout 180 python benchmarks/bench_replay_step.py --steps 300 --out "$OUT/replay_step.md" \
+    > "$OUT/bench_replay.log" 2>&1
+printf '%-28s rc=%-3s %4ss  %s\n' "bench-replay-step" "$?" "$((SECONDS - start))" \
+    "see replay_step.md" >> "$SUMMARY"
 
 echo "==== device check summary ===="
 cat "$SUMMARY"

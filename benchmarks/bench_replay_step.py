@@ -1,0 +1,199 @@
+"""The rung-1 AE training step (forward + backward + Adam with L2) captured and replayed.
+
+Engines, one run, each cycling the same ten minibatches (the problem of bench_ae_step.py):
+the CPU tape (numpy backend: the reference), the captured program replayed node by node
+(``forward(); backward(); dopt.step()``) and as one whole step (``prog.step(dopt)``: one CUDA
+graph on cuda, the same launch list on sim), and on a GPU also PyTorch CUDA eager and a torch
+CUDA graph of the same step. Every step includes reading its loss back to the host (a device
+sync), as a training loop does. Medians over the timed steps after a warm-up.
+
+    python benchmarks/bench_replay_step.py --steps 300            # sim (+ cuda when present)
+
+prints the table and writes it, with the command, to benchmarks/results/replay_step.md
+(or --out FILE).
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import platform
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+for _p in ("gtensor", "gtape", "gopt", "ggpu-replay", "gdemos"):
+    sys.path.insert(0, str(ROOT / "packages" / _p / "src"))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+import gtape as g  # noqa: E402
+from bench_ae_step import ALPHA, B1, B2, EPS, LR, median_us, problem, tape_step  # noqa: E402
+from gdemos import model  # noqa: E402
+from ggpu_replay import capture  # noqa: E402
+
+Step = Callable[[], float]
+
+
+def replay_step(device: str, whole: bool) -> Callable[[str], Step]:
+    """The AE step captured from a numpy tape and replayed on ``device``."""
+    def make(dtype: str) -> Step:
+        batches, init = problem()
+        tp = g.Tape("numpy", dtype)
+        ps = [tp.param(a) for a in init]
+        x = tp.const(batches[0])
+        prog = capture(tp, g.mse(model.forward(x, ps), x), backend=device)
+        opt = prog.adam(lr=LR)
+        for k, p in enumerate(ps):
+            opt.add(p, alpha=ALPHA if k % 2 == 0 else 0.0)
+        st = {"i": 0}
+
+        def step() -> float:
+            prog.set_input(x, batches[st["i"] % len(batches)])
+            st["i"] += 1
+            if whole:
+                prog.step(opt)
+            else:
+                prog.forward()
+                prog.backward()
+                opt.step()
+            return prog.loss()
+        step.launches = len(prog.forward_launches) + len(prog.backward_launches)  # type: ignore[attr-defined]
+        return step
+    return make
+
+
+def torch_cuda_step(graph: bool) -> Callable[[str], Step]:
+    """PyTorch on the GPU: eager, or forward + backward + Adam captured as one CUDA graph."""
+    def make(dtype: str) -> Step:
+        import torch
+
+        batches, init = problem()
+        tdt = getattr(torch, dtype)
+        dev = torch.device("cuda")
+        xs = [torch.tensor(b, dtype=tdt, device=dev) for b in batches]
+        ps = [torch.tensor(a, dtype=tdt, device=dev, requires_grad=True) for a in init]
+        groups = [{"params": ps[0::2], "weight_decay": ALPHA}, {"params": ps[1::2]}]
+        opt = torch.optim.Adam(groups, lr=LR, betas=(B1, B2), eps=EPS, capturable=graph)
+        static_x = xs[0].clone()
+
+        def body() -> torch.Tensor:
+            h = static_x
+            for k in range(4):
+                h = torch.addmm(ps[2 * k + 1], h, ps[2 * k])
+                if k < 3:
+                    h = torch.relu(h)
+            loss = torch.nn.functional.mse_loss(h, static_x)
+            loss.backward()
+            opt.step()
+            opt.zero_grad(set_to_none=False)
+            return loss
+
+        st = {"i": 0}
+        if not graph:
+            def step() -> float:
+                static_x.copy_(xs[st["i"] % len(xs)])
+                st["i"] += 1
+                return body().item()
+            return step
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            for _ in range(3):
+                body()
+        torch.cuda.current_stream().wait_stream(side)
+        cg = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(cg):
+            static_loss = body()
+
+        def step() -> float:
+            static_x.copy_(xs[st["i"] % len(xs)])
+            st["i"] += 1
+            cg.replay()
+            return static_loss.item()
+        return step
+    return make
+
+
+def torch_cpu_step(dtype: str) -> Step:
+    """PyTorch eager on the CPU (the peer every ratio is taken against)."""
+    from bench_ae_step import torch_step
+
+    return torch_step(dtype)
+
+
+def has_gpu() -> bool:
+    """Whether cupy sees a CUDA device."""
+    try:
+        import cupy
+
+        return cupy.cuda.runtime.getDeviceCount() > 0
+    except Exception:  # noqa: BLE001 - no cupy, no driver
+        return False
+
+
+def main() -> None:
+    """Run every engine, print and write the table."""
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--steps", type=int, default=300)
+    ap.add_argument("--warmup", type=int, default=30)
+    ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "replay_step.md")
+    args = ap.parse_args()
+    engines: list[tuple[str, Callable[[str], Step]]] = [
+        ("tape, numpy backend (CPU reference)", tape_step("numpy")),
+        ("PyTorch eager (CPU)", torch_cpu_step),
+        ("replay per node, sim", replay_step("sim", whole=False)),
+        ("replay whole step, sim", replay_step("sim", whole=True)),
+    ]
+    gpu = has_gpu()
+    if gpu:
+        engines += [
+            ("replay per node, cuda", replay_step("cuda", whole=False)),
+            ("replay whole step as one CUDA graph, cuda", replay_step("cuda", whole=True)),
+            ("PyTorch CUDA eager", torch_cuda_step(graph=False)),
+            ("PyTorch CUDA graph", torch_cuda_step(graph=True)),
+        ]
+    rows = []
+    for name, make in engines:
+        cells = []
+        for dtype in ("float64", "float32"):
+            try:
+                step = make(dtype)
+                med, iqr = median_us(step, args.steps, args.warmup)
+                cells.append((med, iqr))
+            except Exception as e:  # noqa: BLE001 - report the engine as failed, go on
+                cells.append((math.nan, f"failed: {type(e).__name__}: {e}"))
+        rows.append((name, cells))
+        print(name, [f"{c[0]:.1f}" for c in cells], flush=True)
+    ref = {dt: rows[0][1][k][0] for k, dt in enumerate(("float64", "float32"))}
+    lines = ["# The AE training step, captured and replayed (ggpu-replay)", "",
+             "Forward + backward + Adam (L2 1e-05 on the weights) of the d-64-32-64-d "
+             "autoencoder, batch 200, each engine cycling the same ten minibatches; every step "
+             "includes reading its loss to the host. Median over the timed steps after "
+             f"{args.warmup} warm-up steps. The tape and replay rows land on the same bits; "
+             "torch uses its own (BLAS / cuBLAS) order.", "",
+             "Command (from the repository root, with the packages installed):", "",
+             "```", f"python benchmarks/bench_replay_step.py --steps {args.steps}", "```", "",
+             f"Machine: {platform.machine()}, Python {platform.python_version()}, numpy "
+             f"{np.__version__}" + (", with a GPU" if gpu else ", no GPU (cuda rows absent)"),
+             "", "| engine | float64 median (us) | vs CPU tape | float32 median (us) | "
+             "vs CPU tape |", "|---|---:|---:|---:|---:|"]
+    for name, cells in rows:
+        out = [name]
+        for k, dt in enumerate(("float64", "float32")):
+            med, iqr = cells[k]
+            if isinstance(iqr, str):
+                out += [iqr, ""]
+            else:
+                out += [f"{med:,.0f} (IQR {iqr:,.0f}, n={args.steps})", f"{med / ref[dt]:.3f}x"]
+        lines.append("| " + " | ".join(out) + " |")
+    text = "\n".join(lines) + "\n"
+    print(text)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(text)
+
+
+if __name__ == "__main__":
+    main()
