@@ -40,11 +40,21 @@ def test_lora_command_with_model_and_text(tmp_path, capsys):
     assert "rung 3 lora:" in out
 
 
-def test_lora_command_errors(tmp_path):
-    with pytest.raises(SystemExit, match="ggpu-replay"):
+def test_lora_command_errors(tmp_path, capsys):
+    with pytest.raises(SystemExit):  # replay needs a device backend (sim or cuda)
         cli.main(["lora", "--engine", "replay", "--out", str(tmp_path), "--no-progress"])
+    assert "sim or cuda" in capsys.readouterr().err
     with pytest.raises(SystemExit, match="--steps 0"):
         cli.main(["lora", "--steps", "0", "--out", str(tmp_path)])
+
+
+def test_lora_command_replay_engine(tmp_path, capsys):
+    pytest.importorskip("ggpu_replay")
+    code = cli.main(["lora", "--engine", "replay", "--backend", "sim", "--steps", "2",
+                     "--out", str(tmp_path), "--no-progress"])
+    s = json.loads((tmp_path / "lora_summary.json").read_text())
+    assert s["engine"] == "replay" and len(s["losses"]) == 2 and code == 1  # 2 steps: no pass
+    assert "(replay)" in capsys.readouterr().out
 
 
 def test_ladder_has_rung_3():

@@ -33,6 +33,7 @@ class LoRAConfig:
     lr: float = 1e-2
     seed: int = 0
     backend: str = "numpy"
+    engine: str = "tape"  # or "replay" (ggpu-replay on backend sim/cuda)
 
 
 @dataclass
@@ -59,7 +60,16 @@ class LoRAResult:
 
 def finetune(model: Qwen2, ids: np.ndarray, cfg: LoRAConfig,
              progress: Callable[[int], Any] | None = None) -> tuple[LoRA, list[float], float]:
-    """Train LoRA adapters on one sequence; returns (lora synced, losses per step, final loss)."""
+    """Train LoRA adapters on one sequence; returns (lora synced, losses per step, final loss).
+
+    ``cfg.engine == "tape"``: the CPU tape on ``cfg.backend`` with gopt's Adam and the
+    mark/reset loop. ``"replay"``: one episode recorded on a numpy tape is captured by
+    ggpu-replay and replayed on ``cfg.backend`` (sim or cuda) with the device Adam.
+    """
+    if cfg.engine == "replay":
+        return _finetune_replay(model, ids, cfg, progress)
+    if cfg.engine != "tape":
+        raise ValueError(f"finetune: engine {cfg.engine!r}; expected 'tape' or 'replay'")
     lora = LoRA(model, r=cfg.rank, alpha=cfg.alpha, seed=cfg.seed)
     tp = gtape.Tape(cfg.backend, model.dtype.name)
     lora.attach(tp)
@@ -82,6 +92,42 @@ def finetune(model: Qwen2, ids: np.ndarray, cfg: LoRAConfig,
     if bar is not None:
         bar.close()
     final = float(be.to_numpy(tp.value(lora.loss(tp, ids))))
+    lora.sync(tp)
+    tp.close()
+    return lora, losses, final
+
+
+def _finetune_replay(model: Qwen2, ids: np.ndarray, cfg: LoRAConfig,
+                     progress: Callable[[int], Any] | None) -> tuple[LoRA, list[float], float]:
+    try:
+        from ggpu_replay import capture
+    except ImportError:
+        raise NotImplementedError("finetune: engine 'replay' needs the ggpu-replay package "
+                                  "(pip install packages/ggpu-replay); expected it installed "
+                                  "or engine 'tape'") from None
+    if cfg.backend not in ("sim", "cuda"):
+        raise ValueError(f"finetune: engine 'replay' runs on a device backend; got backend "
+                         f"{cfg.backend!r}, expected 'sim' or 'cuda'")
+    lora = LoRA(model, r=cfg.rank, alpha=cfg.alpha, seed=cfg.seed)
+    tp = gtape.Tape("numpy", model.dtype.name)
+    lora.attach(tp)
+    prog = capture(tp, lora.loss(tp, ids), backend=cfg.backend)
+    dopt = prog.adam(lr=cfg.lr)
+    for p in lora.params():
+        dopt.add(p)
+    bar = progress(cfg.steps) if progress else None
+    losses = []
+    for _ in range(cfg.steps):
+        prog.step(dopt)
+        losses.append(prog.loss())
+        if bar is not None:
+            bar.set_postfix_str(f"loss {losses[-1]:.4f}", refresh=False)
+            bar.update(1)
+    if bar is not None:
+        bar.close()
+    prog.forward()
+    final = prog.loss()
+    prog.sync_params(tp)
     lora.sync(tp)
     tp.close()
     return lora, losses, final

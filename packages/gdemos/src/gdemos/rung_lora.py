@@ -41,7 +41,7 @@ class LoRARun:
         c = r.config
         return (f"CE {r.losses[0]:.4g} -> {r.final_loss:.4g} in {c.steps} Adam steps on "
                 f"{r.tokens} tokens ({self.model_desc}, r={c.rank}), {r.seconds:.1f} s on "
-                f"{c.backend}; merged model reproduced the text: "
+                f"{c.backend} ({c.engine}); merged model reproduced the text: "
                 f"{'yes' if r.reproduced else 'NO'}; plot {self.plot_path}")
 
 
@@ -79,12 +79,8 @@ def plot(path: Path, losses: list[float], title: str) -> Path:
 
 
 def run(cfg: lt.LoRAConfig, out: Path, model_dir: Path | None = None, text: str | None = None,
-        dtype: str = "float64", engine: str = "tape", progress: bool = True) -> LoRARun:
+        dtype: str = "float64", progress: bool = True) -> LoRARun:
     """Finetune under ``cfg``, merge, save, reload, check; write the summary and the plot."""
-    if engine != "tape":
-        raise NotImplementedError(f"gdemos lora: engine {engine!r} needs the ggpu-replay "
-                                  "package, which is not part of this checkout yet; expected "
-                                  "--engine tape")
     model, desc = load_model(model_dir, dtype, cfg.seed)
     make_bar = None
     if progress:
@@ -95,7 +91,7 @@ def run(cfg: lt.LoRAConfig, out: Path, model_dir: Path | None = None, text: str 
                         desc="lora")
     result = lt.run(model, text if text is not None else lt.TEXT, cfg, out / "merged", make_bar)
     summary = result.summary()
-    summary.update(model=desc, dtype=dtype, engine=engine, merged=str(out / "merged"))
+    summary.update(model=desc, dtype=dtype, merged=str(out / "merged"))
     png = plot(out / "lora_loss.png", result.losses,
                f"rung 3: LoRA r={cfg.rank} on {result.tokens} tokens ({cfg.backend}, {dtype})")
     summary["plot"] = str(png)
@@ -122,7 +118,8 @@ def add_parser(sub, common) -> None:
     a.add_argument("--seed", type=int, default=d.seed)
     a.add_argument("--dtype", choices=["float64", "float32"], default="float64")
     a.add_argument("--engine", choices=ENGINES, default="tape",
-                   help="tape (the CPU tape on --backend) or replay (needs ggpu-replay)")
+                   help="tape (the tape on --backend) or replay (ggpu-replay: a numpy tape's "
+                        "episode captured and replayed on --backend sim or cuda)")
 
 
 def main(args) -> int:
@@ -131,11 +128,10 @@ def main(args) -> int:
         raise SystemExit(f"gdemos lora: --steps {args.steps}, --rank {args.rank}; expected >= 1")
     text = args.text.read_text(encoding="utf-8") if args.text is not None else None
     cfg = lt.LoRAConfig(rank=args.rank, alpha=args.alpha, steps=args.steps, lr=args.lr,
-                        seed=args.seed, backend=args.backend)
+                        seed=args.seed, backend=args.backend, engine=args.engine)
     try:
-        r = run(cfg, args.out, args.model, text, args.dtype, args.engine,
-                progress=not args.no_progress)
-    except NotImplementedError as e:
+        r = run(cfg, args.out, args.model, text, args.dtype, progress=not args.no_progress)
+    except (NotImplementedError, ValueError) as e:
         raise SystemExit(str(e)) from None
     print(f"rung 3 lora: {r.verdict_detail()}")
     print(f"  generated: {r.result.generated!r}")
