@@ -37,6 +37,9 @@ class GradFn:
         self._fn.argtypes = [ptr, ptr, ptr]
         self._fn.restype = ct
         self._ptr = ptr
+        self._batch = getattr(self._lib, f"{name}_batch")
+        self._batch.argtypes = [ptr, ptr, ctypes.c_longlong, ptr, ptr]
+        self._batch.restype = None
 
     def __call__(self, params: np.ndarray, example: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """The loss (a 0-d array) and the gradient vector for one example."""
@@ -47,6 +50,20 @@ class GradFn:
                         g.ctypes.data_as(self._ptr))
         return np.array(loss, dtype=self.dtype), g
 
+    def batch(self, params: np.ndarray, examples: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Per-example losses (n,) and gradients (n, n_params) of the rows of ``examples``."""
+        p = self._vector(params, self.n_params, "params")
+        x = np.ascontiguousarray(examples, dtype=self.dtype)
+        if x.ndim != 2 or x.shape[1] != self.n_example:
+            raise ValueError(f"GradFn {self.name}.batch: examples has shape {x.shape}; expected "
+                             f"(n, {self.n_example})")
+        n = x.shape[0]
+        losses = np.empty(n, self.dtype)
+        grads = np.empty((n, self.n_params), self.dtype)
+        self._batch(p.ctypes.data_as(self._ptr), x.ctypes.data_as(self._ptr), n,
+                    losses.ctypes.data_as(self._ptr), grads.ctypes.data_as(self._ptr))
+        return losses, grads
+
     def _vector(self, a: np.ndarray, n: int, what: str) -> np.ndarray:
         a = np.asarray(a)
         if a.dtype != self.dtype or a.size != n:
@@ -55,9 +72,25 @@ class GradFn:
         return np.ascontiguousarray(a).ravel()
 
 
+def batch_wrapper(name: str, dtype: object, n_params: int, n_example: int) -> str:
+    """C text of ``void {name}_batch(params, X, n, L, G)``: ``name`` on each row of X in turn."""
+    t = "double" if np.dtype(dtype) == np.float64 else "float"
+    return f"""
+void {name}_batch(const {t} *params, const {t} *X, long long n, {t} *L, {t} *G)
+{{
+    for (long long i = 0; i < n; ++i)
+        L[i] = {name}(params, X + i * {n_example}LL, G + i * {n_params}LL);
+}}
+"""
+
+
 def compile_c(source: str, name: str, dtype: object, n_params: int, n_example: int,
               workdir: str | None = None) -> GradFn:
-    """Compile ``source`` (from ``emit_c``) into a shared object and load ``name`` from it."""
+    """Compile ``source`` (from ``emit_c``) into a shared object and load ``name`` from it.
+
+    A per-example loop ``{name}_batch`` is appended (``GradFn.batch``); no arithmetic is added.
+    """
+    source = source + batch_wrapper(name, dtype, n_params, n_example)
     key = hashlib.sha256(source.encode()).hexdigest()[:16]
     out = Path(workdir or tempfile.mkdtemp(prefix="gemit-"))
     out.mkdir(parents=True, exist_ok=True)
