@@ -1,4 +1,4 @@
-"""Backends: numpy (the reference), sim (CUDA source on the CPU) and cuda (cupy)."""
+"""Backends: numpy (the reference), sim (CUDA source on the CPU), cuda (cupy), cpu (native)."""
 
 from __future__ import annotations
 
@@ -6,13 +6,13 @@ import threading
 
 from .base import Backend
 
-NAMES = ("numpy", "sim", "cuda")
+NAMES = ("numpy", "sim", "cuda", "cpu")
 _instances: dict[str, Backend] = {}
 _lock = threading.Lock()
 
 
 def backend(name: str) -> Backend:
-    """The backend called ``name``: ``"numpy"``, ``"sim"`` or ``"cuda"`` (one instance each).
+    """The backend called ``name``: ``"numpy"``, ``"sim"``, ``"cuda"`` or ``"cpu"`` (one each).
 
     >>> be = backend("numpy")
     >>> be.to_numpy(be.add(be.asarray([1.0, 2.0]), be.asarray([0.5, 0.25]))).tolist()
@@ -26,6 +26,8 @@ def backend(name: str) -> Backend:
                 from .numpy_backend import NumpyBackend as cls
             elif name == "sim":
                 from .sim_backend import SimBackend as cls
+            elif name == "cpu":
+                from .cpu_backend import CpuBackend as cls
             else:
                 from .cuda_backend import CudaBackend as cls
             _instances[name] = cls()

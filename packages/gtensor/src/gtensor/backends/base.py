@@ -140,6 +140,8 @@ def describe(x: Any) -> str:
         return "a cupy array (from the cuda backend)"
     if t.__name__ == "SimArray":
         return "an array of the sim backend"
+    if t.__name__ == "CpuArray":
+        return "an array of the cpu backend"
     if isinstance(x, np.ndarray):
         return "a plain numpy.ndarray (the numpy backend's array type)"
     return f"a {mod + '.' if mod != 'builtins' else ''}{t.__name__}"

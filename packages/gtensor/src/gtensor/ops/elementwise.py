@@ -92,6 +92,51 @@ _ZIP = Template("""\
     }""")
 
 
+# CPU bodies (the cpu backend): the same parameters, plain loops over the same scalar functions;
+# contiguous rows run as simple loops the compiler vectorizes (lanes are independent outputs).
+_CPU_MAP = Template("""\
+    gtcpu::parallel_for(n, 4, [=](long long lo, long long hi) {
+        for (long long i = lo; i < hi; ++i) y[i] = $FN(x[i]);
+    });""")
+
+_CPU_SCALAR = Template("""\
+    gtcpu::parallel_for(n, 4, [=](long long lo, long long hi) {
+        for (long long i = lo; i < hi; ++i) y[i] = $FN(x[i], s);
+    });""")
+
+_CPU_ZIP = Template("""\
+    const int rank = (int)geom[0];
+    gtcpu::rows2(rank, geom + 1, geom + 1 + rank, 0, geom + 1 + 2 * rank, 0, 4,
+                 [=](long long r, long long oa, long long ob, long long len, long long ia,
+                     long long ib) {
+        $T* yr = y + r * len;
+        const $T* ar = a + oa;
+        const $T* br = b + ob;
+        if (ia == 1 && ib == 1) {
+            for (long long j = 0; j < len; ++j) yr[j] = $FN(ar[j], br[j]);
+        } else if (ia == 1 && ib == 0) {
+            const $T bv = br[0];
+            for (long long j = 0; j < len; ++j) yr[j] = $FN(ar[j], bv);
+        } else if (ia == 0 && ib == 1) {
+            const $T av = ar[0];
+            for (long long j = 0; j < len; ++j) yr[j] = $FN(av, br[j]);
+        } else {
+            for (long long j = 0; j < len; ++j) yr[j] = $FN(ar[j * ia], br[j * ib]);
+        }
+    });""")
+
+
+def _cpu_kernels(template: Template, cuda: Callable[[str], list[Kernel]],
+                 fns: dict[str, ScalarFn]) -> Callable[[str], list[Kernel]]:
+    """CPU kernels with the names and parameters of ``cuda``'s, bodies from ``template``."""
+
+    def kernels(sfx: str) -> list[Kernel]:
+        body = template.substitute(FN=fns[sfx].cname, T=CTYPE[sfx])
+        return [Kernel(k.name, k.params, body) for k in cuda(sfx)]
+
+    return kernels
+
+
 def _map_kernels(name: str, fns: dict[str, ScalarFn]) -> Callable[[str], list[Kernel]]:
     def kernels(sfx: str) -> list[Kernel]:
         t = CTYPE[sfx]
@@ -135,8 +180,9 @@ def unary(name: str, fns: dict[str, ScalarFn], vjp=None, doc: str = "", inputs=(
         if n:
             rt.launch(f"k_{name}_{suffix(out)}", grid_for(n), BLOCK, (ins[0], out, n))
 
-    return register(Op(name, inputs, (), _same_shape, reference, _map_kernels(name, fns), launch,
-                       vjp, doc))
+    kernels = _map_kernels(name, fns)
+    return register(Op(name, inputs, (), _same_shape, reference, kernels, launch, vjp, doc,
+                       cpu=_cpu_kernels(_CPU_MAP, kernels, fns)))
 
 
 def binary(name: str, fns: dict[str, ScalarFn], vjp=None, doc: str = "", inputs=("a", "b")) -> Op:
@@ -162,7 +208,8 @@ def binary(name: str, fns: dict[str, ScalarFn], vjp=None, doc: str = "", inputs=
         rt.launch(f"k_{name}_{suffix(out)}", grid_for(n), BLOCK, (a, b, out, n, geom))
 
     kernels = _zip_kernels(name, fns)
-    return register(Op(name, inputs, (), infer, reference, kernels, launch, vjp, doc))
+    return register(Op(name, inputs, (), infer, reference, kernels, launch, vjp, doc,
+                       cpu=_cpu_kernels(_CPU_ZIP, kernels, fns)))
 
 
 def scalar_form(name: str, fns: dict[str, ScalarFn], vjp=None, doc: str = "") -> Op:
@@ -184,8 +231,9 @@ def scalar_form(name: str, fns: dict[str, ScalarFn], vjp=None, doc: str = "") ->
             sfx = suffix(out)
             rt.launch(f"k_{name}_{sfx}", grid_for(n), BLOCK, (ins[0], out, n, NPDT[sfx](s)))
 
-    return register(Op(name, ("x",), ("s",), infer, reference, _scalar_kernels(name, fns), launch,
-                       vjp, doc))
+    kernels = _scalar_kernels(name, fns)
+    return register(Op(name, ("x",), ("s",), infer, reference, kernels, launch, vjp, doc,
+                       cpu=_cpu_kernels(_CPU_SCALAR, kernels, fns)))
 
 
 # --------------------------------------------------------------------------- the ops

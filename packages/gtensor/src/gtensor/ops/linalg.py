@@ -33,6 +33,37 @@ _MATMUL = Template("""\
     }""")
 
 
+# CPU body: rows of c split across threads; within a row an i-k-j loop whose j lanes are
+# independent outputs (SIMD), each still accumulated k-ascending: c[j] = a0*b[0,j], then
+# c[j] = c[j] + a[k]*b[k,j], every product and sum rounded (MUL, ADD; no FMA).
+_CPU_MATMUL = Template("""\
+    const long long rows = batch * m;
+    gtcpu::parallel_for(rows, k * n, [=](long long lo, long long hi) {
+        for (long long r = lo; r < hi; ++r) {
+            const long long bi = r / m;
+            const $T* __restrict__ ar = a + r * k;
+            const $T* __restrict__ bb = b + bi * k * n;
+            $T* __restrict__ cr = c + r * n;
+            if (k == 0) {
+                for (long long j = 0; j < n; ++j) cr[j] = ($T)0;
+                continue;
+            }
+            const $T a0 = ar[0];
+            for (long long j = 0; j < n; ++j) cr[j] = $MUL(a0, bb[j]);
+            for (long long kk = 1; kk < k; ++kk) {
+                const $T av = ar[kk];
+                const $T* __restrict__ br = bb + kk * n;
+                for (long long j = 0; j < n; ++j) cr[j] = $ADD(cr[j], $MUL(av, br[j]));
+            }
+        }
+    });""")
+
+
+def _cpu_kernels(sfx: str) -> list[Kernel]:
+    body = _CPU_MATMUL.substitute(T=CTYPE[sfx], ADD=ADD[sfx].cname, MUL=MUL[sfx].cname)
+    return [Kernel(k.name, k.params, body) for k in _kernels(sfx)]
+
+
 def _kernels(sfx: str) -> list[Kernel]:
     t = CTYPE[sfx]
     sig = params(f"const {t}* a, const {t}* b, {t}* c, long long batch, long long m, "
@@ -110,6 +141,6 @@ def _bmm_vjp(be, g, ins, out, needs):
 
 
 register(Op("matmul", ("a", "b"), (), _infer_matmul, serial_matmul, _kernels, _launch,
-            _matmul_vjp, "(m, k) @ (k, n), serial inner products"))
+            _matmul_vjp, "(m, k) @ (k, n), serial inner products", cpu=_cpu_kernels))
 register(Op("bmm", ("a", "b"), (), _infer_bmm, serial_matmul, _kernels, _launch, _bmm_vjp,
-            "(b, m, k) @ (b, k, n), serial inner products per batch"))
+            "(b, m, k) @ (b, k, n), serial inner products per batch", cpu=_cpu_kernels))

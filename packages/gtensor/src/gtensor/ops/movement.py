@@ -43,6 +43,32 @@ _FILL = """\
         y[i] = v;"""
 
 
+# CPU bodies: the same geometry walked one innermost row at a time (rows across threads).
+_CPU_COPY = """\
+    const int rank = (int)geom[0];
+    gtcpu::rows2(rank, geom + 1, geom + 1 + rank, geom[1 + 2 * rank], geom + 2 + 2 * rank,
+                 geom[2 + 3 * rank], 1,
+                 [=](long long, long long oi, long long oo, long long len, long long si,
+                     long long so) {
+        if (si == 1 && so == 1) {
+            for (long long j = 0; j < len; ++j) y[oo + j] = x[oi + j];
+        } else {
+            for (long long j = 0; j < len; ++j) y[oo + j * so] = x[oi + j * si];
+        }
+    });"""
+
+_CPU_FILL = """\
+    gtcpu::parallel_for(n, 1, [=](long long lo, long long hi) {
+        for (long long i = lo; i < hi; ++i) y[i] = v;
+    });"""
+
+
+def _cpu_kernels(sfx: str) -> list[Kernel]:
+    copy_k, fill_k = _kernels(sfx)
+    return [Kernel(copy_k.name, copy_k.params, _CPU_COPY),
+            Kernel(fill_k.name, fill_k.params, _CPU_FILL)]
+
+
 def _kernels(sfx: str) -> list[Kernel]:
     t = CTYPE[sfx]
     return [
@@ -82,7 +108,7 @@ def _same_shape(shapes_: tuple, attrs: dict) -> tuple[tuple, dict]:
 
 register(Op("copy", ("x",), (), _same_shape, lambda x: np.array(x, order="C", copy=True),
             _kernels, lambda rt, ins, out: _copy_into(rt, ins[0], out),
-            lambda be, g, ins, out, needs: (g,), "an exact copy of x"))
+            lambda be, g, ins, out, needs: (g,), "an exact copy of x", cpu=_cpu_kernels))
 
 
 def _infer_fill(shapes_: tuple, attrs: dict) -> tuple[tuple, dict]:
@@ -104,7 +130,7 @@ def _fill_reference(*, shape: tuple, value: float, dtype) -> np.ndarray:
 register(Op("fill", (), ("shape", "value", "dtype"), _infer_fill, _fill_reference, _kernels,
             lambda rt, ins, out, *, shape, value, dtype: fill(rt, out, value), None,
             "an array of ``shape`` holding ``value`` rounded once to ``dtype``",
-            {"dtype": "float64"}))
+            {"dtype": "float64"}, cpu=_cpu_kernels))
 
 
 # --------------------------------------------------------------------------- transpose
@@ -137,7 +163,7 @@ def _transpose_vjp(be, g, ins, out, needs, *, axes):
 register(Op("transpose", ("x",), ("axes",), _infer_transpose,
             lambda x, *, axes: np.array(np.transpose(x, axes), order="C"),
             _kernels, _launch_transpose, _transpose_vjp,
-            "permute axes (default: reverse them; the 2-D swap)", {"axes": None}))
+            "permute axes (default: reverse them; the 2-D swap)", {"axes": None}, cpu=_cpu_kernels))
 
 
 # --------------------------------------------------------------------------- reshape
@@ -164,7 +190,7 @@ register(Op("reshape", ("x",), ("shape",), _infer_reshape,
             lambda x, *, shape: np.array(x.reshape(shape), order="C"),
             _kernels, lambda rt, ins, out, *, shape: _copy_into(rt, ins[0], out),
             lambda be, g, ins, out, needs, shape: (be.reshape(g, ins[0].shape),),
-            "same elements in row-major order, new shape"))
+            "same elements in row-major order, new shape", cpu=_cpu_kernels))
 
 
 # --------------------------------------------------------------------------- slice / pad
@@ -203,7 +229,7 @@ register(Op("slice", ("x",), ("axis", "start", "stop"), _infer_slice, _slice_ref
             _launch_slice,
             lambda be, g, ins, out, needs, axis, start, stop: (
                 be.pad(g, axis, start, ins[0].shape[axis] - stop),),
-            "x[start:stop] along one axis"))
+            "x[start:stop] along one axis", cpu=_cpu_kernels))
 
 
 def _infer_pad(shapes_: tuple, attrs: dict) -> tuple[tuple, dict]:
@@ -236,7 +262,7 @@ register(Op("pad", ("x",), ("axis", "before", "after"), _infer_pad, _pad_referen
             _launch_pad,
             lambda be, g, ins, out, needs, axis, before, after: (
                 be.slice(g, axis, before, before + ins[0].shape[axis]),),
-            "+0.0 padding before/after along one axis (slice's backward)"))
+            "+0.0 padding before/after along one axis (slice's backward)", cpu=_cpu_kernels))
 
 
 # --------------------------------------------------------------------------- concat
@@ -276,7 +302,7 @@ def _concat_vjp(be, g, ins, out, needs, *, axis):
 
 register(Op("concat", ("*xs",), ("axis",), _infer_concat,
             lambda *xs, axis: np.concatenate(xs, axis=axis), _kernels, _launch_concat,
-            _concat_vjp, "join arrays along an existing axis", {"axis": 0}))
+            _concat_vjp, "join arrays along an existing axis", {"axis": 0}, cpu=_cpu_kernels))
 
 
 # --------------------------------------------------------------------------- broadcast_to
@@ -305,4 +331,5 @@ def _broadcast_to_vjp(be, g, ins, out, needs, *, shape):
 
 register(Op("broadcast_to", ("x",), ("shape",), _infer_broadcast_to,
             lambda x, *, shape: np.array(np.broadcast_to(x, shape), order="C"), _kernels,
-            _launch_broadcast_to, _broadcast_to_vjp, "repeat x along broadcast axes (copy)"))
+            _launch_broadcast_to, _broadcast_to_vjp, "repeat x along broadcast axes (copy)",
+            cpu=_cpu_kernels))

@@ -45,6 +45,62 @@ _REDUCE = Template("""\
     }""")
 
 
+# CPU body, same geometry. Each output slot is still one serial sum in row-major order, first
+# element first. Two layouts get loops the compiler vectorizes across output slots: a column
+# sum (one reduced axis outside one contiguous kept axis: y[o] = x[o], then y[o] = y[o] +
+# x[r*rs + o] for r ascending) and a row sum over a contiguous run; the rest walks the geometry.
+_CPU_REDUCE = Template("""\
+    const int ro = (int)geom[0];
+    const long long* oshape = geom + 1;
+    const long long* ostride = geom + 1 + ro;
+    const int rr = (int)geom[1 + 2 * ro];
+    const long long* rshape = geom + 2 + 2 * ro;
+    const long long* rstride = geom + 2 + 2 * ro + rr;
+    if (ro == 1 && rr == 1 && ostride[0] == 1 && nred > 0) {
+        const long long rs = rstride[0];
+        gtcpu::parallel_for(nout, nred, [=](long long lo, long long hi) {
+            for (long long o = lo; o < hi; ++o) y[o] = x[o];
+            for (long long r = 1; r < nred; ++r) {
+                const $T* xr = x + r * rs;
+                for (long long o = lo; o < hi; ++o) y[o] = $ADD(y[o], xr[o]);
+            }
+            if (mean)
+                for (long long o = lo; o < hi; ++o) y[o] = $DIV(y[o], count);
+        });
+        return;
+    }
+    gtcpu::parallel_for(nout, nred, [=](long long lo, long long hi) {
+        for (long long o = lo; o < hi; ++o) {
+            long long rem = o, base = 0;
+            for (int d = ro - 1; d >= 0; --d) {
+                base += (rem % oshape[d]) * ostride[d];
+                rem /= oshape[d];
+            }
+            $T acc = ($T)0;
+            if (rr == 1 && rstride[0] == 1) {
+                const $T* xr = x + base;
+                if (nred > 0) acc = xr[0];
+                for (long long r = 1; r < nred; ++r) acc = $ADD(acc, xr[r]);
+            } else {
+                for (long long r = 0; r < nred; ++r) {
+                    long long rrem = r, off = base;
+                    for (int d = rr - 1; d >= 0; --d) {
+                        off += (rrem % rshape[d]) * rstride[d];
+                        rrem /= rshape[d];
+                    }
+                    acc = (r == 0) ? x[off] : $ADD(acc, x[off]);
+                }
+            }
+            y[o] = mean ? $DIV(acc, count) : acc;
+        }
+    });""")
+
+
+def _cpu_kernels(sfx: str) -> list[Kernel]:
+    body = _CPU_REDUCE.substitute(T=CTYPE[sfx], ADD=ADD[sfx].cname, DIV=DIV[sfx].cname)
+    return [Kernel(k.name, k.params, body) for k in _kernels(sfx)]
+
+
 def _kernels(sfx: str) -> list[Kernel]:
     t = CTYPE[sfx]
     sig = params(f"const {t}* x, {t}* y, long long nout, long long nred, int mean, {t} count, "
@@ -146,10 +202,10 @@ def _mean_vjp(be, g, ins, out, needs, *, axis, keepdims):
 
 register(Op("sum", ("x",), ("axis", "keepdims"), _infer_reduce("sum"), _sum_reference, _kernels,
             _launch_sum, _sum_vjp, "serial sum over all elements or one axis",
-            {"axis": None, "keepdims": False}))
+            {"axis": None, "keepdims": False}, cpu=_cpu_kernels))
 register(Op("mean", ("x",), ("axis", "keepdims"), _infer_reduce("mean"), _mean_reference,
             _kernels, _launch_mean, _mean_vjp, "serial sum / count, over all elements or one axis",
-            {"axis": None, "keepdims": False}))
+            {"axis": None, "keepdims": False}, cpu=_cpu_kernels))
 
 
 # --------------------------------------------------------------------------- sum_to
@@ -182,4 +238,4 @@ def _launch_sum_to(rt, ins, out, *, shape: tuple) -> None:
 register(Op("sum_to", ("x",), ("shape",), _infer_sum_to, _sum_to_reference, _kernels,
             _launch_sum_to,
             lambda be, g, ins, out, needs, shape: (be.broadcast_to(g, ins[0].shape),),
-            "serial sum of x over the axes that broadcast ``shape`` to x.shape"))
+            "serial sum of x over the axes that broadcast ``shape`` to x.shape", cpu=_cpu_kernels))

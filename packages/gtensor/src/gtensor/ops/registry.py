@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
+
+import numpy as np
 
 from ..kernels import Kernel
 
@@ -20,10 +23,17 @@ Vjp = Callable[..., tuple]
 # kernels(dtype_suffix) -> the __global__ kernels of this op for one dtype ("f64" or "f32").
 Kernels = Callable[[str], list[Kernel]]
 
+INFER_CACHE = 4096  # shape-rule results kept per op (cleared when full)
+
 
 @dataclass(frozen=True, eq=False)
 class Op:
-    """One op: shape rule, numpy reference, CUDA kernels + launch, and backward rule."""
+    """One op: shape rule, numpy reference, CUDA and CPU kernels + launch, and backward rule.
+
+    ``cpu`` gives the op's host kernels for the ``cpu`` backend: the same names and parameters
+    as its CUDA kernels (so one ``launch`` drives both), bodies written as CPU loops that keep
+    the op's order. ``infer`` is memoized by (input shapes, attrs) for hashable attrs.
+    """
 
     name: str
     inputs: tuple[str, ...]  # names of the array inputs; ("xs",) with arity -1 for a list
@@ -36,6 +46,10 @@ class Op:
     doc: str = ""
     # names of attrs that have defaults, with the defaults
     defaults: dict = field(default_factory=dict)
+    cpu: Kernels | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "infer", _memoized(self.infer))
 
     @property
     def arity(self) -> int:
@@ -54,6 +68,47 @@ class Op:
 
     def __repr__(self) -> str:
         return f"<op {self.name}>"
+
+
+def attr_key(value: Any) -> Any:
+    """A hashable key of an attr value that tells apart values comparing equal: 1, 1.0 and
+    True (by type), 0.0 and -0.0 (by sign). TypeError for unhashable values (lists, dicts)."""
+    t = type(value)
+    if t is tuple:
+        return (tuple, *map(attr_key, value))
+    if isinstance(value, (float, np.floating)):
+        return (t, value, math.copysign(1.0, value))
+    hash(value)
+    return (t, value)
+
+
+def _memoized(infer: Infer) -> Infer:
+    """``infer`` remembering its results; a raising call is not remembered (so it raises again).
+
+    Results are (shape, attrs) with a fresh attrs dict per call, so callers may keep or change
+    it. The rules are pure functions of the shapes and attrs, so a hit returns what a call would.
+    """
+    if getattr(infer, "memoized", False):
+        return infer
+    cache: dict = {}
+
+    def memo(shapes_: tuple, attrs: dict) -> tuple[tuple, dict]:
+        try:
+            key = (shapes_, *[(k, attr_key(v)) for k, v in attrs.items()])
+            hit = cache.get(key)
+        except TypeError:
+            return infer(shapes_, attrs)
+        if hit is None:
+            hit = infer(shapes_, attrs)
+            if len(cache) >= INFER_CACHE:
+                cache.clear()
+            cache[key] = hit
+        return hit[0], dict(hit[1])
+
+    memo.memoized = True
+    memo.__wrapped__ = infer
+    memo.__doc__ = infer.__doc__
+    return memo
 
 
 REGISTRY: dict[str, Op] = {}

@@ -77,6 +77,44 @@ _SOFTMAX_GRAD = Template("""\
         for (long long r = t; r < R; r += nt) outr[r * B] = $MUL(yr[r * B], $SUB(gr[r * B], d));""")
 
 
+# CPU bodies: rows split across threads, each row run by one thread in the defined order (the
+# max left to right; the serial sums first element first). Row r's elements are B apart.
+_CPU_ROWS = Template("""\
+    gtcpu::parallel_for(A * B, R * 8, [=](long long lo, long long hi) {
+        for (long long row = lo; row < hi; ++row) {
+            const long long base = (row / B) * R * B + row % B;
+$BODY
+        }
+    });""")
+
+_CPU_SOFTMAX = Template("""\
+            const $T* xr = x + base;
+            $T* yr = y + base;
+            $T mx = xr[0];
+            for (long long r = 1; r < R; ++r) mx = $MAX(mx, xr[r * B]);
+            for (long long r = 0; r < R; ++r) yr[r * B] = $EXP($SUB(xr[r * B], mx));
+            $T s = yr[0];
+            for (long long r = 1; r < R; ++r) s = $ADD(s, yr[r * B]);
+            for (long long r = 0; r < R; ++r) yr[r * B] = $DIV(yr[r * B], s);""")
+
+_CPU_SOFTMAX_GRAD = Template("""\
+            const $T* gr = g + base;
+            const $T* yr = y + base;
+            $T* outr = out + base;
+            $T d = $MUL(gr[0], yr[0]);
+            for (long long r = 1; r < R; ++r) d = $ADD(d, $MUL(gr[r * B], yr[r * B]));
+            for (long long r = 0; r < R; ++r) outr[r * B] = $MUL(yr[r * B], $SUB(gr[r * B], d));""")
+
+
+def _cpu_kernels(cuda, body: Template):
+    def kernels(sfx: str) -> list[Kernel]:
+        f = _fns(sfx)
+        text = _CPU_ROWS.substitute(f, BODY=body.substitute(f))
+        return [Kernel(k.name, k.params, text) for k in cuda(sfx)]
+
+    return kernels
+
+
 def _fns(sfx: str) -> dict[str, str]:
     return {"T": CTYPE[sfx], "NT": str(ROW_THREADS), "MAX": MAX[sfx].cname,
             "EXP": EXP[sfx].cname, "SUB": SUB[sfx].cname, "ADD": ADD[sfx].cname,
@@ -150,10 +188,11 @@ register(Op("softmax", ("x",), ("axis",), _infer_axis("softmax"), _softmax_refer
             lambda rt, ins, out, *, axis: _launch_rows(
                 rt, f"k_softmax_{suffix(out)}", (ins[0], out), out.shape, axis),
             lambda be, g, ins, out, needs, axis: (be.softmax_grad(g, out, axis),),
-            "exp(x - max) / serial sum, along one axis", {"axis": -1}))
+            "exp(x - max) / serial sum, along one axis", {"axis": -1},
+            cpu=_cpu_kernels(_softmax_kernels, _CPU_SOFTMAX)))
 register(Op("softmax_grad", ("g", "y"), ("axis",), _infer_axis("softmax_grad"),
             _softmax_grad_reference, _softmax_grad_kernels,
             lambda rt, ins, out, *, axis: _launch_rows(
                 rt, f"k_softmax_grad_{suffix(out)}", (ins[0], ins[1], out), out.shape, axis),
             None, "y * (g - serial sum(g * y)) along one axis (softmax's backward from y)",
-            {"axis": -1}))
+            {"axis": -1}, cpu=_cpu_kernels(_softmax_grad_kernels, _CPU_SOFTMAX_GRAD)))

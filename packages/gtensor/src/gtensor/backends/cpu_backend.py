@@ -1,0 +1,127 @@
+"""The cpu backend: every op's host kernels (``Op.cpu``) compiled natively, bit-equal to numpy."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from .. import dtypes
+from ..ops import Op
+from ..ops.registry import attr_key
+from .kernel_backend import KernelBackend
+
+PLAN_CACHE = 4096  # prepared launches kept (cleared when full)
+
+
+class CpuArray(np.ndarray):
+    """A numpy array owned by the cpu backend (a distinct type, so backends never mix)."""
+
+
+class _Planner:
+    """The runtime an op's ``launch`` sees while its plan is made: launches are kept, not run."""
+
+    def __init__(self, be: CpuBackend) -> None:
+        self.be = be
+        self.launches: list[tuple[str, Any, Any, tuple]] = []
+
+    def geom(self, values: tuple) -> Any:
+        """A geometry array (the plan keeps it alive)."""
+        return self.be.geom(values)
+
+    def launch(self, name: str, grid: Any, block: Any, args: Sequence[Any]) -> None:
+        """Keep the launch for the plan."""
+        self.launches.append((name, grid, block, tuple(args)))
+
+
+class CpuBackend(KernelBackend):
+    """Runs every op as native CPU loops that keep the op's defined order (see docs/semantics)."""
+
+    name = "cpu"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._plans: dict[tuple, Any] = {}
+
+    @property
+    def module(self) -> Any:
+        """The compiled cpu module (built on first use, then cached on disk and in memory)."""
+        if self._module is None:
+            with self._lock:
+                if self._module is None:
+                    from ..runtime.cpu import CpuModule
+                    from ..runtime.cpu_source import cpu_kernels, cpu_module_source
+
+                    self._module = CpuModule(cpu_module_source(), cpu_kernels())
+        return self._module
+
+    def _geom_array(self, values: tuple) -> np.ndarray:
+        arr = np.array(values, dtype=np.int64)
+        arr.flags.writeable = False
+        return arr
+
+    # ---------------------------------------------------------------- arrays
+    def asarray(self, x: Any, dtype: Any = None) -> CpuArray:
+        """A new C-contiguous cpu array holding ``x``."""
+        if type(x).__module__.split(".")[0] == "cupy":
+            raise TypeError("asarray: got a cupy array; convert it with the cuda backend's "
+                            "to_numpy first")
+        dt = dtypes.infer(x, dtype)
+        return np.array(x, dtype=dt, order="C", copy=True).view(CpuArray)
+
+    def to_numpy(self, a: Any) -> np.ndarray:
+        """A plain numpy copy of ``a``."""
+        self.check_input("to_numpy", "a", a)
+        return np.array(a, order="C", copy=True).view(np.ndarray)
+
+    def zeros(self, shape: Sequence[int], dtype: Any = "float64") -> CpuArray:
+        """A new array of +0.0."""
+        return np.zeros(tuple(shape), dtypes.normalize(dtype, "zeros")).view(CpuArray)
+
+    def empty(self, shape: Sequence[int], dtype: Any) -> CpuArray:
+        """A new uninitialized array."""
+        return np.empty(tuple(shape), dtype).view(CpuArray)
+
+    def is_array(self, x: Any) -> bool:
+        """Arrays made by this backend."""
+        return isinstance(x, CpuArray)
+
+    def _prepare(self, x: CpuArray) -> CpuArray:
+        return x if x.flags.c_contiguous else np.array(x, order="C").view(CpuArray)
+
+    # ---------------------------------------------------------------- execution
+    def _execute(self, op: Op, inputs: list, out_shape: tuple, dtype: np.dtype,
+                 attrs: dict, out: Any = None) -> Any:
+        if op.cpu is None:
+            raise NotImplementedError(f"{op.name}: the op has no cpu kernels (Op.cpu); run it on "
+                                      "the numpy or sim backend")
+        if out is None:
+            out = np.empty(out_shape, dtype).view(CpuArray)
+        module = self.module
+        if not module.fast:
+            op.launch(self, inputs, out, **attrs)
+            return out
+        try:
+            key = (op, dtype, *[x.shape for x in inputs],
+                   *[(k, attr_key(v)) for k, v in attrs.items()])
+            plan = self._plans.get(key)
+        except TypeError:  # an unhashable attr: plan this call only
+            key, plan = None, None
+        if plan is None:
+            plan = self._plan(op, inputs, out, attrs)
+            if key is not None:
+                if len(self._plans) >= PLAN_CACHE:
+                    self._plans.clear()
+                self._plans[key] = plan
+        if plan.launches:
+            module.run(plan, [*inputs, out])
+        return out
+
+    def _plan(self, op: Op, inputs: list, out: Any, attrs: dict) -> Any:
+        """The checked, encoded launches of ``op`` for these shapes, dtype and attrs."""
+        slots = [np.empty(x.shape, x.dtype).view(CpuArray) for x in inputs]
+        slots.append(np.empty(out.shape, out.dtype).view(CpuArray))
+        planner = _Planner(self)
+        op.launch(planner, slots[:-1], slots[-1], **attrs)
+        return self.module.plan(planner.launches, slots)

@@ -1,0 +1,325 @@
+"""The ``cpu`` runtime: each op's host kernels compiled with the system C++ compiler, run natively.
+
+The module (``cpu_source``) is compiled with ``cpu_runtime.h`` into a shared library cached on
+disk like sim's (same compiler lookup and cache helpers, its own folder and flags: ``-O3
+-march=native -ffp-contract=off``, no fast-math; the key also holds the host CPU's feature
+flags, since ``-march=native`` code only runs where it was built). Two doors lead in:
+
+* ``launch`` / ``prepare`` / ``checked`` + ``bind``: one kernel with checked arguments, the
+  ``KernelTable`` contract sim and cuda share (so a ``Recorder`` can wrap the cpu backend);
+* ``plan`` + ``Plan.run``: the eager fast path. An op's launches for one (shapes, attrs) are
+  checked once and encoded as an int64 program; a call then passes only the arrays, by
+  object address, and C reads each array's data pointer (``gtcpu_exec``).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import threading
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import numpy as np
+
+from gtensor.kernels import Kernel
+from gtensor.runtime import sim
+from gtensor.runtime.args import KernelTable
+
+CXX_FLAGS = (
+    "-O3",
+    "-march=native",
+    "-ffp-contract=off",
+    "-fno-fast-math",
+    "-fno-math-errno",
+    "-fPIC",
+    "-shared",
+    "-std=c++17",
+    "-pthread",
+)
+HEADER_PATH = Path(__file__).with_name("cpu_runtime.h")
+THREADS_ENV = "GTENSOR_CPU_THREADS"
+
+_LOADED: dict[str, ctypes.CDLL] = {}
+_LOAD_LOCK = threading.Lock()
+
+
+def cache_dir() -> Path:
+    """Directory of compiled cpu modules: beside sim's (``$GTENSOR_CACHE_DIR/cpu`` or XDG)."""
+    return sim.cache_dir().parent / "cpu"
+
+
+def _host_identity() -> str:
+    """The machine and its CPU feature flags (``-march=native`` output depends on them)."""
+    flags = ""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith(("flags", "Features", "model name")):
+                    flags += line
+                if line.strip() == "":
+                    break
+    except OSError:
+        pass
+    return f"{platform.machine()} {platform.processor()}\n{flags}"
+
+
+def _launcher(index: int, kernel: Kernel) -> tuple[str, str]:
+    """The ``gtcpu_call_<name>`` unpacker (``void** args``) and the public ``gtcpu_launch_``."""
+    unpack = "".join(
+        f"    {p.ctype} a{i};\n    std::memcpy(&a{i}, args[{i}], sizeof a{i});\n"
+        for i, p in enumerate(kernel.params))
+    call = ", ".join(f"a{i}" for i in range(len(kernel.params)))
+    name = kernel.name
+    return (f"static int gtcpu_call_{name}(void** args)\n{{\n{unpack}"
+            f"    {name}({call});\n    return 0;\n}}\n"
+            f'extern "C" int gtcpu_launch_{name}(void** args)\n{{\n'
+            f"    gtcpu::FpEnv env;\n    return gtcpu_call_{name}(args);\n}}\n",
+            f"gtcpu_call_{name}")
+
+
+_EXEC = """\
+static long long gtcpu_data_offset = 16;
+extern "C" void gtcpu_set_data_offset(long long off) { gtcpu_data_offset = off; }
+
+// plan = [launches, then per launch: kernel index, nargs, nargs x (kind, value)];
+// kind 0: value is an object slot whose array data pointer is passed; 1: value itself.
+extern "C" int gtcpu_exec(const long long* plan, const void* const* objs)
+{
+    gtcpu::FpEnv env;
+    const long long launches = *plan++;
+    for (long long l = 0; l < launches; ++l) {
+        const long long index = *plan++, nargs = *plan++;
+        long long store[16];
+        void* argv[16];
+        if (index < 0 || index >= GTCPU_NKERNELS || nargs > 16) return 1;
+        for (long long i = 0; i < nargs; ++i) {
+            const long long kind = *plan++, value = *plan++;
+            if (kind == 0)
+                std::memcpy(&store[i], (const char*)objs[value] + gtcpu_data_offset,
+                            sizeof store[i]);
+            else
+                store[i] = value;
+            argv[i] = &store[i];
+        }
+        const int status = GTCPU_CALLS[index](argv);
+        if (status) return status;
+    }
+    return 0;
+}
+
+extern "C" int gtcpu_exec3(const long long* plan, const void* o0, const void* o1, const void* o2)
+{
+    const void* objs[3] = {o0, o1, o2};
+    return gtcpu_exec(plan, objs);
+}
+"""
+
+
+def translation_unit(source: str, kernels: Sequence[Kernel]) -> str:
+    """Header + module source + launchers + the call table and the plan interpreter."""
+    parts = [_launcher(i, k) for i, k in enumerate(kernels)]
+    table = ", ".join(name for _, name in parts)
+    return (
+        '#line 1 "cpu_runtime.h"\n'
+        f"{HEADER_PATH.read_text()}\n"
+        '#line 1 "module.cpp"\n'
+        f"{source}\n"
+        '#line 1 "launchers.cpp"\n'
+        + "".join(text for text, _ in parts)
+        + f"static int (*const GTCPU_CALLS[])(void**) = {{{table}}};\n"
+        f"static const long long GTCPU_NKERNELS = {len(parts)};\n"
+        + _EXEC
+    )
+
+
+def build(source: str, kernels: Sequence[Kernel]) -> tuple[str, Path]:
+    """Compile (or find in the disk cache) the cpu module; returns (key, path of the .so)."""
+    command = sim.compiler_command()
+    tu = translation_unit(source, kernels)
+    ident = sim._compiler_identity(tuple(command))
+    key = hashlib.sha256("\0".join([tu, ident, " ".join(CXX_FLAGS), _host_identity()])
+                         .encode()).hexdigest()
+    directory = cache_dir()
+    lib = directory / f"{key}.so"
+    if lib.exists():
+        return key, lib
+    directory.mkdir(parents=True, exist_ok=True)
+    src = directory / f"{key}.cpp"
+    sim._write_atomic(src, tu)
+    fd, tmp = tempfile.mkstemp(dir=directory, prefix=f"{key}.", suffix=".so.tmp")
+    os.close(fd)
+    try:
+        proc = subprocess.run([*command, *CXX_FLAGS, "-x", "c++", str(src), "-o", tmp],
+                              capture_output=True, text=True, check=False)
+        if proc.returncode != 0:
+            raise RuntimeError(f"cpu: compiling the kernel module failed (source kept at "
+                               f"{src}):\n{proc.stderr}")
+        os.replace(tmp, lib)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    return key, lib
+
+
+def load(source: str, kernels: Sequence[Kernel]) -> ctypes.CDLL:
+    """The loaded library for this module, compiled at most once per process and cache."""
+    with _LOAD_LOCK:
+        key, lib = build(source, kernels)
+        if key not in _LOADED:
+            _LOADED[key] = ctypes.CDLL(str(lib))
+        return _LOADED[key]
+
+
+def data_offset() -> int | None:
+    """Where a numpy array object holds its data pointer (None if it cannot be found safely).
+
+    The C side reads ``*(void**)((char*)array + offset)``: the ``data`` field right after the
+    object header in numpy's ``PyArrayObject``. Found by looking, and checked on several arrays
+    (plain, subclass, view, 0-d, empty), so an unusual build falls back to the slow door.
+    """
+    if sys.byteorder != "little":
+        return None
+    probes = [np.arange(7.0), np.zeros((3, 4), np.float32)[1:], np.array(2.5),
+              np.empty(0), np.ones(5).view(type("Probe", (np.ndarray,), {}))]
+    word = ctypes.sizeof(ctypes.c_void_p)
+    for off in range(word, 8 * word, word):
+        if all(ctypes.c_void_p.from_address(id(a) + off).value == a.ctypes.data
+               for a in probes if a.size):
+            return off
+    return None
+
+
+class Plan:
+    """One op's launches for one (shapes, dtype, attrs), checked and encoded once.
+
+    ``run(objs)`` executes them on the given arrays (inputs then out, in that order).
+    """
+
+    __slots__ = ("words", "addr", "keep", "launches")
+
+    def __init__(self, words: np.ndarray, keep: list, launches: int) -> None:
+        self.words = words
+        self.addr = words.ctypes.data
+        self.keep = keep
+        self.launches = launches
+
+
+class CpuModule(KernelTable):
+    """The compiled cpu module: kernels launched as native CPU loops."""
+
+    array_kind = "numpy.ndarray"
+
+    def __init__(self, source: str, kernels: Sequence[Kernel]) -> None:
+        """Compile ``source`` (device functions + the CPU kernels) and bind the launchers."""
+        super().__init__(kernels)
+        self._lib = load(source, list(kernels))
+        self._index = {k.name: i for i, k in enumerate(kernels)}
+        self._launchers = {}
+        for name in self._kernels:
+            fn = getattr(self._lib, f"gtcpu_launch_{name}")
+            fn.argtypes = (ctypes.POINTER(ctypes.c_void_p),)
+            fn.restype = ctypes.c_int
+            self._launchers[name] = fn
+        offset = data_offset()
+        self.fast = offset is not None
+        if self.fast:
+            self._lib.gtcpu_set_data_offset.argtypes = (ctypes.c_longlong,)
+            self._lib.gtcpu_set_data_offset(offset)
+        self.exec3 = self._lib.gtcpu_exec3
+        self.exec3.argtypes = (ctypes.c_void_p,) * 4
+        self.exec3.restype = ctypes.c_int
+        self.execv = self._lib.gtcpu_exec
+        self.execv.argtypes = (ctypes.c_void_p, ctypes.c_void_p)
+        self.execv.restype = ctypes.c_int
+
+    def _is_array(self, value: object) -> bool:
+        """Pointer arguments are numpy arrays (the cpu backend's CpuArray included)."""
+        return isinstance(value, np.ndarray)
+
+    # ---------------------------------------------------------------- the KernelTable door
+    def launch(self, name: str, grid: int | tuple[int, ...], block: int | tuple[int, ...],
+               args: Sequence) -> None:
+        """Run kernel ``name`` on ``args`` (grid and block are checked, then ignored)."""
+        self.prepare(name, grid, block, args)()
+
+    def prepare(self, name: str, grid: int | tuple[int, ...], block: int | tuple[int, ...],
+                args: Sequence) -> Callable[[], None]:
+        """Check and marshal one launch once; the returned callable runs it again and again."""
+        return self.bind(*self.checked(name, grid, block, args))
+
+    def bind(self, kernel: Kernel, values: list, g: tuple, b: tuple) -> Callable[[], None]:
+        """The runnable launch of already checked arguments (see ``KernelTable.checked``)."""
+        name = kernel.name
+        if min(g) == 0:
+            return _nothing
+        boxes = []
+        for param, value in zip(kernel.params, values):
+            if param.is_pointer:
+                boxes.append(ctypes.c_void_p(value.ctypes.data))
+            else:
+                boxes.append(sim._CTYPES[param.ctype](value.item()))
+        argv = (ctypes.c_void_p * max(len(boxes), 1))(*(ctypes.addressof(x) for x in boxes))
+        fn = self._launchers[name]
+
+        def run() -> None:
+            status = fn(argv)
+            if status != 0:
+                raise RuntimeError(f"cpu: kernel {name!r} failed with status {status}")
+
+        run.keep = (values, boxes)  # the arrays and boxes live as long as the launch
+        return run
+
+    # ---------------------------------------------------------------- the eager fast path
+    def plan(self, launches: Sequence[tuple[str, object, object, Sequence]],
+             slots: Sequence[np.ndarray]) -> Plan:
+        """Check ``launches`` (name, grid, block, args) once and encode them as a Plan.
+
+        An array argument that is ``slots[k]`` (by identity) becomes "the k-th array of each
+        run"; any other array (a geometry array) is kept alive and passed by address.
+        """
+        words: list[int] = [len(launches)]
+        keep: list = []
+        for name, grid, block, args in launches:
+            kernel, values, _, _ = self.checked(name, grid, block, args)
+            words += [self._index[name], len(values)]
+            for param, value in zip(kernel.params, values):
+                if param.is_pointer:
+                    slot = next((k for k, s in enumerate(slots) if s is value), None)
+                    if slot is None:
+                        keep.append(value)
+                        words += [1, value.ctypes.data]
+                    else:
+                        words += [0, slot]
+                else:
+                    words += [1, _scalar_word(param.ctype, value)]
+        return Plan(np.array(words, np.int64), keep, len(launches))
+
+    def run(self, plan: Plan, objs: Sequence[np.ndarray]) -> None:
+        """Execute ``plan`` on ``objs`` (inputs then out; they must be what the plan was for)."""
+        if len(objs) <= 3:
+            ids = [id(o) for o in objs] + [0] * (3 - len(objs))
+            status = self.exec3(plan.addr, *ids)
+        else:
+            arr = (ctypes.c_void_p * len(objs))(*map(id, objs))
+            status = self.execv(plan.addr, arr)
+        if status != 0:
+            raise RuntimeError(f"cpu: plan failed with status {status}")
+
+
+def _scalar_word(ctype: str, value: np.generic) -> int:
+    """The int64 word whose low bytes hold ``value`` as the C type (little-endian)."""
+    if ctype in ("long long", "int"):
+        return int(value)
+    if ctype == "double":
+        return int(np.float64(value).view(np.int64))
+    return int(np.float32(value).view(np.int32)) & 0xFFFFFFFF
+
+
+def _nothing() -> None:
+    """A launch over an empty grid."""

@@ -1,0 +1,234 @@
+// cpu_runtime.h - the host half of gtensor's cpu backend: ops compiled as CPU loops.
+//
+// Compile with: g++ -O3 -march=native -ffp-contract=off -fno-fast-math -fno-math-errno -fPIC
+//
+// The scalar language emits every float operation as a __d*_rn / __f*_rn intrinsic; here they
+// are the plain IEEE C++ operators (SSE/AVX arithmetic rounds to nearest under MXCSR 0x1F80,
+// which every entry point sets for its duration), so the functions are the ones the CUDA
+// kernels call and the compiler may only vectorize them, never contract or reorder them
+// (-ffp-contract=off, no fast-math). -fno-math-errno only lets sqrt/rint/floor inline.
+//
+// Parallelism never changes a bit: gtcpu::parallel_for splits *independent outputs* (rows of
+// a matmul, elements of a map) into contiguous chunks; every output is computed by one thread
+// in its defined order. The thread count is $GTENSOR_CPU_THREADS (default: the CPUs of the
+// machine), read at every launch large enough to be split.
+#ifndef GTENSOR_CPU_RUNTIME_H
+#define GTENSOR_CPU_RUNTIME_H
+
+#include <atomic>
+#include <cmath>
+#include <condition_variable>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <xmmintrin.h>
+#endif
+
+// ---- the CUDA words the scalar language and kernel text use --------------------------------
+#define __global__
+#define __device__
+#define __host__
+#define __forceinline__ inline __attribute__((always_inline))
+
+// ---- intrinsics: one IEEE operation each -----------------------------------------------------
+static __forceinline__ double __dadd_rn(double a, double b) { return a + b; }
+static __forceinline__ double __dsub_rn(double a, double b) { return a - b; }
+static __forceinline__ double __dmul_rn(double a, double b) { return a * b; }
+static __forceinline__ double __ddiv_rn(double a, double b) { return a / b; }
+static __forceinline__ double __dsqrt_rn(double a) { return std::sqrt(a); }
+static __forceinline__ float __fadd_rn(float a, float b) { return a + b; }
+static __forceinline__ float __fsub_rn(float a, float b) { return a - b; }
+static __forceinline__ float __fmul_rn(float a, float b) { return a * b; }
+static __forceinline__ float __fdiv_rn(float a, float b) { return a / b; }
+static __forceinline__ float __fsqrt_rn(float a) { return std::sqrt(a); }
+
+static __forceinline__ long long __double_as_longlong(double d) {
+    long long r;
+    std::memcpy(&r, &d, sizeof r);
+    return r;
+}
+static __forceinline__ double __longlong_as_double(long long i) {
+    double r;
+    std::memcpy(&r, &i, sizeof r);
+    return r;
+}
+static __forceinline__ int __float_as_int(float f) {
+    int r;
+    std::memcpy(&r, &f, sizeof r);
+    return r;
+}
+static __forceinline__ float __int_as_float(int i) {
+    float r;
+    std::memcpy(&r, &i, sizeof r);
+    return r;
+}
+static __forceinline__ float __double2float_rn(double d) { return static_cast<float>(d); }
+static __forceinline__ double __float2double(float f) { return static_cast<double>(f); }
+static __forceinline__ double __ll2double_rn(long long i) { return static_cast<double>(i); }
+// Truncating conversion with the GPU's cvt.rzi.s64.f64 semantics: saturating, NaN -> 0.
+static __forceinline__ long long __double2ll_rz(double d) {
+    if (d != d) return 0;
+    if (d >= 9223372036854775808.0) return INT64_MAX;
+    if (d < -9223372036854775808.0) return INT64_MIN;
+    return static_cast<long long>(d);
+}
+using std::fabs;
+using std::floor;
+using std::rint;
+
+namespace gtcpu {
+
+// ---- the IEEE default floating-point environment for the length of a launch ----------------
+struct FpEnv {
+#if defined(__x86_64__) || defined(__i386__)
+    unsigned int saved;
+    FpEnv() : saved(_mm_getcsr()) { _mm_setcsr(0x1F80); }  // nearest, no FTZ/DAZ, masked
+    ~FpEnv() { _mm_setcsr(saved); }
+#endif
+};
+
+// ---- threads ---------------------------------------------------------------------------------
+// Work (in multiply-adds or element operations) below which a launch stays on one thread:
+// waking a worker costs a few microseconds.
+static const long long PARALLEL_WORK = 1LL << 18;
+
+static int thread_count() {
+    const char* text = std::getenv("GTENSOR_CPU_THREADS");
+    int n = text && *text ? std::atoi(text) : 0;
+    if (n <= 0) n = (int)std::thread::hardware_concurrency();
+    if (n <= 0) n = 1;
+    return n > 64 ? 64 : n;
+}
+
+// A pool of persistent workers. run(parts, fn) calls fn(p) once for every p in [0, parts),
+// on the caller and the workers, and returns when all calls returned. One run at a time.
+class Pool {
+  public:
+    void run(long long parts, int threads, const std::function<void(long long)>& fn);
+    ~Pool();
+
+  private:
+    void loop();
+    std::mutex mu_, run_mu_;
+    std::condition_variable wake_, finished_;
+    std::vector<std::thread> workers_;
+    const std::function<void(long long)>* job_ = nullptr;
+    long long parts_ = 0, done_ = 0;
+    int active_ = 0;
+    unsigned long long gen_ = 0;
+    bool stop_ = false;
+    std::atomic<long long> next_{0};
+};
+
+inline Pool::~Pool() {
+    {
+        std::lock_guard<std::mutex> lk(mu_);
+        stop_ = true;
+    }
+    wake_.notify_all();
+    for (auto& t : workers_) t.join();
+}
+
+inline void Pool::loop() {
+    FpEnv env;  // workers keep the IEEE default environment
+    unsigned long long seen = 0;
+    std::unique_lock<std::mutex> lk(mu_);
+    for (;;) {
+        wake_.wait(lk, [&] { return stop_ || gen_ != seen; });
+        if (stop_) return;
+        seen = gen_;
+        if (job_ == nullptr) continue;  // a run that finished before this worker woke
+        const std::function<void(long long)>* fn = job_;
+        const long long parts = parts_;
+        ++active_;
+        lk.unlock();
+        long long mine = 0;
+        for (long long p; (p = next_.fetch_add(1)) < parts; ++mine) (*fn)(p);
+        lk.lock();
+        done_ += mine;
+        --active_;
+        finished_.notify_all();
+    }
+}
+
+inline void Pool::run(long long parts, int threads, const std::function<void(long long)>& fn) {
+    std::lock_guard<std::mutex> one(run_mu_);
+    std::unique_lock<std::mutex> lk(mu_);
+    while ((int)workers_.size() < threads - 1) workers_.emplace_back([this] { loop(); });
+    job_ = &fn;
+    parts_ = parts;
+    done_ = 0;
+    next_.store(0);
+    ++gen_;
+    lk.unlock();
+    wake_.notify_all();
+    long long mine = 0;
+    for (long long p; (p = next_.fetch_add(1)) < parts; ++mine) fn(p);
+    lk.lock();
+    done_ += mine;
+    // NOTE: wait for active_ == 0 too, so no worker still holds fn when it goes out of scope
+    finished_.wait(lk, [&] { return done_ == parts && active_ == 0; });
+    job_ = nullptr;
+}
+
+static Pool& pool() {
+    static Pool* p = new Pool();  // never destroyed: workers may outlive static destructors
+    return *p;
+}
+
+// f(lo, hi) over [0, n) in contiguous chunks; one chunk (the caller's thread) when the work
+// (n * cost) is small or one thread is asked for. Chunks never share an output.
+template <class F>
+static __forceinline__ void parallel_for(long long n, long long cost, F f) {
+    if (n <= 0) return;
+    if (n < 2 || n * cost < PARALLEL_WORK) {
+        f(0LL, n);
+        return;
+    }
+    int threads = thread_count();
+    if (threads > n) threads = (int)n;
+    if (threads <= 1) {
+        f(0LL, n);
+        return;
+    }
+    const long long chunk = (n + threads - 1) / threads;
+    const std::function<void(long long)> part = [&](long long p) {
+        const long long lo = p * chunk, hi = lo + chunk < n ? lo + chunk : n;
+        if (lo < hi) f(lo, hi);
+    };
+    pool().run(threads, threads, part);
+}
+
+// Visit the row-major positions of `shape` (rank >= 1) one innermost row at a time:
+// f(row, off1, off2, len, step1, step2) with the element offsets of the row's first position
+// in two strided views and their strides along the row. Rows are split across threads.
+template <class F>
+static __forceinline__ void rows2(int rank, const long long* shape, const long long* s1,
+                                  long long base1, const long long* s2, long long base2,
+                                  long long cost, F f) {
+    const long long len = shape[rank - 1];
+    long long nrows = 1;
+    for (int d = 0; d < rank - 1; ++d) nrows *= shape[d];
+    parallel_for(nrows, len * cost, [=](long long lo, long long hi) {
+        for (long long r = lo; r < hi; ++r) {
+            long long rem = r, o1 = base1, o2 = base2;
+            for (int d = rank - 2; d >= 0; --d) {
+                const long long c = rem % shape[d];
+                rem /= shape[d];
+                o1 += c * s1[d];
+                o2 += c * s2[d];
+            }
+            f(r, o1, o2, len, s1[rank - 1], s2[rank - 1]);
+        }
+    });
+}
+
+}  // namespace gtcpu
+
+#endif  // GTENSOR_CPU_RUNTIME_H

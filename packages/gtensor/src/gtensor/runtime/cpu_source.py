@@ -1,0 +1,51 @@
+"""The cpu module: every op's host kernels (``Op.cpu``) after the shared ``__device__`` functions.
+
+The scalar functions are the very text the CUDA module holds (``gtensor.scalar.dsl``), so an
+elementwise op runs the same arithmetic on every backend; the kernels are collected from the
+registry, one per name, and must have the names and parameters of the op's CUDA kernels.
+"""
+
+from __future__ import annotations
+
+from functools import cache
+
+from ..cuda_source import DTYPE_SUFFIXES
+from ..kernels import Kernel
+from ..ops import REGISTRY
+from ..ops.elementwise import SCALAR_FNS
+from ..ops.softmax import MAX
+from ..scalar.dsl import device_sources
+
+_HEADER = """\
+// gtensor cpu module (generated from gtensor's op definitions; do not edit).
+// Device functions: the CUDA module's text. Kernels: each op's CPU loops (Op.cpu).
+"""
+
+
+@cache
+def cpu_kernels() -> tuple[Kernel, ...]:
+    """Every op's CPU kernels for both dtypes, without duplicates (ops may share kernels).
+
+    An op without ``cpu`` kernels is left out (the backend refuses to run it, naming it;
+    tests/test_registry.py requires them of every op).
+    """
+    seen: dict[str, Kernel] = {}
+    for op in REGISTRY.values():
+        if op.cpu is None:
+            continue
+        for sfx in DTYPE_SUFFIXES:
+            for k in op.cpu(sfx):
+                if k.name in seen and seen[k.name].source() != k.source():
+                    raise RuntimeError(f"cpu kernel {k.name} is defined twice with different "
+                                       "text")
+                seen[k.name] = k
+    return tuple(seen.values())
+
+
+@cache
+def cpu_module_source() -> str:
+    """The module text: device functions, then the CPU kernels (plain C++ functions)."""
+    fns = list(SCALAR_FNS) + list(MAX.values())
+    parts = [_HEADER, device_sources(fns)]
+    parts += [k.source() for k in cpu_kernels()]
+    return "\n".join(parts)

@@ -1,0 +1,99 @@
+"""The cpu backend beyond the parity table: threads, the plan cache, the kernel door, Recorder."""
+
+from __future__ import annotations
+
+import gtensor
+import numpy as np
+import pytest
+from gtensor.recording import Recorder
+from gtensor.runtime import cpu as cpu_runtime
+from gtensor.testing import bits_equal, first_difference
+
+
+@pytest.fixture(scope="module")
+def cpu():
+    """The cpu backend (skips without a C++ compiler)."""
+    try:
+        be = gtensor.backend("cpu")
+        be.module  # noqa: B018  (compile now)
+    except RuntimeError as e:
+        pytest.skip(f"cpu backend unavailable: {e}")
+    return be
+
+
+def _big_calls(rng, dtype):
+    """Calls large enough that the cpu kernels split their outputs across threads."""
+    a = rng.standard_normal((301, 203)).astype(dtype)
+    b = rng.standard_normal((203, 97)).astype(dtype)
+    c = rng.standard_normal((5, 67, 80)).astype(dtype)
+    d = rng.standard_normal((5, 80, 33)).astype(dtype)
+    e = rng.standard_normal((600, 701)).astype(dtype)
+    return [("matmul", (a, b), {}), ("bmm", (c, d), {}), ("exp", (e,), {}),
+            ("add", (e, e[:1]), {}), ("sum", (e,), {"axis": 0}), ("sum", (e,), {"axis": 1}),
+            ("mean", (e,), {}), ("softmax", (e,), {"axis": 1}), ("softmax", (e,), {"axis": 0}),
+            ("transpose", (e,), {}), ("sum_to", (e,), {"shape": (701,)}),
+            ("fill", (), {"shape": (600, 701), "value": -0.0, "dtype": dtype})]
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+def test_thread_count_changes_no_bit(cpu, monkeypatch, dtype):
+    ref = gtensor.backend("numpy")
+    for op, args, attrs in _big_calls(np.random.default_rng(3), dtype):
+        want = ref.to_numpy(getattr(ref, op)(*[ref.asarray(x) for x in args], **attrs))
+        for threads in ("1", "2", "3"):
+            monkeypatch.setenv(cpu_runtime.THREADS_ENV, threads)
+            got = cpu.to_numpy(getattr(cpu, op)(*[cpu.asarray(x) for x in args], **attrs))
+            assert bits_equal(want, got), f"{op} {dtype} threads={threads}: " \
+                                          f"{first_difference(want, got)}"
+
+
+def test_plans_tell_apart_what_compares_equal(cpu):
+    """-0.0 vs 0.0 and 1 vs True in attrs, and an input passed twice, get their own plans."""
+    x = cpu.asarray([-0.0, 1.0])
+    assert np.signbit(cpu.to_numpy(cpu.adds(x, 0.0))[0]) == np.False_
+    assert np.signbit(cpu.to_numpy(cpu.adds(x, -0.0))[0]) == np.True_
+    a, b = cpu.asarray([1.0, 2.0]), cpu.asarray([10.0, 20.0])
+    assert cpu.to_numpy(cpu.add(a, a)).tolist() == [2.0, 4.0]
+    assert cpu.to_numpy(cpu.add(a, b)).tolist() == [11.0, 22.0]
+    with pytest.raises(TypeError, match="adds: s must be a real"):
+        cpu.adds(x, True)
+
+
+def test_inputs_views_and_out(cpu):
+    """Non-contiguous views are copied first; out= is written in place and returned."""
+    base = np.arange(12.0).reshape(3, 4)
+    x = cpu.asarray(base)
+    got = cpu.to_numpy(cpu.matmul(x.T, x))
+    assert bits_equal(got, base.T @ base)
+    out = cpu.zeros((4, 4))
+    assert cpu.matmul(x.T, x, out=out) is out
+    assert bits_equal(cpu.to_numpy(out), got)
+    with pytest.raises(TypeError, match="plain numpy.ndarray"):
+        cpu.exp(np.ones(3))
+    with pytest.raises(TypeError, match="an array of the cpu backend"):
+        gtensor.backend("sim").exp(x)
+
+
+def test_kernel_door_and_recorder(cpu):
+    """The KernelTable door (checked launches) and a Recorder over the cpu backend."""
+    x = cpu.asarray([0.5, -1.0, 2.0])
+    y = cpu.empty((3,), np.float64)
+    cpu.launch("k_exp_f64", 1, 1, (x, y, 3))
+    assert bits_equal(cpu.to_numpy(y), cpu.to_numpy(cpu.exp(x)))
+    with pytest.raises(TypeError, match="expects dtype float64"):
+        cpu.launch("k_exp_f64", 1, 1, (x.astype(np.float32), y, 3))
+    rec = Recorder(cpu)
+    with rec.recording() as launches:
+        z = rec.tanh(x)
+    assert [launch.kernel.name for launch in launches] == ["k_tanh_f64"]
+    before = cpu.to_numpy(z)
+    cpu.write(x, [1.0, 2.0, 3.0])
+    launches[0].run()
+    assert bits_equal(cpu.to_numpy(z), cpu.to_numpy(cpu.tanh(x)))
+    assert not bits_equal(before, cpu.to_numpy(z))
+
+
+def test_array_data_offset_found():
+    """The fast door reads arrays' data pointers at an offset checked on several arrays."""
+    off = cpu_runtime.data_offset()
+    assert off is not None and off % 8 == 0
