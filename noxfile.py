@@ -164,7 +164,7 @@ def lora_oracle(session: nox.Session) -> None:
 @nox.session
 def demo(session: nox.Session) -> None:
     """The main job: the demo ladder on the CPU (every rung, one verdict line each)."""
-    _install(session, _closure("gdemos"), {"gdemos": "oracle"})
+    _install(session, _closure("gdemos"), {"gdemos": "oracle,swarm"})  # swarm: rung 5's Dask
     out = Path(session.posargs[0]) if session.posargs else ROOT / "out"  # git-ignored
     session.run("gdemos", "ladder", "--out", str(out))
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import gtensor
 
-from . import ae, ladder, rung_ae, rung_lora
+from . import ae, ladder, rung_ae, rung_lora, swarm_rung
 
 EXIT_PASS, EXIT_FAIL, EXIT_UNVERIFIED = 0, 1, 3
 
@@ -38,6 +38,7 @@ def _parser() -> argparse.ArgumentParser:
                         "and replayed on --backend sim or cuda, checked bit-equal to the CPU "
                         "tape (default: tape)")
     rung_lora.add_parser(sub, common)
+    swarm_rung.add_parser(sub, common)
     sub.add_parser("ladder", parents=[common], help="every rung, in order, one verdict each")
     return p
 
@@ -72,6 +73,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_UNVERIFIED if rung_ae.unchecked(run.bars) else EXIT_PASS
     if args.command == "lora":
         return rung_lora.main(args)
+    if args.command == "swarm":
+        return swarm_rung.main(args)
     verdicts = ladder.run_ladder(args.out, args.backend, progress=not args.no_progress)
     return ladder_exit(verdicts)
 

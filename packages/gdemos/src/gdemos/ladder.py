@@ -6,7 +6,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import ae, rung_ae, rung_lora
+from . import ae, rung_ae, rung_lora, swarm_rung
 
 
 @dataclass(frozen=True)
@@ -66,6 +66,12 @@ def _replay(out: Path, backend: str, progress: bool) -> Verdict:
 def _lora(out: Path, backend: str, progress: bool) -> Verdict:
     run = rung_lora.run(rung_lora.lt.LoRAConfig(backend=backend), out / "lora", progress=progress)
     return Verdict("rung 3 lora", run.passed, run.verdict_detail())
+
+
+@rung("rung 5 swarm")
+def _swarm(out: Path, backend: str, progress: bool) -> Verdict:
+    ok, detail, unchecked = swarm_rung.ladder_verdict(out / "swarm", progress)
+    return Verdict("rung 5 swarm", ok, detail, unchecked)
 
 
 def run_ladder(out: Path, backend: str = "numpy", progress: bool = True,
