@@ -117,5 +117,5 @@ def local_cluster(workers: int) -> tuple[Any, Any]:
     from distributed import Client, LocalCluster
 
     cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
-                           dashboard_address=None)
+                           dashboard_address=":0")
     return cluster, Client(cluster)
