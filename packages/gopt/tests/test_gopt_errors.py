@@ -72,9 +72,31 @@ def test_add_after_step_and_step_without_params(tp):
         opt.step()
     w = tp.param(np.ones(2))
     opt.add(w)
+    tp.backward(g.sum(w * w))
     opt.step()
     with pytest.raises(RuntimeError, match="before the first step"):
         opt.add(tp.param(np.ones(2)))
+
+
+def test_step_without_a_new_backward_is_refused(tp):
+    """A second step on the same gradients (or a first one with none) is a clear error."""
+    w = tp.param(np.ones(2))
+    opt = SGD(tp, lr=0.1)
+    opt.add(w)
+    with pytest.raises(RuntimeError, match="no backward since the last step"):
+        opt.step()
+    assert opt.t == 0
+    mark = tp.mark()
+    tp.backward(g.sum(w * w))
+    opt.step()
+    tp.reset_to(mark)
+    before = np.array(tp.backend.to_numpy(tp.value(w)))
+    with pytest.raises(RuntimeError, match="gradients are stale"):
+        opt.step()
+    assert opt.t == 1 and np.array_equal(tp.backend.to_numpy(tp.value(w)), before)
+    tp.backward(g.sum(w * w))
+    opt.step()
+    assert opt.t == 2
 
 
 def test_stale_param(tp):

@@ -34,6 +34,7 @@ class Program:
         self._device: Device = device_for(tr.rec)
         self._store = ParamStore(self)
         self._whole: dict[int, Any] = {}  # id(dopt) -> the whole step, built for that optimizer
+        self._backwards = 0  # backward replays (a device optimizer refuses stale gradients)
 
     # ---------------------------------------------------------------- description
     @property
@@ -123,6 +124,7 @@ class Program:
     def backward(self) -> None:
         """Replay the backward launches (the gradient of the loss; frozen nodes get none)."""
         self._device.run(self._tr.backward)
+        self._backwards += 1
 
     def step(self, dopt: DeviceOptimizer) -> None:
         """The whole training step: forward, backward and ``dopt``'s update.
@@ -135,6 +137,7 @@ class Program:
             self.backward()
             dopt.step()
             return
+        self._backwards += 1  # the graph's backward, before the optimizer's checks
         dopt.advance()
         whole = self._whole.get(id(dopt))
         if whole is None or whole[0] is not dopt.segment:
@@ -249,6 +252,11 @@ class ParamStore:
     def dtype(self) -> np.dtype:
         """The program's dtype."""
         return self._prog._tr.dtype
+
+    @property
+    def backward_count(self) -> int:
+        """Backward replays so far (gopt refuses a step without a new one)."""
+        return self._prog._backwards
 
     def check_param(self, where: str, p: Any) -> gtape.Var:
         """``p`` checked to be a parameter node of the captured episode."""

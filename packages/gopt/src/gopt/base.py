@@ -48,6 +48,7 @@ class Optimizer:
         self._max_norm: float | None = None
         self._clip_consts: tuple[Any, Any] | None = None
         self._last_norm: Any = None
+        self._stepped_at = 0  # the store's backward_count at the last step
 
     # ---------------------------------------------------------------- configuration
     @property
@@ -117,9 +118,15 @@ class Optimizer:
                                "for each parameter first")
         for s in self._slots:
             checks.store_param(where, self._tp, s.var)
+        count = getattr(self._tp, "backward_count", None)
+        if count is not None and count <= self._stepped_at:
+            raise RuntimeError(f"{where}: no backward since the last step (or ever): the "
+                               "gradients are stale (or zero after reset_to); call "
+                               "tp.backward(loss) before each step")
 
     def _advance(self) -> None:
         """The host half of a step: advance t, write this step's scalars into their buffers."""
+        self._stepped_at = getattr(self._tp, "backward_count", 0)
         self._t += 1
         self._begin_step()
 

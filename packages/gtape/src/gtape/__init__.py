@@ -15,6 +15,7 @@ from __future__ import annotations
 from .leaves import CONST, PARAM, Leaf
 from .losses import mse
 from .ops import (
+    abs,
     add,
     adds,
     apply,
@@ -47,13 +48,14 @@ from .ops import (
     tanh_grad,
     transpose,
 )
-from .tape import Mark, Node, Tape
+from .tape import Mark, Node, Tape, TapeGrowthWarning
 from .var import StaleVarError, Var
 
 __version__ = "0.1.0"
 __all__ = [
-    "CONST", "Leaf", "Mark", "Node", "PARAM", "StaleVarError", "Tape", "Var", "__version__",
-    "add", "adds", "apply", "bmm", "copy",
+    "CONST", "Leaf", "Mark", "Node", "PARAM", "StaleVarError", "Tape", "TapeGrowthWarning",
+    "Var", "__version__",
+    "abs", "add", "adds", "apply", "bmm", "copy",
     "broadcast_to", "concat", "div", "exp", "log", "matmul", "mean", "mse", "mul", "muls", "neg",
     "pad", "relu", "relu_grad", "reshape", "sigmoid", "sigmoid_grad", "slice", "softmax",
     "softmax_grad", "sqrt", "sub", "sum", "sum_to", "tanh", "tanh_grad", "transpose",

@@ -65,7 +65,9 @@ def _host(x: Any, where: str) -> np.ndarray:
     """``x`` as a host numpy array of real numbers (TypeError naming ``where`` otherwise)."""
     try:
         arr = np.asarray(x)
-    except (TypeError, ValueError) as e:
+        if arr.dtype == object:  # Python ints beyond int64 (2**64): rounded like any int
+            arr = np.asarray(x, dtype=np.float64)
+    except (TypeError, ValueError, OverflowError) as e:
         raise TypeError(f"{where}: cannot convert {describe(x)} to an array ({e}); expected "
                         "real numbers (bool, int or float)") from None
     _check_kind(arr.dtype, where, x)

@@ -95,6 +95,12 @@ def sqrt(x: Operand) -> Var:
     return apply("sqrt", (x,))
 
 
+def abs(x: Operand) -> Var:  # noqa: A001
+    """|x| as ``relu(x) + relu(-x)``: exactly |x| (+0.0 at +-0.0, NaN stays NaN); gradient
+    sign(x), 0 at x = 0 (as PyTorch's)."""
+    return add(relu(x), relu(neg(x)))
+
+
 # ---------------------------------------------------------------- reductions
 def sum(x: Operand, axis: int | None = None, keepdims: bool = False) -> Var:  # noqa: A001
     """Serial sum over all elements or one axis."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
@@ -18,6 +19,11 @@ from .leaves import CONST, PARAM, Leaf
 from .var import StaleVarError, Var
 
 _tape_ids = itertools.count(1)
+GROWTH_WARNING_AFTER = 8  # backward calls on an ever longer tape without a reset_to
+
+
+class TapeGrowthWarning(UserWarning):
+    """Episodes pile up on a tape: backward after backward with no ``reset_to`` in between."""
 
 
 @dataclass(frozen=True)
@@ -76,6 +82,15 @@ class Tape:
         self._gcache: dict[int, Any] = {}  # persistent gradient buffers of params
         self._bwd = ReusedOutputs(self._be)  # stable homes of the backward pass's results
         self._last_backward = {"vjps": 0, "reductions": 0, "accumulations": 0, "param_copies": 0}
+        # staleness: a clock ticks at every set_value; each node remembers the clock it was
+        # recorded at, each param the clock of its last write
+        self._clock = 0
+        self._node_clock: list[int] = []
+        self._written: dict[int, int] = {}
+        self._last_write = -1
+        self._backwards = 0  # successful backward calls (optimizers refuse stale gradients)
+        self._growth: list[int] = []  # tape lengths at the backward calls since the last reset
+        self._warned_growth = False
 
     # ---------------------------------------------------------------- properties
     @property
@@ -149,6 +164,8 @@ class Tape:
             raise ValueError(f"set_value: param node {p.index} has shape {shape}; got "
                              f"{describe(x)}; expected the same shape")
         self._be.copy(src, out=buf)
+        self._clock += 1
+        self._written[p.index] = self._last_write = self._clock
 
     # ---------------------------------------------------------------- reading
     def value(self, v: Var) -> Any:
@@ -212,10 +229,61 @@ class Tape:
         if int(np.prod(shape)) != 1:
             raise ValueError(f"backward: loss has shape {shape}; expected a scalar (one element), "
                              "e.g. g.sum(...) or g.mean(...)")
+        if not self._req[loss.index]:
+            raise ValueError(f"backward: no parameter reaches the loss (node {loss.index}, "
+                             f"{self._op[loss.index].name}): every gradient would be zero; "
+                             "build the loss from tp.param(...) Vars")
+        self._check_fresh(loss.index)
         self._bwd.start()
         graph = _backward.Graph(self._op, self._inputs, self._attrs, self._shape, self._req,
                                 self._values, self._grads)
         self._last_backward = _backward.run(self._bwd, graph, loss.index, self._dtype)
+        self._backwards += 1
+        self._note_growth()
+
+    @property
+    def backward_count(self) -> int:
+        """Successful ``backward`` calls so far (an optimizer refuses a step without a new one)."""
+        return self._backwards
+
+    def _check_fresh(self, loss: int) -> None:
+        """Refuse gradients of a forward whose parameter values were overwritten since."""
+        last = self._last_write
+        # NOTE: clocks never decrease along the tape, so only a prefix can be stale
+        stale = 0
+        while stale <= loss and self._node_clock[stale] < last:
+            stale += 1
+        if not any(not isinstance(self._op[k], Leaf) for k in range(stale)):
+            return
+        needed = [False] * (loss + 1)  # the loss's ancestors: only their values matter
+        needed[loss] = True
+        for k in range(loss, -1, -1):
+            if needed[k]:
+                for j in self._inputs[k]:
+                    needed[j] = True
+        for k in range(stale):
+            if not needed[k] or isinstance(self._op[k], Leaf):
+                continue
+            for j in self._inputs[k]:
+                if self._op[j] is PARAM and self._written.get(j, -1) > self._node_clock[k]:
+                    raise RuntimeError(
+                        f"backward: parameter node {j} was overwritten (set_value or an "
+                        f"optimizer step) after node {k} ({self._op[k].name}) used it in the "
+                        "forward; the gradients would belong to neither value. Record the "
+                        "episode again after the update (reset_to(mark), then rebuild the loss)")
+
+    def _note_growth(self) -> None:
+        """Warn once when episodes pile up on the tape (backward after backward, no reset)."""
+        if self._growth and len(self) <= self._growth[-1]:
+            self._growth = []
+        self._growth.append(len(self))
+        if len(self._growth) >= GROWTH_WARNING_AFTER and not self._warned_growth:
+            self._warned_growth = True
+            warnings.warn(
+                f"the tape has grown to {len(self)} nodes over {len(self._growth)} backward "
+                "calls without reset_to: every episode stays recorded (memory and time grow "
+                "with each step). Take mark = tp.mark() after registering the params and call "
+                "tp.reset_to(mark) after each step", TapeGrowthWarning, stacklevel=3)
 
     def mark(self) -> Mark:
         """The current position; ``reset_to`` it drops every later node."""
@@ -232,18 +300,19 @@ class Tape:
             raise ValueError(f"reset_to: {mark!r} points past nodes already dropped by an "
                              "earlier reset_to; take a new mark")
         for lst in (self._op, self._inputs, self._attrs, self._shape, self._req, self._serial,
-                    self._values, self._grads):
+                    self._node_clock, self._values, self._grads):
             del lst[n:]
         for i, g in enumerate(self._grads):
             if self._op[i] is PARAM:
                 self._zero(g)
             else:
                 self._grads[i] = None
+        self._growth = []
 
     def close(self) -> None:
         """Release every value and gradient buffer (device memory included); idempotent."""
         for lst in (self._op, self._inputs, self._attrs, self._shape, self._req, self._serial,
-                    self._values, self._grads, self._vcache):
+                    self._node_clock, self._values, self._grads, self._vcache):
             lst.clear()
         self._gcache.clear()
         self._bwd.clear()
@@ -297,6 +366,7 @@ class Tape:
         self._shape.append(tuple(int(d) for d in value.shape))
         self._req.append(req)
         self._serial.append(serial)
+        self._node_clock.append(self._clock)
         self._values.append(value)
         self._grads.append(grad)
         if i < len(self._vcache):

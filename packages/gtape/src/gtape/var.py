@@ -20,6 +20,16 @@ def _is_scalar(x: Any) -> bool:
     return isinstance(x, (Real, np.integer, np.floating)) and not isinstance(x, (bool, np.bool_))
 
 
+def _exact(tape: Tape, s: Any) -> float:
+    """The scalar ``s`` rounded once to the tape's dtype (as a Python float), before any
+    arithmetic on it: ``x - np.uint8(5)`` subtracts 5, not ``-np.uint8(5) == 251``."""
+    if isinstance(s, (np.integer, np.floating)):
+        with np.errstate(over="ignore"):
+            return float(np.asarray(s).astype(tape.dtype))
+    with np.errstate(over="ignore"):
+        return float(tape.dtype.type(float(s)))
+
+
 class Var:
     """A node of a Tape. Holds no array: its value and gradient live in the tape."""
 
@@ -79,6 +89,60 @@ class Var:
         """The op name, or ``"param"`` / ``"const"`` for leaves."""
         return self._tape._node_field(self, "op")
 
+    # ---------------------------------------------------------------- values out
+    def item(self) -> float:
+        """The value of a one-element Var as a Python float (a host read)."""
+        n = int(np.prod(self.shape))
+        if n != 1:
+            raise ValueError(f"item: {self!r} has {n} elements; expected exactly one "
+                             "(e.g. a loss); use numpy() for arrays")
+        return float(self.numpy().reshape(()))
+
+    def __float__(self) -> float:
+        return self.item()
+
+    def numpy(self) -> np.ndarray:
+        """A host numpy copy of the value (valid after any later reset or close)."""
+        tape = self._tape
+        tape._check_var(self, "numpy")
+        return np.array(tape.backend.to_numpy(tape.value(self)))
+
+    def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
+        a = self.numpy()
+        return a if dtype is None else a.astype(dtype)
+
+    # ---------------------------------------------------------------- methods as in numpy
+    @property
+    def T(self) -> Var:  # noqa: N802 - numpy's name
+        """The transpose (axes reversed)."""
+        from . import ops
+        return ops.transpose(self)
+
+    def sum(self, axis: int | None = None, keepdims: bool = False) -> Var:
+        """Serial sum over all elements or one axis (``gtape.sum``)."""
+        from . import ops
+        return ops.sum(self, axis, keepdims)
+
+    def mean(self, axis: int | None = None, keepdims: bool = False) -> Var:
+        """Serial mean over all elements or one axis (``gtape.mean``)."""
+        from . import ops
+        return ops.mean(self, axis, keepdims)
+
+    def reshape(self, *shape: Any) -> Var:
+        """Same elements, new shape: ``v.reshape(2, 3)`` or ``v.reshape((2, 3))``."""
+        from . import ops
+        if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
+            shape = tuple(shape[0])
+        return ops.reshape(self, shape)
+
+    def __getitem__(self, key: Any) -> Var:
+        from .indexing import getitem
+        return getitem(self, key)
+
+    def __pow__(self, n: Any) -> Var:
+        from .indexing import power
+        return power(self, n)
+
     def __repr__(self) -> str:
         if not self.alive:
             return f"<Var of dropped node {self._index}>"
@@ -88,28 +152,40 @@ class Var:
     # ---------------------------------------------------------------- operators
     def __add__(self, other: Any) -> Var:
         from . import ops
-        return ops.adds(self, other) if _is_scalar(other) else ops.add(self, other)
+        if _is_scalar(other):
+            return ops.adds(self, _exact(self._tape, other))
+        return ops.add(self, other)
 
     def __radd__(self, other: Any) -> Var:
         from . import ops
-        return ops.adds(self, other) if _is_scalar(other) else ops.add(other, self)
+        if _is_scalar(other):
+            return ops.adds(self, _exact(self._tape, other))
+        return ops.add(other, self)
 
     def __sub__(self, other: Any) -> Var:
         from . import ops
-        return ops.adds(self, -other) if _is_scalar(other) else ops.sub(self, other)
+        if _is_scalar(other):  # x - s == x + (-s): negating the rounded scalar is exact
+            return ops.adds(self, -_exact(self._tape, other))
+        return ops.sub(self, other)
 
     def __rsub__(self, other: Any) -> Var:
         from . import ops
         # s - x == (-x) + s exactly in IEEE arithmetic
-        return ops.adds(ops.neg(self), other) if _is_scalar(other) else ops.sub(other, self)
+        if _is_scalar(other):
+            return ops.adds(ops.neg(self), _exact(self._tape, other))
+        return ops.sub(other, self)
 
     def __mul__(self, other: Any) -> Var:
         from . import ops
-        return ops.muls(self, other) if _is_scalar(other) else ops.mul(self, other)
+        if _is_scalar(other):
+            return ops.muls(self, _exact(self._tape, other))
+        return ops.mul(self, other)
 
     def __rmul__(self, other: Any) -> Var:
         from . import ops
-        return ops.muls(self, other) if _is_scalar(other) else ops.mul(other, self)
+        if _is_scalar(other):
+            return ops.muls(self, _exact(self._tape, other))
+        return ops.mul(other, self)
 
     def __truediv__(self, other: Any) -> Var:
         from . import ops
