@@ -148,7 +148,8 @@ def main() -> None:
     table = "\n".join(lines)
     print(table)
     load = " / ".join(f"{x:.1f}" for x in os.getloadavg())
-    cmd = "python benchmarks/bench_lora_step.py" + (" --sim" if args.sim else "")
+    cmd = ("python benchmarks/bench_lora_step.py" + (" --sim" if args.sim else "")
+           + (f" --steps {args.steps}" if args.steps != 5 else ""))
     text = f"""# One LoRA training step of a small Qwen2
 
 Forward + backward + Adam of LoRA r={R} (alpha {ALPHA:g}) on q/k/v/o/gate/up/down of a Qwen2

@@ -68,6 +68,8 @@ def test_kv_cache_decode_bitwise_equal_to_full_sequence(model, ids):
     assert seq.shape == (15,) and np.array_equal(seq[:5], ids[:5])
     assert bits_equal(step_logits, full[4:-1]), first_difference(step_logits, full[4:-1])
     assert np.array_equal(seq[5:], np.argmax(full[4:-1], axis=1))
+    seq0, none = model.generate(ids[:3], 0, return_logits=True)
+    assert np.array_equal(seq0, ids[:3]) and none.shape == (0, TINY.vocab_size)
 
 
 def test_lora_with_nonzero_b_matches_merged_model(model, ids):
@@ -224,6 +226,8 @@ def test_errors_name_the_function(model):
     name = peft_name("model.layers.0.self_attn.q_proj", "A")
     with pytest.raises(ValueError, match=r"LoRA.set_weights: .* expected \(2, 32\)"):
         lora.set_weights({name: np.zeros((3, 32))})
+    with pytest.raises(ValueError, match=r"^LoRA.loss: token ids span"):
+        lora.loss(gtape.Tape(), [0, 999])
     with pytest.raises(ValueError, match="not attached"):
         lora.loss(gtape.Tape(), [1, 2])
     with pytest.raises(ValueError, match="targets"):

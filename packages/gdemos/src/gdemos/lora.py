@@ -130,7 +130,7 @@ class LoRA:
         self._check_tape(tp, "loss")
         ops = qm.TapeOps(tp)
         cfg, dt = self.model.config, self.model.dtype
-        ids = self.model.check_ids(ids, "LoRA.loss")
+        ids = self.model.check_ids(ids, "LoRA.logits" if rows is None else "LoRA.loss")
         cos, sin = qm.rotary_tables(cfg, len(ids), dt)
         h = qm.hidden(ops, cfg, self._base, tp.const(self.model.embed(ids)), tp.const(cos),
                       tp.const(sin), tp.const(qm.causal_mask(len(ids), 0, dt)),

@@ -166,13 +166,14 @@ class Qwen2:
         return self.weights["model.embed_tokens.weight"][ids]
 
     def check_ids(self, ids: Sequence[int], where: str) -> np.ndarray:
-        """``ids`` as a 1-D int64 array of valid token ids."""
+        """``ids`` as a 1-D int64 array of valid token ids (``where`` names the caller)."""
+        where = where if "." in where else f"Qwen2.{where}"
         a = np.asarray(ids)
         if a.ndim != 1 or a.size == 0 or a.dtype.kind not in "iu":
-            raise ValueError(f"Qwen2.{where}: ids is {a.dtype} of shape {a.shape}; expected "
+            raise ValueError(f"{where}: ids is {a.dtype} of shape {a.shape}; expected "
                              "a non-empty 1-D sequence of ints")
         if a.min() < 0 or a.max() >= self.config.vocab_size:
-            raise ValueError(f"Qwen2.{where}: token ids span [{a.min()}, {a.max()}]; expected "
+            raise ValueError(f"{where}: token ids span [{a.min()}, {a.max()}]; expected "
                              f"0 <= id < vocab_size = {self.config.vocab_size}")
         return a.astype(np.int64)
 
@@ -208,7 +209,9 @@ class Qwen2:
             if k + 1 < n:
                 last = self._step(np.array(out[-1:]), len(out) - 1, cache)[-1]
         seq = np.array(out, dtype=np.int64)
-        return (seq, np.array(picked).reshape(n, -1)) if return_logits else seq
+        if not return_logits:
+            return seq
+        return seq, np.array(picked, dtype=self.dtype).reshape(n, self.config.vocab_size)
 
     def encode(self, text: str) -> np.ndarray:
         """Token ids of ``text`` (checked against the vocabulary)."""
