@@ -142,6 +142,12 @@ def parity(session: nox.Session, backend: str) -> None:
     _install(session, packages, extras)
     session.install(TORCH)
     session.run("pytest", "tests-integration", *session.posargs, env=_test_env(backend))
+    if backend == "sim":
+        # the race detector (docs/testing.md): again with every block's threads in reverse order
+        reverse = _test_env(backend) | {"GTENSOR_SIM_SCHEDULE": "reverse"}
+        session.run("pytest", "packages/gtensor/tests/test_parity.py", *session.posargs,
+                    env=reverse)
+        session.run("pytest", "tests-integration", *session.posargs, env=reverse)
 
 
 @nox.session
@@ -151,6 +157,13 @@ def oracle(session: nox.Session) -> None:
     session.install(TORCH)
     env = _test_env("sim") | {"HYPOTHESIS_PROFILE": "oracle"}
     session.run("pytest", "packages", "tests-integration", *session.posargs, env=env)
+
+
+@nox.session
+def mutants(session: nox.Session) -> None:
+    """Mutation testing of the definitions (not in the default run); see docs/testing.md."""
+    _install(session, _packages(), {name: "test" for name in _packages()})
+    session.run("python", "tools/mutants.py", *(session.posargs or ["--cap", "60", "--seed", "1"]))
 
 
 @nox.session

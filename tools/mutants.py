@@ -1,0 +1,500 @@
+"""A small mutation tester aimed at grad's definitions (``nox -s mutants``).
+
+It copies the committed tree (``git archive HEAD``) into a temporary directory, and for each
+mutant changes one thing in that copy (an operator, a comparison, a constant's last bit, the
+order of a sum, an argument order, a kernel barrier...), runs the tests that guard the mutated
+module there (PYTHONPATH at the copy's ``src`` dirs, a private GTENSOR_CACHE_DIR), and counts
+the mutant killed when they fail. The working tree is never written to.
+
+    python tools/mutants.py                       # every mutant
+    python tools/mutants.py --sample 200 --seed 1 # a seeded sample
+    python tools/mutants.py --only gopt --list    # list the mutants of matching files
+
+The score is killed / (mutants - known equivalent ones); survivors are listed with their
+location and change. EQUIVALENT below names mutants reviewed as unobservable.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import math
+import os
+import random
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+GT, TP, OP, DM = "packages/gtensor", "packages/gtape", "packages/gopt", "packages/gdemos"
+
+
+@dataclass(frozen=True)
+class Run:
+    """One pytest invocation: test paths, the backend, extra environment."""
+
+    tests: tuple[str, ...]
+    backend: str = "numpy"
+    env: tuple[tuple[str, str], ...] = ()
+
+
+@dataclass(frozen=True)
+class Target:
+    """A source file, the functions in it to mutate (``*``: every lambda), and its test runs."""
+
+    path: str
+    functions: tuple[str, ...]
+    runs: tuple[Run, ...]
+    constants: bool = False  # also mutate module-level UPPERCASE constant assignments
+
+
+PIN_VJP = f"{TP}/tests/test_pin_vjp.py"
+VJP_RUN = Run((PIN_VJP, f"{TP}/tests/test_pin_broadcast.py"))
+SIM_PARITY = Run((f"{GT}/tests/test_parity.py", f"{GT}/tests/test_oracles.py"), "sim",
+                 (("GTENSOR_SIM_SCHEDULE", "reverse"),))
+RUNTIME_RUN = Run((f"{GT}/tests/test_schedule.py", f"{GT}/tests/test_runtime.py"))
+GOPT_RUN = Run((f"{OP}/tests/test_gopt_exact.py", f"{OP}/tests/test_pin_same_shape.py"))
+DEMO_RUN = Run((f"{DM}/tests/test_verdicts.py", f"{DM}/tests/test_gdemos_cli.py"))
+
+TARGETS = [
+    Target(f"{GT}/src/gtensor/ops/elementwise.py", ("*", "_div_vjp"),
+           (Run((f"{GT}/tests/test_pin_scalar.py",)), VJP_RUN)),
+    Target(f"{GT}/src/gtensor/scalar/transcendental.py",
+           ("exp_f64", "exp_f32", "log_f64", "log_f32", "expm1_f64", "expm1_f32", "tanh_f64",
+            "tanh_f32", "sigmoid_f64", "sigmoid_f32", "_pow2", "_scale", "_scale_dd",
+            "_fast_two_sum", "_two_sum", "_split", "_two_prod", "_exp_dd"),
+           (Run((f"{GT}/tests/test_pin_scalar.py",)),), constants=True),
+    Target(f"{GT}/src/gtensor/ops/reduce.py",
+           ("*", "serial_sum", "_sum_reference", "_mean_reference", "_sum_vjp", "_mean_vjp",
+            "sum_to_axes", "_sum_to_reference", "_reduced_axes", "_keepdims_shape"),
+           (Run((f"{GT}/tests/test_pin_reduce.py", f"{GT}/tests/test_oracles.py")), VJP_RUN)),
+    Target(f"{GT}/src/gtensor/ops/linalg.py", ("serial_matmul", "_matmul_vjp", "_bmm_vjp"),
+           (Run((f"{GT}/tests/test_oracles.py",)), VJP_RUN)),
+    Target(f"{GT}/src/gtensor/ops/softmax.py",
+           ("*", "_softmax_reference", "_softmax_grad_reference"),
+           (Run((f"{GT}/tests/test_oracles.py",)), VJP_RUN)),
+    Target(f"{GT}/src/gtensor/ops/movement.py",
+           ("_transpose_vjp", "_concat_vjp", "_broadcast_to_vjp", "_slice_reference",
+            "_pad_reference", "*"), (VJP_RUN,)),
+    Target(f"{TP}/src/gtape/backward.py", ("run", "_reached", "*"),
+           (VJP_RUN, Run((f"{TP}/tests/test_tape_bitwise.py",)))),
+    Target(f"{OP}/src/gopt/adam.py", ("adam_lr_t", "_begin_step", "_update", "*"), (GOPT_RUN,)),
+    Target(f"{OP}/src/gopt/sgd.py", ("_update", "*"), (GOPT_RUN,)),
+    Target(f"{OP}/src/gopt/gradients.py", ("global_norm", "clip_scale", "scaled", "with_l2"),
+           (GOPT_RUN,)),
+    Target(f"{OP}/src/gopt/base.py", ("step", "_advance", "_device_step", "set_clip"),
+           (GOPT_RUN,)),
+    Target(f"{OP}/src/gopt/workspace.py", ("__call__", "scalar", "put"), (GOPT_RUN,)),
+    Target(f"{DM}/src/gdemos/rung_ae.py", ("check_bars", "bar_word", "missed", "unchecked"),
+           (DEMO_RUN,)),
+    Target(f"{DM}/src/gdemos/ladder.py", ("status", "line", "run_ladder", "_ae"), (DEMO_RUN,)),
+    Target(f"{DM}/src/gdemos/cli.py", ("ladder_exit",), (DEMO_RUN,)),
+]
+
+# Hand-written text mutants of the CUDA source and the simulator: (file, old, new, what).
+KERNEL_RUNS = (Run((f"{GT}/tests/test_schedule.py",)), SIM_PARITY)
+SIM_H = f"{GT}/src/gtensor/runtime/sim_runtime.h"
+TEXT_MUTANTS = [
+    (f"{GT}/src/gtensor/ops/softmax.py",
+     "yr[r * B] = $EXP($SUB(xr[r * B], mx));\n        __syncthreads();",
+     "yr[r * B] = $EXP($SUB(xr[r * B], mx));", "softmax: barrier before the serial sum removed"),
+    (f"{GT}/src/gtensor/ops/softmax.py",
+     "            total = d;\n        }\n        __syncthreads();",
+     "            total = d;\n        }", "softmax_grad: barrier after the dot removed"),
+    (f"{GT}/src/gtensor/ops/softmax.py",
+     "            total = s;\n        }\n        __syncthreads();",
+     "            total = s;\n        }", "softmax: barrier after the sum removed"),
+    (f"{GT}/src/gtensor/ops/softmax.py", "for (int h = nt / 2; h > 0; h >>= 1)",
+     "for (int h = nt / 2; h > 1; h >>= 1)", "softmax: max tree stops one level early"),
+    (f"{GT}/src/gtensor/ops/softmax.py", "$BODY\n        __syncthreads();", "$BODY",
+     "softmax rows: barrier between rows of one block removed"),
+    (f"{GT}/src/gtensor/ops/linalg.py", "acc = $MUL(ar[0], bc[0]);",
+     "acc = $ADD(($T)0, $MUL(ar[0], bc[0]));", "matmul kernel: accumulator starts at +0.0"),
+    (f"{GT}/src/gtensor/ops/reduce.py", "acc = (r == 0) ? x[off] : $ADD(acc, x[off]);",
+     "acc = $ADD((r == 0) ? ($T)0 : acc, x[off]);", "reduce kernel: accumulator starts at +0.0"),
+    (f"{GT}/src/gtensor/ops/elementwise.py", "for (int d = rank - 1; d >= 0; --d) {\n"
+     "            const long long c = rem % shape[d];\n            rem /= shape[d];\n"
+     "            oa += c * sa[d];", "for (int d = rank - 1; d > 0; --d) {\n"
+     "            const long long c = rem % shape[d];\n            rem /= shape[d];\n"
+     "            oa += c * sa[d];", "zip kernel: outermost axis not indexed"),
+    (SIM_H, "_mm_setcsr(0x1F80);", "_mm_setcsr(0x9FC0);", "sim: FTZ/DAZ on during launches"),
+    (SIM_H, "if (s.live > 1 && !GTSIM_SETJMP", "if (s.live > 2 && !GTSIM_SETJMP",
+     "sim: barrier ignored with two live fibers"),
+    (SIM_H, "order[i] = s.schedule == kReverse ? n - 1 - i : i;", "order[i] = i;",
+     "sim: reverse schedule runs forward"),
+    (SIM_H, "set_thread_index(s.order[t]);", "set_thread_index(t);",
+     "sim: barrier-free threads not permuted"),
+    (SIM_H, "if (s.schedule == kShuffle) make_order(s, s.order, s.nthreads);", "",
+     "sim: shuffle keeps one order for every barrier phase"),
+    (SIM_H, "if (s.schedule == kReverse) return nb - 1 - b;", "",
+     "sim: reverse schedule keeps the block order"),
+    (SIM_H, "threadIdx.y = (static_cast<unsigned>(linear) / bx) % by;",
+     "threadIdx.y = (static_cast<unsigned>(linear) / bx) % bx;", "sim: threadIdx.y wrapped by x"),
+    (SIM_H, "if (d != d) return 0;", "if (d != d) return -1;", "sim: __double2ll_rz(NaN) != 0"),
+    (SIM_H, "static __forceinline__ float __fsqrt_rn(float a) { return std::sqrt(a); }",
+     "static __forceinline__ float __fsqrt_rn(float a) { return (float)std::sqrt((double)a) "
+     "* 1.0000001f; }", "sim: float sqrt off by an ulp"),
+    (f"{OP}/src/gopt/gradients.py", 'ws(("clipped", i), g.shape)', 'ws("clipped", g.shape)',
+     "gopt: clipped gradients share one buffer per shape"),
+    (f"{OP}/src/gopt/gradients.py", 'ws(("sumsq", i), ())', 'ws("sumsq", ())',
+     "gopt: the per-parameter sums of squares share one buffer"),
+]
+
+# Mutants reviewed as equivalent (no observable change): id -> why.
+EQUIVALENT: dict[str, str] = {}
+
+COMMUTATIVE = {"add", "mul", "maximum", "minimum"}  # IEEE + and * commute bitwise (NaN: class)
+
+BINOPS = {ast.Add: ast.Sub, ast.Sub: ast.Add, ast.Mult: ast.Div, ast.Div: ast.Mult,
+          ast.BitAnd: ast.BitOr, ast.BitOr: ast.BitAnd, ast.RShift: ast.LShift,
+          ast.LShift: ast.RShift, ast.FloorDiv: ast.Div, ast.Mod: ast.FloorDiv}
+CMPOPS = {ast.Lt: ast.LtE, ast.LtE: ast.Lt, ast.Gt: ast.GtE, ast.GtE: ast.Gt, ast.Eq: ast.NotEq,
+          ast.NotEq: ast.Eq, ast.Is: ast.IsNot, ast.IsNot: ast.Is}
+SYM = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/", ast.BitAnd: "&", ast.BitOr: "|",
+       ast.RShift: ">>", ast.LShift: "<<", ast.FloorDiv: "//", ast.Mod: "%", ast.Lt: "<",
+       ast.LtE: "<=", ast.Gt: ">", ast.GtE: ">=", ast.Eq: "==", ast.NotEq: "!=", ast.Is: "is",
+       ast.IsNot: "is not"}
+
+
+@dataclass
+class Mutant:
+    """One change to one file."""
+
+    id: str
+    path: str
+    line: int
+    what: str
+    source: str  # the whole mutated file
+    runs: tuple[Run, ...]
+    killed: bool | None = None
+    seconds: float = 0.0
+    detail: str = field(default="", repr=False)
+
+
+# --------------------------------------------------------------------------- AST mutants
+def _in_scope(tree: ast.Module, target: Target) -> set[int]:
+    """ids of the nodes that may be mutated: in the named functions, lambdas, constants."""
+    scope: set[int] = set()
+
+    def take(node: ast.AST) -> None:
+        for sub in ast.walk(node):
+            scope.add(id(sub))
+
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and \
+                node.name in target.functions:
+            for stmt in node.body:
+                take(stmt)
+        elif isinstance(node, ast.Lambda) and "*" in target.functions:
+            take(node.body)
+    if target.constants:
+        for stmt in tree.body:
+            if isinstance(stmt, ast.Assign) and all(
+                    isinstance(t, ast.Name) and t.id.isupper() for t in stmt.targets):
+                take(stmt.value)
+    # never strings, docstrings, f-strings, raise statements or assert messages
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.JoinedStr, ast.Raise, ast.Assert)):
+            for sub in ast.walk(node):
+                scope.discard(id(sub))
+        if isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant):
+            scope.discard(id(node.value))
+    return scope
+
+
+def _changes(node: ast.AST, compared: set[int]) -> list[tuple[str, callable]]:
+    """Possible mutations of one node: (description, apply() -> undo()).
+
+    ``compared``: ids of the constants that are operands of a comparison.
+    """
+    out = []
+
+    def setter(obj, attr, value):
+        def apply():
+            old = getattr(obj, attr)
+            setattr(obj, attr, value)
+            return lambda: setattr(obj, attr, old)
+        return apply
+
+    if isinstance(node, ast.BinOp) and type(node.op) in BINOPS:
+        new = BINOPS[type(node.op)]
+        out.append((f"{SYM[type(node.op)]} -> {SYM[new]}", setter(node, "op", new())))
+        for side, other in (("right", "left"), ("left", "right")):
+            inner = getattr(node, side)
+            if isinstance(inner, ast.BinOp) and type(inner.op) is type(node.op) and \
+                    isinstance(node.op, (ast.Add, ast.Mult)):
+                out.append((f"reassociate {SYM[type(node.op)]} ({side} nested)",
+                             _reassociate(node, side, other)))
+    elif isinstance(node, ast.Compare) and len(node.ops) == 1 and type(node.ops[0]) in CMPOPS:
+        new = CMPOPS[type(node.ops[0])]
+        out.append((f"{SYM[type(node.ops[0])]} -> {SYM[new]}", setter(node, "ops", [new()])))
+    elif isinstance(node, ast.Constant) and type(node.value) in (int, float):
+        v = node.value
+        if isinstance(v, float):
+            if v == 0.0 and id(node) in compared:
+                pass  # x < 0.0 and x < -0.0 are the same test (equivalent by IEEE)
+            elif v == 0.0:
+                out.append((f"{v!r} -> {-v!r}", setter(node, "value", -v)))
+            elif math.isfinite(v):
+                w = math.nextafter(v, math.inf)
+                out.append((f"{v!r} -> {w!r} (last bit)", setter(node, "value", w)))
+        elif not isinstance(v, bool):
+            out.append((f"{v} -> {v + 1}", setter(node, "value", v + 1)))
+    elif isinstance(node, ast.Constant) and isinstance(node.value, bool):
+        out.append((f"{node.value} -> {not node.value}", setter(node, "value", not node.value)))
+    elif isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.Not)):
+        out.append(("drop unary " + ("-" if isinstance(node.op, ast.USub) else "not"),
+                    setter(node, "op", ast.UAdd()) if isinstance(node.op, ast.USub)
+                    else _replace_not(node)))
+    elif isinstance(node, ast.BoolOp):
+        new = ast.Or if isinstance(node.op, ast.And) else ast.And
+        out.append(("and <-> or", setter(node, "op", new())))
+    elif isinstance(node, ast.IfExp):
+        out.append(("swap if/else branches", _swap(node, "body", "orelse")))
+    elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and \
+            len(node.args) >= 2 and node.func.attr not in COMMUTATIVE:
+        i, j = (1, 2) if node.func.attr == "where" and len(node.args) == 3 else (0, 1)
+        out.append((f"swap arguments {i}, {j} of .{node.func.attr}()", _swap_args(node, i, j)))
+    return out
+
+
+def _reassociate(node: ast.BinOp, side: str, other: str):
+    def apply():
+        old = (node.left, node.right)
+        inner = getattr(node, side)
+        if side == "right":  # a op (b op c) -> (a op b) op c
+            node.left = ast.BinOp(node.left, inner.op, inner.left)
+            node.right = inner.right
+        else:  # (a op b) op c -> a op (b op c)
+            node.right = ast.BinOp(inner.right, inner.op, node.right)
+            node.left = inner.left
+        return lambda: (setattr(node, "left", old[0]), setattr(node, "right", old[1]))
+    return apply
+
+
+def _replace_not(node: ast.UnaryOp):
+    def apply():
+        old = node.op
+        node.op = ast.UAdd()
+        return lambda: setattr(node, "op", old)
+    return apply
+
+
+def _swap(node: ast.AST, a: str, b: str):
+    def apply():
+        va, vb = getattr(node, a), getattr(node, b)
+        setattr(node, a, vb)
+        setattr(node, b, va)
+        return lambda: (setattr(node, a, va), setattr(node, b, vb))
+    return apply
+
+
+def _swap_args(node: ast.Call, i: int, j: int):
+    def apply():
+        node.args[i], node.args[j] = node.args[j], node.args[i]
+        return lambda: _swap_back(node, i, j)
+    return apply
+
+
+def _swap_back(node: ast.Call, i: int, j: int) -> None:
+    node.args[i], node.args[j] = node.args[j], node.args[i]
+
+
+def ast_mutants(root: Path, target: Target) -> list[Mutant]:
+    """Every AST mutant of one target file (sources produced with ast.unparse)."""
+    text = (root / target.path).read_text()
+    tree = ast.parse(text)
+    scope = _in_scope(tree, target)
+    compared = {id(c) for node in ast.walk(tree) if isinstance(node, ast.Compare)
+                for c in [node.left, *node.comparators]}
+    out: list[Mutant] = []
+    seen: set[str] = set()
+    baseline = ast.unparse(tree)
+    for node in ast.walk(tree):
+        if id(node) not in scope:
+            continue
+        for k, (what, apply) in enumerate(_changes(node, compared)):
+            undo = apply()
+            try:
+                src = ast.unparse(ast.fix_missing_locations(tree))
+            finally:
+                undo()
+            line = getattr(node, "lineno", 0)
+            mid = f"{target.path}:{line}:{getattr(node, 'col_offset', 0)}:{k}"
+            if src == baseline or src in seen:
+                continue
+            seen.add(src)
+            out.append(Mutant(mid, target.path, line, what, src, target.runs))
+    return out
+
+
+def text_mutants(root: Path) -> list[Mutant]:
+    """The hand-written mutants of kernel sources and the simulator runtime."""
+    out = []
+    for path, old, new, what in TEXT_MUTANTS:
+        text = (root / path).read_text()
+        if text.count(old) != 1:
+            print(f"mutants: text mutant {what!r} does not apply to {path} (skipped)",
+                  file=sys.stderr)
+            continue
+        line = text[:text.index(old)].count("\n") + 1
+        runs = ((RUNTIME_RUN, SIM_PARITY) if path == SIM_H else
+                (GOPT_RUN,) if path.startswith(OP) else KERNEL_RUNS)
+        out.append(Mutant(f"{path}:{line}:text", path, line, what, text.replace(old, new),
+                          runs))
+    return out
+
+
+# --------------------------------------------------------------------------- running
+def copy_tree(dest: Path, worktree: bool) -> None:
+    """The committed tree (git archive HEAD), or the working tree's files, into ``dest``."""
+    if worktree:
+        for name in ("packages", "tests-integration", "pyproject.toml"):
+            src = ROOT / name
+            if src.is_dir():
+                shutil.copytree(src, dest / name, ignore=shutil.ignore_patterns(
+                    "__pycache__", "*.egg-info", ".pytest_cache", ".hypothesis"))
+            elif src.exists():
+                shutil.copy2(src, dest / name)
+        return
+    archive = subprocess.run(["git", "archive", "HEAD"], cwd=ROOT, capture_output=True,
+                             check=True).stdout
+    subprocess.run(["tar", "-x", "-C", str(dest)], input=archive, check=True)
+
+
+def environment(tmp: Path, run: Run) -> dict[str, str]:
+    """The copy's sources first on the path, a private kernel cache, the run's backend."""
+    env = dict(os.environ)
+    srcs = [str(p) for p in sorted((tmp / "packages").glob("*/src"))]
+    env["PYTHONPATH"] = os.pathsep.join(srcs + [env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    env["GTENSOR_CACHE_DIR"] = str(tmp / ".gtensor-cache")
+    env["GRAD_TEST_BACKEND"] = run.backend
+    env["HYPOTHESIS_PROFILE"] = "ci"
+    env.pop("GTENSOR_SIM_SCHEDULE", None)
+    env.update(dict(run.env))
+    return env
+
+
+def run_tests(tmp: Path, runs: tuple[Run, ...], timeout: float) -> tuple[bool, str]:
+    """(all passed, the tail of the first failing run's output)."""
+    for run in runs:
+        cmd = [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider",
+               "--no-header", *run.tests]
+        try:
+            proc = subprocess.run(cmd, cwd=tmp, env=environment(tmp, run), capture_output=True,
+                                  text=True, timeout=timeout)
+        except subprocess.TimeoutExpired:
+            return False, f"timeout after {timeout:.0f} s"
+        if proc.returncode != 0:
+            return False, (proc.stdout + proc.stderr)[-600:]
+    return True, ""
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Generate, run and report; exit 0 when the score reaches --goal."""
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--sample", type=int, default=0, help="run a seeded sample of N mutants")
+    ap.add_argument("--cap", type=int, default=0,
+                    help="at most N mutants per file (a seeded sample of each larger file)")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--only", default="", help="only files whose path contains this")
+    ap.add_argument("--list", action="store_true", help="list the mutants and exit")
+    ap.add_argument("--worktree", action="store_true",
+                    help="mutate a copy of the working tree instead of HEAD")
+    ap.add_argument("--timeout", type=float, default=300.0, help="seconds per test run")
+    ap.add_argument("--goal", type=float, default=0.0, help="minimum score (0..1) to exit 0")
+    ap.add_argument("--report", type=Path, help="also write the report (markdown) here")
+    args = ap.parse_args(argv)
+
+    tmp = Path(tempfile.mkdtemp(prefix="grad-mutants-"))
+    try:
+        copy_tree(tmp, args.worktree)
+        mutants = [m for t in TARGETS if args.only in t.path for m in ast_mutants(tmp, t)]
+        mutants += [m for m in text_mutants(tmp) if args.only in m.path]
+        total = len(mutants)
+        if args.cap:
+            rng = random.Random(args.seed)
+            capped = []
+            for path in dict.fromkeys(m.path for m in mutants):
+                ms = [m for m in mutants if m.path == path]
+                capped += ms if len(ms) <= args.cap else sorted(
+                    rng.sample(ms, args.cap), key=lambda m: m.line)
+            mutants = capped
+        if args.sample and args.sample < len(mutants):
+            mutants = sorted(random.Random(args.seed).sample(mutants, args.sample),
+                             key=lambda m: (m.path, m.line))
+        if args.list:
+            for m in mutants:
+                print(f"{m.id}  {m.what}")
+            print(f"{len(mutants)} of {total} mutants")
+            return 0
+        print(f"mutants: {len(mutants)} of {total} in {tmp}", flush=True)
+        # the baseline runs on the unparsed form of every AST target (what mutants start from)
+        originals = {t.path: (tmp / t.path).read_text() for t in TARGETS}
+        for path, text in originals.items():
+            (tmp / path).write_text(ast.unparse(ast.parse(text)))
+        try:
+            ok, out = run_tests(tmp, tuple({r for t in TARGETS for r in t.runs}
+                                           | {SIM_PARITY, RUNTIME_RUN}), args.timeout)
+        finally:
+            for path, text in originals.items():
+                (tmp / path).write_text(text)
+        if not ok:
+            print(f"mutants: the unmutated copy fails its tests:\n{out}", file=sys.stderr)
+            return 2
+        for n, m in enumerate(mutants, 1):
+            path = tmp / m.path
+            original = path.read_text()
+            path.write_text(m.source)
+            t0 = time.perf_counter()
+            try:
+                passed, m.detail = run_tests(tmp, m.runs, args.timeout)
+            finally:
+                path.write_text(original)
+            m.killed, m.seconds = not passed, time.perf_counter() - t0
+            state = "killed" if m.killed else "SURVIVED"
+            print(f"[{n}/{len(mutants)}] {state:8} {m.seconds:5.1f}s {m.id}  {m.what}",
+                  flush=True)
+        report = render(mutants, total, args)
+        print(report)
+        if args.report:
+            args.report.write_text(report)
+        return 0 if score(mutants)[0] >= args.goal else 1
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def score(mutants: list[Mutant]) -> tuple[float, int, int]:
+    """(killed share of the non-equivalent mutants, killed, non-equivalent count)."""
+    counted = [m for m in mutants if m.id not in EQUIVALENT]
+    killed = sum(bool(m.killed) for m in counted)
+    return (killed / len(counted) if counted else 1.0), killed, len(counted)
+
+
+def render(mutants: list[Mutant], total: int, args: argparse.Namespace) -> str:
+    """A markdown report: score, per-file counts, survivors."""
+    share, killed, counted = score(mutants)
+    lines = [f"mutation score: {killed}/{counted} = {share:.1%} of non-equivalent mutants "
+             f"killed ({len(mutants)} run of {total}; cap={args.cap or 'none'}, "
+             f"sample={args.sample or 'all'}, seed={args.seed})", "",
+             "| file | killed | run |", "|---|---|---|"]
+    for path in sorted({m.path for m in mutants}):
+        ms = [m for m in mutants if m.path == path and m.id not in EQUIVALENT]
+        lines.append(f"| {path} | {sum(bool(m.killed) for m in ms)} | {len(ms)} |")
+    survivors = [m for m in mutants if not m.killed and m.id not in EQUIVALENT]
+    lines += ["", f"survivors ({len(survivors)}):"]
+    lines += [f"- {m.id}: {m.what}" for m in survivors]
+    equivalent = [m for m in mutants if m.id in EQUIVALENT]
+    if equivalent:
+        lines += ["", "equivalent (not counted):"]
+        lines += [f"- {m.id}: {m.what} ({EQUIVALENT[m.id]})" for m in equivalent]
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    sys.exit(main())
