@@ -232,3 +232,10 @@ def test_errors_name_the_function(model):
         lora.loss(gtape.Tape(), [1, 2])
     with pytest.raises(ValueError, match="targets"):
         LoRA(model, targets=["lm_head"])
+
+
+def test_issue_import_line():
+    from gdemos.qwen2 import LoRA as FromQwen2
+    from gdemos.qwen2 import Qwen2 as Q
+
+    assert FromQwen2 is LoRA and Q is Qwen2
