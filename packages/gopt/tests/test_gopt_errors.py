@@ -120,3 +120,18 @@ def test_clip_can_be_turned_off(tp):
     opt.set_clip(1.0)
     opt.set_clip(None)
     assert opt.max_norm is None and "clip" not in repr(opt)
+
+
+def test_opt_add_takes_a_list(bname):
+    with g.Tape(bname) as tp:
+        mlp = g.nn.MLP(tp, [2, 4, 1])
+        opt = Adam(tp)
+        added = opt.add(tp.params())
+        assert [p.index for p in added] == [p.index for p in tp.params()]
+        assert [p.index for p in opt.params] == [p.index for p in mlp.params]
+        with pytest.raises(ValueError, match="already registered"):
+            opt.add(mlp.layers[0].params)
+        opt2 = Adam(tp)
+        with pytest.raises(ValueError, match="names a parameter twice"):
+            opt2.add([mlp.params[0], mlp.params[0]])
+        assert opt2.params == []  # all-or-nothing

@@ -28,11 +28,11 @@ class DeviceOptimizer:
         self._segment: list[Launch] | None = None
 
     # ---------------------------------------------------------------- configuration (gopt's)
-    def add(self, param: gtape.Var, alpha: float = 0.0) -> gtape.Var:
-        """Register a parameter of the captured tape with L2 weight ``alpha`` (as gopt)."""
-        self._opt.add(param, alpha)
+    def add(self, param: Any, alpha: float = 0.0) -> Any:
+        """Register a parameter (or a list) of the captured tape with L2 weight ``alpha``."""
+        out = self._opt.add(param, alpha)
         self._segment = None
-        return param
+        return out
 
     def set_clip(self, max_norm: float | None) -> None:
         """Clip the global gradient norm to ``max_norm`` before each step (None: no clipping)."""

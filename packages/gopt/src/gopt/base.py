@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -76,8 +77,30 @@ class Optimizer:
         """The global-norm clipping threshold, or None when clipping is off."""
         return self._max_norm
 
-    def add(self, param: gtape.Var, alpha: float = 0.0) -> gtape.Var:
-        """Register ``param`` with L2 weight ``alpha`` (the gradient becomes g + alpha*p)."""
+    def add(self, param: gtape.Var | Sequence[gtape.Var], alpha: float = 0.0) -> Any:
+        """Register ``param`` with L2 weight ``alpha`` (the gradient becomes g + alpha*p).
+
+        ``param`` may be a list of parameters (``tp.params()``, ``layer.params``): all are
+        checked first, then all registered with the same ``alpha``; the list is returned.
+        """
+        if isinstance(param, (list, tuple)):
+            where = f"{type(self).__name__}.add"
+            indices = [checks.store_param(where, self._tp, p).index for p in param]
+            if len(set(indices)) != len(indices):
+                raise ValueError(f"{where}: the list names a parameter twice; expected each "
+                                 "parameter once")
+            known = {s.var.index for s in self._slots}
+            for p in param:
+                if p.index in known:
+                    raise ValueError(f"{where}: {p!r} is already registered; expected each "
+                                     "parameter once")
+            checks.real(where, "alpha", alpha, low=0.0, expected="a finite real number >= 0")
+            if self._t and param:
+                self._add_one(param[0], alpha)  # raises the "already stepped" error
+            return [self._add_one(p, alpha) for p in param]
+        return self._add_one(param, alpha)
+
+    def _add_one(self, param: gtape.Var, alpha: float) -> gtape.Var:
         where = f"{type(self).__name__}.add"
         checks.store_param(where, self._tp, param)
         a = checks.real(where, "alpha", alpha, low=0.0, expected="a finite real number >= 0")

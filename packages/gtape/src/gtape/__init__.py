@@ -12,8 +12,9 @@
 
 from __future__ import annotations
 
+from . import nn
 from .leaves import CONST, PARAM, Leaf
-from .losses import mse
+from .losses import bce_with_logits, cross_entropy, mse
 from .ops import (
     abs,
     add,
@@ -55,7 +56,7 @@ __version__ = "0.1.0"
 __all__ = [
     "CONST", "Leaf", "Mark", "Node", "PARAM", "StaleVarError", "Tape", "TapeGrowthWarning",
     "Var", "__version__",
-    "abs", "add", "adds", "apply", "bmm", "copy",
+    "abs", "add", "adds", "apply", "bce_with_logits", "bmm", "copy", "cross_entropy", "nn",
     "broadcast_to", "concat", "div", "exp", "log", "matmul", "mean", "mse", "mul", "muls", "neg",
     "pad", "relu", "relu_grad", "reshape", "sigmoid", "sigmoid_grad", "slice", "softmax",
     "softmax_grad", "sqrt", "sub", "sum", "sum_to", "tanh", "tanh_grad", "transpose",
