@@ -8,6 +8,8 @@ which proves a user can install just the layers they need.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import shutil
 import subprocess
@@ -21,7 +23,7 @@ nox.options.error_on_external_run = True
 # pip-based virtualenvs (nox's default backend). NOTE: not uv - uv ignores this machine's pip
 # configuration, so torch==2.13.0 would come as a multi-GB CUDA download instead of the CPU wheel.
 nox.options.default_venv_backend = "virtualenv"
-nox.options.sessions = ["lint", "unit", "parity", "lora_oracle"]
+nox.options.sessions = ["lint", "unit", "parity", "docs", "lora_oracle"]
 
 ROOT = Path(__file__).parent
 BACKENDS = ["numpy", "sim", "cuda"]
@@ -175,9 +177,35 @@ def lora_oracle(session: nox.Session) -> None:
 
 
 @nox.session
+def docs(session: nox.Session) -> None:
+    """Every ```python block of the READMEs and docs/ runs as written."""
+    _install(session, _packages(), {})
+    session.run("pytest", "tests-docs", *session.posargs, env=_test_env("numpy"))
+
+
+def _install_once(session: nox.Session, packages: list[str], extras: dict[str, str]) -> None:
+    """``_install`` unless this (reused) venv already holds exactly these packages and extras.
+
+    Editable installs follow source edits by themselves; only a changed pyproject.toml (or
+    other packages/extras) needs a new install.
+    """
+    texts = {name: (ROOT / "packages" / name / "pyproject.toml").read_text() for name in packages}
+    key = hashlib.sha256(json.dumps([packages, extras, texts], sort_keys=True).encode()).hexdigest()
+    stamp = Path(session.virtualenv.location) / ".grad-install-stamp"
+    if stamp.exists() and stamp.read_text() == key:
+        session.log("reusing this environment: its packages and pyprojects are unchanged "
+                    "(rm -r .nox/demo to rebuild it)")
+        return
+    session.log(f"installing {', '.join(packages)} (editable, with extras {extras}) and "
+                "their dependencies: a minute or two on the first run")
+    _install(session, packages, extras)
+    stamp.write_text(key)
+
+
+@nox.session(reuse_venv=True)
 def demo(session: nox.Session) -> None:
     """The main job: the demo ladder on the CPU (every rung, one verdict line each)."""
-    _install(session, _closure("gdemos"), {"gdemos": "oracle,swarm"})  # swarm: rung 5's Dask
+    _install_once(session, _closure("gdemos"), {"gdemos": "oracle,swarm"})  # swarm: rung 5
     out = Path(session.posargs[0]) if session.posargs else ROOT / "out"  # git-ignored
     session.run("gdemos", "ladder", "--out", str(out))
 
