@@ -15,7 +15,7 @@ def _cupy():
     try:
         import cupy
     except ImportError as e:
-        raise RuntimeError("the cuda backend needs cupy: pip install 'gtensor[cuda]' "
+        raise RuntimeError("the cuda backend needs cupy: pip install 'packages/gtensor[cuda]' "
                            "(cupy-cuda13x) on a machine with an NVIDIA GPU") from e
     return cupy
 
