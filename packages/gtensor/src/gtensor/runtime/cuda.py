@@ -24,8 +24,8 @@ NVRTC_OPTIONS = (
     "--prec-sqrt=true",
     "-std=c++17",
 )
-_INSTALL_HINT = ("pip install 'packages/gtensor[cuda]' (cupy-cuda13x; from the repository root) on a "
-                 "machine with an NVIDIA GPU")
+_INSTALL_HINT = ("pip install 'packages/gtensor[cuda]' (cupy-cuda13x; from the repository "
+                 "root) on a machine with an NVIDIA GPU")
 
 
 def import_cupy() -> ModuleType:
