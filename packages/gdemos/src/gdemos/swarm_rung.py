@@ -195,11 +195,11 @@ def main(args) -> int:
 
 
 def ladder_verdict(out: Path, progress: bool) -> tuple[bool, str, tuple[str, ...]]:
-    """The ladder's run (N=2,000, 8 iterations, 2 workers): (passed, detail, unchecked)."""
+    """The ladder's run (N=2,000, 6 iterations, 2 workers): (passed, detail, unchecked)."""
     try:
         import distributed  # noqa: F401
     except ImportError:
         return True, "dask.distributed is not installed (pip install 'gdemos[swarm]')", \
             ("swarm: dask.distributed",)
-    r = run(SwarmConfig(n=2_000, iterations=8), out, progress=progress)
+    r = run(SwarmConfig(n=2_000, iterations=6), out, progress=progress)
     return r.passed, r.verdict_detail(), ()
