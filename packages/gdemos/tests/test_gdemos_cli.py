@@ -33,8 +33,32 @@ def test_bad_arguments_exit_with_a_message(capsys):
     with pytest.raises(SystemExit):
         cli.main(["ae", "--backend", "tpu"])
     assert "invalid choice: 'tpu'" in capsys.readouterr().err
-    with pytest.raises(SystemExit, match="--epochs is 0; expected >= 1"):
-        cli.main(["ae", "--epochs", "0"])
+    for argv, message in [(["--epochs", "0"], "--epochs is 0; expected 1 to 10000"),
+                          (["--epochs", "100000000000000000000"], "--epochs is 1000"),
+                          (["--seed", "-1"], "--seed is -1; expected an int >= 0")]:
+        with pytest.raises(SystemExit) as e:
+            cli.main(["ae", *argv, "--no-progress"])
+        assert e.value.code == 2 and message in capsys.readouterr().err
+
+
+def test_unwritable_out_is_refused_before_training(tmp_path, capsys):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    with pytest.raises(SystemExit) as e:
+        cli.main(["ae", "--out", str(blocker / "sub"), "--no-progress"])
+    assert e.value.code == 2 and "cannot write there" in capsys.readouterr().err
+
+
+def test_help_text_names_every_default(capsys):
+    with pytest.raises(SystemExit):
+        cli.main(["ae", "--help"])
+    text = capsys.readouterr().out
+    for flag in ("--epochs", "--seed", "--dtype", "--engine", "--backend", "--out"):
+        assert flag in text
+    assert text.count("default:") >= 6
+    with pytest.raises(SystemExit):
+        cli.main(["--help"])
+    assert "``" not in capsys.readouterr().out  # plain text, not RST
 
 
 def test_ladder_prints_one_verdict_per_rung_and_fails_on_any_failure(monkeypatch, tmp_path,
@@ -58,3 +82,11 @@ def test_python_dash_m_runs():
     out = subprocess.run([sys.executable, "-m", "gdemos", "--help"], capture_output=True,
                          text=True, check=True).stdout
     assert "ladder" in out and "ae" in out
+
+
+def test_progress_off_a_terminal_is_one_line_per_epoch(tmp_path, capsys):
+    assert cli.main(["ae", "--epochs", "2", "--out", str(tmp_path), "--no-bars"]) == 0
+    err = capsys.readouterr().err
+    lines = [ln for ln in err.splitlines() if ln.startswith("epoch ")]
+    assert [ln.split()[1] for ln in lines] == ["1/2", "2/2"] and "\r" not in err
+    assert "loss" in lines[-1]

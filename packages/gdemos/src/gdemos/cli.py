@@ -16,10 +16,19 @@ import gtensor
 from . import ae, ladder, rung_ae, rung_lora, swarm_rung
 
 EXIT_PASS, EXIT_FAIL, EXIT_UNVERIFIED = 0, 1, 3
+MAX_EPOCHS = 10_000
+DESCRIPTION = """\
+The grad demo ladder: programs trained through the gtape autograd tape, each checked by an
+independent oracle. 'gdemos ladder' runs every rung with one verdict line each; the other
+commands run one rung. 'gdemos COMMAND --help' lists a command's options.
+
+exit codes: 0 every rung passed with every bar checked; 1 a rung failed (a bar missed, or it
+raised); 2 a usage error; 3 nothing failed but some bar was not checked (its oracle is not
+installed), so the run is not fully verified."""
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="gdemos", description=__doc__,
+    p = argparse.ArgumentParser(prog="gdemos", description=DESCRIPTION,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="command", required=True)
     common = argparse.ArgumentParser(add_help=False)
@@ -27,12 +36,20 @@ def _parser() -> argparse.ArgumentParser:
                         help="gtensor backend the tape runs on (default: numpy)")
     common.add_argument("--out", type=Path, default=Path("gdemos-out"),
                         help="directory for the summary JSON and plots (default: gdemos-out)")
-    common.add_argument("--no-progress", action="store_true", help="no progress bar")
+    common.add_argument("--no-progress", action="store_true",
+                        help="no progress display (off a terminal it is one line per epoch)")
     a = sub.add_parser("ae", parents=[common], help="rung 1: the d-64-32-64-d autoencoder")
-    a.add_argument("--epochs", type=int, default=ae.AEConfig.epochs)
-    a.add_argument("--seed", type=int, default=ae.AEConfig.seed)
-    a.add_argument("--dtype", choices=["float64", "float32"], default="float64")
-    a.add_argument("--no-bars", action="store_true", help="skip the bar checks (sklearn)")
+    a.add_argument("--epochs", type=int, default=ae.AEConfig.epochs,
+                   help=f"passes over the {ae.AEConfig.n} points, "
+                        f"{ae.AEConfig.n // ae.AEConfig.batch} minibatch steps each (1 to "
+                        f"{MAX_EPOCHS}; default: {ae.AEConfig.epochs}; the bars bind the full run)")
+    a.add_argument("--seed", type=int, default=ae.AEConfig.seed,
+                   help="seed of the data, the initial weights and the minibatch order "
+                        f"(default: {ae.AEConfig.seed})")
+    a.add_argument("--dtype", choices=["float64", "float32"], default="float64",
+                   help="the tape's dtype (default: float64)")
+    a.add_argument("--no-bars", action="store_true",
+                   help="skip the bar checks (the MSE bar and scikit-learn's)")
     a.add_argument("--engine", choices=["tape", "replay"], default="tape",
                    help="tape: rung 1, the eager tape; replay: rung 2, the step captured once "
                         "and replayed on --backend sim or cuda, checked bit-equal to the CPU "
@@ -47,12 +64,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``gdemos`` console script; returns the exit code."""
     parser = _parser()
     args = parser.parse_args(argv)
+    _check_common(parser, args)
     if getattr(args, "engine", "tape") == "replay" and args.backend not in ("sim", "cuda"):
         parser.error(f"--engine replay runs on a device backend: --backend sim or cuda, "
                      f"got {args.backend}")
     if args.command == "ae":
-        if args.epochs < 1:
-            raise SystemExit(f"gdemos ae: --epochs is {args.epochs}; expected >= 1")
         cfg = ae.AEConfig(backend=args.backend, dtype=args.dtype, seed=args.seed,
                           epochs=args.epochs, engine=args.engine)
         run = rung_ae.run(cfg, args.out, progress=not args.no_progress, bars=not args.no_bars)
@@ -77,6 +93,34 @@ def main(argv: Sequence[str] | None = None) -> int:
         return swarm_rung.main(args)
     verdicts = ladder.run_ladder(args.out, args.backend, progress=not args.no_progress)
     return ladder_exit(verdicts)
+
+
+def _check_common(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Usage errors found before any training (exit 2 with one line): a bad epoch count or
+    seed, an output directory that cannot be written, a backend this machine cannot run."""
+    epochs = getattr(args, "epochs", None)
+    if args.command == "ae" and not 1 <= epochs <= MAX_EPOCHS:
+        parser.error(f"--epochs is {epochs}; expected 1 to {MAX_EPOCHS}")
+    seed = getattr(args, "seed", None)
+    if args.command == "ae" and seed < 0:
+        parser.error(f"--seed is {seed}; expected an int >= 0")
+    out = getattr(args, "out", None)
+    if out is not None:
+        try:
+            out.mkdir(parents=True, exist_ok=True)
+            probe = out / ".gdemos-write-check"
+            probe.write_text("")
+            probe.unlink()
+        except OSError as e:
+            parser.error(f"--out {out}: cannot write there ({e.strerror or e})")
+    backend = getattr(args, "backend", None)
+    if backend is not None:
+        try:
+            be = gtensor.backend(backend)
+            if hasattr(be, "module"):
+                be.module  # noqa: B018 - compiles (or finds cached) kernels: needs the compiler
+        except (RuntimeError, OSError) as e:
+            parser.error(f"--backend {backend} cannot run here: {str(e).splitlines()[0]}")
 
 
 def ladder_exit(verdicts: Sequence[ladder.Verdict]) -> int:

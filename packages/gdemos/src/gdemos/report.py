@@ -15,8 +15,10 @@ def write_summary(path: Path, summary: dict[str, Any]) -> Path:
 
 
 def plot_losses(path: Path, losses: list[float], epoch_mse: list[float], steps_per_epoch: int,
-                title: str, bar: float | None = None) -> Path:
-    """A log-scale curve of the minibatch loss per step and the full-data MSE per epoch."""
+                title: str, bar: float | None = None,
+                references: dict[str, float] | None = None) -> Path:
+    """A log-scale curve of the minibatch loss per step and the full-data MSE per epoch, with
+    the bar and any reference levels (``{label: value}``, e.g. an oracle's result) drawn."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -28,6 +30,8 @@ def plot_losses(path: Path, losses: list[float], epoch_mse: list[float], steps_p
                 ms=2.5, lw=1.2, label="full-data MSE (per epoch)")
     if bar is not None:
         ax.axhline(bar, color="k", ls="--", lw=0.8, label=f"bar {bar:g}")
+    for k, (label, value) in enumerate((references or {}).items()):
+        ax.axhline(value, color=f"C{k + 2}", ls=":", lw=1.0, label=f"{label} {value:.3g}")
     ax.set_xlabel("step")
     ax.set_ylabel("MSE")
     ax.set_title(title)
@@ -38,3 +42,25 @@ def plot_losses(path: Path, losses: list[float], epoch_mse: list[float], steps_p
     fig.savefig(path)
     plt.close(fig)
     return path
+
+
+class EpochLog:
+    """The progress display off a terminal: one plain line per epoch (tqdm's calls, no bar)."""
+
+    def __init__(self, stream: Any) -> None:
+        self._stream = stream
+        self._postfix = ""
+
+    def set_postfix_str(self, text: str, refresh: bool = True) -> None:
+        """Remember the latest step's note (printed with the next epoch line)."""
+        self._postfix = text
+
+    def update(self, n: int = 1) -> None:
+        """A step was taken (nothing printed)."""
+
+    def set_description(self, text: str) -> None:
+        """An epoch ended: print its line."""
+        print(f"{text}  {self._postfix}", file=self._stream, flush=True)
+
+    def close(self) -> None:
+        """Nothing to tear down."""
