@@ -66,3 +66,21 @@ def test_one_emission_serves_every_example() -> None:
     got_l, got_g = fn(flat(p1, "f8"), flat(x1, "f8"))
     assert got_l.tobytes() == want_l.tobytes() and got_g.tobytes() == want_g.tobytes()
     assert got_l != fn(flat(p0, "f8"), flat(x0, "f8"))[0]
+
+
+def test_batch_is_the_per_example_call() -> None:
+    """GradFn.batch (the loop rung 5 runs) returns exactly the per-example calls' bits."""
+    from gemit import compile_c
+    from gemit_testutil import emit, flat
+
+    r = np.random.default_rng(5)
+    p, x0 = _logistic_data(r)
+    fn = compile_c(emit(_logistic, p, x0, "float32"), "grad", "float32", flat(p, "f4").size,
+                   flat(x0, "f4").size)
+    rows = np.stack([flat(_logistic_data(r)[1], "f4") for _ in range(30)])
+    losses, grads = fn.batch(flat(p, "f4"), rows)
+    for k in range(30):
+        lk, gk = fn(flat(p, "f4"), rows[k])
+        assert losses[k].tobytes() == lk.tobytes() and grads[k].tobytes() == gk.tobytes()
+    with pytest.raises(ValueError, match=r"expected \(n, 7\)"):
+        fn.batch(flat(p, "f4"), rows[:, :5])
