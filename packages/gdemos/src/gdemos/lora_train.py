@@ -34,6 +34,7 @@ class LoRAConfig:
     seed: int = 0
     backend: str = "numpy"
     engine: str = "tape"  # or "replay" (ggpu-replay on backend sim/cuda)
+    device_dtype: str | None = None  # replay only: "float32" = f32 device buffers (tolerance)
 
 
 @dataclass
@@ -64,7 +65,9 @@ def finetune(model: Qwen2, ids: np.ndarray, cfg: LoRAConfig,
 
     ``cfg.engine == "tape"``: the CPU tape on ``cfg.backend`` with gopt's Adam and the
     mark/reset loop. ``"replay"``: one episode recorded on a numpy tape is captured by
-    ggpu-replay and replayed on ``cfg.backend`` (sim or cuda) with the device Adam.
+    ggpu-replay and replayed on ``cfg.backend`` (sim or cuda) with the device Adam; with
+    ``cfg.device_dtype = "float32"`` the device runs float32 buffers for a float64 model (a
+    tolerance, not bits: docs/replay.md).
     """
     if cfg.engine == "replay":
         return _finetune_replay(model, ids, cfg, progress)
@@ -111,7 +114,7 @@ def _finetune_replay(model: Qwen2, ids: np.ndarray, cfg: LoRAConfig,
     lora = LoRA(model, r=cfg.rank, alpha=cfg.alpha, seed=cfg.seed)
     tp = gtape.Tape("numpy", model.dtype.name)
     lora.attach(tp)
-    prog = capture(tp, lora.loss(tp, ids), backend=cfg.backend)
+    prog = capture(tp, lora.loss(tp, ids), backend=cfg.backend, dtype=cfg.device_dtype)
     dopt = prog.adam(lr=cfg.lr)
     for p in lora.params():
         dopt.add(p)

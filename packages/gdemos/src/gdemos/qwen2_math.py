@@ -9,8 +9,8 @@ bit. Only existing gtensor ops are used (composites where there is no primitive)
 * RMSNorm: ``x * (1 / sqrt(mean(x*x, axis=-1) + eps)) * w``;
 * rotary (NEOX): ``x * cos + rotate_half(x) * sin``, rotate_half by slice + neg + concat;
 * grouped-query attention: kv heads repeated by reshape + broadcast_to; the causal mask is an
-  additive const (the dtype's most negative finite number above the diagonal, as transformers
-  does), so masked probabilities are exactly 0;
+  additive const (float32's most negative finite number above the diagonal, like
+  transformers' dtype minimum), so masked probabilities are exactly 0;
 * SwiGLU: ``down(silu(gate(x)) * up(x))``, ``silu(g) = g * sigmoid(g)``;
 * cross-entropy: ``-mean(log(sum(softmax(z) * onehot, axis=1)))`` (the pick by a one-hot const).
 
@@ -123,11 +123,14 @@ def rotary_tables(cfg: Qwen2Config, positions: int | Sequence[int],
     return COS_F64.numpy(emb).astype(dtype), SIN_F64.numpy(emb).astype(dtype)
 
 
+MASKED = float(np.finfo(np.float32).min)  # finite in both dtypes (also in f32 device buffers)
+
+
 def causal_mask(rows: int, start: int, dtype: Any) -> np.ndarray:
-    """(rows, start + rows): 0 where key j <= start + i, the most negative finite number above."""
+    """(rows, start + rows): 0 where key j <= start + i, ``MASKED`` (-3.4e38) above."""
     j = np.arange(start + rows)[None, :]
     i = np.arange(rows)[:, None] + start
-    return np.where(j > i, np.finfo(dtype).min, 0.0).astype(dtype)
+    return np.where(j > i, MASKED, 0.0).astype(dtype)
 
 
 # ---------------------------------------------------------------- the two ops namespaces

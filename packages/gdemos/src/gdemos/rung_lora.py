@@ -120,6 +120,9 @@ def add_parser(sub, common) -> None:
     a.add_argument("--engine", choices=ENGINES, default="tape",
                    help="tape (the tape on --backend) or replay (ggpu-replay: a numpy tape's "
                         "episode captured and replayed on --backend sim or cuda)")
+    a.add_argument("--device-dtype", choices=["float32"], default=None,
+                   help="with --engine replay: float32 device buffers for a float64 model "
+                        "(a measured tolerance, not bit-equal)")
 
 
 def main(args) -> int:
@@ -128,7 +131,8 @@ def main(args) -> int:
         raise SystemExit(f"gdemos lora: --steps {args.steps}, --rank {args.rank}; expected >= 1")
     text = args.text.read_text(encoding="utf-8") if args.text is not None else None
     cfg = lt.LoRAConfig(rank=args.rank, alpha=args.alpha, steps=args.steps, lr=args.lr,
-                        seed=args.seed, backend=args.backend, engine=args.engine)
+                        seed=args.seed, backend=args.backend, engine=args.engine,
+                        device_dtype=args.device_dtype)
     try:
         r = run(cfg, args.out, args.model, text, args.dtype, progress=not args.no_progress)
     except (NotImplementedError, ValueError) as e:
