@@ -64,24 +64,24 @@ class Adam(Optimizer):
         self._lr_t = adam_lr_t(self._lr, self._b1_pow, self._b2_pow)
         self._ws.put("adam_lr_t", self._lr_t)
 
-    def _update(self, i: int, slot: Slot, p: Any, g: Any) -> Any:
+    def _update(self, i: int, slot: Slot, p: Any, g: Any) -> tuple[Any, dict[str, Any]]:
         be, ws, shape = self._be, self._ws, slot.shape
         m, v = slot.state["m"], slot.state["v"]
         # m <- b1*m + (1-b1)*g
         a = be.muls(m, self._b1, out=ws(("adam_a", i), shape))
         b = be.muls(g, 1.0 - self._b1, out=ws(("adam_b", i), shape))
-        be.add(a, b, out=m)
+        m_new = be.add(a, b, out=ws(("adam_m", i), shape))
         # v <- b2*v + (1-b2)*(g*g)
         a = be.muls(v, self._b2, out=ws(("adam_a", i), shape))
         gg = be.mul(g, g, out=ws(("adam_gg", i), shape))
         b = be.muls(gg, 1.0 - self._b2, out=ws(("adam_b", i), shape))
-        be.add(a, b, out=v)
+        v_new = be.add(a, b, out=ws(("adam_v", i), shape))
         # p <- p - (lr_t*m) / (sqrt(v) + eps)
-        num = be.mul(m, ws("adam_lr_t", ()), out=ws(("adam_num", i), shape))
-        root = be.sqrt(v, out=ws(("adam_root", i), shape))
+        num = be.mul(m_new, ws("adam_lr_t", ()), out=ws(("adam_num", i), shape))
+        root = be.sqrt(v_new, out=ws(("adam_root", i), shape))
         den = be.adds(root, self._eps, out=ws(("adam_den", i), shape))
         upd = be.div(num, den, out=ws(("adam_upd", i), shape))
-        return be.sub(p, upd, out=ws(("new", i), shape))
+        return be.sub(p, upd, out=ws(("new", i), shape)), {"m": m_new, "v": v_new}
 
     def _hyper(self) -> dict[str, float]:
         return {"lr": self._lr, "beta1": self._b1, "beta2": self._b2, "eps": self._eps}
@@ -89,6 +89,24 @@ class Adam(Optimizer):
     def _set_hyper(self, hyper: dict[str, float]) -> None:
         self._lr, self._b1, self._b2, self._eps = (hyper["lr"], hyper["beta1"], hyper["beta2"],
                                                    hyper["eps"])
+
+    def _check_hyper(self, where: str, hyper: dict[str, float]) -> dict[str, float]:
+        super()._check_hyper(where, hyper)
+        want = "a real number in [0, 1)"
+        for k in ("beta1", "beta2"):
+            checks.real(where, f"hyper.{k}", hyper[k], low=0.0, high=1.0, high_open=True,
+                        expected=want)
+        checks.real(where, "hyper.eps", hyper["eps"], low=0.0, expected="a finite real number >= 0")
+        return hyper
+
+    def _check_host(self, where: str, host: dict[str, float]) -> dict[str, float]:
+        for k in ("b1_pow", "b2_pow"):
+            checks.real(where, f"host.{k}", host[k], low=0.0, high=1.0,
+                        expected="a power of a beta, in [0, 1]")
+        if not math.isnan(host["lr_t"]):
+            checks.real(where, "host.lr_t", host["lr_t"], low=0.0,
+                        expected="a finite real number >= 0 (NaN before the first step)")
+        return host
 
     def _host_state(self) -> dict[str, float]:
         return {"b1_pow": self._b1_pow, "b2_pow": self._b2_pow, "lr_t": self._lr_t}

@@ -10,7 +10,7 @@ from typing import Any
 import gtape
 import numpy as np
 
-from . import checks, gradients
+from . import checks, files, gradients
 from .workspace import Workspace
 
 
@@ -128,10 +128,21 @@ class Optimizer:
 
     # ---------------------------------------------------------------- the step
     def step(self) -> None:
-        """One update of every registered parameter from its current gradient; advances t."""
+        """One update of every registered parameter from its current gradient; advances t.
+
+        All or nothing: every new value (parameters and state) is computed into workspace
+        buffers first and only then copied into place, and the host state (t, running powers)
+        is restored if anything raises before that.
+        """
         self._check_step()
-        self._advance()
-        self._device_step()
+        host = (self._t, self._stepped_at, self._host_state())
+        try:
+            self._advance()
+            self._device_step()
+        except BaseException:
+            self._t, self._stepped_at = host[0], host[1]
+            self._set_host_state(host[2])
+            raise
 
     def _check_step(self) -> None:
         """Refuse a step that cannot run (before anything changes)."""
@@ -162,10 +173,16 @@ class Optimizer:
             scale = gradients.clip_scale(ws, norm, *self._clip_consts)
             grads = [gradients.scaled(ws, i, g, scale) for i, g in enumerate(grads)]
             self._last_norm = norm
+        new = []
         for i, (s, g) in enumerate(zip(self._slots, grads)):
             p = tp.value(s.var)
             g = gradients.with_l2(ws, i, g, p, s.alpha)
-            tp.set_value(s.var, self._update(i, s, p, g))
+            new.append(self._update(i, s, p, g))
+        # commit: nothing above wrote a parameter or a state buffer; now only copies do
+        for s, (p_new, state_new) in zip(self._slots, new):
+            for name, buf in state_new.items():
+                self._be.copy(buf, out=s.state[name])
+            tp.set_value(s.var, p_new)
 
     @property
     def last_norm(self) -> float | None:
@@ -177,8 +194,9 @@ class Optimizer:
     def _begin_step(self) -> None:
         """Host-side per-step scalars (after t has advanced), written with ``be.write``."""
 
-    def _update(self, i: int, slot: Slot, p: Any, g: Any) -> Any:
-        """The new value of parameter ``i`` (a workspace buffer) from its value and gradient."""
+    def _update(self, i: int, slot: Slot, p: Any, g: Any) -> tuple[Any, dict[str, Any]]:
+        """Parameter ``i``'s new value and new state buffers (all workspace buffers), from its
+        value and gradient; writes neither the parameter nor its state."""
         raise NotImplementedError
 
     # ---------------------------------------------------------------- state
@@ -218,7 +236,12 @@ class Optimizer:
         return out
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restore what ``state_dict`` returned (hyperparameters, t, buffers, parameter values)."""
+        """Restore what ``state_dict`` returned (hyperparameters, t, buffers, parameter values).
+
+        Everything is checked first -- keys, kind, dtype, shapes, and every value against the
+        ranges the constructor enforces -- then applied at once: a refused state leaves the
+        optimizer exactly as it was.
+        """
         where = f"{type(self).__name__}.load_state_dict"
         get = _getter(where, state)
         kind, dtype = str(get("kind")), str(get("dtype"))
@@ -228,10 +251,23 @@ class Optimizer:
         if dtype != self._tp.dtype.name:
             raise ValueError(f"{where}: the state holds {dtype} arrays; this tape is "
                              f"{self._tp.dtype.name}")
-        alpha = np.asarray(get("alpha"), np.float64)
-        if alpha.shape != (len(self._slots),):
+        hyper = self._check_hyper(where, {k: _scalar(where, f"hyper.{k}", get(f"hyper.{k}"))
+                                          for k in self._hyper()})
+        host = self._check_host(where, {k: _scalar(where, f"host.{k}", get(f"host.{k}"))
+                                        for k in self._host_state()})
+        t = np.asarray(get("t"))
+        if t.shape != () or t.dtype.kind not in "iu" or int(t) < 0:
+            raise ValueError(f"{where}: t is {t!r}; expected an int >= 0")
+        m = _scalar(where, "max_norm", get("max_norm"))
+        if not math.isnan(m):
+            checks.real(where, "max_norm", m, low=0.0, low_open=True,
+                        expected="a finite real number > 0, or NaN for no clipping")
+        alpha = np.asarray(get("alpha"))
+        if alpha.shape != (len(self._slots),) or alpha.dtype.kind != "f":
             raise ValueError(f"{where}: the state has {alpha.size} parameters; this optimizer has "
                              f"{len(self._slots)} registered (register the same ones first)")
+        alphas = [checks.real(where, f"alpha[{i}]", float(a), low=0.0,
+                              expected="a finite real number >= 0") for i, a in enumerate(alpha)]
         arrays: list[dict[str, Any]] = []
         for i, s in enumerate(self._slots):
             checks.store_param(where, self._tp, s.var)
@@ -244,34 +280,62 @@ class Optimizer:
                                      f"{a.dtype}; expected {s.shape} and {self._tp.dtype}")
                 got[name] = a
             arrays.append(got)
-        # everything checked: now apply
-        self._set_hyper({k[len("hyper."):]: float(v) for k, v in state.items()
-                         if k.startswith("hyper.")})
-        self._set_host_state({k[len("host."):]: float(v) for k, v in state.items()
-                              if k.startswith("host.")})
-        self._t = int(get("t"))
-        m = float(get("max_norm"))
+        # everything checked: now apply (nothing below can refuse)
+        self._set_hyper(hyper)
+        self._set_host_state(host)
+        self._t = int(t)
         self.set_clip(None if math.isnan(m) else m)
-        for s, a, got in zip(self._slots, alpha, arrays):
-            s.alpha = float(a)
+        for s, a, got in zip(self._slots, alphas, arrays):
+            s.alpha = a
             for name in self.STATE:  # into the existing buffers: they never move
                 self._be.write(s.state[name], got[name])
             if "param" in got:
                 self._tp.set_value(s.var, got["param"])
 
+    def _check_hyper(self, where: str, hyper: dict[str, float]) -> dict[str, float]:
+        """Hyperparameters of a state, checked as the constructor checks them."""
+        checks.real(where, "hyper.lr", hyper["lr"], low=0.0, expected="a finite real number >= 0")
+        return hyper
+
+    def _check_host(self, where: str, host: dict[str, float]) -> dict[str, float]:
+        """Host running scalars of a state, checked."""
+        return host
+
     def save(self, path: Any, params: bool = True) -> None:
-        """Write ``state_dict(params)`` to ``path`` with ``numpy.savez`` (no pickle)."""
-        np.savez(path, **self.state_dict(params))
+        """Write ``state_dict(params)`` to exactly ``path`` (an .npz archive, no pickle).
+
+        Written to a temporary file in the same directory, flushed, fsynced and renamed into
+        place: a failed or interrupted save leaves the previous file intact.
+        """
+        files.write_atomic(path, lambda f: np.savez(f, **self.state_dict(params)))
 
     def load(self, path: Any) -> None:
         """Read a file written by ``save`` (``allow_pickle=False``) into this optimizer."""
-        with np.load(path, allow_pickle=False) as f:
-            self.load_state_dict({k: f[k] for k in f.files})
+        where = f"{type(self).__name__}.load"
+        try:
+            with np.load(path, allow_pickle=False) as f:
+                if not hasattr(f, "files"):
+                    raise ValueError("a single array, not an archive")
+                state = {k: f[k] for k in f.files}
+        except (ValueError, OSError, EOFError) as e:
+            if isinstance(e, FileNotFoundError):
+                raise
+            raise ValueError(f"{where}: {path} is not a checkpoint written by save() (an .npz "
+                             f"archive of arrays): {e}") from None
+        self.load_state_dict(state)
 
     def __repr__(self) -> str:
         clip = "" if self._max_norm is None else f", clip={self._max_norm}"
         return (f"<{type(self).__name__} lr={self._lr}{clip}, {len(self._slots)} params, "
                 f"t={self._t}>")
+
+
+def _scalar(where: str, key: str, value: Any) -> float:
+    """A saved scalar as a float (TypeError naming the key otherwise)."""
+    a = np.asarray(value)
+    if a.shape != () or a.dtype.kind not in "iuf":
+        raise TypeError(f"{where}: {key} is {a!r}; expected a real number")
+    return float(a)
 
 
 def _getter(where: str, state: dict[str, Any]):

@@ -73,6 +73,8 @@ def param(where: str, tp: gtape.Tape, p: Any) -> gtape.Var:
     if p.tape is not tp:
         raise ValueError(f"{where}: param {p!r} belongs to another tape; expected a parameter of "
                          "the tape this optimizer was made for")
+    if tp.closed:
+        raise RuntimeError(f"{where}: the tape is closed; its parameters were released")
     if not p.alive:
         raise gtape.StaleVarError(f"{where}: param of node {p.index} was dropped by reset_to; "
                                   "expected a live parameter (take marks after registering params)")
