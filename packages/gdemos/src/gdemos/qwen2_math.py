@@ -163,61 +163,80 @@ class ArrayOps:
         arrays = [x if isinstance(x, np.ndarray) else self.const(x) for x in xs]
         return self.be.apply(name, arrays, **attrs)
 
-    def add(self, a, b):  # noqa: D102 - the gtape signatures, one line each
+    def add(self, a: Any, b: Any) -> np.ndarray:
+        """a + b (broadcasting)."""
         return self._run("add", (a, b))
 
-    def mul(self, a, b):  # noqa: D102
+    def mul(self, a: Any, b: Any) -> np.ndarray:
+        """a * b (broadcasting)."""
         return self._run("mul", (a, b))
 
-    def div(self, a, b):  # noqa: D102
+    def div(self, a: Any, b: Any) -> np.ndarray:
+        """a / b (broadcasting)."""
         return self._run("div", (a, b))
 
-    def muls(self, x, s):  # noqa: D102
+    def muls(self, x: Any, s: float) -> np.ndarray:
+        """x * s for a Python scalar s."""
         return self._run("muls", (x,), s=s)
 
-    def adds(self, x, s):  # noqa: D102
+    def adds(self, x: Any, s: float) -> np.ndarray:
+        """x + s for a Python scalar s."""
         return self._run("adds", (x,), s=s)
 
-    def neg(self, x):  # noqa: D102
+    def neg(self, x: Any) -> np.ndarray:
+        """-x."""
         return self._run("neg", (x,))
 
-    def sqrt(self, x):  # noqa: D102
+    def sqrt(self, x: Any) -> np.ndarray:
+        """Square root."""
         return self._run("sqrt", (x,))
 
-    def sigmoid(self, x):  # noqa: D102
+    def sigmoid(self, x: Any) -> np.ndarray:
+        """1 / (1 + exp(-x)), ours."""
         return self._run("sigmoid", (x,))
 
-    def log(self, x):  # noqa: D102
+    def log(self, x: Any) -> np.ndarray:
+        """Natural logarithm, ours."""
         return self._run("log", (x,))
 
-    def sum(self, x, axis=None, keepdims=False):  # noqa: D102
+    def sum(self, x: Any, axis: int | None = None, keepdims: bool = False) -> np.ndarray:
+        """Serial sum over all elements or one axis."""
         return self._run("sum", (x,), axis=axis, keepdims=keepdims)
 
-    def mean(self, x, axis=None, keepdims=False):  # noqa: D102
+    def mean(self, x: Any, axis: int | None = None, keepdims: bool = False) -> np.ndarray:
+        """Serial sum / count over all elements or one axis."""
         return self._run("mean", (x,), axis=axis, keepdims=keepdims)
 
-    def softmax(self, x, axis=-1):  # noqa: D102
+    def softmax(self, x: Any, axis: int = -1) -> np.ndarray:
+        """exp(x - max) / serial sum along one axis."""
         return self._run("softmax", (x,), axis=axis)
 
-    def matmul(self, a, b):  # noqa: D102
+    def matmul(self, a: Any, b: Any) -> np.ndarray:
+        """(m, k) @ (k, n), serial inner products."""
         return self._run("matmul", (a, b))
 
-    def bmm(self, a, b):  # noqa: D102
+    def bmm(self, a: Any, b: Any) -> np.ndarray:
+        """(batch, m, k) @ (batch, k, n), serial inner products."""
         return self._run("bmm", (a, b))
 
-    def transpose(self, x, axes=None):  # noqa: D102
+    def transpose(self, x: Any, axes: Sequence[int] | None = None) -> np.ndarray:
+        """Permute axes."""
         return self._run("transpose", (x,), axes=None if axes is None else tuple(axes))
 
-    def reshape(self, x, shape):  # noqa: D102
+    def reshape(self, x: Any, shape: Sequence[int]) -> np.ndarray:
+        """Same elements, new shape."""
         return self._run("reshape", (x,), shape=tuple(shape))
 
-    def slice(self, x, axis, start, stop):  # noqa: D102
+    def slice(self, x: Any, axis: int, start: int, stop: int) -> np.ndarray:
+        """x[start:stop] along one axis."""
         return self._run("slice", (x,), axis=axis, start=start, stop=stop)
 
-    def concat(self, xs, axis=0):  # noqa: D102
+    def concat(self, xs: Sequence[Any], axis: int = 0) -> np.ndarray:
+        """Join arrays along an existing axis."""
         return self._run("concat", tuple(xs), axis=axis)
 
-    def broadcast_to(self, x, shape):  # noqa: D102
+    def broadcast_to(self, x: Any, shape: Sequence[int]) -> np.ndarray:
+        """Repeat x along broadcast axes."""
         return self._run("broadcast_to", (x,), shape=tuple(shape))
 
 
