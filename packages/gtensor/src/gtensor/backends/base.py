@@ -54,6 +54,37 @@ class Backend:
         """
         if isinstance(op, str):
             op = REGISTRY[op]
+        # The hot path: arrays of this backend with one supported dtype and rank <= MAX_RANK,
+        # the same checks as below done cheaply. Anything else takes the full path, which
+        # names the problem (or prepares the unusual input).
+        is_array, prepare = self.is_array, self._prepare
+        xs = []
+        dtype = None
+        for x in inputs:
+            if not is_array(x):
+                break
+            dt = x.dtype
+            if dtype is None:
+                if dt not in dtypes.SUPPORTED_DTYPES:
+                    break
+                dtype = dt
+            elif dt != dtype:
+                break
+            if x.ndim > shapes.MAX_RANK:
+                break
+            xs.append(prepare(x))
+        else:
+            if op.nin == len(xs) or op.nin < 0:
+                out_shape, attrs = op.infer(tuple([x.shape for x in xs]), attrs)
+                if dtype is None:  # an op without array inputs (fill) names its dtype
+                    dtype = attrs["dtype"]
+                if out is not None:
+                    self._check_out(op.name, out, out_shape, dtype, xs)
+                return self._execute(op, xs, out_shape, dtype, attrs, out)
+        return self._apply_checked(op, inputs, out, attrs)
+
+    def _apply_checked(self, op: Op, inputs: Sequence[Any], out: Any, attrs: dict) -> Any:
+        """``apply`` with every check spelled out one by one (errors name op and argument)."""
         names = ([f"xs[{i}]" for i in range(len(inputs))] if op.variadic else list(op.inputs))
         if not op.variadic and len(inputs) != len(op.inputs):
             raise TypeError(f"{op.name}: expected {len(op.inputs)} arrays "
@@ -82,10 +113,13 @@ class Backend:
         if tuple(out.shape) != tuple(shape) or out.dtype != dtype:
             raise ValueError(f"{op}: out has shape {tuple(out.shape)} and dtype {out.dtype}; "
                              f"expected shape {tuple(shape)} and dtype {dtype}")
-        if not out.flags.c_contiguous or not getattr(out.flags, "writeable", True):
+        flags = out.flags
+        if not flags.c_contiguous or not getattr(flags, "writeable", True):
             raise ValueError(f"{op}: out must be C-contiguous and writeable")
-        if any(self._overlaps(out, x) for x in inputs):
-            raise ValueError(f"{op}: out shares memory with an input; expected a separate buffer")
+        for x in inputs:
+            if self._overlaps(out, x):
+                raise ValueError(f"{op}: out shares memory with an input; expected a separate "
+                                 "buffer")
 
     def write(self, dst: Any, x: Any) -> Any:
         """Copy host data ``x`` into the existing array ``dst`` (converted once to its dtype).
@@ -150,7 +184,15 @@ def describe(x: Any) -> str:
 def _method(op: Op):
     """The backend method for ``op``: positional arrays, then attrs positionally or by name."""
 
+    plain = not op.variadic and not op.attrs  # no attributes: arrays (and out=) only
+    nin = len(op.inputs)
+
     def method(self: Backend, *args: Any, **kwargs: Any) -> Any:
+        if plain and len(args) == nin:
+            if not kwargs:
+                return self.apply(op, args)
+            if len(kwargs) == 1 and "out" in kwargs:
+                return self.apply(op, args, out=kwargs["out"])
         if op.variadic:
             if not args:
                 raise TypeError(f"{op.name}: missing the list of arrays")
@@ -172,7 +214,7 @@ def _method(op: Op):
             if k not in op.attrs:
                 raise TypeError(f"{op.name}: unexpected argument {k!r}; attributes are {op.attrs}")
             attrs[k] = v
-        missing = [a for a in op.attrs if a not in attrs]
+        missing = [a for a in op.attrs if a not in attrs] if len(attrs) < len(op.attrs) else ()
         if missing:
             raise TypeError(f"{op.name}: missing argument(s) {', '.join(missing)}")
         return self.apply(op, inputs, out=out, **attrs)

@@ -91,6 +91,13 @@ class CpuBackend(KernelBackend):
         return x if x.flags.c_contiguous else np.array(x, order="C").view(CpuArray)
 
     # ---------------------------------------------------------------- execution
+    def _check_out(self, op: str, out: Any, shape: tuple, dtype: Any, inputs: list) -> None:
+        """As ``Backend._check_out``; on the fast door the overlap test runs in C (exact for
+        C-contiguous arrays, which inputs and out are here) just before the kernels."""
+        if not self.module.fast:
+            return super()._check_out(op, out, shape, dtype, inputs)
+        return super()._check_out(op, out, shape, dtype, ())
+
     def _execute(self, op: Op, inputs: list, out_shape: tuple, dtype: np.dtype,
                  attrs: dict, out: Any = None) -> Any:
         if op.cpu is None:
@@ -98,13 +105,20 @@ class CpuBackend(KernelBackend):
                                       "the numpy or sim backend")
         if out is None:
             out = np.empty(out_shape, dtype).view(CpuArray)
-        module = self.module
+        module = self._module or self.module
         if not module.fast:
             op.launch(self, inputs, out, **attrs)
             return out
         try:
-            key = (op, dtype, *[x.shape for x in inputs],
-                   *[(k, attr_key(v)) for k, v in attrs.items()])
+            n = len(inputs)  # (spelled out per arity: this runs on every op call)
+            if n == 2:
+                key = (op, dtype, inputs[0].shape, inputs[1].shape)
+            elif n == 1:
+                key = (op, dtype, inputs[0].shape)
+            else:
+                key = (op, dtype, *[x.shape for x in inputs])
+            if attrs:
+                key += tuple([(k, attr_key(v)) for k, v in attrs.items()])
             plan = self._plans.get(key)
         except TypeError:  # an unhashable attr: plan this call only
             key, plan = None, None
@@ -114,8 +128,12 @@ class CpuBackend(KernelBackend):
                 if len(self._plans) >= PLAN_CACHE:
                     self._plans.clear()
                 self._plans[key] = plan
-        if plan.launches:
-            module.run(plan, [*inputs, out])
+        status = module.run(plan.addr, *inputs, out)
+        if status:
+            if status == 2:
+                raise ValueError(f"{op.name}: out shares memory with an input; expected a "
+                                 "separate buffer")
+            raise RuntimeError(f"cpu: {op.name}: the kernel plan failed (status {status})")
         return out
 
     def _plan(self, op: Op, inputs: list, out: Any, attrs: dict) -> Any:

@@ -33,34 +33,81 @@ _MATMUL = Template("""\
     }""")
 
 
-# CPU body: rows of c split across threads; within a row an i-k-j loop whose j lanes are
-# independent outputs (SIMD), each still accumulated k-ascending: c[j] = a0*b[0,j], then
-# c[j] = c[j] + a[k]*b[k,j], every product and sum rounded (MUL, ADD; no FMA).
+# CPU body: rows of c split across threads. Outputs are computed in register tiles (4 rows x
+# SIMD lanes of columns, gtcpu::Vec); every output keeps its own k-ascending chain: acc =
+# a[i,0]*b[0,j], then acc = acc + a[i,k]*b[k,j], each lane's product and sum rounded (the
+# vector form of MUL and ADD; no FMA). Tiles only decide which independent outputs are
+# computed side by side, never the order within one; leftover columns use narrower vectors.
 _CPU_MATMUL = Template("""\
-    const long long rows = batch * m;
-    gtcpu::parallel_for(rows, k * n, [=](long long lo, long long hi) {
-        for (long long r = lo; r < hi; ++r) {
-            const long long bi = r / m;
-            const $T* __restrict__ ar = a + r * k;
-            const $T* __restrict__ bb = b + bi * k * n;
-            $T* __restrict__ cr = c + r * n;
-            if (k == 0) {
-                for (long long j = 0; j < n; ++j) cr[j] = ($T)0;
-                continue;
+    typedef $T T;
+    using gtcpu::Int;
+    constexpr int L = 64 / sizeof(T);  // lanes of one 64-byte vector
+    auto tile = [=](auto rows_, auto lanes_, auto nv_, const T* __restrict__ ar,
+                    const T* __restrict__ bb, T* __restrict__ cr, long long j0) {
+        constexpr int R = decltype(rows_)::value, N = decltype(lanes_)::value,
+                      NV = decltype(nv_)::value;
+        typedef typename gtcpu::Vec<T, N>::type V;
+        V acc[R][NV];
+        for (int v = 0; v < NV; ++v) {
+            const V bv = gtcpu::vload<V>(bb + j0 + v * N);
+            for (int r = 0; r < R; ++r) acc[r][v] = ar[r * k] * bv;
+        }
+        for (long long kk = 1; kk < k; ++kk) {
+            V bv[NV];
+            for (int v = 0; v < NV; ++v) bv[v] = gtcpu::vload<V>(bb + kk * n + j0 + v * N);
+            for (int r = 0; r < R; ++r) {
+                const T av = ar[r * k + kk];
+                for (int v = 0; v < NV; ++v) acc[r][v] = acc[r][v] + av * bv[v];
             }
-            const $T a0 = ar[0];
-            for (long long j = 0; j < n; ++j) cr[j] = $MUL(a0, bb[j]);
-            for (long long kk = 1; kk < k; ++kk) {
-                const $T av = ar[kk];
-                const $T* __restrict__ br = bb + kk * n;
-                for (long long j = 0; j < n; ++j) cr[j] = $ADD(cr[j], $MUL(av, br[j]));
+        }
+        for (int r = 0; r < R; ++r)
+            for (int v = 0; v < NV; ++v) gtcpu::vstore(cr + r * n + j0 + v * N, acc[r][v]);
+    };
+    auto block = [=](auto rows_, long long r0) {  // rows r0.. of one batch, all columns
+        const T* ar = a + r0 * k;
+        const T* bb = b + (r0 / m) * k * n;
+        T* cr = c + r0 * n;
+        long long j = 0;
+        for (; j + 2 * L <= n; j += 2 * L) tile(rows_, Int<L>{}, Int<2>{}, ar, bb, cr, j);
+        if (j + L <= n) {
+            tile(rows_, Int<L>{}, Int<1>{}, ar, bb, cr, j);
+            j += L;
+        }
+        if (j + L / 2 <= n) {
+            tile(rows_, Int<L / 2>{}, Int<1>{}, ar, bb, cr, j);
+            j += L / 2;
+        }
+        if (j + L / 4 <= n) {
+            tile(rows_, Int<L / 4>{}, Int<1>{}, ar, bb, cr, j);
+            j += L / 4;
+        }
+        if (L >= 16 && j + L / 8 <= n) {
+            tile(rows_, Int<(L >= 16 ? L / 8 : 1)>{}, Int<1>{}, ar, bb, cr, j);
+            j += L / 8;
+        }
+        for (; j < n; ++j) tile(rows_, Int<1>{}, Int<1>{}, ar, bb, cr, j);
+    };
+    const long long rows = batch * m;
+    if (k == 0) {
+        for (long long i = 0; i < rows * n; ++i) c[i] = (T)0;
+        return;
+    }
+    gtcpu::parallel_for(rows, k * n, [=](long long lo, long long hi) {
+        long long r = lo;
+        while (r < hi) {
+            if (r + 4 <= hi && r % m + 4 <= m) {
+                block(Int<4>{}, r);
+                r += 4;
+            } else {
+                block(Int<1>{}, r);
+                r += 1;
             }
         }
     });""")
 
 
 def _cpu_kernels(sfx: str) -> list[Kernel]:
-    body = _CPU_MATMUL.substitute(T=CTYPE[sfx], ADD=ADD[sfx].cname, MUL=MUL[sfx].cname)
+    body = _CPU_MATMUL.substitute(T=CTYPE[sfx])
     return [Kernel(k.name, k.params, body) for k in _kernels(sfx)]
 
 

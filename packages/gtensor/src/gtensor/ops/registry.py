@@ -50,6 +50,7 @@ class Op:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "infer", _memoized(self.infer))
+        object.__setattr__(self, "nin", self.arity)  # read on every call: a plain attribute
 
     @property
     def arity(self) -> int:

@@ -24,6 +24,7 @@ import tempfile
 import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -45,7 +46,7 @@ CXX_FLAGS = (
 HEADER_PATH = Path(__file__).with_name("cpu_runtime.h")
 THREADS_ENV = "GTENSOR_CPU_THREADS"
 
-_LOADED: dict[str, ctypes.CDLL] = {}
+_LOADED: dict[str, tuple[ctypes.CDLL, Any]] = {}
 _LOAD_LOCK = threading.Lock()
 
 
@@ -87,10 +88,24 @@ _EXEC = """\
 static long long gtcpu_data_offset = 16;
 extern "C" void gtcpu_set_data_offset(long long off) { gtcpu_data_offset = off; }
 
-// plan = [launches, then per launch: kernel index, nargs, nargs x (kind, value)];
-// kind 0: value is an object slot whose array data pointer is passed; 1: value itself.
-extern "C" int gtcpu_exec(const long long* plan, const void* const* objs)
+// plan = [slots, nbytes[slots], launches, then per launch: kernel index, nargs,
+// nargs x (kind, value)]; kind 0: value is a slot (an array object) whose data pointer is
+// passed; 1: the value itself. The last slot is the output: it must not overlap an input.
+// Status: 0 ok, 1 a bad plan, 2 the output overlaps an input.
+extern "C" int gtcpu_exec(const long long* plan, const void* const* objs, long long nobjs)
 {
+    const long long slots = *plan++;
+    const long long* nbytes = plan;
+    plan += slots;
+    if (slots != nobjs || slots > 64) return 1;
+    char* data[64];
+    for (long long i = 0; i < slots; ++i)
+        std::memcpy(&data[i], (const char*)objs[i] + gtcpu_data_offset, sizeof data[i]);
+    const long long o = slots - 1;
+    for (long long i = 0; i < o; ++i)
+        if (nbytes[i] > 0 && nbytes[o] > 0 && data[i] < data[o] + nbytes[o] &&
+            data[o] < data[i] + nbytes[i])
+            return 2;
     gtcpu::FpEnv env;
     const long long launches = *plan++;
     for (long long l = 0; l < launches; ++l) {
@@ -100,11 +115,12 @@ extern "C" int gtcpu_exec(const long long* plan, const void* const* objs)
         if (index < 0 || index >= GTCPU_NKERNELS || nargs > 16) return 1;
         for (long long i = 0; i < nargs; ++i) {
             const long long kind = *plan++, value = *plan++;
-            if (kind == 0)
-                std::memcpy(&store[i], (const char*)objs[value] + gtcpu_data_offset,
-                            sizeof store[i]);
-            else
+            if (kind == 0) {
+                if (value < 0 || value >= slots) return 1;
+                std::memcpy(&store[i], &data[value], sizeof store[i]);
+            } else {
                 store[i] = value;
+            }
             argv[i] = &store[i];
         }
         const int status = GTCPU_CALLS[index](argv);
@@ -113,12 +129,46 @@ extern "C" int gtcpu_exec(const long long* plan, const void* const* objs)
     return 0;
 }
 
-extern "C" int gtcpu_exec3(const long long* plan, const void* o0, const void* o1, const void* o2)
+#ifdef GTCPU_PYTHON
+// run(plan, *arrays) -> status: the eager door without ctypes (METH_FASTCALL, GIL released).
+static PyObject* gtcpu_py_run(PyObject*, PyObject* const* args, Py_ssize_t nargs)
 {
-    const void* objs[3] = {o0, o1, o2};
-    return gtcpu_exec(plan, objs);
+    if (nargs < 1) {
+        PyErr_SetString(PyExc_TypeError, "run(plan, *arrays): missing the plan");
+        return NULL;
+    }
+    const long long* plan = (const long long*)PyLong_AsVoidPtr(args[0]);
+    if (plan == NULL) {
+        if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "run: null plan");
+        return NULL;
+    }
+    int status;
+    Py_BEGIN_ALLOW_THREADS
+    status = gtcpu_exec(plan, (const void* const*)(args + 1), (long long)(nargs - 1));
+    Py_END_ALLOW_THREADS
+    return PyLong_FromLong(status);
 }
+
+static PyMethodDef gtcpu_methods[] = {
+    {"run", (PyCFunction)(void (*)(void))gtcpu_py_run, METH_FASTCALL,
+     "run(plan, *arrays) -> status"},
+    {NULL, NULL, 0, NULL}};
+static struct PyModuleDef gtcpu_module = {PyModuleDef_HEAD_INIT, "gtensor_cpu_module", NULL, -1,
+                                          gtcpu_methods};
+extern "C" PyObject* PyInit_gtensor_cpu_module(void) { return PyModule_Create(&gtcpu_module); }
+#endif
 """
+PY_MODULE = "gtensor_cpu_module"
+
+
+def _python_flags() -> tuple[str, ...]:
+    """Flags that also build the module as a CPython extension (when Python.h is installed)."""
+    import sysconfig
+
+    include = sysconfig.get_paths().get("include") or ""
+    if not include or not os.path.exists(os.path.join(include, "Python.h")):
+        return ()
+    return (f"-I{include}", "-DGTCPU_PYTHON")
 
 
 def translation_unit(source: str, kernels: Sequence[Kernel]) -> str:
@@ -126,6 +176,7 @@ def translation_unit(source: str, kernels: Sequence[Kernel]) -> str:
     parts = [_launcher(i, k) for i, k in enumerate(kernels)]
     table = ", ".join(name for _, name in parts)
     return (
+        "#ifdef GTCPU_PYTHON\n#define PY_SSIZE_T_CLEAN\n#include <Python.h>\n#endif\n"
         '#line 1 "cpu_runtime.h"\n'
         f"{HEADER_PATH.read_text()}\n"
         '#line 1 "module.cpp"\n'
@@ -143,7 +194,8 @@ def build(source: str, kernels: Sequence[Kernel]) -> tuple[str, Path]:
     command = sim.compiler_command()
     tu = translation_unit(source, kernels)
     ident = sim._compiler_identity(tuple(command))
-    key = hashlib.sha256("\0".join([tu, ident, " ".join(CXX_FLAGS), _host_identity()])
+    flags = (*CXX_FLAGS, *_python_flags())
+    key = hashlib.sha256("\0".join([tu, ident, " ".join(flags), _host_identity(), sys.version])
                          .encode()).hexdigest()
     directory = cache_dir()
     lib = directory / f"{key}.so"
@@ -155,7 +207,7 @@ def build(source: str, kernels: Sequence[Kernel]) -> tuple[str, Path]:
     fd, tmp = tempfile.mkstemp(dir=directory, prefix=f"{key}.", suffix=".so.tmp")
     os.close(fd)
     try:
-        proc = subprocess.run([*command, *CXX_FLAGS, "-x", "c++", str(src), "-o", tmp],
+        proc = subprocess.run([*command, *flags, "-x", "c++", str(src), "-o", tmp],
                               capture_output=True, text=True, check=False)
         if proc.returncode != 0:
             raise RuntimeError(f"cpu: compiling the kernel module failed (source kept at "
@@ -167,12 +219,23 @@ def build(source: str, kernels: Sequence[Kernel]) -> tuple[str, Path]:
     return key, lib
 
 
-def load(source: str, kernels: Sequence[Kernel]) -> ctypes.CDLL:
-    """The loaded library for this module, compiled at most once per process and cache."""
+def load(source: str, kernels: Sequence[Kernel]) -> tuple[ctypes.CDLL, Any]:
+    """The loaded library for this module and its ``run`` door (the CPython extension's, or
+    None without Python.h); compiled at most once per process and cache."""
     with _LOAD_LOCK:
         key, lib = build(source, kernels)
         if key not in _LOADED:
-            _LOADED[key] = ctypes.CDLL(str(lib))
+            cdll = ctypes.CDLL(str(lib))
+            run = None
+            if hasattr(cdll, f"PyInit_{PY_MODULE}"):
+                from importlib.machinery import ExtensionFileLoader
+                from importlib.util import module_from_spec, spec_from_loader
+
+                loader = ExtensionFileLoader(PY_MODULE, str(lib))
+                module = module_from_spec(spec_from_loader(PY_MODULE, loader))
+                loader.exec_module(module)
+                run = module.run
+            _LOADED[key] = (cdll, run)
         return _LOADED[key]
 
 
@@ -203,6 +266,7 @@ class Plan:
 
     __slots__ = ("words", "addr", "keep", "launches")
 
+
     def __init__(self, words: np.ndarray, keep: list, launches: int) -> None:
         self.words = words
         self.addr = words.ctypes.data
@@ -218,7 +282,7 @@ class CpuModule(KernelTable):
     def __init__(self, source: str, kernels: Sequence[Kernel]) -> None:
         """Compile ``source`` (device functions + the CPU kernels) and bind the launchers."""
         super().__init__(kernels)
-        self._lib = load(source, list(kernels))
+        self._lib, py_run = load(source, list(kernels))
         self._index = {k.name: i for i, k in enumerate(kernels)}
         self._launchers = {}
         for name in self._kernels:
@@ -231,12 +295,15 @@ class CpuModule(KernelTable):
         if self.fast:
             self._lib.gtcpu_set_data_offset.argtypes = (ctypes.c_longlong,)
             self._lib.gtcpu_set_data_offset(offset)
-        self.exec3 = self._lib.gtcpu_exec3
-        self.exec3.argtypes = (ctypes.c_void_p,) * 4
-        self.exec3.restype = ctypes.c_int
-        self.execv = self._lib.gtcpu_exec
-        self.execv.argtypes = (ctypes.c_void_p, ctypes.c_void_p)
-        self.execv.restype = ctypes.c_int
+        execv = self._lib.gtcpu_exec
+        execv.argtypes = (ctypes.c_void_p, ctypes.c_void_p, ctypes.c_longlong)
+        execv.restype = ctypes.c_int
+
+        def ctypes_run(plan: int, *objs: np.ndarray) -> int:
+            return execv(plan, (ctypes.c_void_p * len(objs))(*map(id, objs)), len(objs))
+
+        # run(plan address, *arrays (inputs, then out)) -> status: 0 ok, 2 out overlaps an input
+        self.run = py_run if py_run is not None else ctypes_run
 
     def _is_array(self, value: object) -> bool:
         """Pointer arguments are numpy arrays (the cpu backend's CpuArray included)."""
@@ -283,7 +350,7 @@ class CpuModule(KernelTable):
         An array argument that is ``slots[k]`` (by identity) becomes "the k-th array of each
         run"; any other array (a geometry array) is kept alive and passed by address.
         """
-        words: list[int] = [len(launches)]
+        words: list[int] = [len(slots), *[s.nbytes for s in slots], len(launches)]
         keep: list = []
         for name, grid, block, args in launches:
             kernel, values, _, _ = self.checked(name, grid, block, args)
@@ -299,18 +366,6 @@ class CpuModule(KernelTable):
                 else:
                     words += [1, _scalar_word(param.ctype, value)]
         return Plan(np.array(words, np.int64), keep, len(launches))
-
-    def run(self, plan: Plan, objs: Sequence[np.ndarray]) -> None:
-        """Execute ``plan`` on ``objs`` (inputs then out; they must be what the plan was for)."""
-        if len(objs) <= 3:
-            ids = [id(o) for o in objs] + [0] * (3 - len(objs))
-            status = self.exec3(plan.addr, *ids)
-        else:
-            arr = (ctypes.c_void_p * len(objs))(*map(id, objs))
-            status = self.execv(plan.addr, arr)
-        if status != 0:
-            raise RuntimeError(f"cpu: plan failed with status {status}")
-
 
 def _scalar_word(ctype: str, value: np.generic) -> int:
     """The int64 word whose low bytes hold ``value`` as the C type (little-endian)."""

@@ -24,6 +24,7 @@
 #include <functional>
 #include <mutex>
 #include <thread>
+#include <type_traits>
 #include <vector>
 
 #if defined(__x86_64__) || defined(__i386__)
@@ -92,6 +93,27 @@ struct FpEnv {
     ~FpEnv() { _mm_setcsr(saved); }
 #endif
 };
+
+// ---- SIMD lanes (GCC/Clang vector extensions) ------------------------------------------------
+// For kernels that compute independent outputs side by side: each lane of a vector + or * is
+// one IEEE operation, rounded exactly as the scalar __dadd_rn / __dmul_rn (no contraction under
+// -ffp-contract=off); a scalar operand is broadcast to every lane.
+template <class S, int N>
+struct Vec {
+    typedef S type __attribute__((vector_size(N * sizeof(S))));
+};
+template <class V, class S>
+static __forceinline__ V vload(const S* p) {
+    V v;
+    std::memcpy(&v, p, sizeof v);
+    return v;
+}
+template <class V, class S>
+static __forceinline__ void vstore(S* p, V v) {
+    std::memcpy(p, &v, sizeof v);
+}
+template <int N>
+using Int = std::integral_constant<int, N>;
 
 // ---- threads ---------------------------------------------------------------------------------
 // Work (in multiply-adds or element operations) below which a launch stays on one thread:
