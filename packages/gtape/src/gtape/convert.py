@@ -30,9 +30,7 @@ def to_backend(be: Any, x: Any, dtype: np.dtype, where: str) -> Any:
         _check_kind(x.dtype, where, x)
         with np.errstate(over="ignore"):
             return be.asarray(x, dtype=dtype)
-    if type(x).__module__.split(".")[0] == "cupy":
-        raise TypeError(f"{where}: got {describe(x)} (a cuda array) but this tape runs on the "
-                        f"{be.name} backend; expected host data or a {be.name} array")
+    _check_foreign(be, x, where)
     arr = _host(x, where)
     with np.errstate(over="ignore"):
         return be.asarray(arr, dtype=dtype)
@@ -53,12 +51,22 @@ def into_backend(be: Any, x: Any, dtype: np.dtype, where: str, buf: Any) -> Any:
                 and not be._overlaps(x, buf)):
             return be.copy(x, out=buf)
         return to_backend(be, x, dtype, where)
-    if type(x).__module__.split(".")[0] == "cupy":
-        return to_backend(be, x, dtype, where)  # raises the cross-backend TypeError
+    _check_foreign(be, x, where)
     arr = _host(x, where)
     if tuple(arr.shape) != tuple(buf.shape):
         return to_backend(be, arr, dtype, where)
     return be.write(buf, arr)
+
+
+def _check_foreign(be: Any, x: Any, where: str) -> None:
+    """Refuse an array of another gtensor backend (cupy, sim's or cpu's arrays) on this tape."""
+    t = type(x)
+    module = t.__module__.split(".")[0]
+    if module == "cupy" or (module == "gtensor" and isinstance(x, np.ndarray)):
+        raise TypeError(f"{where}: got {describe(x)}, an array of another backend ("
+                        f"{t.__name__}), but this tape runs on the {be.name} backend; expected "
+                        f"host data (numpy) or a {be.name} array (convert with that backend's "
+                        "to_numpy)")
 
 
 def _host(x: Any, where: str) -> np.ndarray:

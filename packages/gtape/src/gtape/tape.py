@@ -10,7 +10,7 @@ from typing import Any, NamedTuple
 
 import gtensor
 import numpy as np
-from gtensor import REGISTRY, Op
+from gtensor import Op
 
 from . import backward as _backward
 from .buffers import ReusedOutputs
@@ -60,10 +60,17 @@ class Tape:
     """A define-by-run tape: every op runs eagerly on a gtensor backend and appends one node."""
 
     def __init__(self, backend: str | gtensor.Backend = "numpy", dtype: Any = "float64") -> None:
-        self._be = gtensor.backend(backend) if isinstance(backend, str) else backend
-        dt = np.dtype(dtype) if _is_dtype(dtype) else None
-        if dt is None or dt.name not in ("float64", "float32"):
-            raise TypeError(f"Tape: dtype {dtype!r} is not supported; expected float64 or float32")
+        if isinstance(backend, str):
+            self._be = gtensor.backend(backend)
+        elif all(callable(getattr(backend, m, None)) for m in ("apply", "asarray", "is_array")):
+            self._be = backend  # a gtensor Backend (or a proxy of one)
+        else:
+            raise TypeError(f"Tape: backend is {describe(backend)}; expected a backend name "
+                            f"{gtensor.BACKENDS} or a gtensor Backend")
+        dt = np.dtype(dtype) if dtype is not None and _is_dtype(dtype) else None
+        if dt is None or dt.name not in ("float64", "float32") or not dt.isnative:
+            raise TypeError(f"Tape: dtype {dtype!r} is not supported; expected float64 or float32 "
+                            "(native byte order)")
         self._dtype = dt
         self._id = next(_tape_ids)
         self._serials = itertools.count()
@@ -296,6 +303,10 @@ class Tape:
         if not isinstance(mark, Mark) or mark.tape_id != self._id:
             raise ValueError(f"reset_to: {mark!r} is not a mark of this tape")
         n = mark.length
+        if (isinstance(n, bool) or not isinstance(n, int) or n < 0
+                or (n == 0) != (mark.serial == -1)):
+            raise ValueError(f"reset_to: {mark!r} is not a mark this tape made (take marks "
+                             "with tp.mark())")
         if n > len(self) or (n and self._serial[n - 1] != mark.serial):
             raise ValueError(f"reset_to: {mark!r} points past nodes already dropped by an "
                              "earlier reset_to; take a new mark")
@@ -325,7 +336,7 @@ class Tape:
         Everything is checked and computed before anything is appended, so a failing call
         leaves the tape exactly as it was.
         """
-        op = name if isinstance(name, Op) else REGISTRY[name]
+        op = name if isinstance(name, Op) else gtensor.ops.get(name)
         name = op.name
         self._check_open(name)
         argnames = ([f"xs[{k}]" for k in range(len(operands))] if op.variadic else op.inputs)
