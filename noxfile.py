@@ -26,7 +26,7 @@ nox.options.default_venv_backend = "virtualenv"
 nox.options.sessions = ["lint", "unit", "parity", "docs", "lora_oracle"]
 
 ROOT = Path(__file__).parent
-BACKENDS = ["numpy", "sim", "cuda"]
+BACKENDS = ["numpy", "sim", "cuda", "cpu"]
 TORCH = "torch==2.13.0"  # exactly this version: a CPU wheel on these machines
 
 

@@ -63,7 +63,7 @@ def run_tape(graph: Graph, dtype: str, backend: str) -> Result:
                        for a in (tp.grad_at(i) for i in range(len(tp)))])
 
 
-for _b in ("numpy", "sim", "cuda"):
+for _b in ("numpy", "sim", "cuda", "cpu"):
     engine(f"tape-{_b}", _b)(lambda graph, dtype, _b=_b: run_tape(graph, dtype, _b))
 
 

@@ -97,3 +97,16 @@ def test_array_data_offset_found():
     """The fast door reads arrays' data pointers at an offset checked on several arrays."""
     off = cpu_runtime.data_offset()
     assert off is not None and off % 8 == 0
+
+
+def test_cpu_source_calls_no_platform_math():
+    """No FMA, no libm transcendental, no fast-math intrinsic in the cpu module's text."""
+    import re
+
+    from gtensor.runtime.cpu_source import cpu_module_source
+
+    src = cpu_module_source()
+    for banned in (r"\bfmaf?\b", r"__fmaf?_r", r"\bexpf?\(", r"\blogf?\(", r"\btanhf?\(",
+                   r"__expf", r"__logf", r"\bstd::(exp|log|tanh|pow)\b"):
+        assert not re.search(banned, src), f"cpu module source contains {banned}"
+    assert "gt_exp_f64" in src and "k_matmul_f32" in src

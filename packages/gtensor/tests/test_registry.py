@@ -33,13 +33,16 @@ def test_op_is_fully_defined(name):
         for k in kernels:
             assert k.name in names
             assert k.name.endswith(sfx)
+        # the cpu backend's host kernels: same names and parameters (one launch drives both)
+        assert op.cpu is not None, f"{name} has no cpu kernels (Op.cpu)"
+        assert [(k.name, k.params) for k in op.cpu(sfx)] == [(k.name, k.params) for k in kernels]
     assert any(c.op == name for c in CASES), f"{name} has no row in tests/cases.py"
     assert op.differentiable == (name not in NON_DIFFERENTIABLE)
     assert op.doc, f"{name} has no one-line description"
 
 
 def test_every_backend_method_exists():
-    for be_name in ("numpy",):
+    for be_name in ("numpy", "cpu"):
         be = gtensor.backend(be_name)
         for name in EXPECTED_OPS:
             assert callable(getattr(be, name))
