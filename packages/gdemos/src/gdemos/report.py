@@ -6,12 +6,14 @@ import json
 from pathlib import Path
 from typing import Any
 
+from gtensor import files
+
 
 def write_summary(path: Path, summary: dict[str, Any]) -> Path:
-    """Write ``summary`` as indented JSON; returns the path."""
+    """Write ``summary`` as indented JSON, atomically (the old file survives a failure)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(summary, indent=2) + "\n")
-    return path
+    text = (json.dumps(summary, indent=2) + "\n").encode()
+    return files.write_atomic(path, lambda f: f.write(text))
 
 
 def plot_losses(path: Path, losses: list[float], epoch_mse: list[float], steps_per_epoch: int,
@@ -39,7 +41,7 @@ def plot_losses(path: Path, losses: list[float], epoch_mse: list[float], steps_p
     ax.legend()
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path)
+    files.write_atomic(path, lambda f: fig.savefig(f, format="png"))
     plt.close(fig)
     return path
 

@@ -9,8 +9,9 @@ from typing import Any
 
 import gtape
 import numpy as np
+from gtensor import files
 
-from . import checks, files, gradients
+from . import checks, gradients
 from .workspace import Workspace
 
 
