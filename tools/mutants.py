@@ -95,7 +95,8 @@ TARGETS = [
     Target(f"{DM}/src/gdemos/cli.py", ("ladder_exit",), (DEMO_RUN,)),
 ]
 
-# Hand-written text mutants of the CUDA source and the simulator: (file, old, new, what).
+# Hand-written text mutants of the CUDA source and the simulator: (file, old, new, what);
+# each replaces the first occurrence of ``old``.
 KERNEL_RUNS = (Run((f"{GT}/tests/test_schedule.py",)), SIM_PARITY)
 SIM_H = f"{GT}/src/gtensor/runtime/sim_runtime.h"
 TEXT_MUTANTS = [
@@ -337,14 +338,14 @@ def text_mutants(root: Path) -> list[Mutant]:
     out = []
     for path, old, new, what in TEXT_MUTANTS:
         text = (root / path).read_text()
-        if text.count(old) != 1:
+        if old not in text:
             print(f"mutants: text mutant {what!r} does not apply to {path} (skipped)",
                   file=sys.stderr)
             continue
         line = text[:text.index(old)].count("\n") + 1
         runs = ((RUNTIME_RUN, SIM_PARITY) if path == SIM_H else
                 (GOPT_RUN,) if path.startswith(OP) else KERNEL_RUNS)
-        out.append(Mutant(f"{path}:{line}:text", path, line, what, text.replace(old, new),
+        out.append(Mutant(f"{path}:{line}:text", path, line, what, text.replace(old, new, 1),
                           runs))
     return out
 
@@ -403,6 +404,7 @@ def main(argv: list[str] | None = None) -> int:
                     help="at most N mutants per file (a seeded sample of each larger file)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--only", default="", help="only files whose path contains this")
+    ap.add_argument("--text-only", action="store_true", help="only the hand-written mutants")
     ap.add_argument("--list", action="store_true", help="list the mutants and exit")
     ap.add_argument("--worktree", action="store_true",
                     help="mutate a copy of the working tree instead of HEAD")
@@ -414,7 +416,8 @@ def main(argv: list[str] | None = None) -> int:
     tmp = Path(tempfile.mkdtemp(prefix="grad-mutants-"))
     try:
         copy_tree(tmp, args.worktree)
-        mutants = [m for t in TARGETS if args.only in t.path for m in ast_mutants(tmp, t)]
+        mutants = [m for t in TARGETS if args.only in t.path and not args.text_only
+                   for m in ast_mutants(tmp, t)]
         mutants += [m for m in text_mutants(tmp) if args.only in m.path]
         total = len(mutants)
         if args.cap:

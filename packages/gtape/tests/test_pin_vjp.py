@@ -208,6 +208,27 @@ def test_vjp_bitwise_against_formula(bname, row, dtype, kind):
                                     f"{first_difference(w, got)}\ninputs={ins}\nG={G}")
 
 
+@pytest.mark.parametrize("row", [r for r in ROWS if len(r.shapes) > 1], ids=lambda r: r.name)
+def test_vjp_with_one_input_frozen(bname, row):
+    """Only input k is a parameter (the others consts): the rule still gives d/d input k."""
+    dtype = "float64"
+    seed = sum(map(ord, row.name))
+    ins = [data(s, dtype, seed + k, "normal", positive=k in row.positive)
+           for k, s in enumerate(row.shapes)]
+    with g.Tape("numpy", dtype) as probe:
+        out_shape = row.fn(*[probe.param(x) for x in ins]).shape
+    G = data(out_shape, dtype, seed + 100, "normal")
+    for k in range(len(ins)):
+        with g.Tape(bname, dtype) as tp:
+            vs = [tp.param(x) if j == k else tp.const(x) for j, x in enumerate(ins)]
+            y = row.fn(*vs)
+            tp.backward(g.sum(g.mul(y, tp.const(G))))
+            got = tp.backend.to_numpy(tp.grad(vs[k]))
+            yv = tp.backend.to_numpy(tp.value(y))
+        w = np.ascontiguousarray(row.want(ins, yv, G, dtype)[k], dtype=dtype)
+        assert bits_equal(w, got), f"{row.name} d/d input {k} alone: {first_difference(w, got)}"
+
+
 def test_matmul_vjp_zero_signs(bname):
     """Every product of each dot is -0.0: the serial sum keeps -0.0 (an accumulator starting at
     +0.0 would give +0.0)."""
