@@ -435,6 +435,18 @@ def test_scalar_form_special_table(be, op, dtype):
         assert bits_equal(want, got), f"{op}(x, {sv!r}) {dtype}: {first_difference(want, got)}"
 
 
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_softmax_max_special_table(dtype):
+    """softmax's row max: ``a if a > b or a is NaN else b`` (NaN-propagating), every pair."""
+    from gtensor.ops.softmax import MAX
+
+    s = _specials(dtype)
+    a, b = np.repeat(s, len(s)), np.tile(s, len(s))
+    want = np.array([x if (x > y or x != x) else y for x, y in zip(a, b)], dtype)
+    got = np.asarray(MAX["f64" if dtype == "float64" else "f32"].numpy(a, b), dtype)
+    assert bits_equal(want, got), f"max {dtype}: {first_difference(want, got)}"
+
+
 def test_signed_zero_results():
     """The sign of a zero result, stated once per function (parity cannot see these)."""
     import gtensor

@@ -189,3 +189,20 @@ def test_op_kernels_same_bits_under_every_schedule(simbe, case, data, monkeypatc
         monkeypatch.setenv(SCHEDULE_ENV, schedule)
         got = simbe.to_numpy(simbe.apply(case.op, [simbe.asarray(x) for x in xs], **case.attrs))
         assert bits_equal(want, got), f"{case.id} {schedule}: {first_difference(want, got)}"
+
+
+@pytest.mark.parametrize("op", ["softmax", "softmax_grad"])
+def test_row_kernels_with_more_rows_than_blocks(simbe, op, monkeypatch):
+    """More rows than MAX_ROW_BLOCKS: a block runs several rows (the barrier between rows)."""
+    import gtensor
+    from gtensor.ops.softmax import MAX_ROW_BLOCKS
+
+    ref = gtensor.backend("numpy")
+    rng = np.random.default_rng(41)
+    shape = (MAX_ROW_BLOCKS + 5, 3)
+    xs = [rng.standard_normal(shape) * 4.0 for _ in range(1 if op == "softmax" else 2)]
+    want = ref.apply(op, [ref.asarray(x) for x in xs], axis=1)
+    for schedule in SCHEDULES:
+        monkeypatch.setenv(SCHEDULE_ENV, schedule)
+        got = simbe.to_numpy(simbe.apply(op, [simbe.asarray(x) for x in xs], axis=1))
+        assert bits_equal(want, got), f"{op} {schedule}: {first_difference(want, got)}"
