@@ -124,3 +124,17 @@ def test_gpu_engine_bitwise(reference) -> None:
     from gdemos.swarm_gpu import train_gpu
 
     assert same_bits(train_gpu(CFG), reference)
+
+
+CFG32 = SwarmConfig(n=500, d=16, iterations=3, dtype="float32")
+
+
+@pytest.fixture(scope="module")
+def reference32():
+    return train_local(CFG32)
+
+
+def test_float32_cluster_bitwise(client, reference32) -> None:
+    """A float32 run: the emitted float code on the cluster, bitwise the float32 tape run."""
+    h = train_cluster(CFG32, client, partition(CFG32.n, 3))
+    assert h.final.dtype == np.float32 and same_bits(h, reference32)

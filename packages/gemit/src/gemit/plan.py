@@ -13,7 +13,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-from gtape.leaves import PARAM
 from gtape.trace import Trace
 from gtensor.kernels import Kernel
 from numpy.lib.array_utils import byte_bounds
@@ -187,8 +186,3 @@ def _written(prog: Program) -> set[int]:
             if p.is_pointer and not p.is_const:
                 out.add(a.index)
     return out
-
-
-def is_param(t: Trace, i: int) -> bool:
-    """Whether node ``i`` of the trace is a parameter leaf."""
-    return t.nodes[i].op is PARAM
