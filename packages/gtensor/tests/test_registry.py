@@ -56,3 +56,27 @@ def test_module_source_uses_only_rounded_intrinsics():
         assert not re.search(banned, src), f"module source contains {banned}"
     # every floating + - * / of the device functions is an explicit intrinsic
     assert "__dadd_rn" in src and "__fmul_rn" in src
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED_OPS))
+def test_kernels_say_what_they_are(name):
+    """Every kernel names its kind and the scalar functions it computes with (fusion reads
+    them); elementwise ops compute with exactly one scalar function."""
+    from gtensor.kernels import KINDS
+
+    for sfx in ("f64", "f32"):
+        for k in gtensor.REGISTRY[name].kernels(sfx):
+            assert k.kind in KINDS and k.kind != "other", f"{k.name}: kind {k.kind}"
+            if k.kind in ("map", "scalar", "zip"):
+                assert len(k.calls) == 1 and k.calls[0].cname.endswith(sfx)
+                assert k.calls[0].cname in k.body
+            if k.kind in ("matmul", "reduce", "rows"):
+                assert k.calls and all(fn.cname in k.body for fn in k.calls)
+
+
+def test_module_functions_come_from_the_kernels():
+    from gtensor.cuda_source import device_functions
+
+    names = {fn.cname for fn in device_functions()}
+    called = {fn.cname for k in module_kernels() for fn in k.calls}
+    assert names == called and "gt_exp_f64" in names and "gt_max_f32" in names

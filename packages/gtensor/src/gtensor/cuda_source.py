@@ -9,9 +9,7 @@ from functools import cache
 
 from .kernels import Kernel
 from .ops import REGISTRY
-from .ops.elementwise import SCALAR_FNS
-from .ops.softmax import MAX
-from .scalar.dsl import device_sources
+from .scalar.dsl import ScalarFn, device_sources
 
 DTYPE_SUFFIXES = ("f64", "f32")
 
@@ -36,9 +34,19 @@ def module_kernels() -> tuple[Kernel, ...]:
 
 
 @cache
+def device_functions() -> tuple[ScalarFn, ...]:
+    """The scalar functions the kernels compute with (each kernel's ``calls``), in registry
+    order: the roots of the module's ``__device__`` functions (their callees come along)."""
+    seen: dict[int, ScalarFn] = {}
+    for k in module_kernels():
+        for fn in k.calls:
+            seen.setdefault(id(fn), fn)
+    return tuple(seen.values())
+
+
+@cache
 def module_source() -> str:
-    """The full module text: device functions, then kernels."""
-    fns = list(SCALAR_FNS) + list(MAX.values())
-    parts = [_HEADER, device_sources(fns)]
+    """The full module text: device functions (collected from the kernels), then kernels."""
+    parts = [_HEADER, device_sources(list(device_functions()))]
     parts += [k.source() for k in module_kernels()]
     return "\n".join(parts)

@@ -38,17 +38,41 @@ class Param:
         return self.ctype.startswith("const ")
 
 
+# What a kernel computes (``Kernel.kind``), so that engines above (fusion) can read it:
+#   map     y[i] = f(x[i])                        for i < n;            calls = (f,)
+#   scalar  y[i] = f(x[i], s)                     for i < n;            calls = (f,)
+#   zip     y[i] = f(a[oa(i)], b[ob(i)])          geom: rank, shape, a strides, b strides
+#   copy    y[oo(i)] = x[oi(i)]                   geom: rank, shape, in strides, in offset,
+#                                                       out strides, out offset
+#   fill    y[i] = v                              for i < n
+#   matmul  c[b,i,j] = serial k of mul(a, b) summed with add, k ascending; calls = (mul, add)
+#   reduce  y[o] = serial sum (add) over the positions of o, then div by count if mean;
+#           calls = (add, div)
+#   rows    a block-per-row kernel with its own body (softmax); calls = what it uses
+#   other   anything else
+KINDS = ("map", "scalar", "zip", "copy", "fill", "matmul", "reduce", "rows", "other")
+
+
 @dataclass(frozen=True)
 class Kernel:
     """A ``__global__`` kernel: name, typed parameters and body text (CUDA dialect).
 
-    ``barrier`` says whether the body calls ``__syncthreads``; the simulator runs such
-    kernels on fibers and all others as a plain loop over threads.
+    ``kind`` (one of ``KINDS``) says what it computes and ``calls`` the scalar functions
+    (``gtensor.scalar.dsl.ScalarFn``) it computes with; the CUDA module collects its
+    ``__device__`` functions from the kernels' ``calls``. ``barrier`` says whether the body
+    calls ``__syncthreads``; the simulator runs such kernels on fibers and all others as a
+    plain loop over threads.
     """
 
     name: str
     params: tuple[Param, ...]
     body: str
+    kind: str = "other"
+    calls: tuple = ()
+
+    def __post_init__(self) -> None:
+        if self.kind not in KINDS:
+            raise ValueError(f"Kernel {self.name!r}: kind {self.kind!r} is not one of {KINDS}")
 
     @property
     def barrier(self) -> bool:

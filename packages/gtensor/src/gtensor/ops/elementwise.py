@@ -141,7 +141,8 @@ def _map_kernels(name: str, fns: dict[str, ScalarFn]) -> Callable[[str], list[Ke
     def kernels(sfx: str) -> list[Kernel]:
         t = CTYPE[sfx]
         sig = params(f"const {t}* x, {t}* y, long long n")
-        return [Kernel(f"k_{name}_{sfx}", sig, _MAP.substitute(FN=fns[sfx].cname))]
+        return [Kernel(f"k_{name}_{sfx}", sig, _MAP.substitute(FN=fns[sfx].cname), "map",
+                       (fns[sfx],))]
 
     return kernels
 
@@ -150,7 +151,8 @@ def _scalar_kernels(name: str, fns: dict[str, ScalarFn]) -> Callable[[str], list
     def kernels(sfx: str) -> list[Kernel]:
         t = CTYPE[sfx]
         sig = params(f"const {t}* x, {t}* y, long long n, {t} s")
-        return [Kernel(f"k_{name}_{sfx}", sig, _SCALAR.substitute(FN=fns[sfx].cname))]
+        return [Kernel(f"k_{name}_{sfx}", sig, _SCALAR.substitute(FN=fns[sfx].cname), "scalar",
+                       (fns[sfx],))]
 
     return kernels
 
@@ -159,7 +161,8 @@ def _zip_kernels(name: str, fns: dict[str, ScalarFn]) -> Callable[[str], list[Ke
     def kernels(sfx: str) -> list[Kernel]:
         t = CTYPE[sfx]
         sig = params(f"const {t}* a, const {t}* b, {t}* y, long long n, const long long* geom")
-        return [Kernel(f"k_{name}_{sfx}", sig, _ZIP.substitute(FN=fns[sfx].cname))]
+        return [Kernel(f"k_{name}_{sfx}", sig, _ZIP.substitute(FN=fns[sfx].cname), "zip",
+                       (fns[sfx],))]
 
     return kernels
 

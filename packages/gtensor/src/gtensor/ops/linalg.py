@@ -116,7 +116,7 @@ def _kernels(sfx: str) -> list[Kernel]:
     sig = params(f"const {t}* a, const {t}* b, {t}* c, long long batch, long long m, "
                  "long long k, long long n")
     body = _MATMUL.substitute(T=t, ADD=ADD[sfx].cname, MUL=MUL[sfx].cname)
-    return [Kernel(f"k_matmul_{sfx}", sig, body)]
+    return [Kernel(f"k_matmul_{sfx}", sig, body, "matmul", (MUL[sfx], ADD[sfx]))]
 
 
 def serial_matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:

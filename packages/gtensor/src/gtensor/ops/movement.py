@@ -73,8 +73,8 @@ def _kernels(sfx: str) -> list[Kernel]:
     t = CTYPE[sfx]
     return [
         Kernel(f"k_copy_{sfx}", params(f"const {t}* x, {t}* y, long long n, const long long* geom"),
-               _COPY.substitute()),
-        Kernel(f"k_fill_{sfx}", params(f"{t}* y, long long n, {t} v"), _FILL),
+               _COPY.substitute(), "copy"),
+        Kernel(f"k_fill_{sfx}", params(f"{t}* y, long long n, {t} v"), _FILL, "fill"),
     ]
 
 

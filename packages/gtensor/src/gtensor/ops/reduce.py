@@ -106,7 +106,7 @@ def _kernels(sfx: str) -> list[Kernel]:
     sig = params(f"const {t}* x, {t}* y, long long nout, long long nred, int mean, {t} count, "
                  "const long long* geom")
     body = _REDUCE.substitute(T=t, ADD=ADD[sfx].cname, DIV=DIV[sfx].cname)
-    return [Kernel(f"k_reduce_{sfx}", sig, body)]
+    return [Kernel(f"k_reduce_{sfx}", sig, body, "reduce", (ADD[sfx], DIV[sfx]))]
 
 
 def serial_sum(x: np.ndarray, axes: tuple[int, ...]) -> np.ndarray:

@@ -126,14 +126,15 @@ def _softmax_kernels(sfx: str) -> list[Kernel]:
     body = _ROWS.substitute(f, BODY=_SOFTMAX.substitute(f),
                             SHARED=f"    __shared__ {t} buf[{ROW_THREADS}];\n")
     sig = params(f"const {t}* x, {t}* y, long long A, long long R, long long B")
-    return [Kernel(f"k_softmax_{sfx}", sig, body)]
+    return [Kernel(f"k_softmax_{sfx}", sig, body, "rows",
+                   (MAX[sfx], EXP[sfx], SUB[sfx], ADD[sfx], DIV[sfx]))]
 
 
 def _softmax_grad_kernels(sfx: str) -> list[Kernel]:
     t, f = CTYPE[sfx], _fns(sfx)
     body = _ROWS.substitute(f, BODY=_SOFTMAX_GRAD.substitute(f), SHARED="")
     sig = params(f"const {t}* g, const {t}* y, {t}* out, long long A, long long R, long long B")
-    return [Kernel(f"k_softmax_grad_{sfx}", sig, body)]
+    return [Kernel(f"k_softmax_grad_{sfx}", sig, body, "rows", (MUL[sfx], ADD[sfx], SUB[sfx]))]
 
 
 def row_geometry(shape: tuple, axis: int) -> tuple[int, int, int]:
