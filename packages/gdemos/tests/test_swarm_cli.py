@@ -27,3 +27,9 @@ def test_swarm_command(tmp_path, capsys) -> None:
 def test_swarm_no_verify_exits_3(tmp_path) -> None:
     assert main(["swarm", "--n", "300", "--iterations", "6", "--workers", "1", "--no-verify",
                  "--no-progress", "--out", str(tmp_path)]) == 3
+
+
+def test_rung_5_is_on_the_ladder() -> None:
+    from gdemos import ladder
+
+    assert "rung 5 swarm" in [name for name, _ in ladder.RUNGS]
