@@ -5,9 +5,10 @@ The same text is compiled by NVRTC for the GPU and by the system C++ compiler fo
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from functools import cache
 
-from .kernels import Kernel
+from .kernels import DeviceFn, Kernel
 from .ops import REGISTRY
 from .scalar.dsl import ScalarFn, device_sources
 
@@ -34,19 +35,40 @@ def module_kernels() -> tuple[Kernel, ...]:
 
 
 @cache
-def device_functions() -> tuple[ScalarFn, ...]:
-    """The scalar functions the kernels compute with (each kernel's ``calls``), in registry
-    order: the roots of the module's ``__device__`` functions (their callees come along)."""
-    seen: dict[int, ScalarFn] = {}
+def device_functions() -> tuple[ScalarFn | DeviceFn, ...]:
+    """What the kernels compute with (each kernel's ``calls``), in registry order: scalar
+    functions and row helpers, the roots of the module's ``__device__`` functions."""
+    seen: dict[int, ScalarFn | DeviceFn] = {}
     for k in module_kernels():
         for fn in k.calls:
             seen.setdefault(id(fn), fn)
     return tuple(seen.values())
 
 
+def device_text(fns: Sequence[ScalarFn | DeviceFn]) -> str:
+    """``__device__`` definitions of ``fns`` and everything they call, callees first: scalar
+    functions (and theirs), then row helpers in dependency order."""
+    helpers: list[DeviceFn] = []
+    scalars: list[ScalarFn] = []
+
+    def visit(fn: ScalarFn | DeviceFn) -> None:
+        if isinstance(fn, DeviceFn):
+            if fn in helpers:
+                return
+            for dep in fn.calls:
+                visit(dep)
+            helpers.append(fn)
+        elif fn not in scalars:
+            scalars.append(fn)
+
+    for fn in fns:
+        visit(fn)
+    return "\n".join([device_sources(scalars), *(h.text for h in helpers)])
+
+
 @cache
 def module_source() -> str:
     """The full module text: device functions (collected from the kernels), then kernels."""
-    parts = [_HEADER, device_sources(list(device_functions()))]
+    parts = [_HEADER, device_text(device_functions())]
     parts += [k.source() for k in module_kernels()]
     return "\n".join(parts)

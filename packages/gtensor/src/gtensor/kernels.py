@@ -53,15 +53,26 @@ class Param:
 KINDS = ("map", "scalar", "zip", "copy", "fill", "matmul", "reduce", "rows", "other")
 
 
+@dataclass(frozen=True, eq=False)
+class DeviceFn:
+    """A ``__device__`` helper written in the CUDA dialect: a row body (a serial dot product, a
+    serial sum) that the per-node kernels and generated (fused) kernels both call, so both
+    compute with the very same code. ``calls``: the scalar functions / helpers it calls."""
+
+    name: str
+    text: str  # the full __device__ definition
+    calls: tuple = ()
+
+
 @dataclass(frozen=True)
 class Kernel:
     """A ``__global__`` kernel: name, typed parameters and body text (CUDA dialect).
 
     ``kind`` (one of ``KINDS``) says what it computes and ``calls`` the scalar functions
-    (``gtensor.scalar.dsl.ScalarFn``) it computes with; the CUDA module collects its
-    ``__device__`` functions from the kernels' ``calls``. ``barrier`` says whether the body
-    calls ``__syncthreads``; the simulator runs such kernels on fibers and all others as a
-    plain loop over threads.
+    (``gtensor.scalar.dsl.ScalarFn``) and row helpers (``DeviceFn``) it computes with; the
+    CUDA module collects its ``__device__`` functions from the kernels' ``calls``.
+    ``barrier`` says whether the body calls ``__syncthreads``; the simulator runs such
+    kernels on fibers and all others as a plain loop over threads.
     """
 
     name: str

@@ -10,7 +10,7 @@ from string import Template
 
 import numpy as np
 
-from ..kernels import Kernel, params
+from ..kernels import DeviceFn, Kernel, params
 from .elementwise import ADD, BLOCK, CTYPE, MUL, grid_for, suffix
 from .registry import Op, register
 
@@ -21,16 +21,29 @@ _MATMUL = Template("""\
     for (long long idx = (long long)blockIdx.x * blockDim.x + threadIdx.x; idx < total;
          idx += step) {
         const long long bi = idx / mn, rem = idx % mn, i = rem / n, j = rem % n;
-        const $T* ar = a + bi * m * k + i * k;
-        const $T* bc = b + bi * k * n + j;
-        $T acc = ($T)0;
-        if (k > 0) {
-            acc = $MUL(ar[0], bc[0]);
-            for (long long kk = 1; kk < k; ++kk)
-                acc = $ADD(acc, $MUL(ar[kk], bc[kk * n]));
-        }
-        c[idx] = acc;
+        c[idx] = $DOT(a + bi * m * k + i * k, 1, b + bi * k * n + j, n, k);
     }""")
+
+# One output of an inner product: the definition's serial chain over k, reading a and b with
+# strides (the per-node matmul kernel: a row of a, a column of b; a fused kernel may read a
+# transposed operand in place). Both call this one function.
+_DOT = Template("""\
+__device__ __forceinline__ $T $NAME(const $T* a, long long as, const $T* b, long long bs,
+                                     long long k)
+{
+    $T acc = ($T)0;
+    if (k > 0) {
+        acc = $MUL(a[0], b[0]);
+        for (long long kk = 1; kk < k; ++kk)
+            acc = $ADD(acc, $MUL(a[kk * as], b[kk * bs]));
+    }
+    return acc;
+}
+""")
+DOT = {sfx: DeviceFn(f"gt_dot_{sfx}", _DOT.substitute(T=CTYPE[sfx], NAME=f"gt_dot_{sfx}",
+                                                      MUL=MUL[sfx].cname, ADD=ADD[sfx].cname),
+                     (MUL[sfx], ADD[sfx]))
+       for sfx in ("f64", "f32")}
 
 
 # CPU body: rows of c split across threads. Outputs are computed in register tiles (4 rows x
@@ -115,8 +128,8 @@ def _kernels(sfx: str) -> list[Kernel]:
     t = CTYPE[sfx]
     sig = params(f"const {t}* a, const {t}* b, {t}* c, long long batch, long long m, "
                  "long long k, long long n")
-    body = _MATMUL.substitute(T=t, ADD=ADD[sfx].cname, MUL=MUL[sfx].cname)
-    return [Kernel(f"k_matmul_{sfx}", sig, body, "matmul", (MUL[sfx], ADD[sfx]))]
+    body = _MATMUL.substitute(DOT=DOT[sfx].name)
+    return [Kernel(f"k_matmul_{sfx}", sig, body, "matmul", (DOT[sfx],))]
 
 
 def serial_matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:

@@ -13,7 +13,7 @@ from string import Template
 import numpy as np
 
 from .. import shapes
-from ..kernels import Kernel, params
+from ..kernels import DeviceFn, Kernel, params
 from .elementwise import ADD, BLOCK, CTYPE, DIV, NPDT, grid_for, suffix
 from .registry import Op, register
 
@@ -32,17 +32,31 @@ _REDUCE = Template("""\
             base += (rem % oshape[d]) * ostride[d];
             rem /= oshape[d];
         }
-        $T acc = ($T)0;
-        for (long long r = 0; r < nred; ++r) {
-            long long rrem = r, off = base;
-            for (int d = rr - 1; d >= 0; --d) {
-                off += (rrem % rshape[d]) * rstride[d];
-                rrem /= rshape[d];
-            }
-            acc = (r == 0) ? x[off] : $ADD(acc, x[off]);
-        }
+        const $T acc = $SUM(x, base, nred, rr, rshape, rstride);
         y[o] = mean ? $DIV(acc, count) : acc;
     }""")
+
+# One output of a reduction: the serial sum, first element first, over the reduced positions
+# (geometry rshape/rstride from ``base``); the per-node kernel and fused kernels both call it.
+_SUM = Template("""\
+__device__ __forceinline__ $T $NAME(const $T* x, long long base, long long nred, int rr,
+                                     const long long* rshape, const long long* rstride)
+{
+    $T acc = ($T)0;
+    for (long long r = 0; r < nred; ++r) {
+        long long rrem = r, off = base;
+        for (int d = rr - 1; d >= 0; --d) {
+            off += (rrem % rshape[d]) * rstride[d];
+            rrem /= rshape[d];
+        }
+        acc = (r == 0) ? x[off] : $ADD(acc, x[off]);
+    }
+    return acc;
+}
+""")
+SUM = {sfx: DeviceFn(f"gt_sum_{sfx}", _SUM.substitute(T=CTYPE[sfx], NAME=f"gt_sum_{sfx}",
+                                                      ADD=ADD[sfx].cname), (ADD[sfx],))
+       for sfx in ("f64", "f32")}
 
 
 # CPU body, same geometry. Each output slot is still one serial sum in row-major order, first
@@ -105,8 +119,8 @@ def _kernels(sfx: str) -> list[Kernel]:
     t = CTYPE[sfx]
     sig = params(f"const {t}* x, {t}* y, long long nout, long long nred, int mean, {t} count, "
                  "const long long* geom")
-    body = _REDUCE.substitute(T=t, ADD=ADD[sfx].cname, DIV=DIV[sfx].cname)
-    return [Kernel(f"k_reduce_{sfx}", sig, body, "reduce", (ADD[sfx], DIV[sfx]))]
+    body = _REDUCE.substitute(T=t, SUM=SUM[sfx].name, DIV=DIV[sfx].cname)
+    return [Kernel(f"k_reduce_{sfx}", sig, body, "reduce", (SUM[sfx], DIV[sfx]))]
 
 
 def serial_sum(x: np.ndarray, axes: tuple[int, ...]) -> np.ndarray:
