@@ -4,13 +4,11 @@ wrapped for one thread, then the straight-line ``grad()`` that calls the kernels
 from __future__ import annotations
 
 import re
-from functools import cache
 
 import numpy as np
+from gtensor import cuda_source
 from gtensor.kernels import Kernel
-from gtensor.ops.elementwise import SCALAR_FNS
-from gtensor.ops.softmax import MAX
-from gtensor.scalar.dsl import ScalarFn, device_sources
+from gtensor.scalar.dsl import device_sources
 
 from .plan import Program, Ref
 from .prelude import C_PRELUDE, CUDA_CLOSE, CUDA_OPEN, GEOMETRY
@@ -20,34 +18,25 @@ _CALLEE = re.compile(r"\bgt_\w+\b")
 _SHARED = re.compile(r"\b__shared__\s+")
 
 
-@cache
-def scalar_functions() -> dict[str, ScalarFn]:
-    """Every scalar function gtensor's kernels may call, by C name (dependencies included).
-
-    NOTE: the roots are the list ``gtensor.cuda_source.module_source`` uses; a public accessor
-    there would keep the two from drifting apart.
-    """
-    out: dict[str, ScalarFn] = {}
-    todo = [*SCALAR_FNS, *MAX.values()]
-    while todo:
-        fn = todo.pop()
-        if fn.cname not in out:
-            out[fn.cname] = fn
-            todo += fn.dependencies()
-    return out
+def _device_text(roots: list) -> str:
+    """gtensor's ``__device__`` text for ``roots`` (scalar functions and row helpers)."""
+    # NOTE: gtensor.cuda_source.device_text (scalar functions + row helpers) is new in gtensor;
+    # without it every root is a scalar function and the scalar language's own emitter serves.
+    text_of = getattr(cuda_source, "device_text", None)
+    return text_of(roots) if text_of is not None else device_sources(roots)
 
 
 def device_functions(kernels: list[Kernel]) -> str:
-    """The ``__device__`` definitions the kernels call (and what those call), callees first."""
-    known = scalar_functions()
-    needed: list[ScalarFn] = []
+    """The ``__device__`` definitions the kernels call (``Kernel.calls``, with their callees),
+    callees first: only what the episode needs."""
+    text = _device_text(list({id(fn): fn for k in kernels for fn in k.calls}.values()))
     for k in kernels:
-        for name in dict.fromkeys(_CALLEE.findall(k.body)):
-            if name not in known:
-                raise NotImplementedError(f"gemit: kernel {k.name} calls {name}, which is not a "
-                                          "scalar function of gtensor's module; cannot emit it")
-            needed.append(known[name])
-    return device_sources(list(dict.fromkeys(needed)))
+        missing = sorted(name for name in set(_CALLEE.findall(k.body))
+                         if not re.search(rf"\b{name}\s*\(", text))
+        if missing:
+            raise NotImplementedError(f"gemit: kernel {k.name} calls {missing}, which its "
+                                      "Kernel.calls does not declare; cannot emit it")
+    return text
 
 
 def literal(x: object, ctype: str) -> str:
