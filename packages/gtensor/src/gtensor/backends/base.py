@@ -185,7 +185,9 @@ def _method(op: Op):
     """The backend method for ``op``: positional arrays, then attrs positionally or by name."""
 
     plain = not op.variadic and not op.attrs  # no attributes: arrays (and out=) only
+    full = not op.variadic and bool(op.attrs)  # every attribute given positionally
     nin = len(op.inputs)
+    nfull = nin + len(op.attrs)
 
     def method(self: Backend, *args: Any, **kwargs: Any) -> Any:
         if plain and len(args) == nin:
@@ -193,6 +195,9 @@ def _method(op: Op):
                 return self.apply(op, args)
             if len(kwargs) == 1 and "out" in kwargs:
                 return self.apply(op, args, out=kwargs["out"])
+        elif full and len(args) == nfull and (not kwargs or (len(kwargs) == 1 and "out" in kwargs)):
+            return self.apply(op, args[:nin], out=kwargs.get("out"),
+                              **dict(zip(op.attrs, args[nin:])))
         if op.variadic:
             if not args:
                 raise TypeError(f"{op.name}: missing the list of arrays")

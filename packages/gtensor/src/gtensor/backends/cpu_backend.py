@@ -8,11 +8,13 @@ from typing import Any
 import numpy as np
 
 from .. import dtypes
-from ..ops import Op
+from ..ops import REGISTRY, Op
 from ..ops.registry import attr_key
+from .base import Backend
 from .kernel_backend import KernelBackend
 
 PLAN_CACHE = 4096  # prepared launches kept (cleared when full)
+_SLOW = object()  # marks a call the hot path leaves to Backend.apply
 
 
 class CpuArray(np.ndarray):
@@ -43,6 +45,82 @@ class CpuBackend(KernelBackend):
     def __init__(self) -> None:
         super().__init__()
         self._plans: dict[tuple, Any] = {}
+        # (op, input dtypes and shapes, raw attrs) -> (out shape, dtype, plan): a call seen
+        # before skips shape inference and the plan lookup; the checks that depend on more
+        # than shapes and dtypes (contiguity, the out= buffer, overlap) still run every call.
+        self._calls: dict[tuple, tuple] = {}
+
+    # ---------------------------------------------------------------- the hot path
+    def apply(self, op: Op | str, inputs: Sequence[Any], out: Any = None, **attrs: Any) -> Any:
+        """``Backend.apply`` (same checks, same errors), remembering each call's shape work."""
+        if isinstance(op, str):
+            op = REGISTRY[op]
+        key = self._call_key(op, inputs, attrs)
+        hit = self._calls.get(key) if key is not _SLOW else None
+        if hit is None:
+            result = Backend.apply(self, op, inputs, out, **attrs)
+            if key is not _SLOW and self._module is not None and self._module.fast:
+                self._remember(key, op, inputs, attrs)
+            return result
+        out_shape, dtype, plan = hit
+        for x in inputs:
+            if not x.flags.c_contiguous:  # a view: Backend.apply copies it first
+                return Backend.apply(self, op, inputs, out, **attrs)
+        if out is None:
+            out = CpuArray(out_shape, dtype)
+        elif (type(out) is not CpuArray or out.shape != out_shape or out.dtype != dtype
+              or not out.flags.c_contiguous or not out.flags.writeable):
+            self._check_out(op.name, out, out_shape, dtype, list(inputs))  # raises
+        status = self._module.run(plan.addr, *inputs, out)
+        if status:
+            self._failed(op, status)
+        return out
+
+    @staticmethod
+    def _call_key(op: Op, inputs: Sequence[Any], attrs: dict) -> Any:
+        """The hot-path key of a call, or _SLOW (foreign inputs, unhashable attrs)."""
+        n = len(inputs)
+        if n == 2:
+            a, b = inputs
+            if type(a) is not CpuArray or type(b) is not CpuArray:
+                return _SLOW
+            key = (op, a.dtype, a.shape, b.dtype, b.shape)
+        elif n == 1:
+            (a,) = inputs
+            if type(a) is not CpuArray:
+                return _SLOW
+            key = (op, a.dtype, a.shape)
+        else:
+            if any(type(x) is not CpuArray for x in inputs):
+                return _SLOW
+            key = (op, *[(x.dtype, x.shape) for x in inputs])
+        if attrs:
+            try:
+                key += tuple([(k, attr_key(v)) for k, v in attrs.items()])
+            except TypeError:
+                return _SLOW
+        return key
+
+    def _remember(self, key: tuple, op: Op, inputs: Sequence[Any], attrs: dict) -> None:
+        """After a successful checked call: keep its out shape, dtype and plan for the next."""
+        full = dict(op.defaults)
+        full.update(attrs)
+        out_shape, norm = op.infer(tuple([x.shape for x in inputs]), full)
+        dtype = inputs[0].dtype if inputs else norm["dtype"]
+        plan = self._plans.get(self._plan_key(op, dtype, inputs, norm))
+        if plan is None:
+            return
+        if len(self._calls) >= PLAN_CACHE:
+            self._calls.clear()
+        self._calls[key] = (out_shape, dtype, plan)
+
+    @staticmethod
+    def _failed(op: Op, status: int) -> None:
+        """Raise for a nonzero status of the C door."""
+        if status == 2:
+            raise ValueError(f"{op.name}: out shares memory with an input; expected a separate "
+                             "buffer")
+        raise RuntimeError(f"cpu: {op.name}: the kernel plan failed (status {status})")
 
     @property
     def module(self) -> Any:
@@ -110,15 +188,7 @@ class CpuBackend(KernelBackend):
             op.launch(self, inputs, out, **attrs)
             return out
         try:
-            n = len(inputs)  # (spelled out per arity: this runs on every op call)
-            if n == 2:
-                key = (op, dtype, inputs[0].shape, inputs[1].shape)
-            elif n == 1:
-                key = (op, dtype, inputs[0].shape)
-            else:
-                key = (op, dtype, *[x.shape for x in inputs])
-            if attrs:
-                key += tuple([(k, attr_key(v)) for k, v in attrs.items()])
+            key = self._plan_key(op, dtype, inputs, attrs)
             plan = self._plans.get(key)
         except TypeError:  # an unhashable attr: plan this call only
             key, plan = None, None
@@ -130,11 +200,17 @@ class CpuBackend(KernelBackend):
                 self._plans[key] = plan
         status = module.run(plan.addr, *inputs, out)
         if status:
-            if status == 2:
-                raise ValueError(f"{op.name}: out shares memory with an input; expected a "
-                                 "separate buffer")
-            raise RuntimeError(f"cpu: {op.name}: the kernel plan failed (status {status})")
+            self._failed(op, status)
         return out
+
+    @staticmethod
+    def _plan_key(op: Op, dtype: Any, inputs: Sequence[Any], attrs: dict) -> tuple:
+        """The plan cache key: op, dtype, input shapes, normalized attrs (TypeError if
+        unhashable)."""
+        key = (op, dtype, *[x.shape for x in inputs])
+        if attrs:
+            key += tuple([(k, attr_key(v)) for k, v in attrs.items()])
+        return key
 
     def _plan(self, op: Op, inputs: list, out: Any, attrs: dict) -> Any:
         """The checked, encoded launches of ``op`` for these shapes, dtype and attrs."""

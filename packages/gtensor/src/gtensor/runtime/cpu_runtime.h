@@ -118,7 +118,7 @@ using Int = std::integral_constant<int, N>;
 // ---- threads ---------------------------------------------------------------------------------
 // Work (in multiply-adds or element operations) below which a launch stays on one thread:
 // waking a worker costs a few microseconds.
-static const long long PARALLEL_WORK = 1LL << 18;
+static const long long PARALLEL_WORK = 1LL << 22;
 
 static int thread_count() {
     const char* text = std::getenv("GTENSOR_CPU_THREADS");
