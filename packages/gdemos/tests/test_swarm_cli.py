@@ -16,7 +16,7 @@ def test_swarm_command(tmp_path, capsys) -> None:
     out = capsys.readouterr().out
     assert code == 0, out
     assert "bitwise identical to the local tape run" in out
-    assert "[dask] iteration   6/6" in out and "[local tape] iteration   6/6" in out
+    assert "[dask] iteration   6/6" in out and "[local tape, numpy] iteration   6/6" in out
     s = json.loads((tmp_path / "swarm.json").read_text())
     assert s["bitwise_equal_to_local_tape"] is True and s["converged"] is True
     assert len(s["losses"]) == 6 and s["losses"][0] > 100 * s["final_loss"]
@@ -33,3 +33,22 @@ def test_rung_5_is_on_the_ladder() -> None:
     from gdemos import ladder
 
     assert "rung 5 swarm" in [name for name, _ in ladder.RUNGS]
+
+
+def test_swarm_on_an_existing_scheduler_with_a_sim_reference(tmp_path, capsys) -> None:
+    """--scheduler ADDRESS uses a running cluster; --backend sim runs the reference tape on
+    sim: still bitwise."""
+    from gdemos.swarm_dask import local_cluster
+
+    cluster, client = local_cluster(1)
+    try:
+        code = main(["swarm", "--scheduler", cluster.scheduler_address, "--n", "200",
+                     "--iterations", "3", "--backend", "sim", "--out", str(tmp_path)])
+    finally:
+        client.close()
+        cluster.close()
+    out = capsys.readouterr().out
+    assert "bitwise identical to the local tape run (sim)" in out and code in (0, 1), out
+    s = json.loads((tmp_path / "swarm.json").read_text())
+    assert s["bitwise_equal_to_local_tape"] is True and s["reference_backend"] == "sim"
+    assert f"the cluster at {cluster.scheduler_address}" in s["engine_desc"]

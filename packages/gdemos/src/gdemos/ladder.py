@@ -70,7 +70,7 @@ def _lora(out: Path, backend: str, progress: bool) -> Verdict:
 
 @rung("rung 5 swarm")
 def _swarm(out: Path, backend: str, progress: bool) -> Verdict:
-    ok, detail, unchecked = swarm_rung.ladder_verdict(out / "swarm", progress)
+    ok, detail, unchecked = swarm_rung.ladder_verdict(out / "swarm", progress, backend)
     return Verdict("rung 5 swarm", ok, detail, unchecked)
 
 

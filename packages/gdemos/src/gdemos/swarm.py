@@ -157,10 +157,11 @@ def train(cfg: SwarmConfig, rows: Rows, engine: str,
     return h
 
 
-def train_local(cfg: SwarmConfig, progress: Progress | None = None) -> History:
+def train_local(cfg: SwarmConfig, progress: Progress | None = None,
+                backend: str = "numpy") -> History:
     """The reference: the same training with every per-example row from the tape itself."""
     ex = make_data(cfg)[0]
-    tape = TapeRows(cfg)
+    tape = TapeRows(cfg, backend)
     try:
         return train(cfg, lambda p: tape(p, ex), "tape", progress)
     finally:

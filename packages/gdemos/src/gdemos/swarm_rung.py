@@ -39,7 +39,8 @@ class SwarmRun:
     def verdict_detail(self) -> str:
         """One line: the loss, the verification and the setting."""
         s = self.summary
-        check = {True: "bitwise identical to the local tape run",
+        check = {True: f"bitwise identical to the local tape run "
+                       f"({s.get('reference_backend')})",
                  False: "DIFFERS from the local tape run",
                  None: "not verified (--no-verify)"}[self.bitwise]
         return (f"loss {s['losses'][0]:.4g} -> {s['final_loss']:.4g} in {self.cfg.iterations} "
@@ -89,6 +90,7 @@ def report(cfg: SwarmConfig, run: History, ref: History | None, out: Path,
     }
     if ref is not None:
         summary["reference_seconds_per_iteration"] = ref.seconds
+        summary["reference_backend"] = ref.extra.get("backend", "numpy")
     path = out / "swarm.json"
     path.write_text(json.dumps(summary, indent=2) + "\n")
     plot = _plot(out / "swarm_loss.png", run, ref,
@@ -112,22 +114,29 @@ def _printer(name: str, total: int):
 
 def run(cfg: SwarmConfig, out: Path, engine: str = "dask", workers: int = 2,
         scheduler: str | None = None, partitions: int | None = None, verify: bool = True,
-        progress: bool = True) -> SwarmRun:
-    """Train with ``engine``, then (``verify``) the same training locally on the tape; report."""
+        progress: bool = True, backend: str = "numpy") -> SwarmRun:
+    """Train with ``engine``, then (``verify``) the same training locally on the tape (on
+    ``backend``); write the report."""
     if engine not in ENGINES:
         raise ValueError(f"gdemos swarm: engine {engine!r}; expected one of {ENGINES}")
     show = _printer(engine, cfg.iterations) if progress else None
     if engine == "cuda":
-        from .swarm_gpu import train_gpu
+        try:
+            import cupy  # noqa: F401
 
+            from .swarm_gpu import train_gpu
+        except ImportError as e:
+            raise SystemExit(f"gdemos swarm --engine cuda needs cupy and a GPU: {e}") from None
         h, desc = train_gpu(cfg, show), "emit_cuda on the GPU (cupy), one thread per example"
     else:
         h, desc = _run_dask(cfg, workers, scheduler, partitions, show)
     ref = None
     if verify:
         t0 = time.perf_counter()
-        ref = train_local(cfg, _printer("local tape", cfg.iterations) if progress else None)
+        ref = train_local(cfg, _printer(f"local tape, {backend}", cfg.iterations)
+                          if progress else None, backend)
         ref.extra["seconds"] = time.perf_counter() - t0
+        ref.extra["backend"] = backend
     return report(cfg, h, ref, out, desc)
 
 
@@ -185,7 +194,7 @@ def main(args) -> int:
     cfg = SwarmConfig(n=args.n, d=args.d, iterations=args.iterations, lr=args.lr,
                       seed=args.seed, dtype=args.dtype)
     r = run(cfg, args.out, args.engine, args.workers, args.scheduler, args.partitions,
-            verify=not args.no_verify, progress=not args.no_progress)
+            verify=not args.no_verify, progress=not args.no_progress, backend=args.backend)
     print(f"rung 5 swarm: {r.verdict_detail()}")
     print(f"  summary: {r.summary_path}")
     print(f"  plot:    {r.plot_path}")
@@ -194,12 +203,13 @@ def main(args) -> int:
     return 3 if r.bitwise is None else 0
 
 
-def ladder_verdict(out: Path, progress: bool) -> tuple[bool, str, tuple[str, ...]]:
+def ladder_verdict(out: Path, progress: bool,
+                   backend: str = "numpy") -> tuple[bool, str, tuple[str, ...]]:
     """The ladder's run (N=2,000, 6 iterations, 2 workers): (passed, detail, unchecked)."""
     try:
         import distributed  # noqa: F401
     except ImportError:
         return True, "dask.distributed is not installed (pip install 'gdemos[swarm]')", \
             ("swarm: dask.distributed",)
-    r = run(SwarmConfig(n=2_000, iterations=6), out, progress=progress)
+    r = run(SwarmConfig(n=2_000, iterations=6), out, progress=progress, backend=backend)
     return r.passed, r.verdict_detail(), ()
