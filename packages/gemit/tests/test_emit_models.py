@@ -84,3 +84,14 @@ def test_batch_is_the_per_example_call() -> None:
         assert losses[k].tobytes() == lk.tobytes() and grads[k].tobytes() == gk.tobytes()
     with pytest.raises(ValueError, match=r"expected \(n, 7\)"):
         fn.batch(flat(p, "f4"), rows[:, :5])
+
+
+def test_param_the_loss_does_not_reach_gets_zeros() -> None:
+    """A listed param with no path to the loss: grad_out holds the tape's +0.0 for it."""
+    def build(w, unused, x):
+        return g.sum(w * x)
+
+    def make(r):
+        return [r.normal(size=3), r.normal(size=(2, 2))], [r.normal(size=3)]
+
+    assert check_examples(build, make, "float64", n=5) == 5
