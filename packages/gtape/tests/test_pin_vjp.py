@@ -253,3 +253,13 @@ def test_matmul_vjp_zero_signs(bname):
     want = np.array([[-0.0 * 1.0 + 0.0 * 2.0, -0.0 * 3.0 + 0.0 * -4.0, -0.0 * 5.0 + 0.0 * 6.0]])
     assert bits_equal(ga2, want), first_difference(ga2, want)
     assert np.signbit(ga2[0, 1]), ga2
+
+
+def test_mean_over_an_empty_axis(bname):
+    """mean over a length-0 axis is NaN (0/0); its backward runs and gives an empty gradient."""
+    with g.Tape(bname) as tp:
+        x = tp.param(np.zeros((0, 3)))
+        y = g.mean(x, 0)
+        tp.backward(g.sum(g.mul(y, tp.const(np.ones(3)))))
+        assert np.isnan(tp.backend.to_numpy(tp.value(y))).all()
+        assert tp.backend.to_numpy(tp.grad(x)).shape == (0, 3)
