@@ -145,10 +145,38 @@ TEXT_MUTANTS = [
      "gopt: the per-parameter sums of squares share one buffer"),
 ]
 
-# Mutants reviewed as equivalent (no observable change): id -> why.
-EQUIVALENT: dict[str, str] = {}
+# Mutants reviewed as equivalent (no input gives another result): id -> why. Ids name lines of
+# the reviewed commit; a later edit of the file can move them (they then count again).
+TR = f"{GT}/src/gtensor/scalar/transcendental.py"
+_OVERRIDDEN = "the clamp only feeds lanes that a later where() overrides"
+EQUIVALENT: dict[str, str] = {
+    f"{TR}:207:63:0": f"exp: clamp at -745.25; {_OVERRIDDEN} (x < EXP_U_THRESHOLD -> +0)",
+    f"{TR}:301:22:0": f"expm1: NaN lanes replaced by 0.0 or -0.0; {_OVERRIDDEN} (NaN -> x + x)",
+    f"{TR}:302:48:0": f"expm1: clamp at -45; {_OVERRIDDEN} (x <= -38.8 -> -1)",
+    f"{TR}:302:60:0": f"expm1: clamp at -45; {_OVERRIDDEN} (x <= -38.8 -> -1)",
+    f"{TR}:302:61:0": f"expm1: clamp at -45; {_OVERRIDDEN} (x <= -38.8 -> -1)",
+    f"{TR}:318:17:0": "expm1: kc only feeds 2**-k, used by the 2 <= k <= 56 lanes",
+    f"{TR}:318:21:0": "expm1: kc only feeds 2**-k, used by the 2 <= k <= 56 lanes",
+    f"{TR}:327:18:0": "expm1: changes only x = +-2**-54, where both lanes give x (pinned)",
+    f"{TR}:400:21:0": "tanh: changes only x = +-0.75, where both lanes agree (pinned)",
+    f"{TR}:429:16:0": f"sigmoid: clamp at -746; {_OVERRIDDEN} (x < EXP_U_THRESHOLD -> +0)",
+    f"{TR}:429:21:0": f"sigmoid: clamp at -746; {_OVERRIDDEN} (x < EXP_U_THRESHOLD -> +0)",
+    f"{TR}:90:19:0": "_scale_dd at h == 2**-1022: both lanes round on the same 2**-1074 grid "
+                     "(and no input near log(2**-1022) differs: 6e6 tried)",
+    f"{GT}/src/gtensor/ops/reduce.py:119:56:0": "reshape(-2, n): numpy takes any negative "
+                                                 "size as the unknown one",
+}
+# Mutants whose change lies far below the last bit of every result (a compensated or
+# double-double term), measured: id -> evidence. Not counted either, but listed apart.
+INVISIBLE: dict[str, str] = {
+    f"{TR}:140:18:0": "exp: 1.0 -> 1+2**-52 in rc*(1 + r), a term ~2**-53 of r: moves the "
+                      "exact sum by < 2**-100 relative; 0 of 2e6 inputs in [-700, 700] differ",
+    f"{TR}:395:8:0": "tanh: q = 2/d off by an ulp is corrected exactly by the Dekker residual "
+                     "w_lo; 0 of 2e6 inputs in [0.7, 22.5] differ",
+}
 
-COMMUTATIVE = {"add", "mul", "maximum", "minimum"}  # IEEE + and * commute bitwise (NaN: class)
+# IEEE + and * commute bitwise (NaN compared by class): swapping their arguments is equivalent
+COMMUTATIVE = {"add", "mul", "multiply", "maximum", "minimum"}
 
 BINOPS = {ast.Add: ast.Sub, ast.Sub: ast.Add, ast.Mult: ast.Div, ast.Div: ast.Mult,
           ast.BitAnd: ast.BitOr, ast.BitOr: ast.BitAnd, ast.RShift: ast.LShift,
@@ -474,7 +502,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def score(mutants: list[Mutant]) -> tuple[float, int, int]:
     """(killed share of the non-equivalent mutants, killed, non-equivalent count)."""
-    counted = [m for m in mutants if m.id not in EQUIVALENT]
+    counted = [m for m in mutants if m.id not in EQUIVALENT and m.id not in INVISIBLE]
     killed = sum(bool(m.killed) for m in counted)
     return (killed / len(counted) if counted else 1.0), killed, len(counted)
 
@@ -487,15 +515,18 @@ def render(mutants: list[Mutant], total: int, args: argparse.Namespace) -> str:
              f"sample={args.sample or 'all'}, seed={args.seed})", "",
              "| file | killed | run |", "|---|---|---|"]
     for path in sorted({m.path for m in mutants}):
-        ms = [m for m in mutants if m.path == path and m.id not in EQUIVALENT]
+        ms = [m for m in mutants if m.path == path and m.id not in EQUIVALENT
+              and m.id not in INVISIBLE]
         lines.append(f"| {path} | {sum(bool(m.killed) for m in ms)} | {len(ms)} |")
-    survivors = [m for m in mutants if not m.killed and m.id not in EQUIVALENT]
+    survivors = [m for m in mutants if not m.killed and m.id not in EQUIVALENT
+                 and m.id not in INVISIBLE]
     lines += ["", f"survivors ({len(survivors)}):"]
     lines += [f"- {m.id}: {m.what}" for m in survivors]
-    equivalent = [m for m in mutants if m.id in EQUIVALENT]
-    if equivalent:
-        lines += ["", "equivalent (not counted):"]
-        lines += [f"- {m.id}: {m.what} ({EQUIVALENT[m.id]})" for m in equivalent]
+    for title, table in (("equivalent", EQUIVALENT), ("below the last bit", INVISIBLE)):
+        ms = [m for m in mutants if m.id in table]
+        if ms:
+            lines += ["", f"{title} (not counted):"]
+            lines += [f"- {m.id}: {m.what} ({table[m.id]})" for m in ms]
     return "\n".join(lines) + "\n"
 
 
