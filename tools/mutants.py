@@ -22,6 +22,7 @@ import math
 import os
 import random
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -441,6 +442,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--report", type=Path, help="also write the report (markdown) here")
     args = ap.parse_args(argv)
 
+    # SIGTERM (a CI timeout, kill PID) still removes the copy: the finally below runs
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     tmp = Path(tempfile.mkdtemp(prefix="grad-mutants-"))
     try:
         copy_tree(tmp, args.worktree)
