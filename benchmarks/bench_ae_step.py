@@ -150,6 +150,22 @@ def torch_step(dtype: str, hidden: tuple[int, ...] = model.HIDDEN) -> Step:
     return step
 
 
+def torch_step_1thread(dtype: str, hidden: tuple[int, ...] = model.HIDDEN) -> Step:
+    """PyTorch eager on one thread (``torch.set_num_threads(1)`` around each step, ~0.2 us)."""
+    import torch
+
+    inner = torch_step(dtype, hidden)
+
+    def step() -> float:
+        n = torch.get_num_threads()
+        torch.set_num_threads(1)
+        try:
+            return inner()
+        finally:
+            torch.set_num_threads(n)
+    return step
+
+
 def jax_step(dtype: str, hidden: tuple[int, ...] = model.HIDDEN) -> Step:
     """JAX: value_and_grad + Adam (same formulas as gopt) in one jitted function."""
     import jax
@@ -216,6 +232,7 @@ ENGINES: list[Engine] = [
     Engine("tape, cpu backend", tape_step("cpu"), exact=True),
     Engine("numpy + BLAS, hand-written", numpy_step),
     Engine(TORCH, torch_step),
+    Engine("PyTorch eager (CPU), 1 thread", torch_step_1thread),
     Engine("JAX jit (CPU)", jax_step),
 ]
 
@@ -469,7 +486,8 @@ Command (from the repository root, with the packages installed; `nox -s bench` d
 {cmd.strip()}
 ```
 
-Machine: {platform.processor() or platform.machine()}, {_cpus()} CPUs, Python
+Machine: {platform.processor() or platform.machine()}, {_cpus()} CPUs (load average at the end of
+the run: {_load()}, i.e. shared with other jobs), Python
 {platform.python_version()}, numpy {np.__version__}, torch {torch.__version__}
 ({torch.get_num_threads()} threads), jax {jax_v}.
 
@@ -539,6 +557,12 @@ dominated by per-call overhead too, not by FLOPs (about 5.6 MFLOP per step).
 {sim_text}
 ```
 """
+
+
+def _load() -> str:
+    import os
+
+    return " / ".join(f"{x:.1f}" for x in os.getloadavg()) if hasattr(os, "getloadavg") else "?"
 
 
 def _cpus() -> int:

@@ -96,7 +96,8 @@ class CpuBackend(KernelBackend):
             key = (op, *[(x.dtype, x.shape) for x in inputs])
         if attrs:
             try:
-                key += tuple([(k, attr_key(v)) for k, v in attrs.items()])
+                for k, v in attrs.items():
+                    key += (k, attr_key(v))
             except TypeError:
                 return _SLOW
         return key

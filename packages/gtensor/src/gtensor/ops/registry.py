@@ -75,6 +75,8 @@ def attr_key(value: Any) -> Any:
     """A hashable key of an attr value that tells apart values comparing equal: 1, 1.0 and
     True (by type), 0.0 and -0.0 (by sign). TypeError for unhashable values (lists, dicts)."""
     t = type(value)
+    if t is int or t is bool or value is None:  # the common attrs first: no further tests
+        return (t, value)
     if t is tuple:
         return (tuple, *map(attr_key, value))
     if isinstance(value, (float, np.floating)):
