@@ -38,9 +38,16 @@ def _oracle(monkeypatch, sk_mse: float | None) -> None:
     """Make the sklearn oracle return ``sk_mse``, or be missing (ImportError) when None."""
     import gdemos.oracles as oracles
 
+    if hasattr(rung_ae, "_SKLEARN"):  # rung_ae caches the oracle's answer per configuration
+        monkeypatch.setattr(rung_ae, "_SKLEARN", {})
     if sk_mse is not None:
         monkeypatch.setattr(oracles, "sklearn_ae_mse", lambda *a, **k: sk_mse)
         return
+    _no_oracle(monkeypatch)
+
+
+def _no_oracle(monkeypatch) -> None:
+    """Importing gdemos.oracles (scikit-learn) fails, as without the oracle extra."""
     real_import = builtins.__import__
 
     def no_oracle(name, globals=None, locals=None, fromlist=(), level=0):
