@@ -1,8 +1,9 @@
 """The parity matrix: graphs x engines x dtypes, every engine bitwise against the numpy tape.
 
 Columns: the eager tape on each backend (a second numpy run checks determinism) and the
-ggpu-replay program on sim and cuda (captured from a numpy tape, inputs re-sent). Another
-engine (fused replay, emitted C) adds a column with ``@engine(name, backend)``:
+ggpu-replay program on sim and cuda (captured from a numpy tape, inputs re-sent), the same
+program fused by ggpu-fuse, and gemit's emitted C. An engine adds a column with
+``@engine(name, backend)``:
 a function ``(graph, dtype) -> Result``. Whatever a Result carries (loss, parameter gradients,
 and optionally every node's value and gradient) is compared bitwise (NaN by class).
 ``GRAD_TEST_BACKEND`` (set by ``nox -s parity``) restricts the columns to one backend.
@@ -94,14 +95,19 @@ def run_emit_c(graph: Graph, dtype: str) -> Result:
     return Result(lossv.reshape(shape), grads)
 
 
-def run_replay(graph: Graph, dtype: str, device: str) -> Result:
-    """ggpu-replay: the episode recorded on a numpy tape, captured and replayed on ``device``."""
+def run_replay(graph: Graph, dtype: str, device: str, fused: bool = False) -> Result:
+    """ggpu-replay: the episode recorded on a numpy tape, captured and replayed on ``device``
+    (with ``fused``: through ggpu-fuse's generated kernels)."""
     from ggpu_replay import capture
 
     data = graph.data()
     with g.Tape("numpy", dtype) as tp:
         v = {k: tp.param(a) if k in graph.params else tp.const(a) for k, a in data.items()}
         prog = capture(tp, graph.build(v), backend=device)
+        if fused:
+            from ggpu_fuse import fuse
+
+            prog = fuse(prog)
         for k in data:  # re-send the inputs: the replay must not lean on capture-time values
             if k not in graph.params:
                 prog.set_input(v[k], data[k])
@@ -114,6 +120,7 @@ def run_replay(graph: Graph, dtype: str, device: str) -> Result:
 
 for _d in ("sim", "cuda"):
     engine(f"replay-{_d}", _d)(lambda graph, dtype, _d=_d: run_replay(graph, dtype, _d))
+    engine(f"fused-{_d}", _d)(lambda graph, dtype, _d=_d: run_replay(graph, dtype, _d, True))
 
 
 def _columns() -> list[str]:

@@ -48,3 +48,13 @@ def test_replay_needs_a_device_backend(capsys):
     assert "--engine replay runs on a device backend" in capsys.readouterr().err
     with pytest.raises(ValueError, match="is not a multiple of batch"):
         ae.train(ae.AEConfig(backend="sim", engine="replay", n=210, epochs=1))
+
+
+def test_fused_engine_is_bit_equal_to_the_cpu_tape(bname, tmp_path, capsys):
+    rc = cli.main(["ae", "--engine", "fused", "--backend", _device(bname), "--epochs", "1",
+                   "--out", str(tmp_path), "--no-progress", "--no-bars"])
+    assert rc == 0
+    summary = json.loads((tmp_path / "ae_summary.json").read_text())
+    assert summary["engine"] == "fused"
+    assert summary["bars"]["weights==cpu tape"]["passed"] is True
+    assert "rung 4 fused" in capsys.readouterr().out

@@ -2,7 +2,8 @@
 
 Engine ``tape`` (rung 1): every step is recorded and differentiated on the tape. Engine
 ``replay`` (rung 2): one episode is recorded on a numpy tape and captured (ggpu-replay); every
-step replays it on the device backend (sim or cuda), only the loss coming back.
+step replays it on the device backend (sim or cuda), only the loss coming back. Engine
+``fused`` (rung 4): the captured step fused into a few generated kernels (ggpu-fuse).
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ class AEConfig:
 
     backend: str = "numpy"
     dtype: str = "float64"
-    engine: str = "tape"  # "tape" (rung 1) or "replay" (rung 2: backend sim or cuda)
+    engine: str = "tape"  # "tape" (rung 1), "replay" (rung 2) or "fused" (rung 4): sim / cuda
     seed: int = 0
     epochs: int = 60
     n: int = data.N
@@ -102,7 +103,7 @@ def train(cfg: AEConfig, progress: Callable[[int, int], Any] | None = None) -> A
     """Run rung 1 or 2 under ``cfg``; ``progress(total_steps, epochs)`` may return a tqdm bar."""
     x = data.manifold(cfg.seed, cfg.n, cfg.noise)
     _, init_rng, order_rng = data.rngs(cfg.seed)
-    if cfg.engine == "replay":
+    if cfg.engine in ("replay", "fused"):
         from .replay_ae import ReplaySteps, check_replay_config
 
         check_replay_config(cfg)
@@ -110,9 +111,9 @@ def train(cfg: AEConfig, progress: Callable[[int, int], Any] | None = None) -> A
     elif cfg.engine == "tape":
         tp = g.Tape(cfg.backend, cfg.dtype)
     else:
-        raise ValueError(f"train: engine {cfg.engine!r}; expected 'tape' or 'replay'")
+        raise ValueError(f"train: engine {cfg.engine!r}; expected 'tape', 'replay' or 'fused'")
     params = [tp.param(a) for a in model.init_params(init_rng, model.layer_sizes(x.shape[1]))]
-    steps = (ReplaySteps if cfg.engine == "replay" else TapeSteps)(tp, params, cfg)
+    steps = (TapeSteps if cfg.engine == "tape" else ReplaySteps)(tp, params, cfg)
     initial = full_mse(tp, params, x)
     losses: list[float] = []
     epoch_mse: list[float] = []

@@ -50,10 +50,11 @@ def _parser() -> argparse.ArgumentParser:
                    help="the tape's dtype (default: float64)")
     a.add_argument("--no-bars", action="store_true",
                    help="skip the bar checks (the MSE bar and scikit-learn's)")
-    a.add_argument("--engine", choices=["tape", "replay"], default="tape",
+    a.add_argument("--engine", choices=["tape", "replay", "fused"], default="tape",
                    help="tape: rung 1, the eager tape; replay: rung 2, the step captured once "
-                        "and replayed on --backend sim or cuda, checked bit-equal to the CPU "
-                        "tape (default: tape)")
+                        "and replayed on --backend sim or cuda; fused: rung 4, that step fused "
+                        "into a few generated kernels; both checked bit-equal to the CPU tape "
+                        "(default: tape)")
     rung_lora.add_parser(sub, common)
     swarm_rung.add_parser(sub, common)
     sub.add_parser("ladder", parents=[common], help="every rung, in order, one verdict each")
@@ -65,15 +66,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
     _check_common(parser, args)
-    if getattr(args, "engine", "tape") == "replay" and args.backend not in ("sim", "cuda"):
-        parser.error(f"--engine replay runs on a device backend: --backend sim or cuda, "
+    engine = getattr(args, "engine", "tape")
+    if engine in ("replay", "fused") and args.backend not in ("sim", "cuda"):
+        parser.error(f"--engine {engine} runs on a device backend: --backend sim or cuda, "
                      f"got {args.backend}")
     if args.command == "ae":
         cfg = ae.AEConfig(backend=args.backend, dtype=args.dtype, seed=args.seed,
                           epochs=args.epochs, engine=args.engine)
         run = rung_ae.run(cfg, args.out, progress=not args.no_progress, bars=not args.no_bars)
         r = run.result
-        rung = "rung 2 replay" if cfg.engine == "replay" else "rung 1 ae"
+        rung = {"tape": "rung 1 ae", "replay": "rung 2 replay", "fused": "rung 4 fused"}[
+            cfg.engine]
         print(f"{rung}: MSE {r.initial_mse:.4g} -> {r.final_mse:.4g} in {r.steps} steps "
               f"({r.seconds:.1f} s, {cfg.backend}/{cfg.dtype})")
         for name, (ok, nums) in run.bars.items():

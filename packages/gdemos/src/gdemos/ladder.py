@@ -68,6 +68,15 @@ def _lora(out: Path, backend: str, progress: bool) -> Verdict:
     return Verdict("rung 3 lora", run.passed, run.verdict_detail())
 
 
+@rung("rung 4 fused")
+def _fused(out: Path, backend: str, progress: bool) -> Verdict:
+    device = "cuda" if backend == "cuda" else "sim"
+    cfg = ae.AEConfig(backend=device, engine="fused")
+    run = rung_ae.run(cfg, out / "fused", progress=progress)
+    return Verdict("rung 4 fused", not rung_ae.missed(run.bars), run.verdict_detail(),
+                   rung_ae.unchecked(run.bars))
+
+
 @rung("rung 5 swarm")
 def _swarm(out: Path, backend: str, progress: bool) -> Verdict:
     ok, detail, unchecked = swarm_rung.ladder_verdict(out / "swarm", progress, backend)

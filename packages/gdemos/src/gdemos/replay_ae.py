@@ -1,8 +1,9 @@
-"""Rung 2: the autoencoder's training step captured once and replayed on a device.
+"""Rungs 2 and 4: the autoencoder's training step captured once and replayed on a device.
 
 One episode is recorded on a numpy tape and captured with ggpu-replay; every minibatch is then
 copied into the captured input buffer and the whole step (forward, backward, Adam with L2) runs
 on the device -- one CUDA graph on cuda, the same launch list on sim. Only the loss comes back.
+Rung 4 (engine ``fused``) runs the same step as ggpu-fuse's few generated kernels.
 """
 
 from __future__ import annotations
@@ -19,10 +20,10 @@ DEVICES = ("sim", "cuda")
 def check_replay_config(cfg: AEConfig) -> None:
     """Refuse what a captured step cannot do (before any work)."""
     if cfg.backend not in DEVICES:
-        raise ValueError(f"rung 2 (engine replay): backend {cfg.backend!r} runs no kernels; "
+        raise ValueError(f"engine {cfg.engine}: backend {cfg.backend!r} runs no kernels; "
                          f"expected one of {DEVICES}")
     if cfg.n % cfg.batch:
-        raise ValueError(f"rung 2 (engine replay): n={cfg.n} is not a multiple of batch="
+        raise ValueError(f"engine {cfg.engine}: n={cfg.n} is not a multiple of batch="
                          f"{cfg.batch}; a captured step has one fixed minibatch shape")
 
 
@@ -36,6 +37,10 @@ class ReplaySteps:
         self.x = tp.const(np.zeros((cfg.batch, _dim(params))))
         loss = g.mse(model.forward(self.x, params), self.x)
         self.prog = capture(tp, loss, backend=cfg.backend)
+        if cfg.engine == "fused":
+            from ggpu_fuse import fuse
+
+            self.prog = fuse(self.prog)
         tp.reset_to(mark)  # the program keeps the episode; the tape goes on evaluating
         self.tp = tp
         self.opt = self.prog.adam(lr=cfg.lr)

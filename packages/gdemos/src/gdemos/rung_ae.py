@@ -16,7 +16,8 @@ from . import ae, data, report
 
 ORACLE_INSTALL = "pip install 'packages/gdemos[oracle]'"
 TITLES = {"tape": "rung 1: d-64-32-64-d autoencoder",
-          "replay": "rung 2: the autoencoder's step replayed on a device"}
+          "replay": "rung 2: the autoencoder's step replayed on a device",
+          "fused": "rung 4: the autoencoder's step fused into a few kernels"}
 # A bar is (state, numbers): True met, False missed, None not checked (oracle missing).
 Bar = tuple[bool | None, str]
 
@@ -127,7 +128,7 @@ def run(cfg: ae.AEConfig, out: Path, progress: bool = True, bars: bool = True) -
             return report.EpochLog(sys.stderr)
     result = train(cfg, make_bar)
     checked = check_bars(result) if bars else {}
-    if cfg.engine == "replay":
+    if cfg.engine in ("replay", "fused"):
         checked["weights==cpu tape"] = cpu_tape_bar(result)
     summary = result.summary()
     summary["bars"] = {k: {"passed": ok, "checked": ok is not None, "numbers": nums}

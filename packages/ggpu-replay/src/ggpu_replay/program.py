@@ -53,6 +53,22 @@ class Program:
         return self._tape
 
     @property
+    def trace(self) -> Trace:
+        """The traced episode: its nodes, device buffers and recorded launches."""
+        return self._tr
+
+    @property
+    def device(self) -> Device:
+        """Where the launches run (the simulator, or a CUDA stream and its graphs)."""
+        return self._device
+
+    def units(self, phase: str, launches: list[Launch]) -> list[Launch]:
+        """What runs for ``phase`` ("forward", "backward" or "step": forward + backward + the
+        optimizer): the recorded launches themselves. A fusing engine (ggpu-fuse) overrides
+        this to return its generated kernels instead; everything else stays the same."""
+        return launches
+
+    @property
     def nodes(self) -> list[gtape.Node]:
         """The captured nodes (the episode up to the loss)."""
         return list(self._tr.nodes)
@@ -119,11 +135,11 @@ class Program:
 
     def forward(self) -> None:
         """Replay the forward launches (one per op node)."""
-        self._device.run(self._tr.forward)
+        self._device.run(self.units("forward", self._tr.forward))
 
     def backward(self) -> None:
         """Replay the backward launches (the gradient of the loss; frozen nodes get none)."""
-        self._device.run(self._tr.backward)
+        self._device.run(self.units("backward", self._tr.backward))
         self._backwards += 1
 
     def step(self, dopt: DeviceOptimizer) -> None:
@@ -141,7 +157,7 @@ class Program:
         dopt.advance()
         whole = self._whole.get(id(dopt))
         if whole is None or whole[0] is not dopt.segment:
-            launches = self._tr.forward + self._tr.backward + dopt.segment
+            launches = self.units("step", self._tr.forward + self._tr.backward + dopt.segment)
             whole = self._whole[id(dopt)] = (dopt.segment, self._device.graph(launches))
         self._device.launch_graph(whole[1])
 

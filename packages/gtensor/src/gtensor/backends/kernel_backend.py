@@ -30,6 +30,11 @@ class KernelBackend(Backend):
     def _geom_array(self, values: tuple) -> Any:
         raise NotImplementedError
 
+    def compile_module(self, source: str, kernels: tuple) -> Any:
+        """A module of this backend's kind for other kernel text (generated fused kernels):
+        the same compiler, flags and disk cache as the op kernels' module."""
+        return self._build_module(source, tuple(kernels))
+
     def empty(self, shape: Sequence[int], dtype: Any) -> Any:
         """A new uninitialized array."""
         raise NotImplementedError

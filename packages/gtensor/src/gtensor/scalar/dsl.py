@@ -109,8 +109,9 @@ _BINOPS_FLOAT = {
 }
 
 
-def _float_literal(value: float, dt: str) -> str:
-    """An exact C literal of ``value`` rounded to dtype ``dt``."""
+def float_literal(value: float, dt: str) -> str:
+    """An exact C literal of ``value`` rounded to dtype ``dt`` ("f64" or "f32"): hex floats,
+    NaN and infinities by their bit patterns."""
     if dt == F32:
         value = float(np.float32(value))
     if value != value:
@@ -254,7 +255,7 @@ class CEmitter:
         if isinstance(value, bool):
             return CVal(self, "true" if value else "false", BOOL)
         if dt in (F64, F32) and isinstance(value, (int, float)):
-            return CVal(self, _float_literal(float(value), dt), dt)
+            return CVal(self, float_literal(float(value), dt), dt)
         if dt == I64 and isinstance(value, int):
             if not -(2**63) <= value < 2**63:
                 raise OverflowError(f"scalar language: int constant {value} exceeds int64")

@@ -1,0 +1,210 @@
+"""What each recorded launch computes, read from its kernel's description and arguments.
+
+For every launch: the buffer it writes and the buffers it reads, and for each iteration of its
+thread loop the element it writes and the elements it reads (index maps, exact, computed from
+the very geometry arrays the kernel reads). The planner asks two questions of them:
+
+* row-local for R rows: does iteration i, which writes row r of a row-shaped output (leading
+  dimension R), read only row r of every row-shaped input? (block-per-row fusion)
+* element-local: does iteration i write element i of its output, and read element i of an
+  input (thread-local fusion)?
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from gtensor.recording import Launch
+
+FUSABLE = ("map", "scalar", "zip", "copy", "fill", "matmul", "reduce")
+
+
+def address(a: Any) -> int:
+    """The address of an array's first element (numpy, sim, cupy)."""
+    data = getattr(a, "data", None)
+    if hasattr(data, "ptr"):
+        return int(data.ptr)
+    return int(a.__array_interface__["data"][0])
+
+
+@dataclass(frozen=True)
+class Buffer:
+    """A device array as the planner sees it: identity, extent, shape."""
+
+    addr: int
+    nbytes: int
+    shape: tuple[int, ...]
+    size: int
+
+    def overlaps(self, other: Buffer) -> bool:
+        """Whether the two byte ranges intersect."""
+        return (self.nbytes > 0 and other.nbytes > 0 and self.addr < other.addr + other.nbytes
+                and other.addr < self.addr + self.nbytes)
+
+
+def buffer(a: Any) -> Buffer:
+    """The Buffer of a device array."""
+    return Buffer(address(a), int(a.nbytes), tuple(int(d) for d in a.shape), int(a.size))
+
+
+def _host(a: Any) -> np.ndarray:
+    """Host int64 values of a geometry array (numpy, sim or cupy)."""
+    get = getattr(a, "get", None)
+    return np.asarray(get() if callable(get) and not isinstance(a, np.ndarray) else a,
+                      dtype=np.int64)
+
+
+def _coords(i: np.ndarray, shape: np.ndarray) -> list[np.ndarray]:
+    """Row-major coordinates of flat indices ``i`` over ``shape`` (as the kernels decode)."""
+    out = []
+    rem = i.copy()
+    for d in range(len(shape) - 1, -1, -1):
+        out.append(rem % shape[d])
+        rem = rem // shape[d]
+    return out[::-1]
+
+
+@dataclass
+class Info:
+    """One launch, analysed."""
+
+    index: int
+    launch: Launch
+    kind: str
+    args: dict[str, Any]
+    out: Buffer
+    reads: list[tuple[str, Buffer]]  # (parameter name, buffer) of every array input
+    n: int  # iterations of the thread loop
+    oo: np.ndarray | None = None  # output element written by iteration i
+    oi: dict[str, np.ndarray] = field(default_factory=dict)  # input element(s) read by it
+    ranges: dict[str, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)
+    # matmul operands read in place from the buffer a (dropped) transpose copy would read
+    transposed: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def name(self) -> str:
+        """The kernel's name."""
+        return self.launch.kernel.name
+
+    @property
+    def fusable(self) -> bool:
+        """Whether a generated kernel can compute this launch's iterations."""
+        if self.kind not in FUSABLE:
+            return False
+        return not (self.kind == "matmul" and int(self.args["batch"]) != 1)
+
+    @property
+    def out_identity(self) -> bool:
+        """Iteration i writes output element i (and covers the whole output)."""
+        if self.kind == "matmul":
+            return True
+        return (self.oo is not None and self.n == self.out.size
+                and bool(np.array_equal(self.oo, np.arange(self.n))))
+
+    def aligned(self, param: str) -> bool:
+        """Iteration i reads element i of input ``param`` (and only it)."""
+        if param in self.ranges:
+            lo, hi = self.ranges[param]
+            return bool(np.array_equal(lo, np.arange(self.n)) and np.array_equal(lo, hi))
+        return param in self.oi and bool(np.array_equal(self.oi[param], np.arange(self.n)))
+
+    def row_local(self, rows: int) -> bool:
+        """Block r can compute this launch's part of row r: the output is row-shaped and
+        every row-shaped input is read only at the row being written."""
+        return self.fusable and row_shaped(self.out, rows) and all(
+            self.row_aligned(p, rows) or not row_shaped(b, rows) for p, b in self.reads)
+
+    def row_aligned(self, param: str, rows: int) -> bool:
+        """Iteration i reads input ``param`` only within the row of the element it writes."""
+        b = dict(self.reads)[param]
+        if not row_shaped(b, rows) or not row_shaped(self.out, rows):
+            return False
+        cb, co = b.size // rows, self.out.size // rows
+        if self.kind == "matmul":  # c[i, j]: row i of a; b is read whole
+            return param == "a" and "a" not in self.transposed and int(self.args["m"]) == rows
+        row = self.oo // co
+        if param in self.ranges:
+            lo, hi = self.ranges[param]
+            return bool(np.all(lo // cb == row) and np.all(hi // cb == row))
+        return bool(np.all(self.oi[param] // cb == row))
+
+
+def transpose_source(info: Info) -> Any | None:
+    """The array a copy launch transposes (2-D, whole, contiguous output), else None."""
+    if info.kind != "copy" or len(info.out.shape) != 2 or not info.out_identity:
+        return None
+    x = info.args["x"]
+    p_, q_ = info.out.shape
+    if tuple(x.shape) != (q_, p_):
+        return None
+    i = np.arange(info.n)
+    return x if np.array_equal(info.oi["x"], (i % q_) * p_ + i // q_) else None
+
+
+def read_transposed(info: Info, param: str, source: Any) -> None:
+    """Let matmul ``info`` read operand ``param`` as the transpose of ``source`` in place."""
+    info.transposed[param] = source
+    info.reads = [(p, buffer(source) if p == param else b) for p, b in info.reads]
+
+
+def row_shaped(b: Buffer, rows: int) -> bool:
+    """A buffer whose leading dimension is the R rows (row r: a contiguous run)."""
+    return len(b.shape) >= 1 and b.shape[0] == rows and b.size > 0
+
+
+def analyse(index: int, launch: Launch) -> Info:
+    """The Info of one recorded launch (its kernel's ``kind`` says how to read the args)."""
+    k = launch.kernel
+    args = {p.name: v for p, v in zip(k.params, launch.args)}
+    writes = [p.name for p in k.params if p.is_pointer and not p.is_const]
+    reads = [(p.name, buffer(args[p.name])) for p in k.params
+             if p.is_pointer and p.is_const and p.ctype != "const long long*"]
+    out = buffer(args[writes[0]]) if writes else Buffer(0, 0, (), 0)
+    info = Info(index, launch, k.kind, args, out, reads, 0)
+    kind = k.kind
+    if kind in ("map", "scalar", "fill"):
+        n = int(args["n"])
+        info.n, info.oo = n, np.arange(n)
+        if kind != "fill":
+            info.oi["x"] = np.arange(n)
+    elif kind == "zip":
+        n = int(args["n"])
+        g = _host(args["geom"])
+        rank = int(g[0])
+        shape, sa, sb = g[1:1 + rank], g[1 + rank:1 + 2 * rank], g[1 + 2 * rank:1 + 3 * rank]
+        c = _coords(np.arange(n), shape)
+        info.n, info.oo = n, np.arange(n)
+        info.oi["a"] = sum((ci * s for ci, s in zip(c, sa)), np.zeros(n, np.int64))
+        info.oi["b"] = sum((ci * s for ci, s in zip(c, sb)), np.zeros(n, np.int64))
+    elif kind == "copy":
+        n = int(args["n"])
+        g = _host(args["geom"])
+        rank = int(g[0])
+        shape, si = g[1:1 + rank], g[1 + rank:1 + 2 * rank]
+        ioff, so, ooff = int(g[1 + 2 * rank]), g[2 + 2 * rank:2 + 3 * rank], int(g[2 + 3 * rank])
+        c = _coords(np.arange(n), shape)
+        info.n = n
+        info.oi["x"] = ioff + sum((ci * s for ci, s in zip(c, si)), np.zeros(n, np.int64))
+        info.oo = ooff + sum((ci * s for ci, s in zip(c, so)), np.zeros(n, np.int64))
+    elif kind == "reduce":
+        nout, nred = int(args["nout"]), int(args["nred"])
+        g = _host(args["geom"])
+        ro = int(g[0])
+        oshape, ostride = g[1:1 + ro], g[1 + ro:1 + 2 * ro]
+        rr = int(g[1 + 2 * ro])
+        rshape, rstride = g[2 + 2 * ro:2 + 2 * ro + rr], g[2 + 2 * ro + rr:2 + 2 * ro + 2 * rr]
+        c = _coords(np.arange(nout), oshape)
+        base = sum((ci * s for ci, s in zip(c, ostride)), np.zeros(nout, np.int64))
+        if nred:
+            rc = _coords(np.arange(nred), rshape)
+            roff = sum((ci * s for ci, s in zip(rc, rstride)), np.zeros(nred, np.int64))
+            lo, hi = int(roff.min()), int(roff.max())
+        else:
+            lo = hi = 0
+        info.n, info.oo = nout, np.arange(nout)
+        info.ranges["x"] = (base + lo, base + hi)
+    elif kind == "matmul":
+        info.n = int(args["batch"]) * int(args["m"]) * int(args["n"])
+    return info

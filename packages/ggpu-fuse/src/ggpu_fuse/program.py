@@ -1,0 +1,169 @@
+"""The fused program: the replay program's interface, its launches replaced by fused kernels."""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from ggpu_replay import Program
+from gtensor.cuda_source import device_text
+from gtensor.recording import Launch
+
+from .analysis import analyse
+from .codegen import generate
+from .planner import Segment, plan
+
+_HEADER = """\
+// ggpu-fuse: generated kernels of one captured training step (do not edit).
+// Every statement is one iteration of a recorded launch, computed with the launch's own
+// __device__ functions in the same order: fusion moves work between threads, never changes it.
+"""
+
+
+@dataclass
+class Fused:
+    """One phase (forward, backward or the whole step) after fusion."""
+
+    units: list[Launch]
+    segments: list[Segment]
+    rows: int
+    launches_before: int
+    compile_seconds: float
+    module: Any
+    keep: list[Any]  # index tables
+
+    def lines(self) -> list[str]:
+        """The plan, one line per launch of the fused phase."""
+        out = []
+        for k, seg in enumerate(self.segments):
+            tags = sorted({str(i.launch.tag) for i in seg.items}, key=_tag_order)
+            what = f"{seg.cls:4s} x{len(seg.items):<3d}" if seg.fused else \
+                f"node {seg.items[0].name}"
+            out.append(f"{k:3d}  {what}  nodes {', '.join(tags)}")
+        return out
+
+
+def _tag_order(tag: str) -> tuple:
+    return (0, int(tag)) if tag.isdigit() else (1, tag)
+
+
+class FusedProgram(Program):
+    """A captured program whose forward, backward and whole step run as fused kernels.
+
+    Made by ``ggpu_fuse.fuse(prog)``; it shares ``prog``'s device buffers (parameters,
+    inputs, gradients), so it is a different way of running the same step, with the same
+    interface (``set_input``, ``forward``, ``backward``, ``step``, ``loss``, ``adam``...).
+    """
+
+    def __init__(self, prog: Program, rows: int | None = None) -> None:
+        super().__init__(prog.tape, prog.trace)
+        self._rows = batch_rows(prog) if rows is None else rows
+        self._fused: dict[tuple, Fused] = {}
+        self._last: Fused | None = None
+
+    def units(self, phase: str, launches: list[Launch]) -> list[Launch]:
+        """The fused kernels of ``phase`` (planned and compiled on first use, then reused)."""
+        key = (phase, tuple(id(launch) for launch in launches))
+        fused = self._fused.get(key)
+        if fused is None:
+            fused = self._fused[key] = self._fuse(phase, launches)
+        self._last = fused
+        return fused.units
+
+    def fused(self, phase: str) -> Fused | None:
+        """The latest fusion of ``phase`` ("forward", "backward", "step"), or None."""
+        found = [f for (p, _), f in self._fused.items() if p == phase]
+        return found[-1] if found else None
+
+    @property
+    def plan(self) -> list[str]:
+        """One line per launch of the whole step (or of forward + backward before the first
+        ``step``): index, class (row / tail / flat, or the per-node kernel), nodes."""
+        step = self.fused("step")
+        if step is not None:
+            return step.lines()
+        return [*self._phase("forward").lines(), *self._phase("backward").lines()]
+
+    @property
+    def compile_seconds(self) -> float:
+        """Seconds spent compiling generated kernels so far (0 when the disk cache had them)."""
+        return sum(f.compile_seconds for f in self._fused.values())
+
+    def _phase(self, phase: str) -> Fused:
+        launches = self.trace.forward if phase == "forward" else self.trace.backward
+        self.units(phase, launches)
+        return self._fused[(phase, tuple(id(launch) for launch in launches))]
+
+    def _fuse(self, phase: str, launches: list[Launch]) -> Fused:
+        infos = [analyse(i, launch) for i, launch in enumerate(launches)]
+        segments, rows = plan(infos, self._rows)
+        rec = self.trace.rec
+        digest = hashlib.sha256(repr([launch.tag for launch in launches]).encode()).hexdigest()
+        tables: list[Any] = []
+        generated = []
+        for k, seg in enumerate(segments):
+            if seg.fused:
+                g = generate(seg, f"kfuse_{phase}_{digest[:8]}_{k}_{seg.cls}", rows,
+                             lambda host: rec.inner._geom_array(tuple(int(x) for x in host)))
+                tables += g.tables
+                generated.append((k, g))
+        module, seconds = None, 0.0
+        if generated:
+            kernels = [g.kernel for _, g in generated]
+            calls = list({id(fn): fn for kern in kernels for fn in kern.calls}.values())
+            source = "\n".join([_HEADER, device_text(calls), *(kern.source() for kern in kernels)])
+            t0 = time.perf_counter()
+            module = rec.inner.compile_module(source, tuple(kernels))
+            seconds = time.perf_counter() - t0
+        by_segment = dict(generated)
+        units: list[Launch] = []
+        for k, seg in enumerate(segments):
+            if k not in by_segment:
+                units += [info.launch for info in seg.items]
+                continue
+            g = by_segment[k]
+            checked = module.checked(g.kernel.name, g.grid, g.block, g.args)
+            units.append(Launch(checked[0], checked[2], checked[3], tuple(checked[1]),
+                                f"fused {seg.cls}", module.bind(*checked)))
+        return Fused(units, segments, rows, len(launches), seconds, module, tables)
+
+
+def batch_rows(prog: Program) -> int:
+    """The batch's row count R: the leading dimension of the program's largest input (the
+    minibatch a training step refreshes), 0 when it has no input of two or more dimensions."""
+    shapes = [n.shape for n in prog.nodes if n.op.name == "const" and len(n.shape) >= 2]
+    if not shapes:
+        return 0
+    return max(shapes, key=lambda s: (int(np.prod(s)), s[0]))[0]
+
+
+def fuse(prog: Program, rows: int | None = None) -> FusedProgram:
+    """A program with ``prog``'s interface whose launches run fused (see the package doc).
+
+    ``rows`` fixes the batch row count R of the block-per-row kernels (default: the leading
+    dimension of the program's largest input, see ``batch_rows``). Forward and backward are
+    planned and compiled now; the whole step when its optimizer's step has been recorded.
+    """
+    if not isinstance(prog, Program):
+        raise TypeError(f"fuse: expected a ggpu_replay Program, got {type(prog).__name__}")
+    fp = FusedProgram(prog, rows)
+    fp.plan  # noqa: B018 - plans and compiles forward and backward now
+    return fp
+
+
+def worthwhile(prog: Program) -> bool:
+    """Whether fusing ``prog`` pays: on cuda when it cuts launches (launch latency is the
+    cost it removes); on sim never (blocks run one at a time there, so fusion only adds
+    barriers: it exists to verify the bits)."""
+    if prog.backend.name != "cuda":
+        return False
+    fp = prog if isinstance(prog, FusedProgram) else FusedProgram(prog)
+    before = len(prog.forward_launches) + len(prog.backward_launches)
+    after = len(fp._phase("forward").units) + len(fp._phase("backward").units)
+    return after < before
+
+
+__all__ = ["Fused", "FusedProgram", "fuse", "worthwhile"]

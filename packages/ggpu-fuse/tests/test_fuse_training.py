@@ -1,0 +1,34 @@
+"""The fused training step: a few launches, and bitwise the per-node replay and the CPU tape."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from fuse_testutil import train
+from gtensor.testing import bits_equal, first_difference
+
+EPISODES = 40
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+def test_fused_run_is_bitwise_the_per_node_replay_and_the_tape(device, dtype):
+    want_l, want_p, _ = train("tape", device, EPISODES, dtype)
+    node_l, node_p, _ = train("replay", device, EPISODES, dtype)
+    got_l, got_p, prog = train("fused", device, EPISODES, dtype)
+    for name, (trace, p) in {"per-node replay": (node_l, node_p),
+                             "fused": (got_l, got_p)}.items():
+        assert bits_equal(np.array(trace), np.array(want_l)), (
+            f"{name} loss trace: {first_difference(np.array(want_l), np.array(trace))}")
+        for k, (a, b) in enumerate(zip(want_p, p)):
+            assert bits_equal(a, b), f"{name} param {k}: {first_difference(a, b)}"
+    assert want_l[-1] < 0.5 * want_l[0]
+
+
+def test_the_ae_step_is_at_most_six_launches(device):
+    _, _, prog = train("fused", device, 3)
+    step = prog.fused("step")
+    assert step.launches_before > 150  # forward + backward + Adam per node
+    assert len(step.units) <= 6, "\n".join(prog.plan)
+    assert [s.cls for s in step.segments] == ["tail", "row", "flat", "tail", "flat"], \
+        "\n".join(prog.plan)
+    assert len(prog.plan) == len(step.units)
