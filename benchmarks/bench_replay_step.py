@@ -1,11 +1,14 @@
-"""The rung-1 AE training step (forward + backward + Adam with L2) captured and replayed.
+"""The rung-1 AE training step (forward + backward + Adam with L2) captured, replayed, fused.
 
 Engines, one run, each cycling the same ten minibatches (the problem of bench_ae_step.py):
 the CPU tape (numpy backend: the reference), the captured program replayed node by node
 (``forward(); backward(); dopt.step()``) and as one whole step (``prog.step(dopt)``: one CUDA
-graph on cuda, the same launch list on sim), and on a GPU also PyTorch CUDA eager and a torch
-CUDA graph of the same step. Every step includes reading its loss back to the host (a device
-sync), as a training loop does. Medians over the timed steps after a warm-up.
+graph on cuda, the same launch list on sim), the step fused by ggpu-fuse (under one CUDA graph
+on cuda), and on a GPU also PyTorch CUDA eager, a torch CUDA graph and
+``torch.compile(mode="reduce-overhead")`` of the same step. Every step includes reading its
+loss back to the host (a device sync), as a training loop does. Medians over the timed steps
+after a warm-up. A second table gives the fusion planner's figures: launches per step before
+and after fusion, and the compile time of the generated kernels (an empty kernel cache).
 
     python benchmarks/bench_replay_step.py --steps 300            # sim (+ cuda when present)
 
@@ -30,21 +33,24 @@ for _p in ("gtensor", "gtape", "gopt", "ggpu-replay", "gdemos"):
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import gtape as g  # noqa: E402
-from bench_ae_step import ALPHA, B1, B2, EPS, LR, median_us, problem, tape_step  # noqa: E402
+from bench_ae_step import ALPHA, B1, B2, EPS, LR, problem, round_robin, tape_step  # noqa: E402
 from gdemos import model  # noqa: E402
+from ggpu_fuse import fuse  # noqa: E402
 from ggpu_replay import capture  # noqa: E402
 
 Step = Callable[[], float]
 
 
-def replay_step(device: str, whole: bool) -> Callable[[str], Step]:
-    """The AE step captured from a numpy tape and replayed on ``device``."""
+def replay_step(device: str, whole: bool, fused: bool = False) -> Callable[[str], Step]:
+    """The AE step captured from a numpy tape and replayed on ``device`` (or fused)."""
     def make(dtype: str) -> Step:
         batches, init = problem()
         tp = g.Tape("numpy", dtype)
         ps = [tp.param(a) for a in init]
         x = tp.const(batches[0])
         prog = capture(tp, g.mse(model.forward(x, ps), x), backend=device)
+        if fused:
+            prog = fuse(prog)
         opt = prog.adam(lr=LR)
         for k, p in enumerate(ps):
             opt.add(p, alpha=ALPHA if k % 2 == 0 else 0.0)
@@ -65,8 +71,9 @@ def replay_step(device: str, whole: bool) -> Callable[[str], Step]:
     return make
 
 
-def torch_cuda_step(graph: bool) -> Callable[[str], Step]:
-    """PyTorch on the GPU: eager, or forward + backward + Adam captured as one CUDA graph."""
+def torch_cuda_step(graph: bool, compiled: bool = False) -> Callable[[str], Step]:
+    """PyTorch on the GPU: eager, forward + backward + Adam captured as one CUDA graph, or
+    the step under ``torch.compile(mode="reduce-overhead")``."""
     def make(dtype: str) -> Step:
         import torch
 
@@ -92,6 +99,14 @@ def torch_cuda_step(graph: bool) -> Callable[[str], Step]:
             return loss
 
         st = {"i": 0}
+        if compiled:
+            compiled_body = torch.compile(body, mode="reduce-overhead")
+
+            def step() -> float:
+                static_x.copy_(xs[st["i"] % len(xs)])
+                st["i"] += 1
+                return compiled_body().item()
+            return step
         if not graph:
             def step() -> float:
                 static_x.copy_(xs[st["i"] % len(xs)])
@@ -124,6 +139,58 @@ def torch_cpu_step(dtype: str) -> Step:
     return torch_step(dtype)
 
 
+def plan_table(device: str) -> list[str]:
+    """The fusion planner's figures: launches per step and compile time (empty cache)."""
+    import os
+    import tempfile
+
+    sys.path.insert(0, str(ROOT / "tests-integration"))
+    from graphs import GRAPHS
+
+    rows = ["## Fusion: launches per step and compile time", "",
+            f"On {device}, float64; compile time with an empty kernel cache (a fresh "
+            "GTENSOR_CACHE_DIR), as a user meets it the first time.", "",
+            "| graph | per-node launches | fused launches | generated kernels | compile (s) |",
+            "|---|---:|---:|---:|---:|"]
+    old = os.environ.get("GTENSOR_CACHE_DIR")
+    with tempfile.TemporaryDirectory() as cache:
+        os.environ["GTENSOR_CACHE_DIR"] = cache
+        try:
+            batches, init = problem()
+            tp = g.Tape("numpy")
+            ps = [tp.param(a) for a in init]
+            x = tp.const(batches[0])
+            fp = fuse(capture(tp, g.mse(model.forward(x, ps), x), backend=device))
+            opt = fp.adam(lr=LR)
+            for k, p in enumerate(ps):
+                opt.add(p, alpha=ALPHA if k % 2 == 0 else 0.0)
+            fp.step(opt)
+            fp.step(opt)  # the second step plans and compiles the whole step
+            step = fp.fused("step")
+            rows.append(f"| AE training step (forward + backward + Adam, L2) | "
+                        f"{step.launches_before} | {len(step.units)} | "
+                        f"{sum(s.fused for s in step.segments)} | "
+                        f"{step.compile_seconds:.1f} |")
+            for graph in GRAPHS:
+                data = graph.data()
+                tp = g.Tape("numpy")
+                v = {k: tp.param(a) if k in graph.params else tp.const(a)
+                     for k, a in data.items()}
+                fp = fuse(capture(tp, graph.build(v), backend=device))
+                before = len(fp.forward_launches) + len(fp.backward_launches)
+                after = sum(len(fp.fused(ph).units) for ph in ("forward", "backward"))
+                kernels = sum(s.fused for ph in ("forward", "backward")
+                              for s in fp.fused(ph).segments)
+                rows.append(f"| {graph.name} (forward + backward) | {before} | {after} | "
+                            f"{kernels} | {fp.compile_seconds:.1f} |")
+        finally:
+            if old is None:
+                os.environ.pop("GTENSOR_CACHE_DIR", None)
+            else:
+                os.environ["GTENSOR_CACHE_DIR"] = old
+    return rows
+
+
 def has_gpu() -> bool:
     """Whether cupy sees a CUDA device."""
     try:
@@ -146,33 +213,38 @@ def main() -> None:
         ("PyTorch eager (CPU)", torch_cpu_step),
         ("replay per node, sim", replay_step("sim", whole=False)),
         ("replay whole step, sim", replay_step("sim", whole=True)),
+        ("fused step, sim", replay_step("sim", whole=True, fused=True)),
     ]
     gpu = has_gpu()
     if gpu:
         engines += [
             ("replay per node, cuda", replay_step("cuda", whole=False)),
             ("replay whole step as one CUDA graph, cuda", replay_step("cuda", whole=True)),
+            ("fused step as one CUDA graph, cuda", replay_step("cuda", True, fused=True)),
             ("PyTorch CUDA eager", torch_cuda_step(graph=False)),
             ("PyTorch CUDA graph", torch_cuda_step(graph=True)),
+            ('torch.compile(mode="reduce-overhead"), cuda', torch_cuda_step(False, True)),
         ]
-    rows = []
-    for name, make in engines:
-        cells = []
-        for dtype in ("float64", "float32"):
+    cells: dict[str, list] = {name: [] for name, _ in engines}
+    for dtype in ("float64", "float32"):
+        steps, failed = {}, {}
+        for name, make in engines:
             try:
-                step = make(dtype)
-                med, iqr = median_us(step, args.steps, args.warmup)
-                cells.append((med, iqr))
+                steps[name] = make(dtype)
             except Exception as e:  # noqa: BLE001 - report the engine as failed, go on
-                cells.append((math.nan, f"failed: {type(e).__name__}: {e}"))
-        rows.append((name, cells))
-        print(name, [f"{c[0]:.1f}" for c in cells], flush=True)
+                failed[name] = f"failed: {type(e).__name__}: {e}"
+        timed = round_robin(steps, {n: args.steps for n in steps}, args.warmup)
+        for name, _ in engines:
+            cells[name].append((math.nan, failed[name]) if name in failed else timed[name][:2])
+        print(dtype, {n: f"{t[0]:.1f}" for n, t in timed.items()}, flush=True)
+    rows = [(name, cells[name]) for name, _ in engines]
     ref = {dt: rows[0][1][k][0] for k, dt in enumerate(("float64", "float32"))}
     lines = ["# The AE training step, captured and replayed (ggpu-replay)", "",
              "Forward + backward + Adam (L2 1e-05 on the weights) of the d-64-32-64-d "
              "autoencoder, batch 200, each engine cycling the same ten minibatches; every step "
              "includes reading its loss to the host. Median over the timed steps after "
-             f"{args.warmup} warm-up steps. The tape and replay rows land on the same bits; "
+             f"{args.warmup} warm-up steps, the engines stepped in turn (round robin) so all "
+             "see the same machine load. The tape, replay and fused rows land on the same bits; "
              "torch uses its own (BLAS / cuBLAS) order.", "",
              "Command (from the repository root, with the packages installed):", "",
              "```", f"python benchmarks/bench_replay_step.py --steps {args.steps}", "```", "",
@@ -189,6 +261,7 @@ def main() -> None:
             else:
                 out += [f"{med:,.0f} (IQR {iqr:,.0f}, n={args.steps})", f"{med / ref[dt]:.3f}x"]
         lines.append("| " + " | ".join(out) + " |")
+    lines += ["", *plan_table("cuda" if gpu else "sim")]
     text = "\n".join(lines) + "\n"
     print(text)
     args.out.parent.mkdir(parents=True, exist_ok=True)

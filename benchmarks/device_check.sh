@@ -1,15 +1,16 @@
 #!/usr/bin/env bash
 # One prepared device run (an NVIDIA GPU with cupy, torch, numpy, pytest, hypothesis installed;
 # nothing is installed from the network). Runs every package's tests on the cuda backend and the
-# cuda columns of the parity matrix (eager tape and replay), an end-to-end AE training
-# bit-equality check, rung 2 (the captured step replayed as one CUDA graph, bit-equal to the CPU
-# tape), the replay benchmark, and prints a short table last (~10 minutes on an H200).
+# cuda columns of the parity matrix (eager tape, replay, fused), an end-to-end AE training
+# bit-equality check, rungs 2 and 4 (the captured step replayed as one CUDA graph, and fused,
+# bit-equal to the CPU tape), gemit's emitted CUDA, the replay/fusion benchmark, and prints a
+# short table last (~10 minutes on an H200).
 # Usage: OUT=<dir> bash benchmarks/device_check.sh
 set -u
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/device_check}
 mkdir -p "$OUT"
-export PYTHONPATH=packages/gtensor/src:packages/gtape/src:packages/gopt/src:packages/ggpu-replay/src:packages/gdemos/src
+export PYTHONPATH=packages/gtensor/src:packages/gtape/src:packages/gopt/src:packages/ggpu-replay/src:packages/ggpu-fuse/src:packages/gemit/src:packages/gdemos/src
 export GRAD_TEST_BACKEND=cuda HYPOTHESIS_PROFILE=ci PYTHONDONTWRITEBYTECODE=1
 SUMMARY="$OUT/summary.txt"
 : > "$SUMMARY"
@@ -39,12 +40,19 @@ for dt in float64 float32; do
 done
 run gopt-cuda 90 packages/gopt/tests
 run ggpu-replay-cuda 120 packages/ggpu-replay/tests
+run ggpu-fuse-cuda 120 packages/ggpu-fuse/tests
+run gemit-cuda 90 packages/gemit/tests/test_emit_cuda.py
 run gdemos-cuda 120 packages/gdemos/tests
 start=$SECONDS
 timeout 120 python -m gdemos ae --engine replay --backend cuda --no-progress --no-bars \
     --out "$OUT/rung2" > "$OUT/rung2.log" 2>&1
 printf '%-28s rc=%-3s %4ss  %s\n' "rung2-replay-cuda" "$?" "$((SECONDS - start))" \
     "$(grep -E 'weights==cpu tape|MSE' "$OUT/rung2.log" | tr '\n' ' ' | cut -c1-160)" >> "$SUMMARY"
+start=$SECONDS
+timeout 120 python -m gdemos ae --engine fused --backend cuda --no-progress --no-bars \
+    --out "$OUT/rung4" > "$OUT/rung4.log" 2>&1
+printf '%-28s rc=%-3s %4ss  %s\n' "rung4-fused-cuda" "$?" "$((SECONDS - start))" \
+    "$(grep -E 'weights==cpu tape|MSE' "$OUT/rung4.log" | tr '\n' ' ' | cut -c1-160)" >> "$SUMMARY"
 start=$SECONDS
 timeout 180 python benchmarks/bench_replay_step.py --steps 300 --out "$OUT/replay_step.md" \
     > "$OUT/bench_replay.log" 2>&1
