@@ -263,7 +263,7 @@ def round_robin(steps: dict[str, Step], counts: dict[str, int], warmup: int
 
 
 def width_sweep(widths: tuple[int, ...], steps: int, warmup: int) -> dict[int, dict]:
-    """cpu tape vs torch eager (float64 and float32) at hidden widths (w, w/2, w).
+    """cpu tape vs torch eager (all threads, one thread) at hidden widths (w, w/2, w).
 
     Steps shrink with the work (~w**2): ``steps`` at w=64, at least 20.
     """
@@ -272,12 +272,12 @@ def width_sweep(widths: tuple[int, ...], steps: int, warmup: int) -> dict[int, d
         hidden = (w, w // 2, w)
         n = max(20, int(steps * (64 / w) ** 2))
         for dtype in ("float64", "float32"):
-            makers = {"cpu": tape_step("cpu"), "torch": torch_step}
+            makers = {"cpu": tape_step("cpu"), "torch": torch_step, "torch1": torch_step_1thread}
             res = round_robin({k: m(dtype, hidden) for k, m in makers.items()},
                               {k: n for k in makers}, max(5, warmup // 5))
             rows.setdefault(w, {})[dtype] = res
             print(f"width {w:5d} {dtype}: cpu tape {res['cpu'][0]:10.1f} us, torch "
-                  f"{res['torch'][0]:10.1f} us, ratio {res['cpu'][0] / res['torch'][0]:.2f}",
+                  f"{res['torch'][0]:10.1f} us, torch 1 thread {res['torch1'][0]:10.1f} us",
                   flush=True)
     return rows
 
@@ -432,15 +432,14 @@ def _table(rows: dict) -> str:
 
 
 def _sweep_table(sweep: dict) -> str:
-    lines = ["| hidden (w, w/2, w) | float64: cpu tape (us) | torch eager (us) | ratio | "
-             "float32: cpu tape (us) | torch eager (us) | ratio |",
-             "|---|---:|---:|---:|---:|---:|---:|"]
+    lines = ["| hidden (w, w/2, w) | dtype | cpu tape (us) | torch eager (us) | ratio | "
+             "torch eager, 1 thread (us) | ratio |", "|---|---|---:|---:|---:|---:|---:|"]
     for w, by_dt in sweep.items():
-        cells = [f"{w}, {w // 2}, {w}"]
         for dt in ("float64", "float32"):
-            ours, ref = by_dt[dt]["cpu"], by_dt[dt]["torch"]
-            cells += [f"{ours[0]:,.0f} (n={ours[2]})", f"{ref[0]:,.0f}", f"{ours[0] / ref[0]:.2f}x"]
-        lines.append("| " + " | ".join(cells) + " |")
+            ours, ref, ref1 = (by_dt[dt][k] for k in ("cpu", "torch", "torch1"))
+            lines.append(f"| {w}, {w // 2}, {w} | {dt} | {ours[0]:,.0f} (n={ours[2]}) | "
+                         f"{ref[0]:,.0f} | {ours[0] / ref[0]:.2f}x | {ref1[0]:,.0f} | "
+                         f"{ours[0] / ref1[0]:.2f}x |")
     return "\n".join(lines)
 
 

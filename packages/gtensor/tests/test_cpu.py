@@ -21,30 +21,39 @@ def cpu():
     return be
 
 
-def _big_calls(rng, dtype):
-    """Calls large enough that the cpu kernels split their outputs across threads."""
+def _calls(rng, dtype):
+    """One call of every kind of cpu kernel, with odd sizes (chunks end mid-tile)."""
     a = rng.standard_normal((301, 203)).astype(dtype)
     b = rng.standard_normal((203, 97)).astype(dtype)
     c = rng.standard_normal((5, 67, 80)).astype(dtype)
     d = rng.standard_normal((5, 80, 33)).astype(dtype)
-    e = rng.standard_normal((600, 701)).astype(dtype)
+    e = rng.standard_normal((60, 71)).astype(dtype)
+    f = rng.standard_normal((3, 60, 7)).astype(dtype)
     return [("matmul", (a, b), {}), ("bmm", (c, d), {}), ("exp", (e,), {}),
-            ("add", (e, e[:1]), {}), ("sum", (e,), {"axis": 0}), ("sum", (e,), {"axis": 1}),
-            ("mean", (e,), {}), ("softmax", (e,), {"axis": 1}), ("softmax", (e,), {"axis": 0}),
-            ("transpose", (e,), {}), ("sum_to", (e,), {"shape": (701,)}),
-            ("fill", (), {"shape": (600, 701), "value": -0.0, "dtype": dtype})]
+            ("muls", (e,), {"s": 0.3}), ("add", (e, e[:1]), {}), ("mul", (e, e), {}),
+            ("sum", (e,), {"axis": 0}), ("sum", (e,), {"axis": 1}), ("mean", (e,), {}),
+            ("sum", (f,), {"axis": 1}), ("softmax", (e,), {"axis": 1}),
+            ("softmax", (e,), {"axis": 0}), ("softmax_grad", (e, e), {"axis": 0}),
+            ("transpose", (e,), {}), ("sum_to", (e,), {"shape": (71,)}),
+            ("pad", (e,), {"axis": 1, "before": 2, "after": 3}),
+            ("fill", (), {"shape": (60, 71), "value": -0.0, "dtype": dtype})]
 
 
 @pytest.mark.parametrize("dtype", ["float64", "float32"])
 def test_thread_count_changes_no_bit(cpu, monkeypatch, dtype):
+    """Every kernel split across 1, 2 and 3 threads (split threshold lowered to 1)."""
     ref = gtensor.backend("numpy")
-    for op, args, attrs in _big_calls(np.random.default_rng(3), dtype):
-        want = ref.to_numpy(getattr(ref, op)(*[ref.asarray(x) for x in args], **attrs))
-        for threads in ("1", "2", "3"):
-            monkeypatch.setenv(cpu_runtime.THREADS_ENV, threads)
-            got = cpu.to_numpy(getattr(cpu, op)(*[cpu.asarray(x) for x in args], **attrs))
-            assert bits_equal(want, got), f"{op} {dtype} threads={threads}: " \
-                                          f"{first_difference(want, got)}"
+    old = cpu.module.set_parallel_work(1)
+    try:
+        for op, args, attrs in _calls(np.random.default_rng(3), dtype):
+            want = ref.to_numpy(getattr(ref, op)(*[ref.asarray(x) for x in args], **attrs))
+            for threads in ("1", "2", "3"):
+                monkeypatch.setenv(cpu_runtime.THREADS_ENV, threads)
+                got = cpu.to_numpy(getattr(cpu, op)(*[cpu.asarray(x) for x in args], **attrs))
+                assert bits_equal(want, got), f"{op} {dtype} threads={threads}: " \
+                                              f"{first_difference(want, got)}"
+    finally:
+        cpu.module.set_parallel_work(old)
 
 
 def test_plans_tell_apart_what_compares_equal(cpu):

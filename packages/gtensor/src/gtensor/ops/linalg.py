@@ -76,44 +76,50 @@ _CPU_MATMUL = Template("""\
         for (int r = 0; r < R; ++r)
             for (int v = 0; v < NV; ++v) gtcpu::vstore(cr + r * n + j0 + v * N, acc[r][v]);
     };
-    auto block = [=](auto rows_, long long r0) {  // rows r0.. of one batch, all columns
+    auto cols = [=](auto rows_, long long r0, long long j, long long j1) {  // rows r0.., j..j1
         const T* ar = a + r0 * k;
         const T* bb = b + (r0 / m) * k * n;
         T* cr = c + r0 * n;
-        long long j = 0;
-        for (; j + 2 * L <= n; j += 2 * L) tile(rows_, Int<L>{}, Int<2>{}, ar, bb, cr, j);
-        if (j + L <= n) {
+        if (j + 2 * L <= j1) {
+            tile(rows_, Int<L>{}, Int<2>{}, ar, bb, cr, j);
+            j += 2 * L;
+        }
+        if (j + L <= j1) {
             tile(rows_, Int<L>{}, Int<1>{}, ar, bb, cr, j);
             j += L;
         }
-        if (j + L / 2 <= n) {
+        if (j + L / 2 <= j1) {
             tile(rows_, Int<L / 2>{}, Int<1>{}, ar, bb, cr, j);
             j += L / 2;
         }
-        if (j + L / 4 <= n) {
+        if (j + L / 4 <= j1) {
             tile(rows_, Int<L / 4>{}, Int<1>{}, ar, bb, cr, j);
             j += L / 4;
         }
-        if (L >= 16 && j + L / 8 <= n) {
+        if (L >= 16 && j + L / 8 <= j1) {
             tile(rows_, Int<(L >= 16 ? L / 8 : 1)>{}, Int<1>{}, ar, bb, cr, j);
             j += L / 8;
         }
-        for (; j < n; ++j) tile(rows_, Int<1>{}, Int<1>{}, ar, bb, cr, j);
+        for (; j < j1; ++j) tile(rows_, Int<1>{}, Int<1>{}, ar, bb, cr, j);
     };
     const long long rows = batch * m;
     if (k == 0) {
         for (long long i = 0; i < rows * n; ++i) c[i] = (T)0;
         return;
     }
+    // column panels outside, rows inside: a k x 2L panel of b stays in cache across the rows
     gtcpu::parallel_for(rows, k * n, [=](long long lo, long long hi) {
-        long long r = lo;
-        while (r < hi) {
-            if (r + 4 <= hi && r % m + 4 <= m) {
-                block(Int<4>{}, r);
-                r += 4;
-            } else {
-                block(Int<1>{}, r);
-                r += 1;
+        for (long long j0 = 0; j0 < n; j0 += 2 * L) {
+            const long long j1 = j0 + 2 * L < n ? j0 + 2 * L : n;
+            long long r = lo;
+            while (r < hi) {
+                if (r + 4 <= hi && r % m + 4 <= m) {
+                    cols(Int<4>{}, r, j0, j1);
+                    r += 4;
+                } else {
+                    cols(Int<1>{}, r, j0, j1);
+                    r += 1;
+                }
             }
         }
     });""")

@@ -87,6 +87,12 @@ def _launcher(index: int, kernel: Kernel) -> tuple[str, str]:
 _EXEC = """\
 static long long gtcpu_data_offset = 16;
 extern "C" void gtcpu_set_data_offset(long long off) { gtcpu_data_offset = off; }
+extern "C" long long gtcpu_set_parallel_work(long long work)
+{
+    const long long old = gtcpu::PARALLEL_WORK;
+    if (work > 0) gtcpu::PARALLEL_WORK = work;
+    return old;
+}
 
 // plan = [slots, nbytes[slots], launches, then per launch: kernel index, nargs,
 // nargs x (kind, value)]; kind 0: value is a slot (an array object) whose data pointer is
@@ -304,6 +310,15 @@ class CpuModule(KernelTable):
 
         # run(plan address, *arrays (inputs, then out)) -> status: 0 ok, 2 out overlaps an input
         self.run = py_run if py_run is not None else ctypes_run
+
+    def set_parallel_work(self, work: int) -> int:
+        """Set the work (multiply-adds or element operations) from which a kernel splits its
+        outputs across threads; returns the previous value. A knob for tests and tuning: the
+        split never changes a bit."""
+        fn = self._lib.gtcpu_set_parallel_work
+        fn.argtypes = (ctypes.c_longlong,)
+        fn.restype = ctypes.c_longlong
+        return int(fn(int(work)))
 
     def _is_array(self, value: object) -> bool:
         """Pointer arguments are numpy arrays (the cpu backend's CpuArray included)."""

@@ -117,8 +117,9 @@ using Int = std::integral_constant<int, N>;
 
 // ---- threads ---------------------------------------------------------------------------------
 // Work (in multiply-adds or element operations) below which a launch stays on one thread:
-// waking a worker costs a few microseconds.
-static const long long PARALLEL_WORK = 1LL << 22;
+// waking a worker costs microseconds, far more on a loaded machine. Tests lower it
+// (gtcpu_set_parallel_work) so that every kernel's split is exercised on small arrays.
+static long long PARALLEL_WORK = 1LL << 22;
 
 static int thread_count() {
     const char* text = std::getenv("GTENSOR_CPU_THREADS");
