@@ -96,8 +96,10 @@ def _memoized(infer: Infer) -> Infer:
     cache: dict = {}
 
     def memo(shapes_: tuple, attrs: dict) -> tuple[tuple, dict]:
+        key = (shapes_,)
         try:
-            key = (shapes_, *[(k, attr_key(v)) for k, v in attrs.items()])
+            for k, v in attrs.items():
+                key += (k, attr_key(v))
             hit = cache.get(key)
         except TypeError:
             return infer(shapes_, attrs)
