@@ -10,10 +10,10 @@ from pathlib import Path
 from typing import IO, Any
 
 
-def write_atomic(path: Any, write: Callable[[IO[bytes]], Any]) -> Path:
+def write_atomic(path: Any, write: Callable[[IO[bytes]], Any], mode: int | None = None) -> Path:
     """Call ``write(f)`` on a temporary binary file next to ``path``, then rename it to
-    ``path`` (exactly that name); on any exception the temporary file is removed and ``path``
-    is untouched."""
+    ``path`` (exactly that name; permissions ``mode``, default what a plain ``open`` would
+    give); on any exception the temporary file is removed and ``path`` is untouched."""
     target = Path(path)
     directory = target.parent if str(target.parent) else Path(".")
     fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{target.name}.", suffix=".tmp")
@@ -22,7 +22,7 @@ def write_atomic(path: Any, write: Callable[[IO[bytes]], Any]) -> Path:
             write(f)
             f.flush()
             os.fsync(f.fileno())
-        os.chmod(tmp, 0o666 & ~_umask())  # what a plain open() would have made
+        os.chmod(tmp, 0o666 & ~_umask() if mode is None else mode)
         os.replace(tmp, target)
     except BaseException:
         if os.path.exists(tmp):

@@ -23,6 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from gtensor.kernels import Kernel
+from gtensor.runtime import cache
 from gtensor.runtime.args import KernelTable
 
 CXX_FLAGS = (
@@ -59,11 +60,8 @@ _APPLIED: dict[int, str] = {}  # id(loaded library) -> the schedule text it was 
 
 
 def cache_dir() -> Path:
-    """Directory holding compiled modules: $GTENSOR_CACHE_DIR/sim, else the XDG cache."""
-    if os.environ.get("GTENSOR_CACHE_DIR"):
-        return Path(os.environ["GTENSOR_CACHE_DIR"]) / "sim"
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "gtensor" / "sim"
+    """Directory holding compiled sim modules (see ``gtensor.runtime.cache``)."""
+    return cache.root() / "sim"
 
 
 def compiler_command() -> list[str]:
@@ -146,27 +144,12 @@ def _write_atomic(path: Path, text: str) -> None:
 
 
 def build(source: str, kernels: Sequence[Kernel]) -> tuple[str, Path]:
-    """Compile (or find in the disk cache) the module; returns (key, path of the .so)."""
+    """Compile (or find, verified, in the disk cache) the module; returns (key, .so path)."""
     command = compiler_command()
     tu = translation_unit(source, kernels)
     ident = _compiler_identity(tuple(command))
     key = hashlib.sha256("\0".join([tu, ident, " ".join(CXX_FLAGS)]).encode()).hexdigest()
-    directory = cache_dir()
-    lib = directory / f"{key}.so"
-    if lib.exists():
-        return key, lib
-    directory.mkdir(parents=True, exist_ok=True)
-    src = directory / f"{key}.cpp"
-    _write_atomic(src, tu)
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix=f"{key}.", suffix=".so.tmp")
-    os.close(fd)
-    try:
-        _run_compiler(command, src, Path(tmp))
-        os.replace(tmp, lib)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-    return key, lib
+    return key, cache.library("sim", key, tu, lambda src, out: _run_compiler(command, src, out))
 
 
 def load(source: str, kernels: Sequence[Kernel]) -> ctypes.CDLL:
