@@ -180,6 +180,7 @@ def lora_oracle(session: nox.Session) -> None:
 def docs(session: nox.Session) -> None:
     """Every ```python block of the READMEs and docs/ runs as written."""
     _install(session, _packages(), {})
+    session.install("pytest>=8")
     session.run("pytest", "tests-docs", *session.posargs, env=_test_env("numpy"))
 
 
