@@ -4,10 +4,11 @@ The d-64-32-64-d autoencoder (relu hidden, linear out, MSE), batch 200, Adam lr 
 on the weights, float64 and float32. Engines (the ``ENGINES`` table; add a row to add a column):
 our tape on the numpy, sim and cpu backends, hand-written numpy + BLAS, PyTorch eager (CPU), JAX
 jit (when it imports). Each engine cycles through the same ten minibatches. The engines of one
-dtype are stepped round-robin (one step of each in turn), so a load spike on a shared machine
-hits all of them alike, and each step is timed (perf_counter_ns) after a warm-up; we report
-medians and ratios to torch eager. A width sweep (hidden 64 -> 256 -> 1024) times the cpu tape
-against torch eager, and profiles of the tape steps say where our time goes.
+dtype take turns in blocks of 50 timed steps, so load on a shared machine hits all of them
+alike while each block runs with its own data in cache; each step is timed (perf_counter_ns)
+after a warm-up, and we report medians and ratios to torch eager. A width sweep (hidden
+64 -> 256 -> 1024) times the cpu tape against torch eager, and profiles of the tape steps say
+where our time goes.
 
     python benchmarks/bench_ae_step.py --steps 1000
 
@@ -42,6 +43,7 @@ from gopt import Adam  # noqa: E402
 
 BATCH, LR, ALPHA, B1, B2, EPS = 200, 1e-3, 1e-5, 0.9, 0.999, 1e-8
 WIDTHS = (64, 256, 1024)  # the width sweep: hidden layers (w, w/2, w)
+BLOCK = 50  # consecutive timed steps of one engine before the next engine's turn
 Step = Callable[[], float]
 Make = Callable[..., Step]  # make(dtype, hidden=model.HIDDEN) -> a step function
 
@@ -238,12 +240,14 @@ ENGINES: list[Engine] = [
 
 
 # ---------------------------------------------------------------- timing and profile
-def round_robin(steps: dict[str, Step], counts: dict[str, int], warmup: int
+def round_robin(steps: dict[str, Step], counts: dict[str, int], warmup: int, block: int = BLOCK
                 ) -> dict[str, tuple[float, float, int]]:
-    """Median and interquartile spread (us) of each engine's step, stepping them in turn.
+    """Median and interquartile spread (us) of each engine's step, the engines taking turns.
 
-    Every engine gets ``warmup`` untimed steps, then round after round each engine that still
-    needs timed steps takes one, so all of them see the same machine load.
+    Every engine gets ``warmup`` untimed steps; then round after round each engine that still
+    needs timed steps runs a block of ``block`` timed steps, so all of them see the same machine
+    load over the run while each block runs with the engine's own data in cache (stepping
+    engines one by one lets each evict the others' working sets: that measures the neighbours).
     """
     for step in steps.values():
         for _ in range(warmup):
@@ -251,7 +255,7 @@ def round_robin(steps: dict[str, Step], counts: dict[str, int], warmup: int
     times: dict[str, list[int]] = {name: [] for name in steps}
     while any(len(times[n]) < counts[n] for n in steps):
         for name, step in steps.items():
-            if len(times[name]) < counts[name]:
+            for _ in range(min(block, counts[name] - len(times[name]))):
                 t0 = time.perf_counter_ns()
                 step()
                 times[name].append(time.perf_counter_ns() - t0)
@@ -274,7 +278,7 @@ def width_sweep(widths: tuple[int, ...], steps: int, warmup: int) -> dict[int, d
         for dtype in ("float64", "float32"):
             makers = {"cpu": tape_step("cpu"), "torch": torch_step, "torch1": torch_step_1thread}
             res = round_robin({k: m(dtype, hidden) for k, m in makers.items()},
-                              {k: n for k in makers}, max(5, warmup // 5))
+                              {k: n for k in makers}, max(5, warmup // 5), max(5, n // 10))
             rows.setdefault(w, {})[dtype] = res
             print(f"width {w:5d} {dtype}: cpu tape {res['cpu'][0]:10.1f} us, torch "
                   f"{res['torch'][0]:10.1f} us, torch 1 thread {res['torch1'][0]:10.1f} us",
@@ -474,8 +478,8 @@ def _report(argv, args, table: str, plain: dict, profiles: dict, rows: dict, swe
 
 Forward + backward + Adam (L2 {ALPHA:g} on the weights) of the d-64-32-64-d autoencoder, batch
 {BATCH}; median over the timed steps after {args.warmup} warm-up steps, each engine cycling the
-same ten minibatches. The engines of one dtype are stepped round-robin (one step of each in
-turn), so load on this shared machine hits them alike; compare ratios, not absolute times. The
+same ten minibatches. The engines of one dtype take turns in blocks of {BLOCK} timed steps, so
+load on this shared machine hits them alike; compare ratios, not absolute times. The
 tape rows ({exact}) are exact (bit-identical to each other); the other engines use BLAS /
 oneDNN / XLA matmuls in whatever order they like.
 
@@ -497,7 +501,7 @@ float64 and {cpu_ratio["float32"]} in float32 (the issue's target: <= 1.0x).
 
 ## Width sweep: cpu tape vs torch eager
 
-Hidden layers (w, w/2, w), same data, batch {BATCH}; each pair stepped round-robin, medians in us
+Hidden layers (w, w/2, w), same data, batch {BATCH}; the engines take turns in blocks, medians in us
 (steps shrink with the work: {args.sweep_steps} at w=64). torch runs BLAS with FMA on
 {torch.get_num_threads()} threads; the cpu tape keeps every output's serial k order (no FMA) and
 splits rows across $GTENSOR_CPU_THREADS threads (default: all CPUs) once a kernel has more than
