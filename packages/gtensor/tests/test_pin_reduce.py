@@ -74,3 +74,15 @@ def test_sum_and_mean_of_everything_row_major(be, dtype):
         want_mean = np.asarray(want / np.dtype(dtype).type(60), dtype)
     got = be.to_numpy(be.mean(be.asarray(x)))
     assert bits_equal(want_mean, got), first_difference(want_mean, got)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_empty_inner_products_are_positive_zero(be, dtype):
+    """matmul and bmm with k = 0: every output is +0.0 (an empty sum), with the right shape."""
+    for a_shape, b_shape, want_shape in [((3, 0), (0, 4), (3, 4)),
+                                         ((2, 3, 0), (2, 0, 4), (2, 3, 4))]:
+        op = be.matmul if len(a_shape) == 2 else be.bmm
+        got = be.to_numpy(op(be.asarray(np.zeros(a_shape, dtype)),
+                             be.asarray(np.zeros(b_shape, dtype))))
+        assert got.shape == want_shape and got.dtype == np.dtype(dtype), (got.shape, got.dtype)
+        assert not got.view(np.uint64 if dtype == "float64" else np.uint32).any(), got
