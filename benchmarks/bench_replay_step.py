@@ -214,6 +214,7 @@ def main() -> None:
         ("replay per node, sim", replay_step("sim", whole=False)),
         ("replay whole step, sim", replay_step("sim", whole=True)),
         ("fused step, sim", replay_step("sim", whole=True, fused=True)),
+        ("captured step, cpu backend (one native call)", replay_step("cpu", whole=True)),
     ]
     gpu = has_gpu()
     if gpu:

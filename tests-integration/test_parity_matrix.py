@@ -118,8 +118,9 @@ def run_replay(graph: Graph, dtype: str, device: str, fused: bool = False) -> Re
                       [prog.value_at(i) for i in range(n)], [prog.grad_at(i) for i in range(n)])
 
 
-for _d in ("sim", "cuda"):
+for _d in ("sim", "cuda", "cpu"):
     engine(f"replay-{_d}", _d)(lambda graph, dtype, _d=_d: run_replay(graph, dtype, _d))
+for _d in ("sim", "cuda"):
     engine(f"fused-{_d}", _d)(lambda graph, dtype, _d=_d: run_replay(graph, dtype, _d, True))
 
 

@@ -45,7 +45,7 @@ def test_replay_needs_a_device_backend(capsys):
     with pytest.raises(SystemExit) as e:
         cli.main(["ae", "--engine", "replay", "--backend", "numpy", "--no-progress"])
     assert e.value.code == 2
-    assert "--engine replay runs on a device backend" in capsys.readouterr().err
+    assert "--engine replay runs on --backend sim or cuda or cpu" in capsys.readouterr().err
     with pytest.raises(ValueError, match="is not a multiple of batch"):
         ae.train(ae.AEConfig(backend="sim", engine="replay", n=210, epochs=1))
 

@@ -150,3 +150,13 @@ def test_the_tests_see_a_missing_barrier(device, monkeypatch):
     racy_values = [fp.value_at(i) for i in range(len(prog.nodes))]
     prog.forward()
     assert any(not bits_equal(prog.value_at(i), v) for i, v in enumerate(racy_values))
+
+
+def test_fuse_refuses_a_cpu_program():
+    import pytest
+    from gtensor import testing
+
+    testing.require_backend("cpu")
+    tp, x, loss, _ = _build(["tanh"], 0)
+    with pytest.raises(ValueError, match="already runs its whole step as one native call"):
+        fuse(capture(tp, loss, backend="cpu"))

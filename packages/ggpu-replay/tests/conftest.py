@@ -11,6 +11,8 @@ testing.load_hypothesis_profiles()
 
 @pytest.fixture(scope="session")
 def device() -> str:
-    """"cuda" in the cuda session (skipped without a GPU), else "sim"."""
-    name = "cuda" if testing.backend_name() == "cuda" else "sim"
+    """Where programs run: "cuda" in the cuda session (skipped without a GPU), "cpu" in the cpu
+    session (the captured step as one native call), else "sim"."""
+    session = testing.backend_name()
+    name = session if session in ("cuda", "cpu") else "sim"
     return testing.require_backend(name).name

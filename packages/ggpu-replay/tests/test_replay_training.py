@@ -48,3 +48,30 @@ def test_float32_device_mode_tolerance(bname, device):
     assert all(p.dtype == np.float64 for p in got)  # synced back into the float64 tape
     assert 0 < loss_dev < 1e-5, f"loss deviation {loss_dev:.3e}"
     assert 0 < param_dev < 1e-4, f"parameter deviation {param_dev:.3e}"
+
+
+def test_the_captured_cpu_step_is_one_native_call(monkeypatch):
+    """On the cpu backend the whole step (forward, backward, Adam) is one call into C."""
+    import gtape as g
+    from ggpu_replay import capture
+    from gtensor import testing
+    from replay_testutil import ae_loss, ae_problem, make_opt, register
+
+    testing.require_backend("cpu")
+    init, data = ae_problem()
+    tp = g.Tape()
+    ps = [tp.param(a) for a in init]
+    x = tp.const(data[0])
+    prog = capture(tp, ae_loss(x, ps), backend="cpu")
+    opt = make_opt("adam", prog, None)
+    register(opt, ps, None)
+    prog.step(opt)  # records the optimizer's half
+    calls = []
+    module = prog.device.module
+    real = module.run
+    monkeypatch.setattr(module, "run", lambda *a: calls.append(a) or real(*a))
+    prog.set_input(x, data[1])
+    prog.step(opt)
+    assert len(calls) == 1, f"{len(calls)} native calls for one step"
+    want_l, want_p = train_tape("numpy", "float64", "adam", 2, clip=None)
+    assert prog.loss() == want_l[1]

@@ -67,8 +67,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     _check_common(parser, args)
     engine = getattr(args, "engine", "tape")
-    if engine in ("replay", "fused") and args.backend not in ("sim", "cuda"):
-        parser.error(f"--engine {engine} runs on a device backend: --backend sim or cuda, "
+    allowed = {"replay": ("sim", "cuda", "cpu"), "fused": ("sim", "cuda")}.get(engine)
+    if allowed and args.backend not in allowed:
+        parser.error(f"--engine {engine} runs on --backend {' or '.join(allowed)}, "
                      f"got {args.backend}")
     if args.command == "ae":
         cfg = ae.AEConfig(backend=args.backend, dtype=args.dtype, seed=args.seed,

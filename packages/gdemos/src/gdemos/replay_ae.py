@@ -14,12 +14,12 @@ import numpy as np
 from . import model
 from .ae import AEConfig, register
 
-DEVICES = ("sim", "cuda")
+DEVICES = ("sim", "cuda", "cpu")  # cpu: the captured step as one native call
 
 
 def check_replay_config(cfg: AEConfig) -> None:
     """Refuse what a captured step cannot do (before any work)."""
-    if cfg.backend not in DEVICES:
+    if cfg.backend not in DEVICES or (cfg.engine == "fused" and cfg.backend == "cpu"):
         raise ValueError(f"engine {cfg.engine}: backend {cfg.backend!r} runs no kernels; "
                          f"expected one of {DEVICES}")
     if cfg.n % cfg.batch:

@@ -149,6 +149,10 @@ def fuse(prog: Program, rows: int | None = None) -> FusedProgram:
     """
     if not isinstance(prog, Program):
         raise TypeError(f"fuse: expected a ggpu_replay Program, got {type(prog).__name__}")
+    if prog.backend.name not in ("sim", "cuda"):
+        raise ValueError(f"fuse: the program runs on {prog.backend.name!r}; fusion generates "
+                         "CUDA kernels (for 'cuda', verified on 'sim'). A 'cpu' program already "
+                         "runs its whole step as one native call")
     fp = FusedProgram(prog, rows)
     fp.plan  # noqa: B018 - plans and compiles forward and backward now
     return fp

@@ -1,4 +1,5 @@
-"""Where a program's launches run: the CPU simulator, or a CUDA stream and its graphs."""
+"""Where a program's launches run: the CPU simulator, a CUDA stream and its graphs, or the
+cpu backend's native plan interpreter."""
 
 from __future__ import annotations
 
@@ -78,6 +79,42 @@ class CudaDevice(Device):
         graph.launch(self.stream)
 
 
+class CpuDevice(Device):
+    """The cpu backend's compiled kernels: a launch list runs as ONE native call.
+
+    The list is encoded once (kernel index and arguments, buffers by address) as the cpu
+    module's plan, which its interpreter walks in C: no Python between the kernels of a step.
+    """
+
+    name = "cpu"
+
+    def __init__(self, rec: Recorder) -> None:
+        self.module = rec.inner.module
+        self._plans: dict[tuple, Any] = {}
+
+    def graph(self, launches: Sequence[Launch]) -> Any:
+        """The launches encoded as one native program (kept with the launches it needs)."""
+        plan = self.module.plan([(launch.kernel.name, launch.grid, launch.block, launch.args)
+                                 for launch in launches], [])
+        return plan, tuple(launches)
+
+    def launch_graph(self, graph: Any) -> None:
+        """Run a program made by ``graph`` (one call)."""
+        status = self.module.run(graph[0].addr)
+        if status:
+            raise RuntimeError(f"cpu: a captured program failed (status {status})")
+
+    def run(self, launches: Sequence[Launch]) -> None:
+        """Run ``launches`` as one native call (their program is made once, then reused)."""
+        key = tuple(id(launch) for launch in launches)
+        program = self._plans.get(key)
+        if program is None:
+            program = self._plans[key] = self.graph(launches)
+        self.launch_graph(program)
+
+
 def device_for(rec: Recorder) -> Device:
-    """The device matching a recorder's backend ("sim" or "cuda")."""
-    return CudaDevice() if rec.name == "cuda" else Device()
+    """The device matching a recorder's backend ("sim", "cuda" or "cpu")."""
+    if rec.name == "cuda":
+        return CudaDevice()
+    return CpuDevice(rec) if rec.name == "cpu" else Device()

@@ -300,8 +300,9 @@ def capture(tp: gtape.Tape, loss: gtape.Var, backend: str = "cuda",
             dtype: Any = None) -> Program:
     """Turn the episode of ``tp`` ending at ``loss`` into a static program on ``backend``.
 
-    ``backend`` is "sim" or "cuda"; ``dtype="float32"`` on a float64 tape gives float32
-    device buffers (a tolerance contract, not bits: see docs/replay.md). Refuses, naming the
+    ``backend`` is "sim" or "cuda" (a device), or "cpu": the compiled host kernels, the whole
+    step then one native call; ``dtype="float32"`` on a float64 tape gives float32 buffers (a
+    tolerance contract, not bits: see docs/replay.md). Refuses, naming the
     node and why: a non-scalar loss, a Var of another tape, an op without a kernel, a gradient
     path through an op without a backward rule, a closed tape. The episode's values are
     recomputed on the device during capture (so the program starts at the tape's state).
