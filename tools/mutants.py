@@ -58,7 +58,8 @@ VJP_RUN = Run((PIN_VJP, f"{TP}/tests/test_pin_broadcast.py"))
 SIM_PARITY = Run((f"{GT}/tests/test_parity.py", f"{GT}/tests/test_oracles.py"), "sim",
                  (("GTENSOR_SIM_SCHEDULE", "reverse"),))
 RUNTIME_RUN = Run((f"{GT}/tests/test_schedule.py", f"{GT}/tests/test_runtime.py"))
-GOPT_RUN = Run((f"{OP}/tests/test_gopt_exact.py", f"{OP}/tests/test_pin_same_shape.py"))
+GOPT_RUN = Run((f"{OP}/tests/test_gopt_exact.py", f"{OP}/tests/test_pin_same_shape.py",
+                f"{OP}/tests/test_gopt_errors.py", f"{OP}/tests/test_gopt_state.py"))
 DEMO_RUN = Run((f"{DM}/tests/test_verdicts.py", f"{DM}/tests/test_gdemos_cli.py"))
 
 TARGETS = [
@@ -77,12 +78,15 @@ TARGETS = [
            (Run((f"{GT}/tests/test_oracles.py", f"{GT}/tests/test_pin_reduce.py")), VJP_RUN)),
     Target(f"{GT}/src/gtensor/ops/softmax.py",
            ("*", "_softmax_reference", "_softmax_grad_reference"),
-           (Run((f"{GT}/tests/test_oracles.py", f"{GT}/tests/test_pin_scalar.py")), VJP_RUN)),
+           (Run((f"{GT}/tests/test_oracles.py", f"{GT}/tests/test_pin_scalar.py")), VJP_RUN,
+            SIM_PARITY)),
     Target(f"{GT}/src/gtensor/ops/movement.py",
            ("_transpose_vjp", "_concat_vjp", "_broadcast_to_vjp", "_slice_reference",
-            "_pad_reference", "*"), (VJP_RUN,)),
-    Target(f"{TP}/src/gtape/backward.py", ("run", "_reached", "*"),
-           (VJP_RUN, Run((f"{TP}/tests/test_tape_bitwise.py",)))),
+            "_pad_reference", "*"),
+           (Run((f"{GT}/tests/test_pin_movement.py",)), VJP_RUN, SIM_PARITY)),
+    Target(f"{TP}/src/gtape/backward.py", ("run", "_reached", "reached", "*"),
+           (VJP_RUN, Run((f"{TP}/tests/test_tape_bitwise.py", f"{TP}/tests/test_pin_engine.py",
+                          f"{TP}/tests/test_tape_requires_grad.py")))),
     Target(f"{OP}/src/gopt/adam.py", ("adam_lr_t", "_begin_step", "_update", "*"), (GOPT_RUN,)),
     Target(f"{OP}/src/gopt/sgd.py", ("_update", "*"), (GOPT_RUN,)),
     Target(f"{OP}/src/gopt/gradients.py", ("global_norm", "clip_scale", "scaled", "with_l2"),
@@ -168,6 +172,7 @@ EQUIVALENT: dict[str, str] = {
                                                  "size as the unknown one",
     f"{GT}/src/gtensor/ops/softmax.py:184:11:0": "MUL(y, g - d) == MUL(g - d, y): IEEE * "
                                                   "commutes",
+    f"{OP}/src/gopt/base.py:125:85:0": "set_clip's bound low=-0.0: x > -0.0 is x > 0.0",
 }
 # Mutants whose change lies far below the last bit of every result (a compensated or
 # double-double term), measured: id -> evidence. Not counted either, but listed apart.

@@ -162,7 +162,9 @@ ROWS = [
     Row("copy", g.copy, (S,), lambda i, y, G, dt: [G]),
     Row("slice", lambda x: g.slice(x, 1, 1, 3), (S,), lambda i, y, G, dt: [
         np.concatenate([np.zeros((3, 1), dt), G, np.zeros((3, 1), dt)], axis=1)]),
-    Row("pad", lambda x: g.pad(x, 0, 2, 1), (S,), lambda i, y, G, dt: [G[2:5]]),
+    Row("pad", lambda x: g.pad(x, 1, 2, 1), (S,), lambda i, y, G, dt: [G[:, 2:6]]),
+    Row("slice_head", lambda x: g.slice(x, 1, 0, 1), (S,), lambda i, y, G, dt: [
+        np.concatenate([G, np.zeros((3, 3), dt)], axis=1)]),
     Row("concat", lambda a, b: g.concat([a, b], axis=1), ((3, 2), (3, 5)),
         lambda i, y, G, dt: [G[:, :2], G[:, 2:]]),
     Row("broadcast_to", lambda x: g.broadcast_to(x, (2, 3, 4)), ((3, 1),),
@@ -171,7 +173,7 @@ ROWS = [
     Row("softmax_axis0", lambda x: g.softmax(x, 0), (S,),
         lambda i, y, G, dt: [_softmax_grad(G, y, 0)]),
 ]
-COVERED = {r.name.split("_axis")[0].split("_keepdims")[0] for r in ROWS}
+COVERED = {r.name.split("_axis")[0].split("_keepdims")[0].split("_head")[0] for r in ROWS}
 
 
 def tape_grads(bname: str, dtype: str, row: Row, ins: list[np.ndarray], G: np.ndarray):
