@@ -20,7 +20,6 @@ import os
 import platform
 import subprocess
 import sys
-import tempfile
 import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -29,7 +28,7 @@ from typing import Any
 import numpy as np
 
 from gtensor.kernels import Kernel
-from gtensor.runtime import sim
+from gtensor.runtime import cache, sim
 from gtensor.runtime.args import KernelTable
 
 CXX_FLAGS = (
@@ -51,8 +50,8 @@ _LOAD_LOCK = threading.Lock()
 
 
 def cache_dir() -> Path:
-    """Directory of compiled cpu modules: beside sim's (``$GTENSOR_CACHE_DIR/cpu`` or XDG)."""
-    return sim.cache_dir().parent / "cpu"
+    """Directory of compiled cpu modules: ``$GTENSOR_CACHE_DIR/cpu`` or the XDG cache's."""
+    return cache.root() / "cpu"
 
 
 def _host_identity() -> str:
@@ -196,33 +195,22 @@ def translation_unit(source: str, kernels: Sequence[Kernel]) -> str:
 
 
 def build(source: str, kernels: Sequence[Kernel]) -> tuple[str, Path]:
-    """Compile (or find in the disk cache) the cpu module; returns (key, path of the .so)."""
+    """Compile (or find, verified, in the disk cache) the cpu module; returns (key, .so path)."""
     command = sim.compiler_command()
     tu = translation_unit(source, kernels)
     ident = sim._compiler_identity(tuple(command))
     flags = (*CXX_FLAGS, *_python_flags())
     key = hashlib.sha256("\0".join([tu, ident, " ".join(flags), _host_identity(), sys.version])
                          .encode()).hexdigest()
-    directory = cache_dir()
-    lib = directory / f"{key}.so"
-    if lib.exists():
-        return key, lib
-    directory.mkdir(parents=True, exist_ok=True)
-    src = directory / f"{key}.cpp"
-    sim._write_atomic(src, tu)
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix=f"{key}.", suffix=".so.tmp")
-    os.close(fd)
-    try:
-        proc = subprocess.run([*command, *flags, "-x", "c++", str(src), "-o", tmp],
+
+    def compile_to(src: Path, out: Path) -> None:
+        proc = subprocess.run([*command, *flags, "-x", "c++", str(src), "-o", str(out)],
                               capture_output=True, text=True, check=False)
         if proc.returncode != 0:
             raise RuntimeError(f"cpu: compiling the kernel module failed (source kept at "
                                f"{src}):\n{proc.stderr}")
-        os.replace(tmp, lib)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-    return key, lib
+
+    return key, cache.library("cpu", key, tu, compile_to)
 
 
 def load(source: str, kernels: Sequence[Kernel]) -> tuple[ctypes.CDLL, Any]:
