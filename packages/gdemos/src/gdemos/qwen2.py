@@ -18,12 +18,12 @@ The inference path (``logits``, ``generate`` with a KV cache) runs the model mat
 from __future__ import annotations
 
 import json
-import shutil
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+from gtensor import files
 
 from . import qwen2_math as qm
 from .qwen2_math import LINEARS, Qwen2Config, module_name
@@ -123,20 +123,25 @@ class Qwen2:
 
     def save_pretrained(self, directory: str | Path) -> Path:
         """Write config.json, model.safetensors (and the tokenizer files it came with)."""
-        from safetensors.numpy import save_file
+        from safetensors.numpy import save
 
         d = Path(directory)
         d.mkdir(parents=True, exist_ok=True)
         raw = dict(self.raw_config)
         raw["torch_dtype"] = self.dtype.name
         raw["dtype"] = self.dtype.name
-        (d / "config.json").write_text(json.dumps(raw, indent=2) + "\n")
-        save_file({k: np.ascontiguousarray(v) for k, v in self.weights.items()},
-                  str(d / "model.safetensors"), metadata={"format": "pt"})
+        text = (json.dumps(raw, indent=2) + "\n").encode()
+        # every file written atomically (temp file, fsync, rename): a failed save leaves the
+        # previous model intact
+        files.write_atomic(d / "config.json", lambda f: f.write(text))
+        weights = {k: np.ascontiguousarray(v) for k, v in self.weights.items()}
+        files.write_atomic(d / "model.safetensors",
+                           lambda f: f.write(save(weights, metadata={"format": "pt"})))
         if self.source is not None:
             for name in ("tokenizer.json", "tokenizer_config.json", "vocab.json", "merges.txt"):
                 if (self.source / name).exists() and self.source.resolve() != d.resolve():
-                    shutil.copyfile(self.source / name, d / name)
+                    data = (self.source / name).read_bytes()
+                    files.write_atomic(d / name, lambda f, data=data: f.write(data))
         return d
 
     def with_weights(self, weights: dict[str, np.ndarray]) -> Qwen2:

@@ -11,6 +11,8 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from gtensor import files
+
 from . import lora_train as lt
 from . import report
 from .qwen2 import Qwen2
@@ -73,7 +75,7 @@ def plot(path: Path, losses: list[float], title: str) -> Path:
     ax.legend()
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path)
+    files.write_atomic(path, lambda f: fig.savefig(f, format="png"))
     plt.close(fig)
     return path
 

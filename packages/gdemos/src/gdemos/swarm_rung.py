@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from gtensor import files
 
 from .swarm import History, SwarmConfig, make_data, same_bits, train_local
 
@@ -64,7 +65,7 @@ def _plot(path: Path, run: History, ref: History | None, title: str) -> Path:
     ax.set_title(title)
     ax.legend()
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    files.write_atomic(path, lambda f: fig.savefig(f, dpi=110, format="png"))
     plt.close(fig)
     return path
 
@@ -92,7 +93,8 @@ def report(cfg: SwarmConfig, run: History, ref: History | None, out: Path,
         summary["reference_seconds_per_iteration"] = ref.seconds
         summary["reference_backend"] = ref.extra.get("backend", "numpy")
     path = out / "swarm.json"
-    path.write_text(json.dumps(summary, indent=2) + "\n")
+    text = (json.dumps(summary, indent=2) + "\n").encode()
+    files.write_atomic(path, lambda f: f.write(text))
     plot = _plot(out / "swarm_loss.png", run, ref,
                  f"rung 5: linear regression, N={cfg.n}, d={cfg.d}")
     return SwarmRun(cfg, run, ref, path, plot, summary)
