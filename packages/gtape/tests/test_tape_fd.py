@@ -77,7 +77,8 @@ ROWS = [
         ((2, 3), (2, 3))),
     Row("scalar_div", lambda x: x / 3.0 + 3.0 / x - (1.0 - x), ((2, 3),), AWAY0),
 ]
-NONDIFF = {"relu_grad", "sigmoid_grad", "tanh_grad", "softmax_grad", "fill"}
+NONDIFF = {"relu_grad", "sigmoid_grad", "tanh_grad", "softmax_grad", "fill", "adam_m", "adam_v",
+           "adam_p", "sgd_p"}
 
 
 def draw(rng: np.random.Generator, shape: tuple, domain: str) -> np.ndarray:

@@ -84,6 +84,13 @@ def _cases() -> list[Case]:
     for s, v in [((), 1.0), ((7,), -0.0), ((3, 5), 0.1), ((2, 3, 4), float("nan")),
                  ((0, 3), 2.0), ((5,), float("-inf")), ((4,), 1e-40)]:
         cases.append(Case("fill", (), {"shape": s, "value": v}))
+    for op, coef in (("adam_m", 0.9), ("adam_v", 0.999), ("sgd_p", 0.05)):
+        for s in [(), (7,), (3, 5)]:
+            for clip, alpha in [(False, 0.0), (True, 0.0), (False, 1e-3), (True, 3e-2)]:
+                key = "lr" if op == "sgd_p" else "beta"
+                cases.append(Case(op, (s, s, s, ()), {key: coef, "alpha": alpha, "clip": clip}))
+    for s in [(), (7,), (3, 5)]:
+        cases.append(Case("adam_p", (s, s, s, ()), {"eps": 1e-8}))
     for s, target in [((5,), (3, 5)), ((3, 1), (3, 5)), ((), (2, 3)), ((1, 4), (2, 3, 4)),
                       ((7,), (7,))]:
         cases.append(Case("broadcast_to", (s,), {"shape": target}))

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 from gtensor.recording import Launch
 
-FUSABLE = ("map", "scalar", "zip", "copy", "fill", "matmul", "reduce")
+FUSABLE = ("map", "scalar", "zip", "copy", "fill", "matmul", "reduce", "elementwise")
 
 
 def address(a: Any) -> int:
@@ -169,6 +169,12 @@ def analyse(index: int, launch: Launch) -> Info:
         info.n, info.oo = n, np.arange(n)
         if kind != "fill":
             info.oi["x"] = np.arange(n)
+    elif kind == "elementwise":  # array inputs at i (0-d ones at 0: read whole)
+        n = int(args["n"])
+        info.n, info.oo = n, np.arange(n)
+        for param, b in info.reads:
+            if b.shape != ():
+                info.oi[param] = np.arange(n)
     elif kind == "zip":
         n = int(args["n"])
         g = _host(args["geom"])

@@ -88,6 +88,13 @@ def _statement(info: Info, v: dict[str, str], i: str) -> str:
         return f"{v['y']}[{i}] = {_fn(info)}({v['x']}[{i}], {_lit(a['s'], t)});"
     if kind == "fill":
         return f"{v['y']}[{i}] = {_lit(a['v'], t)};"
+    if kind == "elementwise":
+        k = info.launch.kernel
+        out = next(p.name for p in k.params if p.is_pointer and not p.is_const)
+        ins = [f"{v[p.name]}[{'0' if info.args[p.name].shape == () else i}]" for p in k.params
+               if p.is_pointer and p.is_const]
+        lits = [_lit(a[p.name], p.ctype) for p in k.params if not p.is_pointer and p.name != "n"]
+        return f"{v[out]}[{i}] = {_fn(info)}({', '.join(ins + lits)});"
     if kind == "zip":
         g = v["geom"]
         return (f"{{ const int rank = (int){g}[0]; long long rem = {i}, oa = 0, ob = 0;\n"

@@ -64,24 +64,17 @@ class Adam(Optimizer):
         self._lr_t = adam_lr_t(self._lr, self._b1_pow, self._b2_pow)
         self._ws.put("adam_lr_t", self._lr_t)
 
-    def _update(self, i: int, slot: Slot, p: Any, g: Any) -> tuple[Any, dict[str, Any]]:
-        be, ws, shape = self._be, self._ws, slot.shape
+    def _update(self, i: int, slot: Slot, p: Any, g: Any, scale: Any,
+                clip: bool) -> tuple[Any, dict[str, Any]]:
+        be, ws, shape, a = self._be, self._ws, slot.shape, slot.alpha
         m, v = slot.state["m"], slot.state["v"]
-        # m <- b1*m + (1-b1)*g
-        a = be.muls(m, self._b1, out=ws(("adam_a", i), shape))
-        b = be.muls(g, 1.0 - self._b1, out=ws(("adam_b", i), shape))
-        m_new = be.add(a, b, out=ws(("adam_m", i), shape))
-        # v <- b2*v + (1-b2)*(g*g)
-        a = be.muls(v, self._b2, out=ws(("adam_a", i), shape))
-        gg = be.mul(g, g, out=ws(("adam_gg", i), shape))
-        b = be.muls(gg, 1.0 - self._b2, out=ws(("adam_b", i), shape))
-        v_new = be.add(a, b, out=ws(("adam_v", i), shape))
+        # m <- b1*m + (1-b1)*gk; v <- b2*v + (1-b2)*(gk*gk); gk = g (* scale) (+ alpha*p)
+        m_new = be.adam_m(m, g, p, scale, self._b1, a, clip, out=ws(("adam_m", i), shape))
+        v_new = be.adam_v(v, g, p, scale, self._b2, a, clip, out=ws(("adam_v", i), shape))
         # p <- p - (lr_t*m) / (sqrt(v) + eps)
-        num = be.mul(m_new, ws("adam_lr_t", ()), out=ws(("adam_num", i), shape))
-        root = be.sqrt(v_new, out=ws(("adam_root", i), shape))
-        den = be.adds(root, self._eps, out=ws(("adam_den", i), shape))
-        upd = be.div(num, den, out=ws(("adam_upd", i), shape))
-        return be.sub(p, upd, out=ws(("new", i), shape)), {"m": m_new, "v": v_new}
+        p_new = be.adam_p(p, m_new, v_new, ws("adam_lr_t", ()), self._eps,
+                          out=ws(("new", i), shape))
+        return p_new, {"m": m_new, "v": v_new}
 
     def _hyper(self) -> dict[str, float]:
         return {"lr": self._lr, "beta1": self._b1, "beta2": self._b2, "eps": self._eps}

@@ -166,19 +166,23 @@ class Optimizer:
         self._begin_step()
 
     def _device_step(self) -> None:
-        """The backend half of a step: backend ops only, on buffers that never move."""
+        """The backend half of a step: backend ops only, on buffers that never move.
+
+        The global norm and the clip scale are a few 0-d ops; each parameter's update is then
+        gtensor's fused update ops (``adam_m``, ``adam_v``, ``adam_p``; ``sgd_p``), which apply
+        the clip scale and the L2 term to the gradient inside, in gopt's order.
+        """
         tp, ws = self._tp, self._ws
         grads = [tp.grad(s.var) for s in self._slots]
-        if self._clip_consts is not None:
+        clip = self._clip_consts is not None
+        if clip:
             norm = gradients.global_norm(ws, grads)
             scale = gradients.clip_scale(ws, norm, *self._clip_consts)
-            grads = [gradients.scaled(ws, i, g, scale) for i, g in enumerate(grads)]
             self._last_norm = norm
-        new = []
-        for i, (s, g) in enumerate(zip(self._slots, grads)):
-            p = tp.value(s.var)
-            g = gradients.with_l2(ws, i, g, p, s.alpha)
-            new.append(self._update(i, s, p, g))
+        else:
+            scale = ws("no_clip", ())  # a 0-d placeholder: the no-clip kernels never read it
+        new = [self._update(i, s, tp.value(s.var), g, scale, clip)
+               for i, (s, g) in enumerate(zip(self._slots, grads))]
         # commit: nothing above wrote a parameter or a state buffer; now only copies do
         for s, (p_new, state_new) in zip(self._slots, new):
             for name, buf in state_new.items():
@@ -195,9 +199,11 @@ class Optimizer:
     def _begin_step(self) -> None:
         """Host-side per-step scalars (after t has advanced), written with ``be.write``."""
 
-    def _update(self, i: int, slot: Slot, p: Any, g: Any) -> tuple[Any, dict[str, Any]]:
+    def _update(self, i: int, slot: Slot, p: Any, g: Any, scale: Any,
+                clip: bool) -> tuple[Any, dict[str, Any]]:
         """Parameter ``i``'s new value and new state buffers (all workspace buffers), from its
-        value and gradient; writes neither the parameter nor its state."""
+        value, its raw gradient and the clip scale (a 0-d array, used when ``clip``); writes
+        neither the parameter nor its state."""
         raise NotImplementedError
 
     # ---------------------------------------------------------------- state

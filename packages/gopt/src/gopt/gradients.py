@@ -1,4 +1,5 @@
-"""Gradient preparation, in gtensor ops: the global norm, the clip scale, the L2 term.
+"""Gradient preparation, in gtensor ops: the global norm and the clip scale (the L2 term and
+the scaling are applied inside the fused update ops, see gtensor/ops/optim.py).
 
 Every formula here is stated operation by operation in docs/optimizers.md.
 """
@@ -35,17 +36,3 @@ def clip_scale(ws: Workspace, norm: Any, max_norm: Any, one: Any) -> Any:
     over = be.relu_grad(one, d, out=ws("clip_over", ()))
     rest = be.sub(one, over, out=ws("clip_rest", ()))
     return be.add(keep, rest, out=ws("clip_scale", ()))
-
-
-def scaled(ws: Workspace, i: int, g: Any, scale: Any) -> Any:
-    """g * scale (scale a 0-d array)."""
-    return ws.be.mul(g, scale, out=ws(("clipped", i), g.shape))
-
-
-def with_l2(ws: Workspace, i: int, g: Any, p: Any, alpha: float) -> Any:
-    """g + alpha * p (alpha rounded once to the dtype); ``g`` itself when alpha == 0."""
-    if alpha == 0.0:
-        return g
-    be = ws.be
-    ap = be.muls(p, alpha, out=ws(("l2_ap", i), p.shape))
-    return be.add(g, ap, out=ws(("l2_g", i), g.shape))

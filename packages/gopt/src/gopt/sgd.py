@@ -17,7 +17,9 @@ class SGD(Optimizer):
     def __init__(self, tp: gtape.Tape, lr: float) -> None:
         super().__init__(tp, lr)
 
-    def _update(self, i: int, slot: Slot, p: Any, g: Any) -> tuple[Any, dict[str, Any]]:
-        be, ws = self._be, self._ws
-        step = be.muls(g, self._lr, out=ws(("sgd_step", i), slot.shape))
-        return be.sub(p, step, out=ws(("new", i), slot.shape)), {}
+    def _update(self, i: int, slot: Slot, p: Any, g: Any, scale: Any,
+                clip: bool) -> tuple[Any, dict[str, Any]]:
+        # p <- p - lr*gk, gk = g (* scale) (+ alpha*p): one fused op
+        out = self._be.sgd_p(p, g, p, scale, self._lr, slot.alpha, clip,
+                             out=self._ws(("new", i), slot.shape))
+        return out, {}

@@ -49,8 +49,11 @@ class Param:
 #   reduce  y[o] = serial sum (add) over the positions of o, then div by count if mean;
 #           calls = (add, div)
 #   rows    a block-per-row kernel with its own body (softmax); calls = what it uses
+#   elementwise  y[i] = calls[0](each array parameter in order: at i, or at 0 for a 0-d one;
+#           then each scalar parameter but n) (the fused optimizer updates)
 #   other   anything else
-KINDS = ("map", "scalar", "zip", "copy", "fill", "matmul", "reduce", "rows", "other")
+KINDS = ("map", "scalar", "zip", "copy", "fill", "matmul", "reduce", "rows", "elementwise",
+         "other")
 
 
 @dataclass(frozen=True, eq=False)

@@ -9,12 +9,9 @@ from __future__ import annotations
 
 from functools import cache
 
-from ..cuda_source import DTYPE_SUFFIXES
+from ..cuda_source import DTYPE_SUFFIXES, device_functions, device_text
 from ..kernels import Kernel
 from ..ops import REGISTRY
-from ..ops.elementwise import SCALAR_FNS
-from ..ops.softmax import MAX
-from ..scalar.dsl import device_sources
 
 _HEADER = """\
 // gtensor cpu module (generated from gtensor's op definitions; do not edit).
@@ -44,8 +41,8 @@ def cpu_kernels() -> tuple[Kernel, ...]:
 
 @cache
 def cpu_module_source() -> str:
-    """The module text: device functions, then the CPU kernels (plain C++ functions)."""
-    fns = list(SCALAR_FNS) + list(MAX.values())
-    parts = [_HEADER, device_sources(fns)]
+    """The module text: device functions (those the CUDA kernels call: the CPU kernels call
+    the same ones), then the CPU kernels (plain C++ functions)."""
+    parts = [_HEADER, device_text(device_functions())]
     parts += [k.source() for k in cpu_kernels()]
     return "\n".join(parts)
