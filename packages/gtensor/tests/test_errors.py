@@ -99,3 +99,15 @@ def test_out_buffer_checks(be):
     out = be.zeros((2, 3))
     assert be.exp(x, out=out) is out
     assert be.to_numpy(out)[0, 0] == be.to_numpy(be.exp(x))[0, 0]
+
+
+def test_numpy_integer_axes_are_ints(be):
+    x = be.asarray(np.arange(6.0).reshape(2, 3))
+    assert be.to_numpy(be.sum(x, np.int64(1))).tolist() == [3.0, 12.0]
+    assert be.to_numpy(be.mean(x, axis=np.int32(-1))).tolist() == [1.0, 4.0]
+    t = be.transpose(x, (np.int64(1), np.int64(0)))
+    assert be.to_numpy(t).tolist() == [[0.0, 3.0], [1.0, 4.0], [2.0, 5.0]]
+    with pytest.raises(TypeError, match="axis must be an int"):
+        be.sum(x, np.float64(1.0))
+    with pytest.raises(TypeError, match="axis must be an int"):
+        be.sum(x, np.bool_(True))

@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from math import prod
 
+import numpy as np
+
 Shape = tuple[int, ...]
 
 MAX_RANK = 8
@@ -33,9 +35,11 @@ def check_rank(op: str, arg: str, shape: Shape) -> None:
 
 
 def normalize_axis(op: str, axis: object, ndim: int) -> int:
-    """A Python int axis in ``[-ndim, ndim)`` made non-negative; errors name ``op``."""
-    if isinstance(axis, bool) or not isinstance(axis, int):
+    """An int axis (Python or numpy) in ``[-ndim, ndim)`` made non-negative; errors name
+    ``op``."""
+    if isinstance(axis, (bool, np.bool_)) or not isinstance(axis, (int, np.integer)):
         raise TypeError(f"{op}: axis must be an int, got {type(axis).__name__} {axis!r}")
+    axis = int(axis)
     if not -ndim <= axis < ndim:
         if not ndim:
             raise ValueError(f"{op}: axis {axis} is out of range for an array of 0 dimensions "

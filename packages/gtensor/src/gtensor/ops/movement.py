@@ -140,11 +140,12 @@ def _infer_transpose(shapes_: tuple, attrs: dict) -> tuple[tuple, dict]:
     if axes is None:
         axes = tuple(reversed(range(len(shape))))
     if not isinstance(axes, (tuple, list)) or sorted(
-            a % len(shape) if isinstance(a, int) and -len(shape) <= a < len(shape) else -1
+            int(a) % len(shape) if isinstance(a, (int, np.integer)) and not isinstance(a, bool)
+            and -len(shape) <= a < len(shape) else -1
             for a in axes) != list(range(len(shape))):
         raise ValueError(f"transpose: axes {axes!r} is not a permutation of the "
                          f"{len(shape)} axes of an array of shape {shape}")
-    axes = tuple(a % len(shape) for a in axes)
+    axes = tuple(int(a) % len(shape) for a in axes)
     return tuple(shape[a] for a in axes), {"axes": axes}
 
 
