@@ -91,3 +91,35 @@ def test_same_shape_params_clip_l2_trajectory_bit_exact(bname, name, dtype):
     finals = got["traj"][-1]
     assert not any(bits_equal(finals[i], finals[j]) for i in range(N) for j in range(i)), \
         "premise: the parameters must differ"
+
+
+@pytest.mark.parametrize("name", ["sgd", "adam"])
+def test_failed_step_leaves_the_optimizer_as_it_was(bname, name, monkeypatch):
+    """A step that raises half way restores t and the host scalars (all-or-nothing steps)."""
+    make, _ = OPTS[name]
+    inits, targets = _problem()
+    tp = g.Tape(bname, "float64")
+    params = [tp.param(x) for x in inits]
+    opt = make(tp)
+    for p, a in zip(params, ALPHAS):
+        opt.add(p, alpha=a)
+    for _ in range(2):  # two good steps first, so the saved scalars are not the initial ones
+        tp.backward(g.sum(params[0] * params[0]) + g.sum(params[1] * params[2]))
+        opt.step()
+    before = {k: np.array(v) for k, v in opt.state_dict().items()}
+    tp.backward(g.sum(params[0] * params[0]))
+
+    def boom(*args, **kwargs):
+        raise RuntimeError("injected failure")
+
+    monkeypatch.setattr(opt, "_device_step", boom)
+    with pytest.raises(RuntimeError, match="injected"):
+        opt.step()
+    after = opt.state_dict()
+    assert opt.t == 2
+    for k, v in before.items():
+        assert np.array_equal(np.asarray(after[k]), v) or (
+            v.dtype.kind == "f" and bits_equal(np.asarray(after[k]), v)), k
+    monkeypatch.undo()  # the same gradients, now the step goes through
+    opt.step()
+    assert opt.t == 3

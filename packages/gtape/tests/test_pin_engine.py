@@ -49,3 +49,16 @@ def test_backward_work_counts(bname):
         st = tp.stats()
         want = {"vjps": 1, "reductions": 0, "accumulations": 0, "param_copies": 1}
         assert {k: st[k] for k in want} == want, st
+
+
+def test_nodes_after_the_loss_are_ignored(bname):
+    """Ops recorded after the loss (on the same parameters) add no work and no gradient."""
+    with g.Tape(bname) as tp:
+        w = tp.param(np.array([1.5, -2.0]))
+        v = tp.param(np.array([3.0, -0.5]))
+        loss = g.sum(g.mul(w, w))
+        g.mul(w, v)  # after the loss: must not be visited
+        tp.backward(loss)
+        assert tp.backend.to_numpy(tp.grad(w)).tolist() == [3.0, -4.0]
+        assert not _bits(tp.backend.to_numpy(tp.grad(v))).any()
+        assert tp.stats()["vjps"] == 2, tp.stats()
