@@ -173,6 +173,12 @@ EQUIVALENT: dict[str, str] = {
     f"{GT}/src/gtensor/ops/softmax.py:184:11:0": "MUL(y, g - d) == MUL(g - d, y): IEEE * "
                                                   "commutes",
     f"{OP}/src/gopt/base.py:125:85:0": "set_clip's bound low=-0.0: x > -0.0 is x > 0.0",
+    f"{OP}/src/gopt/base.py:164:63:0": "getattr default for a tape without backward_count; "
+                                       "every gtape.Tape has one",
+    f"{TP}/src/gtape/backward.py:51:30:0": "reach list one entry longer: the entry past the "
+                                           "loss is never read",
+    f"{TP}/src/gtape/backward.py:78:15:0": "i >= loss zero-fills the loss itself only when it "
+                                           "is a parameter, whose gradient is copied in after",
 }
 # Mutants whose change lies far below the last bit of every result (a compensated or
 # double-double term), measured: id -> evidence. Not counted either, but listed apart.
