@@ -128,6 +128,10 @@ ROWS = [
     Row("div", g.div, (S, S), lambda i, y, G, dt: [
         ew(lambda q, b: q / b, G, i[1]),
         ew(lambda q, b, o: -((q / b) * o), G, i[1], y)]),  # -(ga * out), out = a / b
+    # g to the input maximum selected (a where a > b or a is NaN, ties to b), +0.0 to the other
+    Row("maximum", g.maximum, (S, S), lambda i, y, G, dt: [
+        ew(lambda q, a, b: q if (a > b or a != a) else type(q)(0.0), G, i[0], i[1]),
+        ew(lambda q, a, b: type(q)(0.0) if (a > b or a != a) else q, G, i[0], i[1])]),
     Row("adds", lambda x: g.adds(x, 0.3), (S,), lambda i, y, G, dt: [G]),
     Row("muls", lambda x: g.muls(x, 0.3), (S,),
         lambda i, y, G, dt: [ew(lambda q: q * _T(dt)(0.3), G)]),

@@ -39,6 +39,7 @@ ROWS = [
     Row("mul", g.mul, ((2, 3), (2, 3)), ops=("mul",)),
     Row("mul_bcast", g.mul, ((3, 4), (3, 1)), ops=("mul",)),
     Row("div_bcast", g.div, ((2, 3), (3,)), (ANY, AWAY0), ops=("div",)),
+    Row("maximum_bcast", g.maximum, ((3, 4), (4,)), ops=("maximum",)),
     Row("adds", lambda x: g.adds(x, 0.75), ((2, 3),), ops=("adds",)),
     Row("muls", lambda x: g.muls(x, -1.5), ((2, 3),), ops=("muls",)),
     Row("neg", g.neg, ((2, 3),), ops=("neg",)),
@@ -78,7 +79,7 @@ ROWS = [
     Row("scalar_div", lambda x: x / 3.0 + 3.0 / x - (1.0 - x), ((2, 3),), AWAY0),
 ]
 NONDIFF = {"relu_grad", "sigmoid_grad", "tanh_grad", "softmax_grad", "fill", "adam_m", "adam_v",
-           "adam_p", "sgd_p"}
+           "adam_p", "sgd_p", "maximum_mask"}
 
 
 def draw(rng: np.random.Generator, shape: tuple, domain: str) -> np.ndarray:

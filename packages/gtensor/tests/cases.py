@@ -35,7 +35,8 @@ BINARY_SHAPES = [
     ((), (3, 5)), ((1,), (1,)), ((13,), (1,)),
 ]
 UNARY = ["neg", "relu", "sigmoid", "tanh", "exp", "log", "sqrt"]
-BINARY = ["add", "sub", "mul", "div", "relu_grad", "sigmoid_grad", "tanh_grad"]
+BINARY = ["add", "sub", "mul", "div", "relu_grad", "sigmoid_grad", "tanh_grad", "maximum",
+          "maximum_mask"]
 
 
 def _cases() -> list[Case]:

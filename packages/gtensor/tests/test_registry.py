@@ -10,12 +10,12 @@ from cases import CASES
 from gtensor.cuda_source import module_kernels, module_source
 
 NON_DIFFERENTIABLE = {"relu_grad", "sigmoid_grad", "tanh_grad", "softmax_grad", "fill",
-                      "adam_m", "adam_v", "adam_p", "sgd_p"}
+                      "adam_m", "adam_v", "adam_p", "sgd_p", "maximum_mask"}
 EXPECTED_OPS = {
     "add", "sub", "mul", "div", "adds", "muls", "neg", "relu", "sigmoid", "tanh", "exp", "log",
     "sqrt", "sum", "mean", "sum_to", "matmul", "bmm", "transpose", "reshape", "slice", "concat",
     "softmax", "pad", "broadcast_to", "relu_grad", "sigmoid_grad", "tanh_grad", "softmax_grad",
-    "copy", "fill", "adam_m", "adam_v", "adam_p", "sgd_p",
+    "copy", "fill", "adam_m", "adam_v", "adam_p", "sgd_p", "maximum", "maximum_mask",
 }
 
 

@@ -28,6 +28,8 @@ from .ops import (
     exp,
     log,
     matmul,
+    maximum,
+    maximum_mask,
     mean,
     mul,
     muls,
@@ -57,7 +59,8 @@ __all__ = [
     "CONST", "Leaf", "Mark", "Node", "PARAM", "StaleVarError", "Tape", "TapeGrowthWarning",
     "Var", "__version__",
     "abs", "add", "adds", "apply", "bce_with_logits", "bmm", "copy", "cross_entropy", "nn",
-    "broadcast_to", "concat", "div", "exp", "log", "matmul", "mean", "mse", "mul", "muls", "neg",
+    "broadcast_to", "concat", "div", "exp", "log", "matmul", "maximum", "maximum_mask", "mean",
+    "mse", "mul", "muls", "neg",
     "pad", "relu", "relu_grad", "reshape", "sigmoid", "sigmoid_grad", "slice", "softmax",
     "softmax_grad", "sqrt", "sub", "sum", "sum_to", "tanh", "tanh_grad", "transpose",
 ]

@@ -49,6 +49,17 @@ def div(a: Operand, b: Operand) -> Var:
     return apply("div", (a, b))
 
 
+def maximum(a: Operand, b: Operand) -> Var:
+    """Elementwise max (broadcasting): a where a > b or a is NaN, else b (ties give b); the
+    gradient goes to the selected input."""
+    return apply("maximum", (a, b))
+
+
+def maximum_mask(a: Operand, b: Operand) -> Var:
+    """1.0 where ``maximum`` selects a, else +0.0 (not differentiable)."""
+    return apply("maximum_mask", (a, b))
+
+
 def adds(x: Var, s: float) -> Var:
     """x + s for a Python scalar s (rounded once to the tape's dtype)."""
     return apply("adds", (x,), s=s)

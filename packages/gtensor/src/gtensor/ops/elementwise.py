@@ -57,6 +57,12 @@ RELU_GRAD = pair("relu_grad", 2, lambda m, g, x: m.where(x > 0.0, g, 0.0))
 SIGMOID_GRAD = pair("sigmoid_grad", 2, lambda m, g, y: g * (y * (1.0 - y)))
 # d tanh from its output y: g * (1 - y * y).
 TANH_GRAD = pair("tanh_grad", 2, lambda m, g, y: g * (1.0 - y * y))
+# max(a, b): a where a > b or a is NaN, else b (so ties, +-0 included, give b; NaN propagates
+# from either side). The selection is the definition (softmax's row max uses it too).
+MAX = pair("max", 2, lambda m, a, b: m.where((a > b) | m.isnan(a), a, b))
+# which input max selects: 1.0 for a, +0.0 for b (maximum's backward routes g with it).
+MAX_MASK = pair("max_mask", 2, lambda m, a, b: m.where((a > b) | m.isnan(a), m.const(1.0, a),
+                                                       m.const(0.0, a)))
 EXP = {"f64": tr.EXP_F64, "f32": tr.EXP_F32}
 LOG = {"f64": tr.LOG_F64, "f32": tr.LOG_F32}
 TANH = {"f64": tr.TANH_F64, "f32": tr.TANH_F32}
@@ -240,6 +246,14 @@ def scalar_form(name: str, fns: dict[str, ScalarFn], vjp=None, doc: str = "") ->
 
 
 # --------------------------------------------------------------------------- the ops
+def _maximum_vjp(be, g, ins, out, needs):
+    # g to the input max selected, +0.0 to the other: relu_grad(g, mask) passes g exactly where
+    # mask is 1.0 (and 1 - mask selects b); ties go to b, as the forward does
+    mask = be.maximum_mask(ins[0], ins[1])
+    return (be.relu_grad(g, mask) if needs[0] else None,
+            be.relu_grad(g, be.adds(be.neg(mask), 1.0)) if needs[1] else None)
+
+
 def _div_vjp(be, g, ins, out, needs):
     ga = be.div(g, ins[1])
     return ga if needs[0] else None, be.neg(be.mul(ga, out)) if needs[1] else None
@@ -250,6 +264,9 @@ binary("sub", SUB, lambda be, g, ins, out, needs: (g, be.neg(g) if needs[1] else
 binary("mul", MUL, lambda be, g, ins, out, needs: (
     be.mul(g, ins[1]) if needs[0] else None, be.mul(g, ins[0]) if needs[1] else None), "a * b")
 binary("div", DIV, _div_vjp, "a / b")
+binary("maximum", MAX, _maximum_vjp,
+       "a where a > b or a is NaN, else b (ties and +-0 give b)")
+binary("maximum_mask", MAX_MASK, None, "1.0 where maximum selects a, else +0.0 (its backward)")
 scalar_form("adds", ADD, lambda be, g, ins, out, needs, s: (g,), "x + s")
 scalar_form("muls", MUL, lambda be, g, ins, out, needs, s: (be.muls(g, s),), "x * s")
 unary("neg", NEG, lambda be, g, ins, out, needs: (be.neg(g),), "-x")
@@ -267,4 +284,5 @@ binary("sigmoid_grad", SIGMOID_GRAD, None, "g * (y * (1 - y)) (sigmoid's backwar
 binary("tanh_grad", TANH_GRAD, None, "g * (1 - y * y) (tanh's backward from y)", ("g", "y"))
 
 SCALAR_FNS = [fn for table in (ADD, SUB, MUL, DIV, NEG, SQRT, RELU, RELU_GRAD, SIGMOID_GRAD,
-                               TANH_GRAD, EXP, LOG, TANH, SIGMOID) for fn in table.values()]
+                               TANH_GRAD, EXP, LOG, TANH, SIGMOID, MAX, MAX_MASK)
+              for fn in table.values()]

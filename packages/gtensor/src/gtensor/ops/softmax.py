@@ -20,15 +20,15 @@ import numpy as np
 
 from .. import shapes
 from ..kernels import Kernel, params
-from .elementwise import ADD, CTYPE, DIV, EXP, MUL, SUB, pair, suffix
+from .elementwise import ADD, CTYPE, DIV, EXP, MAX, MUL, SUB, suffix
 from .reduce import serial_sum
 from .registry import Op, register
 
 ROW_THREADS = 128
 MAX_ROW_BLOCKS = 4096
 
-# NaN-propagating max; only used where the order of comparisons cannot matter (see above).
-MAX = pair("max", 2, lambda m, a, b: m.where((a > b) | m.isnan(a), a, b))
+# MAX (elementwise.py): NaN-propagating max; here only where the order of comparisons cannot
+# matter (see above).
 
 _ROWS = Template("""\
 $SHARED    __shared__ $T total;

@@ -4,8 +4,8 @@ A scalar function is written once as ``def f(m, x, ...)`` using only:
 
 * operators ``+ - * /`` and unary ``-`` on floats (each one correctly rounded, no FMA);
   comparisons ``< <= > >= == !=``; ``& | ~`` on booleans; ``+ - * & | << >>`` on int64;
-* helpers of ``m``: ``where``, ``isnan``, ``rint``, ``floor``, ``sqrt``, ``fabs``, ``bits``,
-  ``from_bits``, ``to_f64``, ``to_f32``, ``i2f``, ``f2i``, ``call``.
+* helpers of ``m``: ``where``, ``isnan``, ``const``, ``rint``, ``floor``, ``sqrt``, ``fabs``,
+  ``bits``, ``from_bits``, ``to_f64``, ``to_f32``, ``i2f``, ``f2i``, ``call``.
 
 Run with ``m = NUMPY`` and numpy arrays, the text *is* the numpy reference (vectorized,
 every operation an IEEE operation of numpy). Run with ``m = CEmitter(...)`` and traced
@@ -40,6 +40,11 @@ class _NumpyMath:
     def isnan(x: Any) -> Any:
         """NaN test (``x != x``)."""
         return x != x
+
+    @staticmethod
+    def const(value: float, like: Any) -> Any:
+        """The constant ``value`` in the dtype of ``like`` (for a where with two constants)."""
+        return np.asarray(value, dtype=np.asarray(like).dtype)
 
     @staticmethod
     def rint(x: Any) -> Any:
@@ -281,6 +286,10 @@ class CEmitter:
     def isnan(self, x: CVal) -> CVal:
         """NaN test (``x != x``)."""
         return x != x
+
+    def const(self, value: float, like: CVal) -> CVal:
+        """The constant ``value`` in the dtype of ``like`` (for a where with two constants)."""
+        return self.coerce(value, like.dt)
 
     def rint(self, x: CVal) -> CVal:
         """Round to nearest integer, ties to even."""
