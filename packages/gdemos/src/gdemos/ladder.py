@@ -46,20 +46,27 @@ def rung(name: str):
     return register
 
 
+def _ae_rung(name: str, cfg: ae.AEConfig, out: Path, progress: bool) -> Verdict:
+    """Rungs 1, 2 and 4: the autoencoder under ``cfg``, its bars as the verdict."""
+    run = rung_ae.run(cfg, out, progress=progress)
+    return Verdict(name, not rung_ae.missed(run.bars), run.verdict_detail(),
+                   rung_ae.unchecked(run.bars))
+
+
+def _device(backend: str) -> str:
+    """Where rungs 2 and 4 run: cuda when the ladder runs on cuda, else the simulator."""
+    return "cuda" if backend == "cuda" else "sim"
+
+
 @rung("rung 1 ae")
 def _ae(out: Path, backend: str, progress: bool) -> Verdict:
-    run = rung_ae.run(ae.AEConfig(backend=backend), out / "ae", progress=progress)
-    return Verdict("rung 1 ae", not rung_ae.missed(run.bars), run.verdict_detail(),
-                   rung_ae.unchecked(run.bars))
+    return _ae_rung("rung 1 ae", ae.AEConfig(backend=backend), out / "ae", progress)
 
 
 @rung("rung 2 replay")
 def _replay(out: Path, backend: str, progress: bool) -> Verdict:
-    device = "cuda" if backend == "cuda" else "sim"
-    cfg = ae.AEConfig(backend=device, engine="replay")
-    run = rung_ae.run(cfg, out / "replay", progress=progress)
-    return Verdict("rung 2 replay", not rung_ae.missed(run.bars), run.verdict_detail(),
-                   rung_ae.unchecked(run.bars))
+    cfg = ae.AEConfig(backend=_device(backend), engine="replay")
+    return _ae_rung("rung 2 replay", cfg, out / "replay", progress)
 
 
 @rung("rung 3 lora")
@@ -70,11 +77,8 @@ def _lora(out: Path, backend: str, progress: bool) -> Verdict:
 
 @rung("rung 4 fused")
 def _fused(out: Path, backend: str, progress: bool) -> Verdict:
-    device = "cuda" if backend == "cuda" else "sim"
-    cfg = ae.AEConfig(backend=device, engine="fused")
-    run = rung_ae.run(cfg, out / "fused", progress=progress)
-    return Verdict("rung 4 fused", not rung_ae.missed(run.bars), run.verdict_detail(),
-                   rung_ae.unchecked(run.bars))
+    cfg = ae.AEConfig(backend=_device(backend), engine="fused")
+    return _ae_rung("rung 4 fused", cfg, out / "fused", progress)
 
 
 @rung("rung 5 swarm")

@@ -23,8 +23,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
-
+from .backends.delegating import ArraysOf
 from .backends.kernel_backend import KernelBackend
 from .kernels import Kernel
 
@@ -45,7 +44,7 @@ class Launch:
     run: Callable[[], None]
 
 
-class Recorder(KernelBackend):
+class Recorder(ArraysOf, KernelBackend):
     """A kernel backend that executes every op on ``inner`` and records its launches."""
 
     def __init__(self, inner: KernelBackend) -> None:
@@ -93,36 +92,6 @@ class Recorder(KernelBackend):
         if arr is None:
             arr = self._owned_geoms[key] = self.inner._geom_array(key)
         return arr
-
-    # ---------------------------------------------------------------- arrays: the inner's
-    def asarray(self, x: Any, dtype: Any = None) -> Any:
-        """A new array of the inner backend holding ``x``."""
-        return self.inner.asarray(x, dtype)
-
-    def to_numpy(self, a: Any) -> np.ndarray:
-        """A numpy copy of ``a``."""
-        return self.inner.to_numpy(a)
-
-    def zeros(self, shape: Sequence[int], dtype: Any = "float64") -> Any:
-        """A new array of +0.0."""
-        return self.inner.zeros(shape, dtype)
-
-    def empty(self, shape: Sequence[int], dtype: Any) -> Any:
-        """A new uninitialized array."""
-        return self.inner.empty(shape, dtype)
-
-    def is_array(self, x: Any) -> bool:
-        """Arrays of the inner backend."""
-        return self.inner.is_array(x)
-
-    def _prepare(self, x: Any) -> Any:
-        return self.inner._prepare(x)
-
-    def _overlaps(self, a: Any, b: Any) -> bool:
-        return self.inner._overlaps(a, b)
-
-    def _upload(self, dst: Any, host: np.ndarray) -> None:
-        self.inner._upload(dst, host)
 
     def __repr__(self) -> str:
         return f"<Recorder over {self.inner!r}>"
