@@ -7,7 +7,7 @@ import contextlib
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from gtensor.recording import Launch, Recorder
+from gtensor.recording import Launch, Recorder, replayable
 
 
 class Device:
@@ -89,20 +89,17 @@ class CpuDevice(Device):
     name = "cpu"
 
     def __init__(self, rec: Recorder) -> None:
-        self.module = rec.inner.module
+        self.rec = rec
+        self.module = rec.module
         self._plans: dict[tuple, Any] = {}
 
     def graph(self, launches: Sequence[Launch]) -> Any:
         """The launches encoded as one native program (kept with the launches it needs)."""
-        plan = self.module.plan([(launch.kernel.name, launch.grid, launch.block, launch.args)
-                                 for launch in launches], [])
-        return plan, tuple(launches)
+        return replayable(self.rec, launches)
 
     def launch_graph(self, graph: Any) -> None:
         """Run a program made by ``graph`` (one call)."""
-        status = self.module.run(graph[0].addr)
-        if status:
-            raise RuntimeError(f"cpu: a captured program failed (status {status})")
+        graph()
 
     def run(self, launches: Sequence[Launch]) -> None:
         """Run ``launches`` as one native call (their program is made once, then reused)."""

@@ -10,6 +10,8 @@ from typing import Any
 import gtape
 import numpy as np
 from gtensor import files
+from gtensor.backends.kernel_backend import KernelBackend
+from gtensor.recording import Recorder, replayable
 
 from . import checks, gradients
 from .workspace import Workspace
@@ -51,6 +53,9 @@ class Optimizer:
         self._clip_consts: tuple[Any, Any] | None = None
         self._last_norm: Any = None
         self._stepped_at = 0  # the store's backward_count at the last step
+        # the device half of the step, recorded on a kernel backend and replayed: (run, new
+        # parameter buffers); None until the next step records it
+        self._replay: tuple[Any, list[Any]] | None = None
 
     # ---------------------------------------------------------------- configuration
     @property
@@ -115,10 +120,12 @@ class Optimizer:
         for name in self.STATE:
             slot.state[name] = self._be.zeros(slot.shape, self._tp.dtype)
         self._slots.append(slot)
+        self._replay = None
         return param
 
     def set_clip(self, max_norm: float | None) -> None:
         """Clip the global gradient norm to ``max_norm`` before each step (None: no clipping)."""
+        self._replay = None  # the recorded update used the old clip setting
         if max_norm is None:
             self._max_norm, self._clip_consts = None, None
             return
@@ -139,7 +146,10 @@ class Optimizer:
         host = (self._t, self._stepped_at, self._host_state())
         try:
             self._advance()
-            self._device_step()
+            if self._replays():
+                self._replayed_step()
+            else:
+                self._device_step()
         except BaseException:
             self._t, self._stepped_at = host[0], host[1]
             self._set_host_state(host[2])
@@ -172,6 +182,12 @@ class Optimizer:
         gtensor's fused update ops (``adam_m``, ``adam_v``, ``adam_p``; ``sgd_p``), which apply
         the clip scale and the L2 term to the gradient inside, in gopt's order.
         """
+        for s, p_new in zip(self._slots, self._device_update()):
+            self._tp.set_value(s.var, p_new)
+
+    def _device_update(self) -> list[Any]:
+        """Every parameter's new value into workspace buffers, then the state committed (by
+        copies into the state buffers); returns the new values, for the caller to commit."""
         tp, ws = self._tp, self._ws
         grads = [tp.grad(s.var) for s in self._slots]
         clip = self._clip_consts is not None
@@ -184,10 +200,38 @@ class Optimizer:
         new = [self._update(i, s, tp.value(s.var), g, scale, clip)
                for i, (s, g) in enumerate(zip(self._slots, grads))]
         # commit: nothing above wrote a parameter or a state buffer; now only copies do
-        for s, (p_new, state_new) in zip(self._slots, new):
+        for s, (_, state_new) in zip(self._slots, new):
             for name, buf in state_new.items():
                 self._be.copy(buf, out=s.state[name])
-            tp.set_value(s.var, p_new)
+        return [p_new for p_new, _ in new]
+
+    def _replays(self) -> bool:
+        """Whether steps record their device half once and replay it: a tape on a kernel
+        backend (cpu, sim, cuda), whose buffers -- parameters, gradients, state, workspace --
+        never move. (A replay program records the device half itself.)"""
+        be = self._be
+        return (isinstance(self._tp, gtape.Tape) and isinstance(be, KernelBackend)
+                and not isinstance(be, Recorder))
+
+    def _replayed_step(self) -> None:
+        """``_device_step`` with its ops recorded on the first call and replayed afterwards
+        (the same kernels on the same buffers, so the same bits; on cpu one native call).
+
+        Registering a parameter, ``set_clip`` and ``load_state_dict`` drop the recording.
+        """
+        if self._replay is None:
+            rec = Recorder(self._be)
+            self._be, self._ws.be = rec, rec
+            try:
+                with rec.recording() as launches:
+                    new = self._device_update()
+            finally:
+                self._be, self._ws.be = rec.inner, rec.inner
+            self._replay = (replayable(rec, launches), new)
+        else:
+            self._replay[0]()
+        for s, p_new in zip(self._slots, self._replay[1]):
+            self._tp.set_value(s.var, p_new)
 
     @property
     def last_norm(self) -> float | None:
@@ -288,6 +332,7 @@ class Optimizer:
                 got[name] = a
             arrays.append(got)
         # everything checked: now apply (nothing below can refuse)
+        self._replay = None  # hyperparameters and L2 weights are baked into a recorded update
         self._set_hyper(hyper)
         self._set_host_state(host)
         self._t = int(t)

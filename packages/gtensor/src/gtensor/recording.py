@@ -95,3 +95,33 @@ class Recorder(ArraysOf, KernelBackend):
 
     def __repr__(self) -> str:
         return f"<Recorder over {self.inner!r}>"
+
+
+def replayable(rec: Recorder, launches: Sequence[Launch]) -> Callable[[], None]:
+    """The recorded ``launches`` as one callable that re-runs them in order.
+
+    On the cpu backend the list is encoded once as the module's plan, so a call is ONE native
+    call (its interpreter walks the launches in C); on sim and cuda a call runs each launch's
+    prepared ``run`` (on cuda: enqueued on the current stream). The callable keeps the launches
+    (and so their buffers) alive.
+    """
+    kept = tuple(launches)
+    if rec.name == "cpu":
+        module = rec.module
+        plan = module.plan([(x.kernel.name, x.grid, x.block, x.args) for x in kept], [])
+
+        def run_plan() -> None:
+            status = module.run(plan.addr)
+            if status:
+                raise RuntimeError(f"cpu: a recorded launch sequence failed (status {status})")
+
+        run_plan.keep = (plan, kept)
+        return run_plan
+    runs = tuple(x.run for x in kept)
+
+    def run_each() -> None:
+        for run in runs:
+            run()
+
+    run_each.keep = kept
+    return run_each

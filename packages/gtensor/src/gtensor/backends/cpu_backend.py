@@ -209,8 +209,8 @@ class CpuBackend(KernelBackend):
         """The plan cache key: op, dtype, input shapes, normalized attrs (TypeError if
         unhashable)."""
         key = (op, dtype, *[x.shape for x in inputs])
-        if attrs:
-            key += tuple([(k, attr_key(v)) for k, v in attrs.items()])
+        if attrs:  # in name order: the same attrs given in another order are the same plan
+            key += tuple([(k, attr_key(attrs[k])) for k in sorted(attrs)])
         return key
 
     def _plan(self, op: Op, inputs: list, out: Any, attrs: dict) -> Any:
