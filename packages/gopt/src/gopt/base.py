@@ -10,8 +10,7 @@ from typing import Any
 import gtape
 import numpy as np
 from gtensor import files
-from gtensor.backends.kernel_backend import KernelBackend
-from gtensor.recording import Recorder, replayable
+from gtensor.recording import record, recordable
 
 from . import checks, gradients
 from .workspace import Workspace
@@ -209,9 +208,7 @@ class Optimizer:
         """Whether steps record their device half once and replay it: a tape on a kernel
         backend (cpu, sim, cuda), whose buffers -- parameters, gradients, state, workspace --
         never move. (A replay program records the device half itself.)"""
-        be = self._be
-        return (isinstance(self._tp, gtape.Tape) and isinstance(be, KernelBackend)
-                and not isinstance(be, Recorder))
+        return isinstance(self._tp, gtape.Tape) and recordable(self._be)
 
     def _replayed_step(self) -> None:
         """``_device_step`` with its ops recorded on the first call and replayed afterwards
@@ -220,18 +217,21 @@ class Optimizer:
         Registering a parameter, ``set_clip`` and ``load_state_dict`` drop the recording.
         """
         if self._replay is None:
-            rec = Recorder(self._be)
-            self._be, self._ws.be = rec, rec
-            try:
-                with rec.recording() as launches:
-                    new = self._device_update()
-            finally:
-                self._be, self._ws.be = rec.inner, rec.inner
-            self._replay = (replayable(rec, launches), new)
+            new, run = record(self._be, self._update_on)
+            self._replay = (run, new)
         else:
             self._replay[0]()
         for s, p_new in zip(self._slots, self._replay[1]):
             self._tp.set_value(s.var, p_new)
+
+    def _update_on(self, be: Any) -> list[Any]:
+        """``_device_update`` with its ops (and new workspace buffers) on backend ``be``."""
+        inner = self._be
+        self._be, self._ws.be = be, be
+        try:
+            return self._device_update()
+        finally:
+            self._be, self._ws.be = inner, inner
 
     @property
     def last_norm(self) -> float | None:

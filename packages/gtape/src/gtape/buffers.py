@@ -42,15 +42,25 @@ class ReusedOutputs(ArraysOf, gtensor.Backend):
             return self.inner.apply(op, inputs, out=out, **attrs)
         if isinstance(op, str):
             op = REGISTRY[op]
-        shape, norm = op.infer(tuple(tuple(x.shape) for x in inputs), dict(attrs))
+        # the shape rules never modify the attrs they are given (the memo returns a copy)
+        shape, norm = op.infer(tuple([x.shape for x in inputs]), attrs)
         dtype = inputs[0].dtype if inputs else np.dtype(norm["dtype"])
-        n, self._n = self._n, self._n + 1
-        buf = self._bufs[n] if n < len(self._bufs) else None
-        if (buf is None or tuple(buf.shape) != tuple(shape) or buf.dtype != dtype
-                or any(x is buf for x in inputs)):
+        n = self._n
+        self._n = n + 1
+        bufs = self._bufs
+        buf = bufs[n] if n < len(bufs) else None
+        if buf is None or buf.shape != tuple(shape) or buf.dtype != dtype or _among(buf, inputs):
             buf = self.inner.zeros(shape, dtype)
-            if n < len(self._bufs):
-                self._bufs[n] = buf
+            if n < len(bufs):
+                bufs[n] = buf
             else:
-                self._bufs.append(buf)
+                bufs.append(buf)
         return self.inner.apply(op, inputs, out=buf, **attrs)
+
+
+def _among(buf: Any, inputs: Sequence[Any]) -> bool:
+    """Whether ``buf`` is one of ``inputs`` (by identity)."""
+    for x in inputs:
+        if x is buf:
+            return True
+    return False

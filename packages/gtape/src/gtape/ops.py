@@ -19,7 +19,11 @@ Operand = Any  # a Var, or data converted to a const: ndarray, backend array, li
 
 def apply(name: Op | str, operands: Sequence[Operand], **attrs: Any) -> Var:
     """Run the gtensor op ``name`` (an Op, or its name) on ``operands`` and record it."""
-    tape = next((x.tape for x in operands if isinstance(x, Var)), None)
+    tape = None
+    for x in operands:
+        if isinstance(x, Var):
+            tape = x._tape
+            break
     if tape is None:
         got = ", ".join(describe(x) for x in operands) or "no operands"
         what = name.name if isinstance(name, Op) else name

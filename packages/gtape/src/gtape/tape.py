@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import math
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -11,11 +12,12 @@ from typing import Any, NamedTuple
 import gtensor
 import numpy as np
 from gtensor import Op
+from gtensor.recording import record, recordable
 
 from . import backward as _backward
-from .buffers import ReusedOutputs
 from .convert import describe, into_backend, to_backend
 from .leaves import CONST, PARAM, Leaf
+from .passes import BackwardPasses
 from .var import StaleVarError, Var
 
 _tape_ids = itertools.count(1)
@@ -87,7 +89,8 @@ class Tape:
         # buffers kept across reset_to, by node index, reused through ``out=``
         self._vcache: list[Any] = []
         self._gcache: dict[int, Any] = {}  # persistent gradient buffers of params
-        self._bwd = ReusedOutputs(self._be)  # stable homes of the backward pass's results
+        self._passes = BackwardPasses(self._be)  # backward passes (replayed when repeated)
+        self._zeroing: tuple[tuple, Any] | None = None  # reset_to's recorded gradient zeroing
         self._last_backward = {"vjps": 0, "reductions": 0, "accumulations": 0, "param_copies": 0}
         # staleness: a clock ticks at every set_value; each node remembers the clock it was
         # recorded at, each param the clock of its last write
@@ -233,7 +236,7 @@ class Tape:
                              "of this tape")
         self._check_var(loss, "backward")
         shape = self._shape[loss.index]
-        if int(np.prod(shape)) != 1:
+        if math.prod(shape) != 1:
             raise ValueError(f"backward: loss has shape {shape}; expected a scalar (one element), "
                              "e.g. g.sum(...) or g.mean(...)")
         if not self._req[loss.index]:
@@ -241,10 +244,9 @@ class Tape:
                              f"{self._op[loss.index].name}): every gradient would be zero; "
                              "build the loss from tp.param(...) Vars")
         self._check_fresh(loss.index)
-        self._bwd.start()
         graph = _backward.Graph(self._op, self._inputs, self._attrs, self._shape, self._req,
                                 self._values, self._grads)
-        self._last_backward = _backward.run(self._bwd, graph, loss.index, self._dtype)
+        self._last_backward = self._passes.run(graph, loss.index, self._dtype)
         self._backwards += 1
         self._note_growth()
 
@@ -313,11 +315,13 @@ class Tape:
         for lst in (self._op, self._inputs, self._attrs, self._shape, self._req, self._serial,
                     self._node_clock, self._values, self._grads):
             del lst[n:]
-        for i, g in enumerate(self._grads):
-            if self._op[i] is PARAM:
-                self._zero(g)
+        grads, ops, params = self._grads, self._op, []
+        for i in range(n):
+            if ops[i] is PARAM:
+                params.append(grads[i])
             else:
-                self._grads[i] = None
+                grads[i] = None
+        self._zero_all(params)
         self._growth = []
 
     def close(self) -> None:
@@ -326,7 +330,8 @@ class Tape:
                     self._node_clock, self._values, self._grads, self._vcache):
             lst.clear()
         self._gcache.clear()
-        self._bwd.clear()
+        self._passes.clear()
+        self._zeroing = None
         self._closed = True
 
     # ---------------------------------------------------------------- recording (internal)
@@ -337,44 +342,55 @@ class Tape:
         leaves the tape exactly as it was.
         """
         op = name if isinstance(name, Op) else gtensor.ops.get(name)
-        name = op.name
-        self._check_open(name)
-        argnames = ([f"xs[{k}]" for k in range(len(operands))] if op.variadic else op.inputs)
+        if self._closed:
+            self._check_open(op.name)
+        values, serial = self._values, self._serial
+        n = len(values)
         arrays, idx, consts = [], [], []
-        for arg, x in zip(argnames, operands):
+        for k, x in enumerate(operands):
+            if type(x) is Var and x._tape is self and x._index < n and (
+                    serial[x._index] == x._serial):  # a live Var of this tape: the common case
+                arrays.append(values[x._index])
+                idx.append(x._index)
+                continue
+            arg = f"xs[{k}]" if op.variadic else op.inputs[k]
             if isinstance(x, Var):
                 if x.tape is not self:
-                    raise ValueError(f"{name}: {arg} {x!r} belongs to another tape")
-                self._check_var(x, f"{name}: {arg}")
-                arrays.append(self._values[x.index])
+                    raise ValueError(f"{op.name}: {arg} {x!r} belongs to another tape")
+                self._check_var(x, f"{op.name}: {arg}")  # raises if the Var is stale
+                arrays.append(values[x.index])
                 idx.append(x.index)
-            else:
-                k = len(self) + len(consts)
-                home = self._vcache[k] if k < len(self._vcache) else None
-                arr = into_backend(self._be, x, self._dtype, f"{name}: {arg}", home)
-                arrays.append(arr)
-                idx.append(len(self) + len(consts))
-                consts.append(arr)
-        full = dict(op.defaults)
-        full.update(attrs)
-        out_shape, norm = op.infer(tuple(tuple(a.shape) for a in arrays), full)
-        i = len(self) + len(consts)
+                continue
+            j = n + len(consts)
+            home = self._vcache[j] if j < len(self._vcache) else None
+            arr = into_backend(self._be, x, self._dtype, f"{op.name}: {arg}", home)
+            arrays.append(arr)
+            idx.append(j)
+            consts.append(arr)
+        if op.defaults:
+            full = dict(op.defaults)
+            full.update(attrs)
+        else:
+            full = attrs
+        out_shape, norm = op.infer(tuple([a.shape for a in arrays]), full)
+        i = n + len(consts)
         buf = self._vcache[i] if i < len(self._vcache) else None
-        if buf is not None and (tuple(buf.shape) != tuple(out_shape) or buf.dtype != self._dtype):
+        if buf is not None and (buf.shape != tuple(out_shape) or buf.dtype != self._dtype):
             buf = None
         value = self._be.apply(op, arrays, out=buf, **norm)
         for arr in consts:
             self._append(CONST, (), {}, arr, False)
-        return self._append(op, tuple(idx), norm, value, any(self._req[j] for j in idx))
+        req = self._req
+        return self._append(op, tuple(idx), norm, value, any([req[j] for j in idx]))
 
     def _append(self, op: Op | Leaf, inputs: tuple, attrs: dict, value: Any, req: bool,
                 grad: Any = None) -> Var:
-        i = len(self)
+        i = len(self._op)
         serial = next(self._serials)
         self._op.append(op)
         self._inputs.append(inputs)
         self._attrs.append(attrs)
-        self._shape.append(tuple(int(d) for d in value.shape))
+        self._shape.append(tuple(value.shape))
         self._req.append(req)
         self._serial.append(serial)
         self._node_clock.append(self._clock)
@@ -429,6 +445,24 @@ class Tape:
             raise IndexError(f"{where}: node {i} does not exist; the tape has {len(self)} "
                              f"nodes (expected 0 <= index < {len(self)})")
         return int(i)
+
+    def _zero_all(self, bufs: list[Any]) -> None:
+        """``_zero`` each buffer; on a kernel backend the fills are recorded the first time
+        and replayed while the buffers are the same (on cpu: one native call)."""
+        key = tuple(map(id, bufs))  # the recording keeps the buffers alive: ids stay unique
+        if self._zeroing is not None and self._zeroing[0] == key:
+            self._zeroing[1]()
+            return
+        if not bufs or not recordable(self._be):
+            for buf in bufs:
+                self._zero(buf)
+            return
+
+        def fills(rec: Any) -> None:
+            for buf in bufs:
+                rec.fill(tuple(buf.shape), 0.0, self._dtype, out=buf)
+
+        self._zeroing = (key, record(self._be, fills)[1])
 
     def _zero(self, buf: Any) -> None:
         """Set a buffer to +0.0 in place (the gtensor fill op, a kernel on sim and cuda)."""

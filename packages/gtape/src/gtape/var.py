@@ -17,6 +17,11 @@ class StaleVarError(RuntimeError):
 
 def _is_scalar(x: Any) -> bool:
     """A real Python/numpy number (bool excluded): operators turn it into ``adds``/``muls``."""
+    t = type(x)
+    if t is float or t is int:  # the common cases first
+        return True
+    if t is Var:
+        return False
     return isinstance(x, (Real, np.integer, np.floating)) and not isinstance(x, (bool, np.bool_))
 
 
@@ -68,6 +73,11 @@ class Var:
         """The node's shape."""
         return self._tape._node_field(self, "shape")
 
+    def _rank(self) -> int:
+        """len(shape), read directly for a live Var (``shape`` raises for a stale one)."""
+        tape = self._tape
+        return len(tape._shape[self._index]) if tape._alive(self) else len(self.shape)
+
     @property
     def ndim(self) -> int:
         """Number of dimensions."""
@@ -115,22 +125,18 @@ class Var:
     @property
     def T(self) -> Var:  # noqa: N802 - numpy's name
         """The transpose (axes reversed)."""
-        from . import ops
         return ops.transpose(self)
 
     def sum(self, axis: int | None = None, keepdims: bool = False) -> Var:
         """Serial sum over all elements or one axis (``gtape.sum``)."""
-        from . import ops
         return ops.sum(self, axis, keepdims)
 
     def mean(self, axis: int | None = None, keepdims: bool = False) -> Var:
         """Serial mean over all elements or one axis (``gtape.mean``)."""
-        from . import ops
         return ops.mean(self, axis, keepdims)
 
     def reshape(self, *shape: Any) -> Var:
         """Same elements, new shape: ``v.reshape(2, 3)`` or ``v.reshape((2, 3))``."""
-        from . import ops
         if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
             shape = tuple(shape[0])
         return ops.reshape(self, shape)
@@ -151,62 +157,54 @@ class Var:
 
     # ---------------------------------------------------------------- operators
     def __add__(self, other: Any) -> Var:
-        from . import ops
         if _is_scalar(other):
             return ops.adds(self, _exact(self._tape, other))
         return ops.add(self, other)
 
     def __radd__(self, other: Any) -> Var:
-        from . import ops
         if _is_scalar(other):
             return ops.adds(self, _exact(self._tape, other))
         return ops.add(other, self)
 
     def __sub__(self, other: Any) -> Var:
-        from . import ops
         if _is_scalar(other):  # x - s == x + (-s): negating the rounded scalar is exact
             return ops.adds(self, -_exact(self._tape, other))
         return ops.sub(self, other)
 
     def __rsub__(self, other: Any) -> Var:
-        from . import ops
         # s - x == (-x) + s exactly in IEEE arithmetic
         if _is_scalar(other):
             return ops.adds(ops.neg(self), _exact(self._tape, other))
         return ops.sub(other, self)
 
     def __mul__(self, other: Any) -> Var:
-        from . import ops
         if _is_scalar(other):
             return ops.muls(self, _exact(self._tape, other))
         return ops.mul(self, other)
 
     def __rmul__(self, other: Any) -> Var:
-        from . import ops
         if _is_scalar(other):
             return ops.muls(self, _exact(self._tape, other))
         return ops.mul(other, self)
 
     def __truediv__(self, other: Any) -> Var:
-        from . import ops
         # x / s is NOT x * (1/s) bitwise, so a scalar divisor becomes a 0-d const and ``div``
         return ops.div(self, other)
 
     def __rtruediv__(self, other: Any) -> Var:
-        from . import ops
         return ops.div(other, self)
 
     def __matmul__(self, other: Any) -> Var:
-        from . import ops
-        return ops.bmm(self, other) if self.ndim == 3 else ops.matmul(self, other)
+        return ops.bmm(self, other) if self._rank() == 3 else ops.matmul(self, other)
 
     def __rmatmul__(self, other: Any) -> Var:
-        from . import ops
-        return ops.bmm(other, self) if self.ndim == 3 else ops.matmul(other, self)
+        return ops.bmm(other, self) if self._rank() == 3 else ops.matmul(other, self)
 
     def __neg__(self) -> Var:
-        from . import ops
         return ops.neg(self)
 
     def __pos__(self) -> Var:
         return self
+
+
+from . import ops  # noqa: E402  (ops imports Var: bound after the class exists)

@@ -21,11 +21,13 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from .backends.delegating import ArraysOf
 from .backends.kernel_backend import KernelBackend
 from .kernels import Kernel
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -125,3 +127,18 @@ def replayable(rec: Recorder, launches: Sequence[Launch]) -> Callable[[], None]:
 
     run_each.keep = kept
     return run_each
+
+
+def recordable(be: Any) -> bool:
+    """Whether ops on ``be`` can be recorded for replay: a kernel backend (cpu, sim, cuda)
+    that is not itself recording (the numpy backend has no kernels to record)."""
+    return isinstance(be, KernelBackend) and not isinstance(be, Recorder)
+
+
+def record(be: KernelBackend, fn: Callable[[Recorder], T]) -> tuple[T, Callable[[], None]]:
+    """Run ``fn(rec)`` on a Recorder over ``be``, recording every launch; returns what ``fn``
+    returned and the launches as one replayable callable (``replayable``)."""
+    rec = Recorder(be)
+    with rec.recording() as launches:
+        result = fn(rec)
+    return result, replayable(rec, launches)

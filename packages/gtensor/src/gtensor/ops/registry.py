@@ -77,6 +77,8 @@ def attr_key(value: Any) -> Any:
     t = type(value)
     if t is int or t is bool or value is None:  # the common attrs first: no further tests
         return (t, value)
+    if t is float:
+        return (t, value, math.copysign(1.0, value))
     if t is tuple:
         return (tuple, *map(attr_key, value))
     if isinstance(value, (float, np.floating)):
