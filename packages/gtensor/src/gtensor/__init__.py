@@ -10,8 +10,8 @@
 from __future__ import annotations
 
 from .backends import NAMES as BACKENDS
-from .backends import Backend, backend
+from .backends import Backend, backend, host_backend
 from .ops import REGISTRY, Op
 
 __version__ = "0.1.0"
-__all__ = ["BACKENDS", "Backend", "Op", "REGISTRY", "backend", "__version__"]
+__all__ = ["BACKENDS", "Backend", "Op", "REGISTRY", "backend", "host_backend", "__version__"]

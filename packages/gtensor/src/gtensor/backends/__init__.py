@@ -34,4 +34,17 @@ def backend(name: str) -> Backend:
         return _instances[name]
 
 
-__all__ = ["Backend", "NAMES", "backend"]
+def host_backend() -> str:
+    """The fastest exact backend of this machine's CPU: ``"cpu"`` (the compiled kernels) where
+    a C++ compiler is found, else ``"numpy"`` (the reference definition; no compiler needed).
+    Both give the same bits."""
+    from ..runtime.sim import compiler_command
+
+    try:
+        compiler_command()
+    except RuntimeError:
+        return "numpy"
+    return "cpu"
+
+
+__all__ = ["Backend", "NAMES", "backend", "host_backend"]
