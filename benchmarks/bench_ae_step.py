@@ -2,18 +2,21 @@
 
 The d-64-32-64-d autoencoder (relu hidden, linear out, MSE), batch 200, Adam lr 1e-3 with L2 1e-5
 on the weights, float64 and float32. Engines (the ``ENGINES`` table; add a row to add a column):
-our tape on the numpy, sim and cpu backends, hand-written numpy + BLAS, PyTorch eager (CPU), JAX
-jit (when it imports). Each engine cycles through the same ten minibatches. The engines of one
-dtype take turns in blocks of 50 timed steps, so load on a shared machine hits all of them
-alike while each block runs with its own data in cache; each step is timed (perf_counter_ns)
-after a warm-up, and we report medians and ratios to torch eager. A width sweep (hidden
-64 -> 256 -> 1024) times the cpu tape against torch eager, and profiles of the tape steps say
-where our time goes.
+our tape on the numpy, sim and cpu backends, our step captured once and replayed on the cpu
+backend (ggpu-replay: one native call per step), hand-written numpy + BLAS, PyTorch eager (CPU),
+torch.compile (inductor, CPU) of the whole torch step, JAX jit (when it imports). Each engine
+cycles through the same ten minibatches. The engines of one dtype take turns in blocks of 50
+timed steps, so load on a shared machine hits all of them alike while each block runs with its
+own data in cache; each step is timed (perf_counter_ns) after a warm-up (compilation, for
+torch.compile and JAX, happens there: never timed), and we report medians and ratios to torch
+eager and to JAX jit. A width sweep (hidden 64 -> 256 -> 1024) times the cpu tape and the
+captured cpu step against torch eager and JAX jit, and profiles of the tape steps say where our
+time goes.
 
     python benchmarks/bench_ae_step.py --steps 1000
 
 prints the tables and writes them, with the command and the profiles, to
-benchmarks/results/ae_step.md.
+benchmarks/results/ae_step.md (or --out FILE).
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from __future__ import annotations
 import argparse
 import cProfile
 import io
+import itertools
 import math
 import platform
 import pstats
@@ -30,30 +34,38 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
-for _p in ("gtensor", "gtape", "gopt", "gdemos"):
+for _p in ("gtensor", "gtape", "gopt", "ggpu-replay", "gdemos"):
     sys.path.insert(0, str(ROOT / "packages" / _p / "src"))
+sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import gtape as g  # noqa: E402
-from gdemos import data, model  # noqa: E402
+from _common import (  # noqa: E402
+    ALPHA,
+    B1,
+    B2,
+    BATCH,
+    EPS,
+    LR,
+    Make,
+    Step,
+    Unavailable,
+    add_l2,
+    captured_step,
+    problem,
+    tape_loop_step,
+    torch_ae_loss,
+)
+from gdemos import model  # noqa: E402
 from gopt import Adam  # noqa: E402
 
-BATCH, LR, ALPHA, B1, B2, EPS = 200, 1e-3, 1e-5, 0.9, 0.999, 1e-8
 WIDTHS = (64, 256, 1024)  # the width sweep: hidden layers (w, w/2, w)
 BLOCK = 50  # consecutive timed steps of one engine before the next engine's turn
-Step = Callable[[], float]
-Make = Callable[..., Step]  # make(dtype, hidden=model.HIDDEN) -> a step function
-
-
-def problem(hidden: tuple[int, ...] = model.HIDDEN) -> tuple[list[np.ndarray], list[np.ndarray]]:
-    """Ten minibatches of the rung-1 data and the initial parameters [W1, b1, ...]."""
-    x = data.manifold(0)
-    _, init_rng, order_rng = data.rngs(0)
-    params = model.init_params(init_rng, model.layer_sizes(x.shape[1], tuple(hidden)))
-    return [x[i] for i in data.batch_order(order_rng, len(x), BATCH)], params
+COMPILE_WARMUP = 3  # steps torch.compile's engine runs while it is made (compiling; untimed)
 
 
 # ---------------------------------------------------------------- engines: make(dtype, hidden)
@@ -63,22 +75,13 @@ def tape_step(backend: str) -> Make:
         batches, init = problem(hidden)
         tp = g.Tape(backend, dtype)
         ps = [tp.param(a) for a in init]
-        opt = Adam(tp, lr=LR)
-        for k, p in enumerate(ps):
-            opt.add(p, alpha=ALPHA if k % 2 == 0 else 0.0)
-        mark = tp.mark()
-        state = {"i": 0}
+        opt = add_l2(Adam(tp, lr=LR, betas=(B1, B2), eps=EPS), ps)
+        xs = itertools.cycle(batches)
 
-        def step() -> float:
-            xb = tp.const(batches[state["i"] % len(batches)])
-            state["i"] += 1
-            loss = g.mse(model.forward(xb, ps), xb)
-            tp.backward(loss)
-            opt.step()
-            value = float(tp.backend.to_numpy(tp.value(loss)))
-            tp.reset_to(mark)
-            return value
-        return step
+        def loss() -> g.Var:
+            xb = tp.const(next(xs))
+            return g.mse(model.forward(xb, ps), xb)
+        return tape_loop_step(tp, opt, loss)
     return make
 
 
@@ -86,25 +89,25 @@ def numpy_step(dtype: str, hidden: tuple[int, ...] = model.HIDDEN) -> Step:
     """Hand-written numpy backprop + Adam (BLAS matmuls, in-place updates)."""
     batches, init = problem(hidden)
     dt = np.dtype(dtype)
-    batches = [b.astype(dt) for b in batches]
+    xs = itertools.cycle([b.astype(dt) for b in batches])
     ps = [a.astype(dt) for a in init]
     ms = [np.zeros_like(p) for p in ps]
     vs = [np.zeros_like(p) for p in ps]
-    st = {"i": 0, "b1p": 1.0, "b2p": 1.0}
+    n = len(ps) // 2
+    st = {"b1p": 1.0, "b2p": 1.0}
 
     def step() -> float:
-        xb = batches[st["i"] % len(batches)]
-        st["i"] += 1
+        xb = next(xs)
         acts, pre = [xb], []
-        for k in range(4):
+        for k in range(n):
             z = acts[-1] @ ps[2 * k] + ps[2 * k + 1]
             pre.append(z)
-            acts.append(np.maximum(z, 0) if k < 3 else z)
+            acts.append(np.maximum(z, 0) if k < n - 1 else z)
         diff = acts[-1] - xb
         loss = float(np.mean(diff * diff))
         delta = diff * dt.type(2.0 / diff.size)
-        grads = [None] * 8
-        for k in range(3, -1, -1):
+        grads = [None] * len(ps)
+        for k in range(n - 1, -1, -1):
             grads[2 * k] = acts[k].T @ delta
             grads[2 * k + 1] = delta.sum(axis=0, keepdims=True)
             if k:
@@ -124,27 +127,24 @@ def numpy_step(dtype: str, hidden: tuple[int, ...] = model.HIDDEN) -> Step:
     return step
 
 
-def torch_step(dtype: str, hidden: tuple[int, ...] = model.HIDDEN) -> Step:
-    """PyTorch eager: nn-free modules, F.mse_loss, torch.optim.Adam with per-group weight decay."""
+def _torch_problem(dtype: str, hidden: tuple[int, ...]) -> tuple[Any, list[Any], Any]:
+    """The minibatches (cycled), the parameters and torch.optim.Adam (L2 on the weights)."""
     import torch
 
     batches, init = problem(hidden)
     tdt = getattr(torch, dtype)
-    xs = [torch.tensor(b, dtype=tdt) for b in batches]
+    xs = itertools.cycle([torch.tensor(b, dtype=tdt) for b in batches])
     ps = [torch.tensor(a, dtype=tdt, requires_grad=True) for a in init]
     groups = [{"params": ps[0::2], "weight_decay": ALPHA}, {"params": ps[1::2]}]
-    opt = torch.optim.Adam(groups, lr=LR, betas=(B1, B2), eps=EPS)
-    st = {"i": 0}
+    return xs, ps, torch.optim.Adam(groups, lr=LR, betas=(B1, B2), eps=EPS)
+
+
+def torch_step(dtype: str, hidden: tuple[int, ...] = model.HIDDEN) -> Step:
+    """PyTorch eager: nn-free modules, F.mse_loss, torch.optim.Adam with per-group weight decay."""
+    xs, ps, opt = _torch_problem(dtype, hidden)
 
     def step() -> float:
-        xb = xs[st["i"] % len(xs)]
-        st["i"] += 1
-        h = xb
-        for k in range(4):
-            h = torch.addmm(ps[2 * k + 1], h, ps[2 * k])
-            if k < 3:
-                h = torch.relu(h)
-        loss = torch.nn.functional.mse_loss(h, xb)
+        loss = torch_ae_loss(ps, next(xs))
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
@@ -168,6 +168,51 @@ def torch_step_1thread(dtype: str, hidden: tuple[int, ...] = model.HIDDEN) -> St
     return step
 
 
+def torch_compile_step(dtype: str, hidden: tuple[int, ...] = model.HIDDEN) -> Step:
+    """torch.compile (inductor, CPU) of one function doing forward, loss, backward and Adam.
+
+    Dynamo splits the function at ``loss.backward()``: the forward + loss graph (its backward
+    compiled ahead by AOTAutograd) and the Adam update graph; the grads are set to None
+    outside. It compiles during ``COMPILE_WARMUP`` steps run here (their seconds on
+    ``step.compile_s``), so the timed steps never compile; a failure raises Unavailable.
+    Adam's step counters are made float64 up front: eager Adam takes its bias corrections in
+    Python floats, compiled Adam in the counter's dtype (float32 by default), which would
+    drift from the eager trajectory by ~1e-7 in float64.
+    """
+    import torch
+
+    xs, ps, opt = _torch_problem(dtype, hidden)
+    for p in ps:
+        opt.state[p] = {"step": torch.tensor(0.0, dtype=torch.float64),
+                        "exp_avg": torch.zeros_like(p), "exp_avg_sq": torch.zeros_like(p)}
+
+    def train(xb: Any) -> Any:
+        loss = torch_ae_loss(ps, xb)
+        loss.backward()
+        opt.step()
+        return loss.detach()
+
+    t0 = time.perf_counter()
+    try:
+        import torch._dynamo
+        import torch._inductor.config
+
+        torch._dynamo.reset()  # one compiled engine at a time: no stale cache entries
+        torch._inductor.config.compile_threads = 1  # no compile worker pool on a small box
+        compiled = torch.compile(train, dynamic=False)
+
+        def step() -> float:
+            opt.zero_grad(set_to_none=True)
+            return compiled(next(xs)).item()
+
+        for _ in range(COMPILE_WARMUP):
+            step()
+    except Exception as err:  # noqa: BLE001 - no C++ compiler, an inductor bug: say so
+        raise Unavailable(f"compile failed: {_short(err)}") from err
+    step.compile_s = time.perf_counter() - t0  # type: ignore[attr-defined]
+    return step
+
+
 def jax_step(dtype: str, hidden: tuple[int, ...] = model.HIDDEN) -> Step:
     """JAX: value_and_grad + Adam (same formulas as gopt) in one jitted function."""
     import jax
@@ -176,16 +221,17 @@ def jax_step(dtype: str, hidden: tuple[int, ...] = model.HIDDEN) -> Step:
     if dtype == "float64":
         jax.config.update("jax_enable_x64", True)
     batches, init = problem(hidden)
-    xs = [jnp.asarray(b, dtype=dtype) for b in batches]
+    xs = itertools.cycle([jnp.asarray(b, dtype=dtype) for b in batches])
     ps = [jnp.asarray(a, dtype=dtype) for a in init]
     ms = [jnp.zeros_like(p) for p in ps]
     vs = [jnp.zeros_like(p) for p in ps]
+    n = len(ps) // 2
 
     def loss_fn(params, xb):
         h = xb
-        for k in range(4):
+        for k in range(n):
             h = h @ params[2 * k] + params[2 * k + 1]
-            if k < 3:
+            if k < n - 1:
                 h = jax.nn.relu(h)
         return jnp.mean((h - xb) ** 2)
 
@@ -203,17 +249,22 @@ def jax_step(dtype: str, hidden: tuple[int, ...] = model.HIDDEN) -> Step:
             new_v.append(v)
         return loss, new_p, new_m, new_v
 
-    st = {"i": 0, "b1p": 1.0, "b2p": 1.0, "p": ps, "m": ms, "v": vs}
+    st = {"b1p": 1.0, "b2p": 1.0, "p": ps, "m": ms, "v": vs}
 
     def step() -> float:
-        xb = xs[st["i"] % len(xs)]
-        st["i"] += 1
         st["b1p"] *= B1
         st["b2p"] *= B2
         lr_t = LR * math.sqrt(1.0 - st["b2p"]) / (1.0 - st["b1p"])
-        loss, st["p"], st["m"], st["v"] = update(st["p"], st["m"], st["v"], xb, lr_t)
+        loss, st["p"], st["m"], st["v"] = update(st["p"], st["m"], st["v"], next(xs), lr_t)
         return float(loss)  # blocks until the step is done
     return step
+
+
+def _short(err: BaseException, limit: int = 100) -> str:
+    """The exception's type and the first line of its message, fit for a table cell."""
+    text = f"{type(err).__name__}: {str(err).strip().splitlines()[0] if str(err).strip() else ''}"
+    text = text.replace("|", "/")
+    return text if len(text) <= limit else text[:limit - 3] + "..."
 
 
 # ---------------------------------------------------------------- the engine table
@@ -224,20 +275,49 @@ class Engine:
     name: str
     make: Make
     exact: bool = False  # bit-identical to the numpy tape
-    slow: bool = False  # timed for --slow-steps only (the sim tape)
+    slow: bool = False  # timed --sim-steps times (the sim tape)
 
 
 TORCH = "PyTorch eager (CPU)"
 TORCH_1 = "PyTorch eager (CPU), 1 thread"
+COMPILED = "torch.compile (CPU)"
+JAX = "JAX jit (CPU)"
+TAPE_CPU = "tape, cpu backend"
+CAPTURED = "tape, captured cpu step"
 ENGINES: list[Engine] = [
     Engine("tape, numpy backend", tape_step("numpy"), exact=True),
     Engine("tape, sim backend", tape_step("sim"), exact=True, slow=True),
-    Engine("tape, cpu backend", tape_step("cpu"), exact=True),
+    Engine(TAPE_CPU, tape_step("cpu"), exact=True),
+    Engine(CAPTURED, captured_step("cpu"), exact=True),
     Engine("numpy + BLAS, hand-written", numpy_step),
     Engine(TORCH, torch_step),
     Engine(TORCH_1, torch_step_1thread),
-    Engine("JAX jit (CPU)", jax_step),
+    Engine(COMPILED, torch_compile_step),
+    Engine(JAX, jax_step),
 ]
+SWEEP = {"cpu": TAPE_CPU, "captured": CAPTURED, "torch": TORCH, "torch1": TORCH_1, "jax": JAX}
+
+
+def make_steps(makers: dict[str, Make], dtype: str, hidden: tuple[int, ...] = model.HIDDEN
+               ) -> tuple[dict[str, Step], dict[str, str]]:
+    """Each engine's step function, or why it cannot run here (not installed, failed)."""
+    steps, failed = {}, {}
+    for name, make in makers.items():
+        try:
+            steps[name] = make(dtype, hidden)
+        except ImportError as err:
+            failed[name] = f"not installed ({err.name})"
+        except Unavailable as err:
+            failed[name] = str(err)
+    return steps, failed
+
+
+def check_exact(dtype: str, steps: int = 5) -> str:
+    """Whether the exact engines' first ``steps`` losses are bit-identical (fresh engines)."""
+    traces = {e.name: [e.make(dtype)() for _ in range(steps)] for e in ENGINES if e.exact}
+    ref = next(iter(traces.values()))
+    bad = [name for name, tr in traces.items() if np.array(tr).tobytes() != np.array(ref).tobytes()]
+    return "bit-identical" if not bad else "DIFFER: " + ", ".join(bad)
 
 
 # ---------------------------------------------------------------- timing and profile
@@ -268,23 +348,58 @@ def round_robin(steps: dict[str, Step], counts: dict[str, int], warmup: int, blo
 
 
 def width_sweep(widths: tuple[int, ...], steps: int, warmup: int) -> dict[int, dict]:
-    """cpu tape vs torch eager (all threads, one thread) at hidden widths (w, w/2, w).
+    """The cpu tape and the captured cpu step vs torch eager (all threads, one thread) and JAX
+    jit at hidden widths (w, w/2, w); an engine that cannot run gets its reason, not a time.
 
     Steps shrink with the work (~w**2): ``steps`` at w=64, at least 20.
     """
+    makers = {e.name: e.make for e in ENGINES}
     rows: dict[int, dict] = {}
     for w in widths:
         hidden = (w, w // 2, w)
         n = max(20, int(steps * (64 / w) ** 2))
         for dtype in ("float64", "float32"):
-            makers = {"cpu": tape_step("cpu"), "torch": torch_step, "torch1": torch_step_1thread}
-            res = round_robin({k: m(dtype, hidden) for k, m in makers.items()},
-                              {k: n for k in makers}, max(5, warmup // 5), max(5, n // 10))
-            rows.setdefault(w, {})[dtype] = res
-            print(f"width {w:5d} {dtype}: cpu tape {res['cpu'][0]:10.1f} us, torch "
-                  f"{res['torch'][0]:10.1f} us, torch 1 thread {res['torch1'][0]:10.1f} us",
-                  flush=True)
+            stepfns, failed = make_steps({k: makers[name] for k, name in SWEEP.items()}, dtype,
+                                         hidden)
+            res = round_robin(stepfns, {k: n for k in stepfns}, max(5, warmup // 5),
+                              max(5, n // 10))
+            rows.setdefault(w, {})[dtype] = {**res, **failed}
+            print(f"width {w:5d} {dtype}: " + ", ".join(
+                f"{k} {_us(rows[w][dtype][k])}" for k in SWEEP), flush=True)
     return rows
+
+
+def _warm_tape(backend: str) -> Step:
+    """A float64 tape step on ``backend`` after 20 untimed steps."""
+    step = tape_step(backend)("float64")
+    for _ in range(20):
+        step()
+    return step
+
+
+def _time_inside(step: Step, steps: int, inner: Callable, install: Callable[[Callable], Any]
+                 ) -> tuple[int, int, int]:
+    """Run ``steps`` steps with ``install`` putting a timed wrapper of ``inner`` in its place:
+    total ns, ns spent inside ``inner``, calls of ``inner`` (``inner`` is put back after)."""
+    spent = [0, 0]
+
+    def timed(*a, **k):
+        t0 = time.perf_counter_ns()
+        try:
+            return inner(*a, **k)
+        finally:
+            spent[0] += time.perf_counter_ns() - t0
+            spent[1] += 1
+
+    install(timed)
+    try:
+        t0 = time.perf_counter_ns()
+        for _ in range(steps):
+            step()
+        total = time.perf_counter_ns() - t0
+    finally:
+        install(inner)
+    return total, spent[0], spent[1]
 
 
 def cpu_split(steps: int) -> dict[str, float]:
@@ -292,31 +407,12 @@ def cpu_split(steps: int) -> dict[str, float]:
     gtensor op), so the rest is Python: gtensor dispatch plus the tape and the optimizer."""
     import gtensor
 
-    be = gtensor.backend("cpu")
-    step = tape_step("cpu")("float64")
-    for _ in range(20):
-        step()
-    module = be.module
-    inner, spent = module.run, [0, 0]
-
-    def timed(*args):
-        t0 = time.perf_counter_ns()
-        try:
-            return inner(*args)
-        finally:
-            spent[0] += time.perf_counter_ns() - t0
-            spent[1] += 1
-
-    module.run = timed
-    try:
-        t0 = time.perf_counter_ns()
-        for _ in range(steps):
-            step()
-        total = time.perf_counter_ns() - t0
-    finally:
-        module.run = inner
-    return {"step_us": total / steps / 1e3, "kernel_us": spent[0] / steps / 1e3,
-            "ops_per_step": spent[1] / steps}
+    step = _warm_tape("cpu")
+    module = gtensor.backend("cpu").module
+    total, inside, calls = _time_inside(step, steps, module.run,
+                                        lambda f: setattr(module, "run", f))
+    return {"step_us": total / steps / 1e3, "kernel_us": inside / steps / 1e3,
+            "ops_per_step": calls / steps}
 
 
 def matmul_share(steps: int) -> dict[str, float]:
@@ -324,37 +420,17 @@ def matmul_share(steps: int) -> dict[str, float]:
     from gtensor import REGISTRY
 
     op = REGISTRY["matmul"]
-    inner = op.reference
-    spent = [0.0, 0]
-
-    def timed(*a, **k):
-        t0 = time.perf_counter()
-        try:
-            return inner(*a, **k)
-        finally:
-            spent[0] += time.perf_counter() - t0
-            spent[1] += 1
-
-    step = tape_step("numpy")("float64")
-    for _ in range(20):
-        step()
-    object.__setattr__(op, "reference", timed)  # Op is frozen: patch for the measurement only
-    try:
-        t0 = time.perf_counter()
-        for _ in range(steps):
-            step()
-        total = time.perf_counter() - t0
-    finally:
-        object.__setattr__(op, "reference", inner)
-    return {"step_ms": 1e3 * total / steps, "matmul_ms": 1e3 * spent[0] / steps,
-            "matmuls_per_step": spent[1] / steps}
+    step = _warm_tape("numpy")
+    # Op is frozen: patch for the measurement only
+    total, inside, calls = _time_inside(step, steps, op.reference,
+                                        lambda f: object.__setattr__(op, "reference", f))
+    return {"step_ms": total / steps / 1e6, "matmul_ms": inside / steps / 1e6,
+            "matmuls_per_step": calls / steps}
 
 
 def profile_tape(backend: str, steps: int) -> tuple[str, dict[str, float]]:
     """cProfile of one tape step: the top entries and the time of named phases (ms per step)."""
-    step = tape_step(backend)("float64")
-    for _ in range(20):
-        step()
+    step = _warm_tape(backend)
     prof = cProfile.Profile()
     prof.enable()
     for _ in range(steps):
@@ -392,71 +468,86 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "ae_step.md")
     args = ap.parse_args(argv)
     rows: dict[str, dict[str, tuple[float, float, int] | str]] = {}
+    compile_s: dict[str, float] = {}
     for dtype in ("float64", "float32"):
-        steps, counts = {}, {}
-        for e in ENGINES:
-            try:
-                steps[e.name] = e.make(dtype)
-            except ImportError as err:
-                rows.setdefault(e.name, {})[dtype] = f"not installed ({err.name})"
-                continue
-            counts[e.name] = (args.sim_steps or args.steps) if e.slow else args.steps
+        steps, failed = make_steps({e.name: e.make for e in ENGINES}, dtype)
+        for name, why in failed.items():
+            rows.setdefault(name, {})[dtype] = why
+            print(f"{dtype:8s} {name:30s} {why}", flush=True)
+        if hasattr(steps.get(COMPILED), "compile_s"):
+            compile_s[dtype] = steps[COMPILED].compile_s
+        counts = {e.name: (args.sim_steps or args.steps) if e.slow else args.steps
+                  for e in ENGINES if e.name in steps}
         for name, res in round_robin(steps, counts, args.warmup).items():
             rows.setdefault(name, {})[dtype] = res
-            print(f"{dtype:8s} {name:28s} median {res[0]:9.1f} us (IQR {res[1]:.1f}, "
+            print(f"{dtype:8s} {name:30s} median {res[0]:9.1f} us (IQR {res[1]:.1f}, "
                   f"{res[2]} steps)", flush=True)
     rows = {e.name: rows[e.name] for e in ENGINES if e.name in rows}
+    exact = {dt: check_exact(dt) for dt in ("float64", "float32")}
+    print(f"exact engines' first losses: {exact}", flush=True)
     sweep = width_sweep(WIDTHS, args.sweep_steps, args.warmup)
     plain = matmul_share(args.profile_steps)
     split = cpu_split(args.profile_steps)
     profiles = {b: profile_tape(b, args.profile_steps) for b in ("numpy", "sim", "cpu")}
     table = _table(rows)
     print(table)
+    print(_sweep_table(sweep))
     print(plain, split, {b: p[1] for b, p in profiles.items()})
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(_report(argv, args, table, plain, profiles, rows, sweep, split))
+    args.out.write_text(_report(argv, args, table, plain, profiles, rows, sweep, split,
+                                {"exact": exact, "compile_s": compile_s}))
     print(f"wrote {args.out}")
     return 0
 
 
+def _us(v: tuple[float, float, int] | str | None, n: bool = False) -> str:
+    """A median cell (us; with the step count when ``n``), or the reason there is none."""
+    if isinstance(v, tuple):
+        return f"{v[0]:,.0f} (n={v[2]})" if n else f"{v[0]:,.0f}"
+    return "-" if v is None else str(v)
+
+
+def _ratio(v: Any, ref: Any) -> str:
+    """``v``'s median over ``ref``'s, or "-" when either has none."""
+    return f"{v[0] / ref[0]:.2f}x" if isinstance(v, tuple) and isinstance(ref, tuple) else "-"
+
+
 def _table(rows: dict) -> str:
-    torch_ = rows.get(TORCH, {})
-    lines = ["| engine | float64 median (us) | vs torch eager | float32 median (us) | "
-             "vs torch eager |", "|---|---:|---:|---:|---:|"]
+    torch_, jax_ = rows.get(TORCH, {}), rows.get(JAX, {})
+    lines = ["| engine | float64 median (us) | vs torch eager | vs JAX jit | float32 median (us) "
+             "| vs torch eager | vs JAX jit |", "|---|---:|---:|---:|---:|---:|---:|"]
     for name, by_dt in rows.items():
         cells = [name]
         for dt in ("float64", "float32"):
-            v, ref = by_dt.get(dt), torch_.get(dt)
-            if isinstance(v, tuple):
-                ratio = f"{v[0] / ref[0]:.2f}x" if isinstance(ref, tuple) else "-"
-                cells += [f"{v[0]:,.0f} (IQR {v[1]:,.0f}, n={v[2]})", ratio]
-            else:
-                cells += [str(v), "-"]
+            v = by_dt.get(dt)
+            med = f"{v[0]:,.0f} (IQR {v[1]:,.0f}, n={v[2]})" if isinstance(v, tuple) else _us(v)
+            cells += [med, _ratio(v, torch_.get(dt)), _ratio(v, jax_.get(dt))]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
 def _sweep_table(sweep: dict) -> str:
-    lines = ["| hidden (w, w/2, w) | dtype | cpu tape (us) | torch eager (us) | ratio | "
-             "torch eager, 1 thread (us) | ratio |", "|---|---|---:|---:|---:|---:|---:|"]
+    lines = ["| hidden (w, w/2, w) | dtype | cpu tape (us) | torch eager (us) | tape vs torch | "
+             "torch eager, 1 thread (us) | tape vs torch 1 thread | captured cpu step (us) | "
+             "JAX jit (us) | captured vs JAX |", "|---|---|" + "---:|" * 8]
     for w, by_dt in sweep.items():
         for dt in ("float64", "float32"):
-            ours, ref, ref1 = (by_dt[dt][k] for k in ("cpu", "torch", "torch1"))
-            lines.append(f"| {w}, {w // 2}, {w} | {dt} | {ours[0]:,.0f} (n={ours[2]}) | "
-                         f"{ref[0]:,.0f} | {ours[0] / ref[0]:.2f}x | {ref1[0]:,.0f} | "
-                         f"{ours[0] / ref1[0]:.2f}x |")
+            c = by_dt[dt]
+            cells = [f"{w}, {w // 2}, {w}", dt, _us(c["cpu"], n=True), _us(c["torch"]),
+                     _ratio(c["cpu"], c["torch"]), _us(c["torch1"]),
+                     _ratio(c["cpu"], c["torch1"]), _us(c["captured"]), _us(c["jax"]),
+                     _ratio(c["captured"], c["jax"])]
+            lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
 def _report(argv, args, table: str, plain: dict, profiles: dict, rows: dict, sweep: dict,
-            split: dict) -> str:
+            split: dict, facts: dict) -> str:
     import torch
 
-    ref = rows.get(TORCH, {}).get("float64")
-    ours = rows.get("tape, numpy backend", {}).get("float64")
+    ours, ref = (rows.get(n, {}).get("float64") for n in ("tape, numpy backend", TORCH))
     ratio = (f"{ours[0] / ref[0]:.0f}x" if isinstance(ref, tuple) and isinstance(ours, tuple)
              else "many times")
-
     try:
         import jax
         jax_v = jax.__version__
@@ -469,25 +560,42 @@ def _report(argv, args, table: str, plain: dict, profiles: dict, rows: dict, swe
     sim_text, sim_share = profiles["sim"]
     cpu_text, _ = profiles["cpu"]
     ops = np_share["ops_per_step"]
-    cpu_row = rows.get("tape, cpu backend", {})
 
-    def vs(name: str, dt: str) -> str:
-        ref_row = rows.get(name, {})
-        ok = isinstance(cpu_row.get(dt), tuple) and isinstance(ref_row.get(dt), tuple)
-        return f"{cpu_row[dt][0] / ref_row[dt][0]:.2f}x" if ok else "-"
+    def vs(name: str, ref: str) -> dict[str, str]:
+        return {dt: _ratio(rows.get(name, {}).get(dt), rows.get(ref, {}).get(dt))
+                for dt in ("float64", "float32")}
 
-    cpu_ratio = {dt: vs(TORCH, dt) for dt in ("float64", "float32")}
-    cpu_ratio1 = {dt: vs(TORCH_1, dt) for dt in ("float64", "float32")}
+    cpu_ratio, cpu_ratio1 = vs(TAPE_CPU, TORCH), vs(TAPE_CPU, TORCH_1)
+    cap_jax, cap_torch, cmp_torch = vs(CAPTURED, JAX), vs(CAPTURED, TORCH), vs(COMPILED, TORCH)
     kern, cstep, cops = split["kernel_us"], split["step_us"], split["ops_per_step"]
     exact = ", ".join(e.name.split(", ")[1] for e in ENGINES if e.exact)
+    checked = facts["exact"]
+    comp = facts["compile_s"]
+    if comp:
+        compiled = (f"{cmp_torch['float64']} torch eager's step time in float64 and "
+                    f"{cmp_torch['float32']} in float32 (it shares torch's OpenMP threads,\n"
+                    "so load hits it as it hits torch eager). Compile time is excluded: the "
+                    f"engine compiles during its\nfirst {COMPILE_WARMUP} steps, run untimed when "
+                    "it is made (" + ", ".join(f"{v:.1f} s in {dt}" for dt, v in comp.items())
+                    + " in this run;\ninductor's on-disk cache makes reruns quicker), before "
+                    f"the {args.warmup} warm-up steps every engine gets")
+    else:
+        compiled = "not timed here: " + "; ".join(
+            f"{dt}: {v}" for dt, v in rows.get(COMPILED, {}).items() if isinstance(v, str))
+    floor = [v[0] for name in ("numpy + BLAS, hand-written", JAX)
+             if isinstance(v := rows.get(name, {}).get("float64"), tuple)]
+    floor_text = f"~{min(floor) / 1e3:.1f} ms" if floor else "-"
     return f"""# One training step of the rung-1 autoencoder
 
 Forward + backward + Adam (L2 {ALPHA:g} on the weights) of the d-64-32-64-d autoencoder, batch
 {BATCH}; median over the timed steps after {args.warmup} warm-up steps, each engine cycling the
 same ten minibatches. The engines of one dtype take turns in blocks of {BLOCK} timed steps, so
 load on this shared machine hits them alike; compare ratios, not absolute times. The
-tape rows ({exact}) are exact (bit-identical to each other); the other engines use BLAS /
-oneDNN / XLA matmuls in whatever order they like.
+tape rows ({exact}) are exact: their first five losses from fresh
+engines were compared in this run, float64 {checked["float64"]}, float32 {checked["float32"]}.
+The other engines use BLAS /
+oneDNN / XLA / inductor matmuls in whatever order they like. Compilation (torch.compile, JAX
+jit) happens in the untimed warm-up, never in a timed step.
 
 Command (from the repository root, with the packages installed; `nox -s bench` does both):
 
@@ -508,13 +616,26 @@ float64 and {cpu_ratio["float32"]} in float32 (the issue's target: <= 1.0x), and
 loaded machine torch's default {torch.get_num_threads()} OpenMP threads wait for each other and
 its median collapses (the other core is busy); the one-thread row is the stable comparison.
 
-## Width sweep: cpu tape vs torch eager
+The captured cpu step (the same exact step captured once with
+`ggpu_replay.capture(tp, loss, backend="cpu")`, then per step the minibatch copied in with
+`set_input`, forward, backward and the program's Adam as one native call, the loss read back)
+takes {cap_jax["float64"]} JAX jit's step time in float64 and {cap_jax["float32"]} in float32
+(the issue's target: <= 1.0x), and {cap_torch["float64"]} / {cap_torch["float32"]} torch eager's.
+
+torch.compile (CPU): one function doing forward, loss, backward and Adam's step under
+`torch.compile(dynamic=False)` (inductor's C++ CPU backend; dynamo splits it at
+`loss.backward()` into the forward + loss graph, whose backward AOTAutograd compiles, and the
+Adam update; Adam's step counters made float64 so its bias corrections match eager's) takes
+{compiled}.
+
+## Width sweep: cpu tape and captured cpu step vs torch eager and JAX jit
 
 Hidden layers (w, w/2, w), same data, batch {BATCH}; the engines take turns in blocks, medians in us
-(steps shrink with the work: {args.sweep_steps} at w=64). torch runs BLAS with FMA on
-{torch.get_num_threads()} threads; the cpu tape keeps every output's serial k order (no FMA) and
-splits rows across $GTENSOR_CPU_THREADS threads (default: all CPUs) once a kernel has more than
-4M multiply-adds.
+(steps shrink with the work: {args.sweep_steps} at w=64, at least 20). torch runs BLAS with FMA on
+{torch.get_num_threads()} threads; the cpu tape and the captured step keep every output's serial k
+order (no FMA) and split rows across $GTENSOR_CPU_THREADS threads (default: all CPUs) once a
+kernel has more than 4M multiply-adds. The captured step runs the cpu tape's kernels without the
+per-op Python, so the gap between the two is dispatch, which matters less as the width grows.
 
 {_sweep_table(sweep)}
 
@@ -554,7 +675,7 @@ Reading: the numpy reference tape takes {ratio} torch eager's step time on this 
 serial matmul in numpy and ~{ops:.0f} per-op Python dispatches per step. The `cpu` backend
 compiles the first away (register-tiled SIMD kernels that keep each output's order); the second
 shrinks with the cheaper eager path and goes entirely only in a captured step (replay).
-Hand-written numpy+BLAS and JAX jit show the floor for this tiny network (~0.3 ms), which is
+Hand-written numpy+BLAS and JAX jit show the floor for this tiny network ({floor_text}), which is
 dominated by per-call overhead too, not by FLOPs (about 5.6 MFLOP per step).
 
 ### cProfile, numpy backend ({args.profile_steps} steps, top entries by own time)

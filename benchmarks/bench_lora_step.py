@@ -29,8 +29,10 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 for _p in ("gtensor", "gtape", "gopt", "gdemos"):
     sys.path.insert(0, str(ROOT / "packages" / _p / "src"))
+sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import gtape  # noqa: E402
+from _common import Step, tape_loop_step  # noqa: E402
 from gdemos.lora import LoRA  # noqa: E402
 from gdemos.qwen2 import Qwen2, random_weights  # noqa: E402
 from gdemos.qwen2_math import LINEARS, Qwen2Config  # noqa: E402
@@ -40,7 +42,6 @@ CFG = Qwen2Config(vocab_size=4096, hidden_size=256, intermediate_size=704, num_h
                   num_attention_heads=8, num_key_value_heads=2, head_dim=32,
                   tie_word_embeddings=True, max_position_embeddings=1024)
 T, R, ALPHA, LR = 128, 8, 16.0, 1e-3
-Step = Callable[[], float]
 
 
 def _ids() -> np.ndarray:
@@ -57,17 +58,8 @@ def tape_step(backend: str) -> Callable[[str], Step]:
         opt = Adam(tp, lr=LR)
         for p in lora.params():
             opt.add(p)
-        mark = tp.mark()
         ids = _ids()
-
-        def step() -> float:
-            loss = lora.loss(tp, ids)
-            tp.backward(loss)
-            opt.step()
-            value = float(tp.backend.to_numpy(tp.value(loss)))
-            tp.reset_to(mark)
-            return value
-        return step
+        return tape_loop_step(tp, opt, lambda: lora.loss(tp, ids))
     return make
 
 

@@ -33,42 +33,22 @@ for _p in ("gtensor", "gtape", "gopt", "ggpu-replay", "gdemos"):
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import gtape as g  # noqa: E402
-from bench_ae_step import ALPHA, B1, B2, EPS, LR, problem, round_robin, tape_step  # noqa: E402
+from _common import (  # noqa: E402
+    ALPHA,
+    B1,
+    B2,
+    EPS,
+    LR,
+    Step,
+    add_l2,
+    captured_step,
+    problem,
+    torch_ae_loss,
+)
+from bench_ae_step import round_robin, tape_step, torch_step  # noqa: E402
 from gdemos import model  # noqa: E402
 from ggpu_fuse import fuse  # noqa: E402
 from ggpu_replay import capture  # noqa: E402
-
-Step = Callable[[], float]
-
-
-def replay_step(device: str, whole: bool, fused: bool = False) -> Callable[[str], Step]:
-    """The AE step captured from a numpy tape and replayed on ``device`` (or fused)."""
-    def make(dtype: str) -> Step:
-        batches, init = problem()
-        tp = g.Tape("numpy", dtype)
-        ps = [tp.param(a) for a in init]
-        x = tp.const(batches[0])
-        prog = capture(tp, g.mse(model.forward(x, ps), x), backend=device)
-        if fused:
-            prog = fuse(prog)
-        opt = prog.adam(lr=LR)
-        for k, p in enumerate(ps):
-            opt.add(p, alpha=ALPHA if k % 2 == 0 else 0.0)
-        st = {"i": 0}
-
-        def step() -> float:
-            prog.set_input(x, batches[st["i"] % len(batches)])
-            st["i"] += 1
-            if whole:
-                prog.step(opt)
-            else:
-                prog.forward()
-                prog.backward()
-                opt.step()
-            return prog.loss()
-        step.launches = len(prog.forward_launches) + len(prog.backward_launches)  # type: ignore[attr-defined]
-        return step
-    return make
 
 
 def torch_cuda_step(graph: bool, compiled: bool = False) -> Callable[[str], Step]:
@@ -87,12 +67,7 @@ def torch_cuda_step(graph: bool, compiled: bool = False) -> Callable[[str], Step
         static_x = xs[0].clone()
 
         def body() -> torch.Tensor:
-            h = static_x
-            for k in range(4):
-                h = torch.addmm(ps[2 * k + 1], h, ps[2 * k])
-                if k < 3:
-                    h = torch.relu(h)
-            loss = torch.nn.functional.mse_loss(h, static_x)
+            loss = torch_ae_loss(ps, static_x)
             loss.backward()
             opt.step()
             opt.zero_grad(set_to_none=False)
@@ -132,13 +107,6 @@ def torch_cuda_step(graph: bool, compiled: bool = False) -> Callable[[str], Step
     return make
 
 
-def torch_cpu_step(dtype: str) -> Step:
-    """PyTorch eager on the CPU (the peer every ratio is taken against)."""
-    from bench_ae_step import torch_step
-
-    return torch_step(dtype)
-
-
 def plan_table(device: str) -> list[str]:
     """The fusion planner's figures: launches per step and compile time (empty cache)."""
     import os
@@ -161,9 +129,7 @@ def plan_table(device: str) -> list[str]:
             ps = [tp.param(a) for a in init]
             x = tp.const(batches[0])
             fp = fuse(capture(tp, g.mse(model.forward(x, ps), x), backend=device))
-            opt = fp.adam(lr=LR)
-            for k, p in enumerate(ps):
-                opt.add(p, alpha=ALPHA if k % 2 == 0 else 0.0)
+            opt = add_l2(fp.adam(lr=LR, betas=(B1, B2), eps=EPS), ps)
             fp.step(opt)
             fp.step(opt)  # the second step plans and compiles the whole step
             step = fp.fused("step")
@@ -210,18 +176,18 @@ def main() -> None:
     args = ap.parse_args()
     engines: list[tuple[str, Callable[[str], Step]]] = [
         ("tape, numpy backend (CPU reference)", tape_step("numpy")),
-        ("PyTorch eager (CPU)", torch_cpu_step),
-        ("replay per node, sim", replay_step("sim", whole=False)),
-        ("replay whole step, sim", replay_step("sim", whole=True)),
-        ("fused step, sim", replay_step("sim", whole=True, fused=True)),
-        ("captured step, cpu backend (one native call)", replay_step("cpu", whole=True)),
+        ("PyTorch eager (CPU)", torch_step),
+        ("replay per node, sim", captured_step("sim", whole=False)),
+        ("replay whole step, sim", captured_step("sim", whole=True)),
+        ("fused step, sim", captured_step("sim", whole=True, fused=True)),
+        ("captured step, cpu backend (one native call)", captured_step("cpu", whole=True)),
     ]
     gpu = has_gpu()
     if gpu:
         engines += [
-            ("replay per node, cuda", replay_step("cuda", whole=False)),
-            ("replay whole step as one CUDA graph, cuda", replay_step("cuda", whole=True)),
-            ("fused step as one CUDA graph, cuda", replay_step("cuda", True, fused=True)),
+            ("replay per node, cuda", captured_step("cuda", whole=False)),
+            ("replay whole step as one CUDA graph, cuda", captured_step("cuda", whole=True)),
+            ("fused step as one CUDA graph, cuda", captured_step("cuda", True, fused=True)),
             ("PyTorch CUDA eager", torch_cuda_step(graph=False)),
             ("PyTorch CUDA graph", torch_cuda_step(graph=True)),
             ('torch.compile(mode="reduce-overhead"), cuda', torch_cuda_step(False, True)),
