@@ -41,9 +41,10 @@ def test_lora_command_with_model_and_text(tmp_path, capsys):
 
 
 def test_lora_command_errors(tmp_path, capsys):
-    with pytest.raises(SystemExit):  # replay needs a device backend (sim or cuda)
-        cli.main(["lora", "--engine", "replay", "--out", str(tmp_path), "--no-progress"])
-    assert "sim or cuda" in capsys.readouterr().err
+    with pytest.raises(SystemExit):  # replay needs a kernel backend (sim, cuda or cpu)
+        cli.main(["lora", "--engine", "replay", "--backend", "numpy", "--out", str(tmp_path),
+                  "--no-progress"])
+    assert "sim or cuda or cpu, got numpy" in capsys.readouterr().err
     with pytest.raises(SystemExit, match="--steps 0"):
         cli.main(["lora", "--steps", "0", "--out", str(tmp_path)])
 

@@ -32,8 +32,10 @@ def _parser() -> argparse.ArgumentParser:
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="command", required=True)
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--backend", choices=gtensor.BACKENDS, default="numpy",
-                        help="gtensor backend the tape runs on (default: numpy)")
+    common.add_argument("--backend", choices=("auto", *gtensor.BACKENDS), default="auto",
+                        help="gtensor backend the tape runs on; auto: cpu (the compiled exact "
+                             "kernels) where a C++ compiler is found, else numpy (the reference "
+                             "definition); every backend gives the same bits (default: auto)")
     common.add_argument("--out", type=Path, default=Path("gdemos-out"),
                         help="directory for the summary JSON and plots (default: gdemos-out)")
     common.add_argument("--no-progress", action="store_true",
@@ -65,6 +67,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``gdemos`` console script; returns the exit code."""
     parser = _parser()
     args = parser.parse_args(argv)
+    if getattr(args, "backend", None) == "auto":
+        args.backend = gtensor.host_backend()
     _check_common(parser, args)
     engine = getattr(args, "engine", "tape")
     allowed = {"replay": ("sim", "cuda", "cpu"), "fused": ("sim", "cuda")}.get(engine)

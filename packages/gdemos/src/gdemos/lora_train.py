@@ -65,7 +65,7 @@ def finetune(model: Qwen2, ids: np.ndarray, cfg: LoRAConfig,
 
     ``cfg.engine == "tape"``: the CPU tape on ``cfg.backend`` with gopt's Adam and the
     mark/reset loop. ``"replay"``: one episode recorded on a numpy tape is captured by
-    ggpu-replay and replayed on ``cfg.backend`` (sim or cuda) with the device Adam; with
+    ggpu-replay and replayed on ``cfg.backend`` (sim, cuda or cpu) with the device Adam; with
     ``cfg.device_dtype = "float32"`` the device runs float32 buffers for a float64 model (a
     tolerance, not bits: docs/replay.md).
     """
@@ -108,9 +108,10 @@ def _finetune_replay(model: Qwen2, ids: np.ndarray, cfg: LoRAConfig,
         raise NotImplementedError("finetune: engine 'replay' needs the ggpu-replay package "
                                   "(pip install packages/ggpu-replay); expected it installed "
                                   "or engine 'tape'") from None
-    if cfg.backend not in ("sim", "cuda"):
-        raise ValueError(f"finetune: engine 'replay' runs on a device backend; got backend "
-                         f"{cfg.backend!r}, expected 'sim' or 'cuda'")
+    if cfg.backend not in ("sim", "cuda", "cpu"):
+        raise ValueError(f"finetune: engine 'replay' runs on a kernel backend; got backend "
+                         f"{cfg.backend!r}, expected 'sim', 'cuda' or 'cpu' (the captured "
+                         "CPU step)")
     lora = LoRA(model, r=cfg.rank, alpha=cfg.alpha, seed=cfg.seed)
     tp = gtape.Tape("numpy", model.dtype.name)
     lora.attach(tp)
