@@ -66,10 +66,11 @@ TARGETS = [
     Target(f"{GT}/src/gtensor/ops/elementwise.py", ("*", "_div_vjp"),
            (Run((f"{GT}/tests/test_pin_scalar.py",)), VJP_RUN)),
     Target(f"{GT}/src/gtensor/scalar/transcendental.py",
-           ("exp_f64", "exp_f32", "log_f64", "log_f32", "expm1_f64", "expm1_f32", "tanh_f64",
-            "tanh_f32", "sigmoid_f64", "sigmoid_f32", "_pow2", "_scale", "_scale_dd",
-            "_fast_two_sum", "_two_sum", "_split", "_two_prod", "_exp_dd"),
+           ("exp_f64", "log_f64", "expm1_f64", "tanh_f64", "sigmoid_f64", "_pow2", "_scale",
+            "_scale_dd", "_fast_two_sum", "_two_sum", "_split", "_two_prod", "_exp_dd"),
            (Run((f"{GT}/tests/test_pin_scalar.py",)),), constants=True),
+    Target(f"{GT}/src/gtensor/scalar/dsl.py", ("widened_f32",),
+           (Run((f"{GT}/tests/test_pin_scalar.py",)),)),
     Target(f"{GT}/src/gtensor/ops/reduce.py",
            ("*", "serial_sum", "_sum_reference", "_mean_reference", "_sum_vjp", "_mean_vjp",
             "sum_to_axes", "_sum_to_reference", "_reduced_axes", "_keepdims_shape"),
@@ -104,6 +105,7 @@ TARGETS = [
 # each replaces the first occurrence of ``old``.
 KERNEL_RUNS = (Run((f"{GT}/tests/test_schedule.py",)), SIM_PARITY)
 SIM_H = f"{GT}/src/gtensor/runtime/sim_runtime.h"
+COMMON_H = f"{GT}/src/gtensor/runtime/common_runtime.h"  # sim's (and cpu's) intrinsics, FpEnv
 TEXT_MUTANTS = [
     (f"{GT}/src/gtensor/ops/softmax.py",
      "yr[r * B] = $EXP($SUB(xr[r * B], mx));\n        __syncthreads();",
@@ -127,7 +129,7 @@ TEXT_MUTANTS = [
      "            oa += c * sa[d];", "for (int d = rank - 1; d > 0; --d) {\n"
      "            const long long c = rem % shape[d];\n            rem /= shape[d];\n"
      "            oa += c * sa[d];", "zip kernel: outermost axis not indexed"),
-    (SIM_H, "_mm_setcsr(0x1F80);", "_mm_setcsr(0x9FC0);", "sim: FTZ/DAZ on during launches"),
+    (COMMON_H, "_mm_setcsr(0x1F80);", "_mm_setcsr(0x9FC0);", "sim: FTZ/DAZ on during launches"),
     (SIM_H, "if (s.live > 1 && !GTSIM_SETJMP", "if (s.live > 2 && !GTSIM_SETJMP",
      "sim: barrier ignored with two live fibers"),
     (SIM_H, "order[i] = s.schedule == kReverse ? n - 1 - i : i;", "order[i] = i;",
@@ -140,8 +142,8 @@ TEXT_MUTANTS = [
      "sim: reverse schedule keeps the block order"),
     (SIM_H, "threadIdx.y = (static_cast<unsigned>(linear) / bx) % by;",
      "threadIdx.y = (static_cast<unsigned>(linear) / bx) % bx;", "sim: threadIdx.y wrapped by x"),
-    (SIM_H, "if (d != d) return 0;", "if (d != d) return -1;", "sim: __double2ll_rz(NaN) != 0"),
-    (SIM_H, "static __forceinline__ float __fsqrt_rn(float a) { return std::sqrt(a); }",
+    (COMMON_H, "if (d != d) return 0;", "if (d != d) return -1;", "sim: __double2ll_rz(NaN) != 0"),
+    (COMMON_H, "static __forceinline__ float __fsqrt_rn(float a) { return std::sqrt(a); }",
      "static __forceinline__ float __fsqrt_rn(float a) { return (float)std::sqrt((double)a) "
      "* 1.0000001f; }", "sim: float sqrt off by an ulp"),
     (f"{OP}/src/gopt/gradients.py", 'ws(("clipped", i), g.shape)', 'ws("clipped", g.shape)',
@@ -156,19 +158,19 @@ TR = f"{GT}/src/gtensor/scalar/transcendental.py"
 _OVERRIDDEN = "the clamp only feeds lanes that a later where() overrides"
 EQUIVALENT: dict[str, str] = {
     f"{TR}:207:63:0": f"exp: clamp at -745.25; {_OVERRIDDEN} (x < EXP_U_THRESHOLD -> +0)",
-    f"{TR}:301:22:0": f"expm1: NaN lanes replaced by 0.0 or -0.0; {_OVERRIDDEN} (NaN -> x + x)",
-    f"{TR}:302:48:0": f"expm1: clamp at -45; {_OVERRIDDEN} (x <= -38.8 -> -1)",
-    f"{TR}:302:60:0": f"expm1: clamp at -45; {_OVERRIDDEN} (x <= -38.8 -> -1)",
-    f"{TR}:302:61:0": f"expm1: clamp at -45; {_OVERRIDDEN} (x <= -38.8 -> -1)",
-    f"{TR}:318:17:0": "expm1: kc only feeds 2**-k, used by the 2 <= k <= 56 lanes",
-    f"{TR}:318:21:0": "expm1: kc only feeds 2**-k, used by the 2 <= k <= 56 lanes",
-    f"{TR}:327:18:0": "expm1: changes only x = +-2**-54, where both lanes give x (pinned)",
-    f"{TR}:400:21:0": "tanh: changes only x = +-0.75, where both lanes agree (pinned)",
-    f"{TR}:429:16:0": f"sigmoid: clamp at -746; {_OVERRIDDEN} (x < EXP_U_THRESHOLD -> +0)",
-    f"{TR}:429:21:0": f"sigmoid: clamp at -746; {_OVERRIDDEN} (x < EXP_U_THRESHOLD -> +0)",
+    f"{TR}:289:22:0": f"expm1: NaN lanes replaced by 0.0 or -0.0; {_OVERRIDDEN} (NaN -> x + x)",
+    f"{TR}:290:48:0": f"expm1: clamp at -45; {_OVERRIDDEN} (x <= -38.8 -> -1)",
+    f"{TR}:290:60:0": f"expm1: clamp at -45; {_OVERRIDDEN} (x <= -38.8 -> -1)",
+    f"{TR}:290:61:0": f"expm1: clamp at -45; {_OVERRIDDEN} (x <= -38.8 -> -1)",
+    f"{TR}:306:17:0": "expm1: kc only feeds 2**-k, used by the 2 <= k <= 56 lanes",
+    f"{TR}:306:21:0": "expm1: kc only feeds 2**-k, used by the 2 <= k <= 56 lanes",
+    f"{TR}:315:18:0": "expm1: changes only x = +-2**-54, where both lanes give x (pinned)",
+    f"{TR}:382:21:0": "tanh: changes only x = +-0.75, where both lanes agree (pinned)",
+    f"{TR}:405:16:0": f"sigmoid: clamp at -746; {_OVERRIDDEN} (x < EXP_U_THRESHOLD -> +0)",
+    f"{TR}:405:21:0": f"sigmoid: clamp at -746; {_OVERRIDDEN} (x < EXP_U_THRESHOLD -> +0)",
     f"{TR}:90:19:0": "_scale_dd at h == 2**-1022: both lanes round on the same 2**-1074 grid "
                      "(and no input near log(2**-1022) differs: 6e6 tried)",
-    f"{GT}/src/gtensor/ops/reduce.py:133:56:0": "reshape(-2, n): numpy takes any negative "
+    f"{GT}/src/gtensor/ops/reduce.py:126:56:0": "reshape(-2, n): numpy takes any negative "
                                                  "size as the unknown one",
     f"{GT}/src/gtensor/ops/softmax.py:184:11:0": "MUL(y, g - d) == MUL(g - d, y): IEEE * "
                                                   "commutes",
@@ -393,7 +395,7 @@ def text_mutants(root: Path) -> list[Mutant]:
                   file=sys.stderr)
             continue
         line = text[:text.index(old)].count("\n") + 1
-        runs = ((RUNTIME_RUN, SIM_PARITY) if path == SIM_H else
+        runs = ((RUNTIME_RUN, SIM_PARITY) if path in (SIM_H, COMMON_H) else
                 (GOPT_RUN,) if path.startswith(OP) else KERNEL_RUNS)
         out.append(Mutant(f"{path}:{line}:text", path, line, what, text.replace(old, new, 1),
                           runs))

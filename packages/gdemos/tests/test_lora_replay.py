@@ -18,7 +18,7 @@ CFG = Qwen2Config(vocab_size=96, hidden_size=24, intermediate_size=40, num_hidde
 
 @pytest.mark.parametrize("dtype", ["float64", "float32"])
 def test_replay_bitwise_equal_to_tape(bname, dtype):
-    device = "cuda" if bname == "cuda" else "sim"
+    device = bname if bname in ("cuda", "cpu") else "sim"  # cpu: the captured CPU step
     model = Qwen2.random(CFG, seed=1, dtype=dtype)
     ids = np.random.default_rng(2).integers(0, CFG.vocab_size, 10)
     cfg = lt.LoRAConfig(rank=2, alpha=4.0, steps=4, lr=1e-2)
@@ -34,10 +34,11 @@ def test_replay_bitwise_equal_to_tape(bname, dtype):
     assert want_losses[-1] < want_losses[0]
 
 
-def test_replay_needs_a_device_backend():
+def test_replay_needs_a_kernel_backend():
     model = Qwen2.random(CFG, seed=1)
-    with pytest.raises(ValueError, match="expected 'sim' or 'cuda'"):
-        lt.finetune(model, np.arange(5), lt.LoRAConfig(steps=1, engine="replay"))
+    with pytest.raises(ValueError, match="expected 'sim', 'cuda' or 'cpu'"):
+        lt.finetune(model, np.arange(5), lt.LoRAConfig(steps=1, engine="replay",
+                                                        backend="numpy"))
 
 
 def test_float32_device_mode_tolerance(bname):

@@ -126,3 +126,26 @@ def elements(dtype: np.dtype) -> st.SearchStrategy:
 def arrays(dtype: np.dtype, shape: tuple) -> st.SearchStrategy:
     """Arrays of ``shape`` filled from ``elements``."""
     return hnp.arrays(dtype, shape, elements=elements(np.dtype(dtype)))
+
+
+# --------------------------------------------------------------------------- oracles
+def loop_sum(x: np.ndarray, axes: tuple, order: str = "C") -> np.ndarray:
+    """Per kept slot, the serial sum of its positions in row-major (or column-major) order."""
+    T = np.dtype(x.dtype).type
+    kept = [i for i in range(x.ndim) if i not in axes]
+    out = np.zeros([x.shape[i] for i in kept], x.dtype)
+    rshape = [x.shape[i] for i in axes]
+    for o in np.ndindex(*out.shape):
+        acc = None
+        for flat in range(int(np.prod(rshape))):
+            r = np.unravel_index(flat, rshape, order=order)
+            full = [0] * x.ndim
+            for i, v in zip(kept, o):
+                full[i] = v
+            for i, v in zip(axes, r):
+                full[i] = v
+            v = T(x[tuple(full)])
+            with np.errstate(all="ignore"):  # inf + -inf is NaN here as in the kernels
+                acc = v if acc is None else acc + v
+        out[o] = T(0.0) if acc is None else acc
+    return out

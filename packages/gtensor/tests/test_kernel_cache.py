@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import stat
 
 import pytest
@@ -91,3 +92,14 @@ def test_an_uncreatable_cache_names_the_variable(tmp_path, monkeypatch):
     monkeypatch.setenv("GTENSOR_CACHE_DIR", str(blocker / "cache"))
     with pytest.raises(RuntimeError, match="set GTENSOR_CACHE_DIR to a directory you own"):
         _build()
+
+
+def test_the_key_covers_the_shared_runtime_header():
+    """sim's and cpu's units hold common_runtime.h's text itself (not an #include), so the
+    cache key (a hash of the unit) changes with it."""
+    from gtensor.runtime import cpu
+
+    common = sim.HEADER_PATH.with_name("common_runtime.h").read_text()
+    for unit in (sim.translation_unit(KERNEL.source(), [KERNEL]),
+                 cpu.translation_unit(KERNEL.source(), [KERNEL])):
+        assert common in unit and not re.search(r'^#include "', unit, re.M)

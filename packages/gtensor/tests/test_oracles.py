@@ -10,7 +10,7 @@ import itertools
 
 import numpy as np
 import pytest
-from cases import arrays
+from cases import arrays, loop_sum
 from gtensor.ops.elementwise import EXP
 from gtensor.testing import bits_equal, first_difference
 from hypothesis import given
@@ -37,25 +37,6 @@ def loop_matmul(a, b):
                         p = T(a[idx + (i, k)]) * T(b[idx + (k, j)])
                     acc = p if k == 0 else acc + p
                 out[idx + (i, j)] = acc
-    return out
-
-
-def loop_sum(x, axes):
-    """Per output slot: serial sum of its positions in row-major order, first element first."""
-    T = _scalar(x.dtype)
-    kept = [i for i in range(x.ndim) if i not in axes]
-    out = np.zeros([x.shape[i] for i in kept], x.dtype)
-    for o in itertools.product(*[range(x.shape[i]) for i in kept]):
-        acc, first = T(0.0), True
-        for r in itertools.product(*[range(x.shape[i]) for i in axes]):
-            full = [0] * x.ndim
-            for i, v in zip(kept, o):
-                full[i] = v
-            for i, v in zip(axes, r):
-                full[i] = v
-            v = T(x[tuple(full)])
-            acc, first = (v if first else acc + v), False
-        out[o] = acc
     return out
 
 

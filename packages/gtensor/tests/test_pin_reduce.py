@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from cases import loop_sum
 from gtensor.testing import bits_equal, first_difference
 
 DTYPES = ["float64", "float32"]
@@ -27,27 +28,6 @@ def reduced(x_shape: tuple, target: tuple) -> tuple:
     lead = len(x_shape) - len(target)
     return tuple(i for i in range(len(x_shape))
                  if i < lead or (target[i - lead] == 1 and x_shape[i] != 1))
-
-
-def loop_sum(x: np.ndarray, axes: tuple, order: str = "C") -> np.ndarray:
-    """Per kept slot, the serial sum of its positions in row-major (or column-major) order."""
-    T = np.dtype(x.dtype).type
-    kept = [i for i in range(x.ndim) if i not in axes]
-    out = np.zeros([x.shape[i] for i in kept], x.dtype)
-    rshape = [x.shape[i] for i in axes]
-    for o in np.ndindex(*out.shape):
-        acc = None
-        for flat in range(int(np.prod(rshape))):
-            r = np.unravel_index(flat, rshape, order=order)
-            full = [0] * x.ndim
-            for i, v in zip(kept, o):
-                full[i] = v
-            for i, v in zip(axes, r):
-                full[i] = v
-            v = T(x[tuple(full)])
-            acc = v if acc is None else acc + v
-        out[o] = T(0.0) if acc is None else acc
-    return out
 
 
 @pytest.mark.parametrize("dtype", DTYPES)

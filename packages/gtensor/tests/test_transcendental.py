@@ -18,8 +18,6 @@ rounds to infinity in the format, else its error is infinite.
 
 from __future__ import annotations
 
-import os
-import shutil
 import sys
 import zlib
 from pathlib import Path
@@ -33,6 +31,7 @@ try:
 except ImportError:  # running from a checkout without an installed package
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
     from gtensor.scalar import transcendental as T
+from gtensor import testing
 from gtensor.scalar.dsl import device_sources
 
 MP_PREC = 160
@@ -383,30 +382,6 @@ def test_device_source_uses_no_fma_and_no_libm():
 
 
 # --------------------------------------------------------------------------- C bit-equality
-def build_sim_module():
-    """``device_sources(ALL)`` plus one map kernel per function, on the sim runtime."""
-    from gtensor.kernels import Kernel, params
-    from gtensor.runtime import SimModule
-
-    kernels = []
-    for fn in T.ALL:
-        ct = "double" if fn.out_dt == "f64" else "float"
-        body = ("    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n;"
-                " i += (long long)gridDim.x * blockDim.x)\n"
-                f"        y[i] = {fn.cname}(x[i]);")
-        kernels.append(Kernel(f"map_{fn.cname}", params(f"const {ct}* x, {ct}* y, long long n"),
-                              body))
-    source = device_sources(T.ALL) + "\n" + "\n".join(k.source() for k in kernels)
-    return SimModule(source, kernels)
-
-
-def run_c(module, fn, x: np.ndarray) -> np.ndarray:
-    x = np.ascontiguousarray(x)
-    y = np.empty_like(x)
-    module.launch(f"map_{fn.cname}", 64, 256, (x, y, len(x)))
-    return y
-
-
 def bit_equality_inputs(dtype, n: int, seed: int = 1) -> np.ndarray:
     """Random bit patterns (every class: subnormals, inf, NaN, both signs) and dense ranges."""
     rng = np.random.default_rng(seed)
@@ -429,24 +404,11 @@ def bit_equality_inputs(dtype, n: int, seed: int = 1) -> np.ndarray:
     return np.concatenate([specials, raw] + [d.astype(dtype) for d in dense])
 
 
-@pytest.fixture(scope="session")
-def c_library():
-    """The functions compiled by the sim runtime (g++ -O2 -ffp-contract=off), CUDA dialect."""
-    if shutil.which(os.environ.get("CXX", "g++")) is None:
-        pytest.skip("no C++ compiler: the sim backend (and this check) needs g++ or $CXX")
-    return build_sim_module()
-
-
 @pytest.mark.parametrize("fn", T.ALL, ids=lambda f: f.cname)
-def test_numpy_matches_compiled_c(c_library, fn):
+def test_numpy_matches_compiled_c(fn):
+    """The function compiled by the sim runtime (g++ -O2 -ffp-contract=off) gives its numpy bits."""
     dtype = np.float64 if fn.out_dt == "f64" else np.float32
-    x = bit_equality_inputs(dtype, 200_000)
-    want = fn.numpy(x)
-    got = run_c(c_library, fn, x)
-    nan_w, nan_g = np.isnan(want), np.isnan(got)
-    assert np.array_equal(nan_w, nan_g), fn.cname
-    diff = (_bits(want) != _bits(got)) & ~nan_w
-    assert not diff.any(), (fn.cname, x[diff][:5], want[diff][:5], got[diff][:5])
+    testing.assert_sim_map_matches(T.ALL, fn, bit_equality_inputs(dtype, 200_000))
 
 
 def test_no_numpy_transcendentals(monkeypatch):

@@ -13,12 +13,11 @@
 from __future__ import annotations
 
 import hashlib
-import os
-import shutil
 
 import mpmath
 import numpy as np
 import pytest
+from gtensor import testing
 from gtensor.scalar import trig as T
 from gtensor.scalar.dsl import device_sources
 
@@ -128,35 +127,11 @@ def test_device_source_has_no_fma_and_no_libm_trig():
         assert fn.cname in src
 
 
-@pytest.fixture(scope="module")
-def c_module():
-    """The functions compiled by the sim runtime (g++ -O2 -ffp-contract=off), CUDA dialect."""
-    if shutil.which(os.environ.get("CXX", "g++")) is None:
-        pytest.skip("no C++ compiler: the sim runtime (and this check) needs g++ or $CXX")
-    from gtensor.kernels import Kernel, params
-    from gtensor.runtime import SimModule
-
-    kernels = []
-    for fn in T.ALL:
-        ct = "double" if fn.out_dt == "f64" else "float"
-        body = ("    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n;"
-                " i += (long long)gridDim.x * blockDim.x)\n"
-                f"        y[i] = {fn.cname}(x[i]);")
-        kernels.append(Kernel(f"map_{fn.cname}", params(f"const {ct}* x, {ct}* y, long long n"),
-                              body))
-    source = device_sources(T.ALL) + "\n" + "\n".join(k.source() for k in kernels)
-    return SimModule(source, kernels)
-
-
 @pytest.mark.parametrize("fn", T.ALL, ids=lambda f: f.cname)
-def test_numpy_matches_compiled_c(c_module, fn):
+def test_numpy_matches_compiled_c(fn):
+    """The function compiled by the sim runtime (g++ -O2 -ffp-contract=off) gives its numpy bits."""
     dtype = np.float64 if fn.out_dt == "f64" else np.float32
     rng = np.random.default_rng(3)
     x = np.concatenate([sample(2000), rng.uniform(-2e6, 2e6, 2000),
                         np.array([0.0, -0.0, np.inf, -np.inf, np.nan])]).astype(dtype)
-    want = fn.numpy(x)
-    got = np.empty_like(x)
-    c_module.launch(f"map_{fn.cname}", 16, 256, (x, got, len(x)))
-    same = (want.view(f"u{want.itemsize}") == got.view(f"u{got.itemsize}")) | (
-        np.isnan(want) & np.isnan(got))
-    assert same.all(), (fn.cname, x[~same][:5], want[~same][:5], got[~same][:5])
+    testing.assert_sim_map_matches(T.ALL, fn, x)

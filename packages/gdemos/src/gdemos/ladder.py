@@ -63,10 +63,18 @@ def _ae(out: Path, backend: str, progress: bool) -> Verdict:
     return _ae_rung("rung 1 ae", ae.AEConfig(backend=backend), out / "ae", progress)
 
 
-@rung("rung 2 replay")
-def _replay(out: Path, backend: str, progress: bool) -> Verdict:
-    cfg = ae.AEConfig(backend=_device(backend), engine="replay")
-    return _ae_rung("rung 2 replay", cfg, out / "replay", progress)
+def _device_rung(name: str, engine: str) -> None:
+    """Register rung ``name``: the autoencoder under ``engine`` on the device (see _device),
+    written to ``OUT/<engine>``."""
+
+    def run(out: Path, backend: str, progress: bool) -> Verdict:
+        cfg = ae.AEConfig(backend=_device(backend), engine=engine)
+        return _ae_rung(name, cfg, out / engine, progress)
+
+    rung(name)(run)
+
+
+_device_rung("rung 2 replay", "replay")
 
 
 @rung("rung 3 lora")
@@ -75,10 +83,7 @@ def _lora(out: Path, backend: str, progress: bool) -> Verdict:
     return Verdict("rung 3 lora", run.passed, run.verdict_detail())
 
 
-@rung("rung 4 fused")
-def _fused(out: Path, backend: str, progress: bool) -> Verdict:
-    cfg = ae.AEConfig(backend=_device(backend), engine="fused")
-    return _ae_rung("rung 4 fused", cfg, out / "fused", progress)
+_device_rung("rung 4 fused", "fused")
 
 
 @rung("rung 5 swarm")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -16,26 +17,19 @@ def write_summary(path: Path, summary: dict[str, Any]) -> Path:
     return files.write_atomic(path, lambda f: f.write(text))
 
 
-def plot_losses(path: Path, losses: list[float], epoch_mse: list[float], steps_per_epoch: int,
-                title: str, bar: float | None = None,
-                references: dict[str, float] | None = None) -> Path:
-    """A log-scale curve of the minibatch loss per step and the full-data MSE per epoch, with
-    the bar and any reference levels (``{label: value}``, e.g. an oracle's result) drawn."""
+def plot(path: Path, title: str, xlabel: str, ylabel: str, draw: Callable[[Any], None]) -> Path:
+    """Write a PNG of one chart: ``draw(ax)`` puts the curves on the axes, then the labels,
+    the grid and the legend are added (matplotlib, Agg backend); the file is replaced
+    atomically."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(7, 4.2), dpi=110)
-    ax.semilogy(range(1, len(losses) + 1), losses, lw=0.8, alpha=0.6, label="minibatch loss")
-    ax.semilogy([(e + 1) * steps_per_epoch for e in range(len(epoch_mse))], epoch_mse, "o-",
-                ms=2.5, lw=1.2, label="full-data MSE (per epoch)")
-    if bar is not None:
-        ax.axhline(bar, color="k", ls="--", lw=0.8, label=f"bar {bar:g}")
-    for k, (label, value) in enumerate((references or {}).items()):
-        ax.axhline(value, color=f"C{k + 2}", ls=":", lw=1.0, label=f"{label} {value:.3g}")
-    ax.set_xlabel("step")
-    ax.set_ylabel("MSE")
+    draw(ax)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
     ax.set_title(title)
     ax.grid(True, which="both", alpha=0.3)
     ax.legend()
@@ -44,6 +38,24 @@ def plot_losses(path: Path, losses: list[float], epoch_mse: list[float], steps_p
     files.write_atomic(path, lambda f: fig.savefig(f, format="png"))
     plt.close(fig)
     return path
+
+
+def plot_losses(path: Path, losses: list[float], epoch_mse: list[float], steps_per_epoch: int,
+                title: str, bar: float | None = None,
+                references: dict[str, float] | None = None) -> Path:
+    """A log-scale curve of the minibatch loss per step and the full-data MSE per epoch, with
+    the bar and any reference levels (``{label: value}``, e.g. an oracle's result) drawn."""
+
+    def draw(ax: Any) -> None:
+        ax.semilogy(range(1, len(losses) + 1), losses, lw=0.8, alpha=0.6, label="minibatch loss")
+        ax.semilogy([(e + 1) * steps_per_epoch for e in range(len(epoch_mse))], epoch_mse, "o-",
+                    ms=2.5, lw=1.2, label="full-data MSE (per epoch)")
+        if bar is not None:
+            ax.axhline(bar, color="k", ls="--", lw=0.8, label=f"bar {bar:g}")
+        for k, (label, value) in enumerate((references or {}).items()):
+            ax.axhline(value, color=f"C{k + 2}", ls=":", lw=1.0, label=f"{label} {value:.3g}")
+
+    return plot(path, title, "step", "MSE", draw)
 
 
 class EpochLog:

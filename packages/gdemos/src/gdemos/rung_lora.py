@@ -11,8 +11,6 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from gtensor import files
-
 from . import lora_train as lt
 from . import report
 from .qwen2 import Qwen2
@@ -61,23 +59,12 @@ def load_model(model_dir: Path | None, dtype: str, seed: int) -> tuple[Qwen2, st
 
 def plot(path: Path, losses: list[float], title: str) -> Path:
     """Log-scale CE per Adam step."""
-    import matplotlib
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    def draw(ax) -> None:
+        ax.semilogy(range(1, len(losses) + 1), losses, "o-", ms=2.5, lw=1.0,
+                    label="CE (nats/token)")
 
-    fig, ax = plt.subplots(figsize=(7, 4.2), dpi=110)
-    ax.semilogy(range(1, len(losses) + 1), losses, "o-", ms=2.5, lw=1.0, label="CE (nats/token)")
-    ax.set_xlabel("Adam step")
-    ax.set_ylabel("cross-entropy")
-    ax.set_title(title)
-    ax.grid(True, which="both", alpha=0.3)
-    ax.legend()
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    files.write_atomic(path, lambda f: fig.savefig(f, format="png"))
-    plt.close(fig)
-    return path
+    return report.plot(path, title, "Adam step", "cross-entropy", draw)
 
 
 def run(cfg: lt.LoRAConfig, out: Path, model_dir: Path | None = None, text: str | None = None,
@@ -121,7 +108,7 @@ def add_parser(sub, common) -> None:
     a.add_argument("--dtype", choices=["float64", "float32"], default="float64")
     a.add_argument("--engine", choices=ENGINES, default="tape",
                    help="tape (the tape on --backend) or replay (ggpu-replay: a numpy tape's "
-                        "episode captured and replayed on --backend sim or cuda)")
+                        "episode captured and replayed on --backend sim, cuda or cpu)")
     a.add_argument("--device-dtype", choices=["float32"], default=None,
                    help="with --engine replay: float32 device buffers for a float64 model "
                         "(a measured tolerance, not bit-equal)")

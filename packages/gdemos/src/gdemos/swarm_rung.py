@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -11,6 +10,7 @@ from typing import Any
 import numpy as np
 from gtensor import files
 
+from .report import write_summary
 from .swarm import History, SwarmConfig, make_data, same_bits, train_local
 
 ENGINES = ("dask", "cuda")
@@ -92,9 +92,7 @@ def report(cfg: SwarmConfig, run: History, ref: History | None, out: Path,
     if ref is not None:
         summary["reference_seconds_per_iteration"] = ref.seconds
         summary["reference_backend"] = ref.extra.get("backend", "numpy")
-    path = out / "swarm.json"
-    text = (json.dumps(summary, indent=2) + "\n").encode()
-    files.write_atomic(path, lambda f: f.write(text))
+    path = write_summary(out / "swarm.json", summary)
     plot = _plot(out / "swarm_loss.png", run, ref,
                  f"rung 5: linear regression, N={cfg.n}, d={cfg.d}")
     return SwarmRun(cfg, run, ref, path, plot, summary)

@@ -2,8 +2,9 @@
 
 Only the C standard library is used (``math.h`` for rint/floor/fabs, ``string.h`` for bit
 casts, ``stdbool.h`` for ``bool``). Every intrinsic is the plain correctly rounded IEEE
-operation, exactly as the ``sim`` runtime (``gtensor/runtime/sim_runtime.h``) defines it, so the
-emitted C computes what ``sim`` computes, which is what numpy computes (gtensor's parity tests).
+operation, exactly as the ``sim`` and ``cpu`` runtimes define it
+(``gtensor/runtime/common_runtime.h``), so the emitted C computes what ``sim`` computes,
+which is what numpy computes (gtensor's parity tests).
 The launch geometry is not here: each emitted kernel function declares ``threadIdx``/``blockIdx``
 = 0 and ``blockDim``/``gridDim`` = 1 as locals, so every grid-stride loop runs all its
 iterations on the one thread.

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -33,6 +34,47 @@ def first_difference(a: np.ndarray, b: np.ndarray) -> str:
     i = tuple(idx[0])
     return f"first of {len(idx)} differences at {i}: {a[i]!r} ({a[i].tobytes().hex()}) vs " \
            f"{b[i]!r} ({b[i].tobytes().hex()})"
+
+
+# --------------------------------------------------------------- compiled scalar functions
+_SIM_MAP_MODULES: dict[tuple, object] = {}
+
+
+def sim_map_module(fns: Sequence):
+    """The scalar functions ``fns`` (``gtensor.scalar.dsl.ScalarFn``) compiled by the sim
+    runtime (the CUDA dialect, g++ -O2 -ffp-contract=off): one map kernel ``map_<cname>``
+    each; built once per process. A pytest skip where there is no C++ compiler."""
+    import shutil
+
+    import pytest
+
+    if shutil.which(os.environ.get("CXX", "g++")) is None:
+        pytest.skip("no C++ compiler: the sim runtime (and this check) needs g++ or $CXX")
+    key = tuple(fns)
+    if key not in _SIM_MAP_MODULES:
+        from .ops.elementwise import form_kernel
+        from .runtime import SimModule
+        from .scalar.dsl import device_sources
+
+        kernels = [form_kernel("map", f"map_{fn.cname}", fn.out_dt, fn) for fn in key]
+        source = device_sources(list(key)) + "\n" + "\n".join(k.source() for k in kernels)
+        _SIM_MAP_MODULES[key] = SimModule(source, kernels)
+    return _SIM_MAP_MODULES[key]
+
+
+def assert_sim_map_matches(fns: Sequence, fn, x: np.ndarray) -> None:
+    """Assert that ``fn`` (one of ``fns``), compiled with them (``sim_map_module``), gives its
+    numpy bits on every element of ``x`` (NaNs compared by class); the failure names the first
+    inputs that differ."""
+    from .ops.elementwise import BLOCK, grid_for
+
+    x = np.ascontiguousarray(x)
+    want = fn.numpy(x)
+    got = np.empty_like(x)
+    sim_map_module(fns).launch(f"map_{fn.cname}", grid_for(len(x)), BLOCK, (x, got, len(x)))
+    same = (want.view(f"u{want.itemsize}") == got.view(f"u{got.itemsize}")) | (
+        np.isnan(want) & np.isnan(got))
+    assert same.all(), (fn.cname, x[~same][:5], want[~same][:5], got[~same][:5])
 
 
 # --------------------------------------------------------------------------- test sessions

@@ -143,32 +143,27 @@ def _cpu_kernels(template: Template, cuda: Callable[[str], list[Kernel]],
     return kernels
 
 
-def _map_kernels(name: str, fns: dict[str, ScalarFn]) -> Callable[[str], list[Kernel]]:
+# Each kernel form: its parameters ($T: the C type) and its body.
+_FORMS = {
+    "map": ("const $T* x, $T* y, long long n", _MAP),
+    "scalar": ("const $T* x, $T* y, long long n, $T s", _SCALAR),
+    "zip": ("const $T* a, const $T* b, $T* y, long long n, const long long* geom", _ZIP),
+}
+
+
+def form_kernel(kind: str, kname: str, sfx: str, fn: ScalarFn) -> Kernel:
+    """The CUDA kernel ``kname`` of form ``kind`` ("map", "scalar", "zip") over ``fn``."""
+    sig, body = _FORMS[kind]
+    return Kernel(kname, params(Template(sig).substitute(T=CTYPE[sfx])),
+                  body.substitute(FN=fn.cname), kind, (fn,))
+
+
+def _form_kernels(kind: str, name: str,
+                  fns: dict[str, ScalarFn]) -> Callable[[str], list[Kernel]]:
+    """An op's kernels (``Op.kernels``): ``k_<name>_<sfx>`` of form ``kind`` over fns[sfx]."""
+
     def kernels(sfx: str) -> list[Kernel]:
-        t = CTYPE[sfx]
-        sig = params(f"const {t}* x, {t}* y, long long n")
-        return [Kernel(f"k_{name}_{sfx}", sig, _MAP.substitute(FN=fns[sfx].cname), "map",
-                       (fns[sfx],))]
-
-    return kernels
-
-
-def _scalar_kernels(name: str, fns: dict[str, ScalarFn]) -> Callable[[str], list[Kernel]]:
-    def kernels(sfx: str) -> list[Kernel]:
-        t = CTYPE[sfx]
-        sig = params(f"const {t}* x, {t}* y, long long n, {t} s")
-        return [Kernel(f"k_{name}_{sfx}", sig, _SCALAR.substitute(FN=fns[sfx].cname), "scalar",
-                       (fns[sfx],))]
-
-    return kernels
-
-
-def _zip_kernels(name: str, fns: dict[str, ScalarFn]) -> Callable[[str], list[Kernel]]:
-    def kernels(sfx: str) -> list[Kernel]:
-        t = CTYPE[sfx]
-        sig = params(f"const {t}* a, const {t}* b, {t}* y, long long n, const long long* geom")
-        return [Kernel(f"k_{name}_{sfx}", sig, _ZIP.substitute(FN=fns[sfx].cname), "zip",
-                       (fns[sfx],))]
+        return [form_kernel(kind, f"k_{name}_{sfx}", sfx, fns[sfx])]
 
     return kernels
 
@@ -189,7 +184,7 @@ def unary(name: str, fns: dict[str, ScalarFn], vjp=None, doc: str = "", inputs=(
         if n:
             rt.launch(f"k_{name}_{suffix(out)}", grid_for(n), BLOCK, (ins[0], out, n))
 
-    kernels = _map_kernels(name, fns)
+    kernels = _form_kernels("map", name, fns)
     return register(Op(name, inputs, (), _same_shape, reference, kernels, launch, vjp, doc,
                        cpu=_cpu_kernels(_CPU_MAP, kernels, fns)))
 
@@ -216,7 +211,7 @@ def binary(name: str, fns: dict[str, ScalarFn], vjp=None, doc: str = "", inputs=
         geom = rt.geom((len(dims), *dims, *sa, *sb))
         rt.launch(f"k_{name}_{suffix(out)}", grid_for(n), BLOCK, (a, b, out, n, geom))
 
-    kernels = _zip_kernels(name, fns)
+    kernels = _form_kernels("zip", name, fns)
     return register(Op(name, inputs, (), infer, reference, kernels, launch, vjp, doc,
                        cpu=_cpu_kernels(_CPU_ZIP, kernels, fns)))
 
@@ -240,7 +235,7 @@ def scalar_form(name: str, fns: dict[str, ScalarFn], vjp=None, doc: str = "") ->
             sfx = suffix(out)
             rt.launch(f"k_{name}_{sfx}", grid_for(n), BLOCK, (ins[0], out, n, NPDT[sfx](s)))
 
-    kernels = _scalar_kernels(name, fns)
+    kernels = _form_kernels("scalar", name, fns)
     return register(Op(name, ("x",), ("s",), infer, reference, kernels, launch, vjp, doc,
                        cpu=_cpu_kernels(_CPU_SCALAR, kernels, fns)))
 

@@ -17,14 +17,18 @@ from ..kernels import DeviceFn, Kernel, params
 from .elementwise import ADD, BLOCK, CTYPE, DIV, NPDT, grid_for, suffix
 from .registry import Op, register
 
-# geom = [ro, out_shape[ro], out_strides_in_x[ro], rr, red_shape[rr], red_strides_in_x[rr]]
-_REDUCE = Template("""\
+# geom = [ro, out_shape[ro], out_strides_in_x[ro], rr, red_shape[rr], red_strides_in_x[rr]],
+# read the same way by the CUDA and the CPU body.
+_GEOM = """\
     const int ro = (int)geom[0];
     const long long* oshape = geom + 1;
     const long long* ostride = geom + 1 + ro;
     const int rr = (int)geom[1 + 2 * ro];
     const long long* rshape = geom + 2 + 2 * ro;
     const long long* rstride = geom + 2 + 2 * ro + rr;
+"""
+
+_REDUCE = Template(_GEOM + """\
     const long long step = (long long)gridDim.x * blockDim.x;
     for (long long o = (long long)blockIdx.x * blockDim.x + threadIdx.x; o < nout; o += step) {
         long long rem = o, base = 0;
@@ -62,14 +66,9 @@ SUM = {sfx: DeviceFn(f"gt_sum_{sfx}", _SUM.substitute(T=CTYPE[sfx], NAME=f"gt_su
 # CPU body, same geometry. Each output slot is still one serial sum in row-major order, first
 # element first. Two layouts get loops the compiler vectorizes across output slots: a column
 # sum (one reduced axis outside one contiguous kept axis: y[o] = x[o], then y[o] = y[o] +
-# x[r*rs + o] for r ascending) and a row sum over a contiguous run; the rest walks the geometry.
-_CPU_REDUCE = Template("""\
-    const int ro = (int)geom[0];
-    const long long* oshape = geom + 1;
-    const long long* ostride = geom + 1 + ro;
-    const int rr = (int)geom[1 + 2 * ro];
-    const long long* rshape = geom + 2 + 2 * ro;
-    const long long* rstride = geom + 2 + 2 * ro + rr;
+# x[r*rs + o] for r ascending) and a row sum over a contiguous run; the rest is the CUDA body's
+# serial sum (the SUM device function).
+_CPU_REDUCE = Template(_GEOM + """\
     if (ro == 1 && rr == 1 && ostride[0] == 1 && nred > 0) {
         const long long rs = rstride[0];
         gtcpu::parallel_for(nout, nred, [=](long long lo, long long hi) {
@@ -96,14 +95,7 @@ _CPU_REDUCE = Template("""\
                 if (nred > 0) acc = xr[0];
                 for (long long r = 1; r < nred; ++r) acc = $ADD(acc, xr[r]);
             } else {
-                for (long long r = 0; r < nred; ++r) {
-                    long long rrem = r, off = base;
-                    for (int d = rr - 1; d >= 0; --d) {
-                        off += (rrem % rshape[d]) * rstride[d];
-                        rrem /= rshape[d];
-                    }
-                    acc = (r == 0) ? x[off] : $ADD(acc, x[off]);
-                }
+                acc = $SUM(x, base, nred, rr, rshape, rstride);
             }
             y[o] = mean ? $DIV(acc, count) : acc;
         }
@@ -111,7 +103,8 @@ _CPU_REDUCE = Template("""\
 
 
 def _cpu_kernels(sfx: str) -> list[Kernel]:
-    body = _CPU_REDUCE.substitute(T=CTYPE[sfx], ADD=ADD[sfx].cname, DIV=DIV[sfx].cname)
+    body = _CPU_REDUCE.substitute(T=CTYPE[sfx], ADD=ADD[sfx].cname, DIV=DIV[sfx].cname,
+                                  SUM=SUM[sfx].name)
     return [Kernel(k.name, k.params, body) for k in _kernels(sfx)]
 
 

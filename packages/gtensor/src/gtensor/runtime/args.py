@@ -1,4 +1,4 @@
-"""Launch-argument checks shared by the sim and cuda runtimes.
+"""Launch-argument checks and the launch door shared by the sim, cpu and cuda runtimes.
 
 A wrong scalar width or array dtype passes silently on the CPU and corrupts memory on the GPU,
 so both runtimes validate every argument against the kernel signature before launching.
@@ -150,7 +150,8 @@ def check_launch_dims(kernel: Kernel, grid: object, block: object) -> tuple[Dims
 
 
 class KernelTable:
-    """Kernel lookup and launch checking shared by the sim and cuda modules."""
+    """Kernel lookup, launch checking and the launch door (``launch`` / ``prepare`` /
+    ``bind``) shared by the sim, cpu and cuda modules; each defines ``_bind``."""
 
     array_kind = "array"
 
@@ -176,3 +177,33 @@ class KernelTable:
         values = check_args(kernel, args, self._is_array, self.array_kind)
         g, b = check_launch_dims(kernel, grid, block)
         return kernel, values, g, b
+
+    def launch(self, name: str, grid: int | tuple[int, ...], block: int | tuple[int, ...],
+               args: Sequence) -> None:
+        """Run kernel ``name`` over ``grid`` x ``block`` threads: on sim and cpu it returns when
+        the kernel finished, on cuda it is enqueued on cupy's current stream."""
+        self.prepare(name, grid, block, args)()
+
+    def prepare(self, name: str, grid: int | tuple[int, ...], block: int | tuple[int, ...],
+                args: Sequence) -> Callable[[], None]:
+        """Check and marshal one launch once; the returned callable runs it (again and again).
+
+        The callable keeps the argument arrays alive and reads them where they are, so a
+        replayed launch sees whatever was written into them since.
+        """
+        return self.bind(*self.checked(name, grid, block, args))
+
+    def bind(self, kernel: Kernel, values: list, g: Dims, b: Dims) -> Callable[[], None]:
+        """The runnable launch of already checked arguments (see ``checked``); a launch over an
+        empty grid runs nothing."""
+        if min(g) == 0:
+            return _nothing
+        return self._bind(kernel, values, g, b)
+
+    def _bind(self, kernel: Kernel, values: list, g: Dims, b: Dims) -> Callable[[], None]:
+        """``bind`` over a non-empty grid: the runtime's own launch."""
+        raise NotImplementedError
+
+
+def _nothing() -> None:
+    """A launch over an empty grid."""

@@ -182,8 +182,7 @@ def translation_unit(source: str, kernels: Sequence[Kernel]) -> str:
     table = ", ".join(name for _, name in parts)
     return (
         "#ifdef GTCPU_PYTHON\n#define PY_SSIZE_T_CLEAN\n#include <Python.h>\n#endif\n"
-        '#line 1 "cpu_runtime.h"\n'
-        f"{HEADER_PATH.read_text()}\n"
+        f"{sim.header_text(HEADER_PATH)}\n"
         '#line 1 "module.cpp"\n'
         f"{source}\n"
         '#line 1 "launchers.cpp"\n'
@@ -313,28 +312,10 @@ class CpuModule(KernelTable):
         return isinstance(value, np.ndarray)
 
     # ---------------------------------------------------------------- the KernelTable door
-    def launch(self, name: str, grid: int | tuple[int, ...], block: int | tuple[int, ...],
-               args: Sequence) -> None:
-        """Run kernel ``name`` on ``args`` (grid and block are checked, then ignored)."""
-        self.prepare(name, grid, block, args)()
-
-    def prepare(self, name: str, grid: int | tuple[int, ...], block: int | tuple[int, ...],
-                args: Sequence) -> Callable[[], None]:
-        """Check and marshal one launch once; the returned callable runs it again and again."""
-        return self.bind(*self.checked(name, grid, block, args))
-
-    def bind(self, kernel: Kernel, values: list, g: tuple, b: tuple) -> Callable[[], None]:
-        """The runnable launch of already checked arguments (see ``KernelTable.checked``)."""
+    def _bind(self, kernel: Kernel, values: list, g: tuple, b: tuple) -> Callable[[], None]:
+        """Run the checked launch natively (grid and block were checked, then are ignored)."""
         name = kernel.name
-        if min(g) == 0:
-            return _nothing
-        boxes = []
-        for param, value in zip(kernel.params, values):
-            if param.is_pointer:
-                boxes.append(ctypes.c_void_p(value.ctypes.data))
-            else:
-                boxes.append(sim._CTYPES[param.ctype](value.item()))
-        argv = (ctypes.c_void_p * max(len(boxes), 1))(*(ctypes.addressof(x) for x in boxes))
+        argv, boxes = sim.ctypes_argv(kernel, values)
         fn = self._launchers[name]
 
         def run() -> None:
@@ -377,7 +358,3 @@ def _scalar_word(ctype: str, value: np.generic) -> int:
     if ctype == "double":
         return int(np.float64(value).view(np.int64))
     return int(np.float32(value).view(np.int32)) & 0xFFFFFFFF
-
-
-def _nothing() -> None:
-    """A launch over an empty grid."""

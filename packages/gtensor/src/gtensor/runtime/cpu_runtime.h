@@ -2,11 +2,10 @@
 //
 // Compile with: g++ -O3 -march=native -ffp-contract=off -fno-fast-math -fno-math-errno -fPIC
 //
-// The scalar language emits every float operation as a __d*_rn / __f*_rn intrinsic; here they
-// are the plain IEEE C++ operators (SSE/AVX arithmetic rounds to nearest under MXCSR 0x1F80,
-// which every entry point sets for its duration), so the functions are the ones the CUDA
-// kernels call and the compiler may only vectorize them, never contract or reorder them
-// (-ffp-contract=off, no fast-math). -fno-math-errno only lets sqrt/rint/floor inline.
+// The intrinsics the scalar language emits are common_runtime.h's plain IEEE operators (shared
+// with sim_runtime.h); every entry point runs under its gtrt::FpEnv (MXCSR 0x1F80), and the
+// compiler may only vectorize them, never contract or reorder them (-ffp-contract=off, no
+// fast-math). -fno-math-errno only lets sqrt/rint/floor inline.
 //
 // Parallelism never changes a bit: gtcpu::parallel_for splits *independent outputs* (rows of
 // a matmul, elements of a map) into contiguous chunks; every output is computed by one thread
@@ -27,72 +26,12 @@
 #include <type_traits>
 #include <vector>
 
-#if defined(__x86_64__) || defined(__i386__)
-#include <xmmintrin.h>
-#endif
-
-// ---- the CUDA words the scalar language and kernel text use --------------------------------
-#define __global__
-#define __device__
-#define __host__
-#define __forceinline__ inline __attribute__((always_inline))
-
-// ---- intrinsics: one IEEE operation each -----------------------------------------------------
-static __forceinline__ double __dadd_rn(double a, double b) { return a + b; }
-static __forceinline__ double __dsub_rn(double a, double b) { return a - b; }
-static __forceinline__ double __dmul_rn(double a, double b) { return a * b; }
-static __forceinline__ double __ddiv_rn(double a, double b) { return a / b; }
-static __forceinline__ double __dsqrt_rn(double a) { return std::sqrt(a); }
-static __forceinline__ float __fadd_rn(float a, float b) { return a + b; }
-static __forceinline__ float __fsub_rn(float a, float b) { return a - b; }
-static __forceinline__ float __fmul_rn(float a, float b) { return a * b; }
-static __forceinline__ float __fdiv_rn(float a, float b) { return a / b; }
-static __forceinline__ float __fsqrt_rn(float a) { return std::sqrt(a); }
-
-static __forceinline__ long long __double_as_longlong(double d) {
-    long long r;
-    std::memcpy(&r, &d, sizeof r);
-    return r;
-}
-static __forceinline__ double __longlong_as_double(long long i) {
-    double r;
-    std::memcpy(&r, &i, sizeof r);
-    return r;
-}
-static __forceinline__ int __float_as_int(float f) {
-    int r;
-    std::memcpy(&r, &f, sizeof r);
-    return r;
-}
-static __forceinline__ float __int_as_float(int i) {
-    float r;
-    std::memcpy(&r, &i, sizeof r);
-    return r;
-}
-static __forceinline__ float __double2float_rn(double d) { return static_cast<float>(d); }
-static __forceinline__ double __float2double(float f) { return static_cast<double>(f); }
-static __forceinline__ double __ll2double_rn(long long i) { return static_cast<double>(i); }
-// Truncating conversion with the GPU's cvt.rzi.s64.f64 semantics: saturating, NaN -> 0.
-static __forceinline__ long long __double2ll_rz(double d) {
-    if (d != d) return 0;
-    if (d >= 9223372036854775808.0) return INT64_MAX;
-    if (d < -9223372036854775808.0) return INT64_MIN;
-    return static_cast<long long>(d);
-}
-using std::fabs;
-using std::floor;
-using std::rint;
+#include "common_runtime.h"  // the CUDA words, the intrinsics, gtrt::FpEnv
 
 namespace gtcpu {
 
-// ---- the IEEE default floating-point environment for the length of a launch ----------------
-struct FpEnv {
-#if defined(__x86_64__) || defined(__i386__)
-    unsigned int saved;
-    FpEnv() : saved(_mm_getcsr()) { _mm_setcsr(0x1F80); }  // nearest, no FTZ/DAZ, masked
-    ~FpEnv() { _mm_setcsr(saved); }
-#endif
-};
+// The IEEE default floating-point environment for the length of a launch (common_runtime.h).
+using FpEnv = gtrt::FpEnv;
 
 // ---- SIMD lanes (GCC/Clang vector extensions) ------------------------------------------------
 // For kernels that compute independent outputs side by side: each lane of a vector + or * is

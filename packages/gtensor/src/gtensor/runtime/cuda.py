@@ -104,37 +104,11 @@ class CudaModule(KernelTable):
         """Pointer arguments are cupy arrays."""
         return isinstance(value, self._cp.ndarray)
 
-    def launch(
-        self,
-        name: str,
-        grid: int | tuple[int, ...],
-        block: int | tuple[int, ...],
-        args: Sequence,
-    ) -> None:
-        """Enqueue kernel ``name`` on cupy's current stream (asynchronous)."""
-        self.prepare(name, grid, block, args)()
-
-    def prepare(
-        self,
-        name: str,
-        grid: int | tuple[int, ...],
-        block: int | tuple[int, ...],
-        args: Sequence,
-    ) -> Callable[[], None]:
-        """Check one launch once; the returned callable enqueues it on the current stream."""
-        return self.bind(*self.checked(name, grid, block, args))
-
-    def bind(self, kernel: Kernel, values: list, g: tuple, b: tuple) -> Callable[[], None]:
-        """The runnable launch of already checked arguments (see ``KernelTable.checked``)."""
-        if min(g) == 0:
-            return _nothing
+    def _bind(self, kernel: Kernel, values: list, g: tuple, b: tuple) -> Callable[[], None]:
+        """Enqueue the checked launch on cupy's current stream (asynchronous)."""
         fn, argv = self._functions[kernel.name], tuple(values)
 
         def run() -> None:
             fn(g, b, argv)
 
         return run
-
-
-def _nothing() -> None:
-    """A launch over an empty grid."""

@@ -12,6 +12,7 @@ import ctypes
 import functools
 import hashlib
 import os
+import re
 import shlex
 import shutil
 import subprocess
@@ -36,6 +37,8 @@ CXX_FLAGS = (
     "-U_FORTIFY_SOURCE",
 )
 HEADER_PATH = Path(__file__).with_name("sim_runtime.h")
+# A runtime header's `#include "sibling.h"` (common_runtime.h): expanded into the text.
+_LOCAL_INCLUDE = re.compile(r'^#include "([\w.]+)"[^\n]*\n', re.M)
 _INSTALL_HINT = "install g++ (Debian/Ubuntu: apt-get install g++) or set CXX to a C++17 compiler"
 _STATUS_MESSAGES = {
     1: "could not allocate fiber stacks (mmap failed)",
@@ -107,13 +110,27 @@ def _helpers_use_barrier(source: str, kernels: Sequence[Kernel]) -> bool:
     return "__syncthreads" in rest
 
 
+def header_text(path: Path) -> str:
+    """The runtime header at ``path`` as a translation unit holds it (sim's and cpu's): each
+    ``#include "x.h"`` of a header next to it replaced by that header's text, all marked with
+    ``#line``, so the unit compiles from anywhere and its hash (the cache key) covers them."""
+    text = path.read_text()
+    out, pos = [f'#line 1 "{path.name}"\n'], 0
+    for m in _LOCAL_INCLUDE.finditer(text):
+        resume = text.count("\n", 0, m.end()) + 1  # the line after the #include
+        out += [text[pos:m.start()], header_text(path.with_name(m.group(1))),
+                f'\n#line {resume} "{path.name}"\n']
+        pos = m.end()
+    out.append(text[pos:])
+    return "".join(out)
+
+
 def translation_unit(source: str, kernels: Sequence[Kernel]) -> str:
     """Header text + module source + one launcher per kernel."""
     all_barrier = _helpers_use_barrier(source, kernels)
     launchers = "".join(_launcher(k, all_barrier or k.barrier) for k in kernels)
     return (
-        '#line 1 "sim_runtime.h"\n'
-        f"{HEADER_PATH.read_text()}\n"
+        f"{header_text(HEADER_PATH)}\n"
         '#line 1 "module.cu"\n'
         f"{source}\n"
         '#line 1 "launchers.cpp"\n'
@@ -150,6 +167,20 @@ def build(source: str, kernels: Sequence[Kernel]) -> tuple[str, Path]:
     ident = _compiler_identity(tuple(command))
     key = hashlib.sha256("\0".join([tu, ident, " ".join(CXX_FLAGS)]).encode()).hexdigest()
     return key, cache.library("sim", key, tu, lambda src, out: _run_compiler(command, src, out))
+
+
+def ctypes_argv(kernel: Kernel, values: list) -> tuple[ctypes.Array, list]:
+    """The ``void**`` argument vector of one checked launch (sim's and cpu's launchers take
+    it) and the ctypes boxes it points at: array data pointers and scalars of the exact C
+    type. The caller keeps both (and the arrays) alive as long as the launch."""
+    boxes = []
+    for param, value in zip(kernel.params, values):
+        if param.is_pointer:
+            boxes.append(ctypes.c_void_p(value.ctypes.data))
+        else:
+            boxes.append(_CTYPES[param.ctype](value.item()))
+    argv = (ctypes.c_void_p * max(len(boxes), 1))(*(ctypes.addressof(x) for x in boxes))
+    return argv, boxes
 
 
 def load(source: str, kernels: Sequence[Kernel]) -> ctypes.CDLL:
@@ -205,45 +236,12 @@ class SimModule(KernelTable):
         """Pointer arguments are numpy arrays (the sim backend's SimArray included)."""
         return isinstance(value, np.ndarray)
 
-    def launch(
-        self,
-        name: str,
-        grid: int | tuple[int, ...],
-        block: int | tuple[int, ...],
-        args: Sequence,
-    ) -> None:
-        """Run kernel ``name`` over ``grid`` x ``block`` threads; returns when it finished."""
-        self.prepare(name, grid, block, args)()
-
-    def prepare(
-        self,
-        name: str,
-        grid: int | tuple[int, ...],
-        block: int | tuple[int, ...],
-        args: Sequence,
-    ) -> Callable[[], None]:
-        """Check and marshal one launch once; the returned callable runs it (again and again).
-
-        The callable keeps the argument arrays alive and reads them where they are, so a
-        replayed launch sees whatever was written into them since.
-        """
-        return self.bind(*self.checked(name, grid, block, args))
-
-    def bind(self, kernel: Kernel, values: list, g: tuple, b: tuple) -> Callable[[], None]:
-        """The runnable launch of already checked arguments (see ``KernelTable.checked``)."""
+    def _bind(self, kernel: Kernel, values: list, g: tuple, b: tuple) -> Callable[[], None]:
+        """Run the checked launch on this thread; the schedule is read at every run."""
         name = kernel.name
-        if min(g) == 0:
-            return _nothing
-        boxes = []
-        for param, value in zip(kernel.params, values):
-            if param.is_pointer:
-                boxes.append(ctypes.c_void_p(value.ctypes.data))
-            else:
-                boxes.append(_CTYPES[param.ctype](value.item()))
-        argv = (ctypes.c_void_p * max(len(boxes), 1))(*(ctypes.addressof(x) for x in boxes))
+        argv, boxes = ctypes_argv(kernel, values)
         dims = (ctypes.c_uint * 6)(*g, *b)
         fn = self._launchers[name]
-        keep = (values, boxes)
         lib = self._lib
 
         def run() -> None:
@@ -252,9 +250,5 @@ class SimModule(KernelTable):
             if status != 0:
                 raise RuntimeError(f"sim: kernel {name!r}: {_STATUS_MESSAGES.get(status, status)}")
 
-        run.keep = keep  # the arrays and boxes live as long as the launch
+        run.keep = (values, boxes)  # the arrays and boxes live as long as the launch
         return run
-
-
-def _nothing() -> None:
-    """A launch over an empty grid."""

@@ -33,15 +33,9 @@
 #include <ucontext.h>
 #include <unistd.h>
 
-#if defined(__x86_64__) || defined(__i386__)
-#include <xmmintrin.h>
-#endif
+#include "common_runtime.h"  // __global__ & co, the intrinsics, gtrt::FpEnv
 
-// ---- CUDA keywords --------------------------------------------------------------------------
-#define __global__
-#define __device__
-#define __host__
-#define __forceinline__ inline __attribute__((always_inline))
+// ---- the CUDA words only kernels run by the simulator use ---------------------------------
 #define __noinline__ __attribute__((noinline))
 #define __shared__ static thread_local
 
@@ -59,56 +53,6 @@ static thread_local uint3 threadIdx;
 static thread_local uint3 blockIdx;
 static thread_local dim3 blockDim;
 static thread_local dim3 gridDim;
-
-// ---- intrinsics (exact IEEE semantics; SSE2 arithmetic rounds to nearest under MXCSR 0x1F80) -
-static __forceinline__ double __dadd_rn(double a, double b) { return a + b; }
-static __forceinline__ double __dsub_rn(double a, double b) { return a - b; }
-static __forceinline__ double __dmul_rn(double a, double b) { return a * b; }
-static __forceinline__ double __ddiv_rn(double a, double b) { return a / b; }
-static __forceinline__ double __dsqrt_rn(double a) { return std::sqrt(a); }
-static __forceinline__ float __fadd_rn(float a, float b) { return a + b; }
-static __forceinline__ float __fsub_rn(float a, float b) { return a - b; }
-static __forceinline__ float __fmul_rn(float a, float b) { return a * b; }
-static __forceinline__ float __fdiv_rn(float a, float b) { return a / b; }
-static __forceinline__ float __fsqrt_rn(float a) { return std::sqrt(a); }
-
-static __forceinline__ long long __double_as_longlong(double d) {
-    long long r;
-    std::memcpy(&r, &d, sizeof r);
-    return r;
-}
-static __forceinline__ double __longlong_as_double(long long i) {
-    double r;
-    std::memcpy(&r, &i, sizeof r);
-    return r;
-}
-static __forceinline__ int __float_as_int(float f) {
-    int r;
-    std::memcpy(&r, &f, sizeof r);
-    return r;
-}
-static __forceinline__ float __int_as_float(int i) {
-    float r;
-    std::memcpy(&r, &i, sizeof r);
-    return r;
-}
-
-static __forceinline__ float __double2float_rn(double d) { return static_cast<float>(d); }
-static __forceinline__ double __float2double(float f) { return static_cast<double>(f); }
-static __forceinline__ double __ll2double_rn(long long i) { return static_cast<double>(i); }
-
-// Truncating conversion with the GPU's cvt.rzi.s64.f64 semantics: saturating, NaN -> 0.
-static __forceinline__ long long __double2ll_rz(double d) {
-    if (d != d) return 0;
-    if (d >= 9223372036854775808.0) return INT64_MAX;
-    if (d < -9223372036854775808.0) return INT64_MIN;
-    return static_cast<long long>(d);
-}
-
-// rint/floor/fabs with float and double overloads, as in CUDA; rintf/floorf/fabsf come from libm.
-using std::fabs;
-using std::floor;
-using std::rint;
 
 // ---- runtime ----------------------------------------------------------------------------------
 namespace gtsim {
@@ -283,36 +227,6 @@ __attribute__((noinline)) static void syncthreads_impl() {
     asm volatile("" ::: "memory");
 }
 
-// Saves the floating-point control state and installs IEEE defaults for a launch.
-class FpEnvGuard {
-  public:
-    FpEnvGuard() {
-#if defined(__x86_64__) || defined(__i386__)
-        saved_ = _mm_getcsr();
-        _mm_setcsr(0x1F80);  // round to nearest, no FTZ/DAZ, all exceptions masked
-#elif defined(__aarch64__)
-        asm volatile("mrs %0, fpcr" : "=r"(saved_));
-        asm volatile("msr fpcr, %0" ::"r"(uint64_t{0}));
-#endif
-    }
-    ~FpEnvGuard() {
-#if defined(__x86_64__) || defined(__i386__)
-        _mm_setcsr(saved_);
-#elif defined(__aarch64__)
-        asm volatile("msr fpcr, %0" ::"r"(saved_));
-#endif
-    }
-    FpEnvGuard(const FpEnvGuard&) = delete;
-    FpEnvGuard& operator=(const FpEnvGuard&) = delete;
-
-  private:
-#if defined(__aarch64__)
-    uint64_t saved_ = 0;
-#else
-    unsigned int saved_ = 0;
-#endif
-};
-
 static void set_dims(const unsigned* dims) {
     gridDim = dim3(dims[0], dims[1], dims[2]);
     blockDim = dim3(dims[3], dims[4], dims[5]);
@@ -381,7 +295,7 @@ void run_plain_permuted(State& s, F& body) {
 // Run a barrier-free kernel: a plain loop over blocks and threads.
 template <class F>
 int run_plain(const unsigned* dims, F&& body) {
-    FpEnvGuard fp;
+    gtrt::FpEnv fp;
     State& s = install_state();
     set_dims(dims);
     begin_launch(s);
@@ -424,7 +338,7 @@ void call_task(void* f) {
 // Run a kernel with barriers: each block's threads run as fibers.
 template <class F>
 int run_fibers(const unsigned* dims, F&& body) {
-    FpEnvGuard fp;
+    gtrt::FpEnv fp;
     State& s = install_state();
     set_dims(dims);
     const int n = static_cast<int>(blockDim.x * blockDim.y * blockDim.z);

@@ -405,6 +405,13 @@ def scalar_fn(cname: str, in_dts: tuple[str, ...], out_dt: str) -> Callable[[Cal
     return wrap
 
 
+def widened_f32(f64: ScalarFn) -> ScalarFn:
+    """The float32 function ``gt_<name>_f32`` of the unary float64 function ``gt_<name>_f64``:
+    the float64 function of the exactly widened argument, rounded once to float32."""
+    cname = f64.cname.removesuffix("_f64") + "_f32"
+    return ScalarFn(cname, (F32,), F32, lambda m, x: m.to_f32(m.call(f64, m.to_f64(x))))
+
+
 def device_sources(fns: list[ScalarFn]) -> str:
     """``__device__`` definitions of ``fns`` and everything they call, callees first."""
     order: list[ScalarFn] = []

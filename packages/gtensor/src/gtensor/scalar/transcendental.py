@@ -40,7 +40,7 @@ from __future__ import annotations
 
 import struct
 
-from .dsl import F32, F64, ScalarFn, scalar_fn
+from .dsl import F64, ScalarFn, scalar_fn, widened_f32
 
 INF = float("inf")
 NAN = float("nan")
@@ -212,12 +212,6 @@ def exp_f64(m, x):
     return m.where(nan, x + x, res)
 
 
-@scalar_fn("gt_exp_f32", (F32,), F32)
-def exp_f32(m, x):
-    """exp(x) for float32: the float64 exp of the widened argument, rounded once."""
-    return m.to_f32(m.call(EXP_F64, m.to_f64(x)))
-
-
 # --------------------------------------------------------------------------- log
 @scalar_fn("gt_log_f64", (F64,), F64)
 def log_f64(m, x):
@@ -271,12 +265,6 @@ def log_f64(m, x):
     return m.where(nan, x + x, res)
 
 
-@scalar_fn("gt_log_f32", (F32,), F32)
-def log_f32(m, x):
-    """log(x) for float32: the float64 log of the widened argument, rounded once."""
-    return m.to_f32(m.call(LOG_F64, m.to_f64(x)))
-
-
 # --------------------------------------------------------------------------- expm1
 @scalar_fn("gt_expm1_f64", (F64,), F64)
 def expm1_f64(m, x):
@@ -328,12 +316,6 @@ def expm1_f64(m, x):
     res = m.where(x <= -EXPM1_NEG_SAT, -1.0, res)
     res = m.where(x > EXP_O_THRESHOLD, INF, res)
     return m.where(nan, x + x, res)
-
-
-@scalar_fn("gt_expm1_f32", (F32,), F32)
-def expm1_f32(m, x):
-    """expm1(x) for float32: the float64 expm1 of the widened argument, rounded once."""
-    return m.to_f32(m.call(EXPM1_F64, m.to_f64(x)))
 
 
 # --------------------------------------------------------------------------- tanh
@@ -404,12 +386,6 @@ def tanh_f64(m, x):
     return m.where(nan, x + x, z)
 
 
-@scalar_fn("gt_tanh_f32", (F32,), F32)
-def tanh_f32(m, x):
-    """tanh(x) for float32: the float64 tanh of the widened argument, rounded once."""
-    return m.to_f32(m.call(TANH_F64, m.to_f64(x)))
-
-
 # --------------------------------------------------------------------------- sigmoid
 @scalar_fn("gt_sigmoid_f64", (F64,), F64)
 def sigmoid_f64(m, x):
@@ -443,22 +419,16 @@ def sigmoid_f64(m, x):
     return m.where(nan, x + x, res)
 
 
-@scalar_fn("gt_sigmoid_f32", (F32,), F32)
-def sigmoid_f32(m, x):
-    """sigmoid(x) for float32: the float64 sigmoid of the widened argument, rounded once."""
-    return m.to_f32(m.call(SIGMOID_F64, m.to_f64(x)))
-
-
 EXP_F64: ScalarFn = exp_f64
-EXP_F32: ScalarFn = exp_f32
+EXP_F32: ScalarFn = widened_f32(exp_f64)
 LOG_F64: ScalarFn = log_f64
-LOG_F32: ScalarFn = log_f32
+LOG_F32: ScalarFn = widened_f32(log_f64)
 EXPM1_F64: ScalarFn = expm1_f64
-EXPM1_F32: ScalarFn = expm1_f32
+EXPM1_F32: ScalarFn = widened_f32(expm1_f64)
 TANH_F64: ScalarFn = tanh_f64
-TANH_F32: ScalarFn = tanh_f32
+TANH_F32: ScalarFn = widened_f32(tanh_f64)
 SIGMOID_F64: ScalarFn = sigmoid_f64
-SIGMOID_F32: ScalarFn = sigmoid_f32
+SIGMOID_F32: ScalarFn = widened_f32(sigmoid_f64)
 
 ALL = [
     EXP_F64,

@@ -31,7 +31,7 @@ Every constant is an IEEE bit pattern (``_w(hi, lo)``), as in ``transcendental``
 
 from __future__ import annotations
 
-from .dsl import F32, F64, ScalarFn, scalar_fn
+from .dsl import F64, ScalarFn, scalar_fn, widened_f32
 from .transcendental import _two_sum, _w
 
 NAN = float("nan")
@@ -116,21 +116,9 @@ def cos_f64(m, x):
     return m.where(bad, NAN, res)
 
 
-@scalar_fn("gt_sin_f32", (F32,), F32)
-def sin_f32(m, x):
-    """sin(x) for float32: the float64 sin of the widened argument, rounded once."""
-    return m.to_f32(m.call(SIN_F64, m.to_f64(x)))
-
-
-@scalar_fn("gt_cos_f32", (F32,), F32)
-def cos_f32(m, x):
-    """cos(x) for float32: the float64 cos of the widened argument, rounded once."""
-    return m.to_f32(m.call(COS_F64, m.to_f64(x)))
-
-
 SIN_F64: ScalarFn = sin_f64
 COS_F64: ScalarFn = cos_f64
-SIN_F32: ScalarFn = sin_f32
-COS_F32: ScalarFn = cos_f32
+SIN_F32: ScalarFn = widened_f32(sin_f64)
+COS_F32: ScalarFn = widened_f32(cos_f64)
 
 ALL = [SIN_F64, COS_F64, SIN_F32, COS_F32]
