@@ -443,7 +443,7 @@ def profile_tape(backend: str, steps: int) -> tuple[str, dict[str, float]]:
     share = {
         "total_ms_per_step": 1e3 * total / steps,
         "serial_matmul_ms": 1e3 * cum.get("linalg.py:serial_matmul", 0.0) / steps,
-        "sim_launch_ms": 1e3 * cum.get("sim.py:launch", 0.0) / steps,
+        "sim_launch_ms": 1e3 * cum.get("sim.py:run", 0.0) / steps,  # a bound launch's run
         "ops_per_step": calls.get("base.py:apply", 0) / steps,
         "backward_ms": 1e3 * cum.get("backward.py:run", 0.0) / steps,
         "optimizer_ms": 1e3 * cum.get("base.py:step", 0.0) / steps,
@@ -642,11 +642,15 @@ per-op Python, so the gap between the two is dispatch, which matters less as the
 ## Where the cpu tape's time goes (float64)
 
 Measured without a profiler over {args.profile_steps} steps, the C door timed: {cstep:,.0f} us per
-step, of which {kern:,.0f} us ({100 * kern / cstep:.0f}%) is inside the compiled kernels
-({cops:.0f} kernel calls per step, one per gtensor op). The remaining {cstep - kern:,.0f} us is
-Python: about {(cstep - kern) / cops:.1f} us per op, split between gtensor's dispatch (argument
-checks, one dict lookup of the call's shape rule and prepared launch, the C call) and the
-tape and optimizer around it (gtape's node bookkeeping and backward engine, gopt's workspace).
+step, of which {kern:,.0f} us ({100 * kern / cstep:.0f}%) is inside the compiled kernels, over
+{cops:.0f} native calls per step: one per forward op (the minibatch's const copy and the 14 ops
+of the forward and the loss), ONE for the whole backward pass (a repeated graph's pass is
+recorded once and replayed, `docs/tape.md`), ONE for the optimizer's update of all 8
+parameters (recorded on the first step, `docs/optimizers.md`) plus one `set_value` copy per
+parameter, and ONE for `reset_to`'s gradient zeroing. The remaining {cstep - kern:,.0f} us is
+Python: the forward's per-op dispatch (the tape's bookkeeping, gtensor's checks and cached
+launch, about 5 us an op), the replay keys of the backward pass, the optimizer's host half
+(the step count, `lr_t` written into its buffer, the parameter checks).
 
 ### cProfile, cpu backend ({args.profile_steps} steps, top entries by own time)
 
