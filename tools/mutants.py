@@ -92,7 +92,7 @@ TARGETS = [
     Target(f"{OP}/src/gopt/sgd.py", ("_update", "*"), (GOPT_RUN,)),
     Target(f"{OP}/src/gopt/gradients.py", ("global_norm", "clip_scale", "scaled", "with_l2"),
            (GOPT_RUN,)),
-    Target(f"{OP}/src/gopt/base.py", ("step", "_advance", "_device_step", "set_clip"),
+    Target(f"{OP}/src/gopt/base.py", ("step", "advance", "device_step", "set_clip"),
            (GOPT_RUN,)),
     Target(f"{OP}/src/gopt/workspace.py", ("__call__", "scalar", "put"), (GOPT_RUN,)),
     Target(f"{DM}/src/gdemos/rung_ae.py", ("check_bars", "bar_word", "missed", "unchecked"),

@@ -113,7 +113,7 @@ def test_failed_step_leaves_the_optimizer_as_it_was(bname, name, monkeypatch):
     def boom(*args, **kwargs):
         raise RuntimeError("injected failure")
 
-    monkeypatch.setattr(opt, "_device_step", boom)  # the device half, run eagerly (numpy)
+    monkeypatch.setattr(opt, "device_step", boom)  # the device half, run eagerly (numpy)
     monkeypatch.setattr(opt, "_replayed_step", boom)  # or recorded and replayed (kernel backends)
     with pytest.raises(RuntimeError, match="injected"):
         opt.step()

@@ -107,7 +107,7 @@ class FusedProgram(Program):
         for k, seg in enumerate(segments):
             if seg.fused:
                 g = generate(seg, f"kfuse_{phase}_{digest[:8]}_{k}_{seg.cls}", rows,
-                             lambda host: rec.inner._geom_array(tuple(int(x) for x in host)))
+                             lambda host: rec.inner.geom_array(tuple(int(x) for x in host)))
                 tables += g.tables
                 generated.append((k, g))
         module, seconds = None, 0.0

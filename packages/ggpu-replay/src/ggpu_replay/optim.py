@@ -49,7 +49,7 @@ class DeviceOptimizer:
                 rec = self._prog.backend
                 with rec.recording() as segment:
                     rec.tag = "optimizer"
-                    self._opt._device_step()
+                    self._opt.device_step()
                 rec.tag = None
                 self._segment = segment
             else:
@@ -57,9 +57,9 @@ class DeviceOptimizer:
 
     def advance(self) -> None:
         """The host half of a step: checks, the step count, per-step scalars to the device."""
-        self._opt._check_step()
+        self._opt.check_step()
         with self._prog._device.ordered():
-            self._opt._advance()
+            self._opt.advance()
 
     @property
     def recorded(self) -> bool:

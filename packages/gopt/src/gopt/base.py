@@ -32,9 +32,10 @@ class Optimizer:
     The optimizer works over a *parameter store*: a ``gtape.Tape``, or any object with the same
     ``backend``, ``dtype``, ``value(p)``, ``grad(p)``, ``set_value(p, array)`` plus
     ``check_param(where, p)`` (a replay program holding the tape's parameters on a device).
-    A step is two halves: ``_advance`` (host: the step count and per-step scalars, written into
-    small backend buffers) and ``_device_step`` (backend ops only, on buffers that never move),
-    so a replay engine can record the second half once and re-run it every step.
+    A step is two halves: ``advance`` (host: the step count and per-step scalars, written into
+    small backend buffers) and ``device_step`` (backend ops only, on buffers that never move),
+    so a replay engine can record the second half once and re-run it every step (``check_step``
+    first refuses a step that cannot run).
     """
 
     KIND = "?"
@@ -141,21 +142,23 @@ class Optimizer:
         buffers first and only then copied into place, and the host state (t, running powers)
         is restored if anything raises before that.
         """
-        self._check_step()
+        self.check_step()
         host = (self._t, self._stepped_at, self._host_state())
         try:
-            self._advance()
+            self.advance()
             if self._replays():
                 self._replayed_step()
             else:
-                self._device_step()
+                self.device_step()
         except BaseException:
             self._t, self._stepped_at = host[0], host[1]
             self._set_host_state(host[2])
             raise
 
-    def _check_step(self) -> None:
-        """Refuse a step that cannot run (before anything changes)."""
+    def check_step(self) -> None:
+        """Refuse a step that cannot run (before anything changes); the first of the step's
+        three parts (``check_step``, ``advance``, ``device_step``), which an engine running the
+        halves itself (ggpu-replay) calls in that order. ``step`` runs all three."""
         where = f"{type(self).__name__}.step"
         if not self._slots:
             raise RuntimeError(f"{where}: no parameters registered; call add(param, alpha) "
@@ -168,13 +171,13 @@ class Optimizer:
                                "gradients are stale (or zero after reset_to); call "
                                "tp.backward(loss) before each step")
 
-    def _advance(self) -> None:
+    def advance(self) -> None:
         """The host half of a step: advance t, write this step's scalars into their buffers."""
         self._stepped_at = getattr(self._tp, "backward_count", 0)
         self._t += 1
         self._begin_step()
 
-    def _device_step(self) -> None:
+    def device_step(self) -> None:
         """The backend half of a step: backend ops only, on buffers that never move.
 
         The global norm and the clip scale are a few 0-d ops; each parameter's update is then
@@ -211,7 +214,7 @@ class Optimizer:
         return isinstance(self._tp, gtape.Tape) and recordable(self._be)
 
     def _replayed_step(self) -> None:
-        """``_device_step`` with its ops recorded on the first call and replayed afterwards
+        """``device_step`` with its ops recorded on the first call and replayed afterwards
         (the same kernels on the same buffers, so the same bits; on cpu one native call).
 
         Registering a parameter, ``set_clip`` and ``load_state_dict`` drop the recording.

@@ -48,7 +48,7 @@ def into_backend(be: Any, x: Any, dtype: np.dtype, where: str, buf: Any) -> Any:
     if be.is_array(x):
         _check_kind(x.dtype, where, x)
         if (x.dtype == dtype and tuple(x.shape) == tuple(buf.shape)
-                and not be._overlaps(x, buf)):
+                and not be.overlaps(x, buf)):
             return be.copy(x, out=buf)
         return to_backend(be, x, dtype, where)
     _check_foreign(be, x, where)

@@ -168,7 +168,7 @@ class Tape:
         if self._op[p.index] is not PARAM:
             raise ValueError(f"set_value: {p!r} is not a param; only parameters can be updated")
         buf, shape = self._values[p.index], self._shape[p.index]
-        direct = self._be.is_array(x) and x.dtype == self._dtype and not _overlaps(self._be, x, buf)
+        direct = self._be.is_array(x) and x.dtype == self._dtype and not self._be.overlaps(x, buf)
         src = x if direct else to_backend(self._be, x, self._dtype, "set_value")
         if tuple(src.shape) != shape:
             raise ValueError(f"set_value: param node {p.index} has shape {shape}; got "
@@ -484,7 +484,3 @@ def _read_only(a: Any) -> Any:
         view.flags.writeable = False
     return view
 
-
-def _overlaps(be: Any, a: Any, b: Any) -> bool:
-    fn = getattr(be, "_overlaps", None)
-    return bool(fn(a, b)) if fn is not None else bool(np.may_share_memory(a, b))

@@ -92,7 +92,7 @@ class Recorder(ArraysOf, KernelBackend):
         key = tuple(int(v) for v in values)
         arr = self._owned_geoms.get(key)
         if arr is None:
-            arr = self._owned_geoms[key] = self.inner._geom_array(key)
+            arr = self._owned_geoms[key] = self.inner.geom_array(key)
         return arr
 
     def __repr__(self) -> str:

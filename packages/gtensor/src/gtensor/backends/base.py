@@ -41,8 +41,8 @@ class Backend:
                  attrs: dict, out: Any = None) -> Any:
         raise NotImplementedError
 
-    def _overlaps(self, a: Any, b: Any) -> bool:
-        """Whether two arrays of this backend may share memory."""
+    def overlaps(self, a: Any, b: Any) -> bool:
+        """Whether two arrays of this backend may share memory (an ``out=`` buffer must not)."""
         return bool(np.may_share_memory(a, b))
 
     # ---------------------------------------------------------------- ops
@@ -117,7 +117,7 @@ class Backend:
         if not flags.c_contiguous or not getattr(flags, "writeable", True):
             raise ValueError(f"{op}: out must be C-contiguous and writeable")
         for x in inputs:
-            if self._overlaps(out, x):
+            if self.overlaps(out, x):
                 raise ValueError(f"{op}: out shares memory with an input; expected a separate "
                                  "buffer")
 

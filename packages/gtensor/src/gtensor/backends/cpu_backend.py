@@ -135,10 +135,6 @@ class CpuBackend(KernelBackend):
                     self._module = CpuModule(cpu_module_source(), cpu_kernels())
         return self._module
 
-    def _geom_array(self, values: tuple) -> np.ndarray:
-        arr = np.array(values, dtype=np.int64)
-        arr.flags.writeable = False
-        return arr
 
     # ---------------------------------------------------------------- arrays
     def asarray(self, x: Any, dtype: Any = None) -> CpuArray:

@@ -40,7 +40,8 @@ class CudaBackend(KernelBackend):
 
         return CudaModule(source, kernels)
 
-    def _geom_array(self, values: tuple) -> Any:
+    def geom_array(self, values: tuple) -> Any:
+        """A device int64 array holding ``values`` (launch geometry)."""
         return self.cp.asarray(np.array(values, dtype=np.int64))
 
     def asarray(self, x: Any, dtype: Any = None) -> Any:
@@ -72,7 +73,8 @@ class CudaBackend(KernelBackend):
         """A new uninitialized array."""
         return self.cp.empty(tuple(shape), dtype)
 
-    def _overlaps(self, a: Any, b: Any) -> bool:
+    def overlaps(self, a: Any, b: Any) -> bool:
+        """Whether two device arrays may share memory."""
         return bool(self.cp.may_share_memory(a, b))
 
     def is_array(self, x: Any) -> bool:

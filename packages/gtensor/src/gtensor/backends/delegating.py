@@ -37,8 +37,9 @@ class ArraysOf:
     def _prepare(self, x: Any) -> Any:
         return self.inner._prepare(x)
 
-    def _overlaps(self, a: Any, b: Any) -> bool:
-        return self.inner._overlaps(a, b)
+    def overlaps(self, a: Any, b: Any) -> bool:
+        """The inner backend's ``overlaps``."""
+        return self.inner.overlaps(a, b)
 
     def _upload(self, dst: Any, host: np.ndarray) -> None:
         self.inner._upload(dst, host)

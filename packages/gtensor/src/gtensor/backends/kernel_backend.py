@@ -27,8 +27,12 @@ class KernelBackend(Backend):
     def _build_module(self, source: str, kernels: tuple) -> Any:
         raise NotImplementedError
 
-    def _geom_array(self, values: tuple) -> Any:
-        raise NotImplementedError
+    def geom_array(self, values: tuple) -> Any:
+        """A new read-only int64 array of this backend holding ``values`` (launch geometry);
+        host backends (sim, cpu) use a numpy array, cuda a device array."""
+        arr = np.array(values, dtype=np.int64)
+        arr.flags.writeable = False
+        return arr
 
     def compile_module(self, source: str, kernels: tuple) -> Any:
         """A module of this backend's kind for other kernel text (generated fused kernels):
@@ -56,7 +60,7 @@ class KernelBackend(Backend):
             if arr is not None:
                 self._geoms.move_to_end(key)
                 return arr
-        arr = self._geom_array(key)
+        arr = self.geom_array(key)
         with self._lock:
             self._geoms[key] = arr
             if len(self._geoms) > GEOM_CACHE:

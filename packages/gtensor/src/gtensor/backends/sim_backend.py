@@ -25,10 +25,6 @@ class SimBackend(KernelBackend):
 
         return SimModule(source, kernels)
 
-    def _geom_array(self, values: tuple) -> np.ndarray:
-        arr = np.array(values, dtype=np.int64)
-        arr.flags.writeable = False
-        return arr
 
     def asarray(self, x: Any, dtype: Any = None) -> SimArray:
         """A new C-contiguous sim array holding ``x``."""
