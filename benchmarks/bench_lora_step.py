@@ -19,19 +19,16 @@ import argparse
 import os
 import platform
 import statistics
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
 
-import numpy as np
+import _paths  # first of ours: puts the repository's packages on sys.path
 
-ROOT = Path(__file__).resolve().parents[1]
-for _p in ("gtensor", "gtape", "gopt", "gdemos"):
-    sys.path.insert(0, str(ROOT / "packages" / _p / "src"))
-sys.path.insert(0, str(ROOT / "benchmarks"))
+ROOT = _paths.ROOT
 
 import gtape  # noqa: E402
+import numpy as np  # noqa: E402
 from _common import Step, tape_loop_step  # noqa: E402
 from gdemos.lora import LoRA  # noqa: E402
 from gdemos.qwen2 import Qwen2, random_weights  # noqa: E402

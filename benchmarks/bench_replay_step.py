@@ -25,14 +25,12 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-import numpy as np
+import _paths  # first of ours: puts the repository's packages on sys.path
 
-ROOT = Path(__file__).resolve().parents[1]
-for _p in ("gtensor", "gtape", "gopt", "ggpu-replay", "gdemos"):
-    sys.path.insert(0, str(ROOT / "packages" / _p / "src"))
-sys.path.insert(0, str(ROOT / "benchmarks"))
+ROOT = _paths.ROOT
 
 import gtape as g  # noqa: E402
+import numpy as np  # noqa: E402
 from _common import (  # noqa: E402
     ALPHA,
     B1,

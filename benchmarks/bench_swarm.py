@@ -20,13 +20,11 @@ import os
 import platform
 import sys
 import time
-from pathlib import Path
 
+import _paths  # first of ours: puts the repository's packages on sys.path
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
-for _p in ("gtensor", "gtape", "gemit", "gdemos"):
-    sys.path.insert(0, str(ROOT / "packages" / _p / "src"))
+ROOT = _paths.ROOT
 
 from gdemos.swarm import SwarmConfig, TapeRows, emit_source, make_data  # noqa: E402
 from gdemos.swarm_dask import ClusterRows, local_cluster, partition  # noqa: E402
