@@ -51,77 +51,92 @@ DOT = {sfx: DeviceFn(f"gt_dot_{sfx}", _DOT.substitute(T=CTYPE[sfx], NAME=f"gt_do
 # a[i,0]*b[0,j], then acc = acc + a[i,k]*b[k,j], each lane's product and sum rounded (the
 # vector form of MUL and ADD; no FMA). Tiles only decide which independent outputs are
 # computed side by side, never the order within one; leftover columns use narrower vectors.
+# Each k x 2L column panel of b is first copied (exactly) into a contiguous buffer, so the
+# tiles stream it at unit stride whatever n is.
 _CPU_MATMUL = Template("""\
     typedef $T T;
     using gtcpu::Int;
     constexpr int L = 64 / sizeof(T);  // lanes of one 64-byte vector
+    constexpr long long PW = 2 * L;    // width of a packed panel of b
+    // R rows of c from row pointer ar (row stride k), panel columns from bp (row stride PW)
     auto tile = [=](auto rows_, auto lanes_, auto nv_, const T* __restrict__ ar,
-                    const T* __restrict__ bb, T* __restrict__ cr, long long j0) {
+                    const T* __restrict__ bp, T* __restrict__ cr) {
         constexpr int R = decltype(rows_)::value, N = decltype(lanes_)::value,
                       NV = decltype(nv_)::value;
         typedef typename gtcpu::Vec<T, N>::type V;
         V acc[R][NV];
         for (int v = 0; v < NV; ++v) {
-            const V bv = gtcpu::vload<V>(bb + j0 + v * N);
+            const V bv = gtcpu::vload<V>(bp + v * N);
             for (int r = 0; r < R; ++r) acc[r][v] = ar[r * k] * bv;
         }
         for (long long kk = 1; kk < k; ++kk) {
             V bv[NV];
-            for (int v = 0; v < NV; ++v) bv[v] = gtcpu::vload<V>(bb + kk * n + j0 + v * N);
+            for (int v = 0; v < NV; ++v) bv[v] = gtcpu::vload<V>(bp + kk * PW + v * N);
             for (int r = 0; r < R; ++r) {
                 const T av = ar[r * k + kk];
                 for (int v = 0; v < NV; ++v) acc[r][v] = acc[r][v] + av * bv[v];
             }
         }
         for (int r = 0; r < R; ++r)
-            for (int v = 0; v < NV; ++v) gtcpu::vstore(cr + r * n + j0 + v * N, acc[r][v]);
+            for (int v = 0; v < NV; ++v) gtcpu::vstore(cr + r * n + v * N, acc[r][v]);
     };
-    auto cols = [=](auto rows_, long long r0, long long j, long long j1) {  // rows r0.., j..j1
+    // rows r0.. (R of them), columns j..j1 of the panel starting at column j0 (packed in pk)
+    auto cols = [=](auto rows_, long long r0, const T* pk, long long j0, long long j,
+                    long long j1) {
         const T* ar = a + r0 * k;
-        const T* bb = b + (r0 / m) * k * n;
         T* cr = c + r0 * n;
         if (j + 2 * L <= j1) {
-            tile(rows_, Int<L>{}, Int<2>{}, ar, bb, cr, j);
+            tile(rows_, Int<L>{}, Int<2>{}, ar, pk + (j - j0), cr + j);
             j += 2 * L;
         }
         if (j + L <= j1) {
-            tile(rows_, Int<L>{}, Int<1>{}, ar, bb, cr, j);
+            tile(rows_, Int<L>{}, Int<1>{}, ar, pk + (j - j0), cr + j);
             j += L;
         }
         if (j + L / 2 <= j1) {
-            tile(rows_, Int<L / 2>{}, Int<1>{}, ar, bb, cr, j);
+            tile(rows_, Int<L / 2>{}, Int<1>{}, ar, pk + (j - j0), cr + j);
             j += L / 2;
         }
         if (j + L / 4 <= j1) {
-            tile(rows_, Int<L / 4>{}, Int<1>{}, ar, bb, cr, j);
+            tile(rows_, Int<L / 4>{}, Int<1>{}, ar, pk + (j - j0), cr + j);
             j += L / 4;
         }
         if (L >= 16 && j + L / 8 <= j1) {
-            tile(rows_, Int<(L >= 16 ? L / 8 : 1)>{}, Int<1>{}, ar, bb, cr, j);
+            tile(rows_, Int<(L >= 16 ? L / 8 : 1)>{}, Int<1>{}, ar, pk + (j - j0), cr + j);
             j += L / 8;
         }
-        for (; j < j1; ++j) tile(rows_, Int<1>{}, Int<1>{}, ar, bb, cr, j);
+        for (; j < j1; ++j) tile(rows_, Int<1>{}, Int<1>{}, ar, pk + (j - j0), cr + j);
     };
     const long long rows = batch * m;
     if (k == 0) {
         for (long long i = 0; i < rows * n; ++i) c[i] = (T)0;
         return;
     }
-    // column panels outside, rows inside: a k x 2L panel of b stays in cache across the rows
+    // column panels outside, rows inside: the packed k x 2L panel stays in cache across rows
     gtcpu::parallel_for(rows, k * n, [=](long long lo, long long hi) {
-        for (long long j0 = 0; j0 < n; j0 += 2 * L) {
-            const long long j1 = j0 + 2 * L < n ? j0 + 2 * L : n;
+        T* pk = new T[k * PW];
+        for (long long j0 = 0; j0 < n; j0 += PW) {
+            const long long j1 = j0 + PW < n ? j0 + PW : n;
+            long long packed = -1;  // the batch whose panel pk holds
             long long r = lo;
             while (r < hi) {
+                const long long bi = r / m;
+                if (bi != packed) {  // an exact copy of b[bi][:, j0:j1]
+                    const T* bb = b + bi * k * n + j0;
+                    for (long long kk = 0; kk < k; ++kk)
+                        for (long long j = 0; j < j1 - j0; ++j) pk[kk * PW + j] = bb[kk * n + j];
+                    packed = bi;
+                }
                 if (r + 4 <= hi && r % m + 4 <= m) {
-                    cols(Int<4>{}, r, j0, j1);
+                    cols(Int<4>{}, r, pk, j0, j0, j1);
                     r += 4;
                 } else {
-                    cols(Int<1>{}, r, j0, j1);
+                    cols(Int<1>{}, r, pk, j0, j0, j1);
                     r += 1;
                 }
             }
         }
+        delete[] pk;
     });""")
 
 
