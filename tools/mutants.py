@@ -174,8 +174,8 @@ EQUIVALENT: dict[str, str] = {
                                                  "size as the unknown one",
     f"{GT}/src/gtensor/ops/softmax.py:184:11:0": "MUL(y, g - d) == MUL(g - d, y): IEEE * "
                                                   "commutes",
-    f"{OP}/src/gopt/base.py:125:85:0": "set_clip's bound low=-0.0: x > -0.0 is x > 0.0",
-    f"{OP}/src/gopt/base.py:164:63:0": "getattr default for a tape without backward_count; "
+    f"{OP}/src/gopt/base.py:132:85:0": "set_clip's bound low=-0.0: x > -0.0 is x > 0.0",
+    f"{OP}/src/gopt/base.py:176:63:0": "getattr default for a tape without backward_count; "
                                        "every gtape.Tape has one",
     f"{TP}/src/gtape/backward.py:51:30:0": "reach list one entry longer: the entry past the "
                                            "loss is never read",
