@@ -46,8 +46,8 @@ DOT = {sfx: DeviceFn(f"gt_dot_{sfx}", _DOT.substitute(T=CTYPE[sfx], NAME=f"gt_do
        for sfx in ("f64", "f32")}
 
 
-# CPU body: rows of c split across threads. Outputs are computed in register tiles (4 rows x
-# SIMD lanes of columns, gtcpu::Vec); every output keeps its own k-ascending chain: acc =
+# CPU body: rows of c split across threads. Outputs are computed in register tiles (8, 4 or 1
+# rows x SIMD lanes of columns, gtcpu::Vec); every output keeps its own k-ascending chain: acc =
 # a[i,0]*b[0,j], then acc = acc + a[i,k]*b[k,j], each lane's product and sum rounded (the
 # vector form of MUL and ADD; no FMA). Tiles only decide which independent outputs are
 # computed side by side, never the order within one; leftover columns use narrower vectors.
@@ -127,7 +127,10 @@ _CPU_MATMUL = Template("""\
                         for (long long j = 0; j < j1 - j0; ++j) pk[kk * PW + j] = bb[kk * n + j];
                     packed = bi;
                 }
-                if (r + 4 <= hi && r % m + 4 <= m) {
+                if (r + 8 <= hi && r % m + 8 <= m) {
+                    cols(Int<8>{}, r, pk, j0, j0, j1);
+                    r += 8;
+                } else if (r + 4 <= hi && r % m + 4 <= m) {
                     cols(Int<4>{}, r, pk, j0, j0, j1);
                     r += 4;
                 } else {
