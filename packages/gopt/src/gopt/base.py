@@ -184,7 +184,11 @@ class Optimizer:
         gtensor's fused update ops (``adam_m``, ``adam_v``, ``adam_p``; ``sgd_p``), which apply
         the clip scale and the L2 term to the gradient inside, in gopt's order.
         """
-        for s, p_new in zip(self._slots, self._device_update()):
+        self._commit_params(self._device_update())
+
+    def _commit_params(self, new: list[Any]) -> None:
+        """Copy each parameter's new value into the store (the step's last writes)."""
+        for s, p_new in zip(self._slots, new):
             self._tp.set_value(s.var, p_new)
 
     def _device_update(self) -> list[Any]:
@@ -224,8 +228,7 @@ class Optimizer:
             self._replay = (run, new)
         else:
             self._replay[0]()
-        for s, p_new in zip(self._slots, self._replay[1]):
-            self._tp.set_value(s.var, p_new)
+        self._commit_params(self._replay[1])
 
     def _update_on(self, be: Any) -> list[Any]:
         """``_device_update`` with its ops (and new workspace buffers) on backend ``be``."""
