@@ -8,6 +8,7 @@ which proves a user can install just the layers they need.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -17,6 +18,7 @@ import tomllib
 from pathlib import Path
 
 import nox
+import nox.virtualenv
 
 nox.needs_version = ">=2024.10.9"
 nox.options.error_on_external_run = True
@@ -28,6 +30,9 @@ nox.options.sessions = ["lint", "unit", "parity", "docs", "lora_oracle"]
 ROOT = Path(__file__).parent
 BACKENDS = ["numpy", "sim", "cuda", "cpu"]
 TORCH = "torch==2.13.0"  # exactly this version: a CPU wheel on these machines
+# A full run builds ~35 virtualenvs (18 GB with torch in 13 of them): each is deleted when its
+# session ends unless this is set (then `nox -r` can reuse them).
+KEEP_VENVS = os.environ.get("GRAD_NOX_KEEP_VENVS") == "1"
 
 
 def _pyproject(package: str) -> dict:
@@ -90,6 +95,29 @@ def _has_nvcc() -> bool:
     return bool(shutil.which("nvcc") or Path("/usr/local/cuda/bin/nvcc").exists())
 
 
+def _discard_venv(session: nox.Session) -> None:
+    """Delete ``session``'s own virtualenv under .nox (never a --no-venv/passthrough one)."""
+    env = session.virtualenv
+    if KEEP_VENVS or type(env) is not nox.virtualenv.VirtualEnv or not env.location:
+        return
+    location = Path(env.location).resolve()
+    if location.parent.name == ".nox" and location.is_dir():
+        shutil.rmtree(location, ignore_errors=True)
+
+
+def _one_shot(fn):
+    """Session decorator: the session's virtualenv is deleted when it ends, pass or fail."""
+
+    @functools.wraps(fn)
+    def run(session: nox.Session, *args, **kwargs) -> None:
+        try:
+            fn(session, *args, **kwargs)
+        finally:
+            _discard_venv(session)
+
+    return run
+
+
 def _install(session: nox.Session, packages: list[str], extras: dict[str, str]) -> None:
     """Editable installs of ``packages`` (siblings resolve to each other, never to PyPI)."""
     args = []
@@ -107,6 +135,7 @@ def _test_env(backend: str) -> dict[str, str]:
 
 
 @nox.session
+@_one_shot
 def lint(session: nox.Session) -> None:
     """ruff over the whole tree."""
     session.install("ruff>=0.6")
@@ -116,6 +145,7 @@ def lint(session: nox.Session) -> None:
 @nox.session
 @nox.parametrize("backend", BACKENDS)
 @nox.parametrize("package", _packages())
+@_one_shot
 def unit(session: nox.Session, package: str, backend: str) -> None:
     """One package's unit tests on one backend, in a venv holding only what it declares."""
     if backend == "cuda" and not _has_gpu():
@@ -133,6 +163,7 @@ def unit(session: nox.Session, package: str, backend: str) -> None:
 
 @nox.session
 @nox.parametrize("backend", BACKENDS)
+@_one_shot
 def parity(session: nox.Session, backend: str) -> None:
     """The cross-package parity matrix: every engine bitwise against the numpy tape."""
     if backend == "cuda" and not _has_gpu():
@@ -153,6 +184,7 @@ def parity(session: nox.Session, backend: str) -> None:
 
 
 @nox.session
+@_one_shot
 def oracle(session: nox.Session) -> None:
     """Heavy oracles (not in the default run): large hypothesis profiles and slow tests."""
     _install(session, _packages(), {name: "test" for name in _packages()})
@@ -162,6 +194,7 @@ def oracle(session: nox.Session) -> None:
 
 
 @nox.session
+@_one_shot
 def mutants(session: nox.Session) -> None:
     """Mutation testing of the definitions (not in the default run); see docs/testing.md."""
     _install(session, _packages(), {name: "test" for name in _packages()})
@@ -169,6 +202,7 @@ def mutants(session: nox.Session) -> None:
 
 
 @nox.session
+@_one_shot
 def lora_oracle(session: nox.Session) -> None:
     """Rung 3 against transformers' Qwen2 and PEFT on torch CPU (float64): its own venv."""
     _install(session, _closure("gdemos"), {"gdemos": "lora-oracle"})
@@ -177,6 +211,7 @@ def lora_oracle(session: nox.Session) -> None:
 
 
 @nox.session
+@_one_shot
 def docs(session: nox.Session) -> None:
     """Every ```python block of the READMEs and docs/ runs as written."""
     _install(session, _packages(), {})
@@ -212,6 +247,7 @@ def demo(session: nox.Session) -> None:
 
 
 @nox.session
+@_one_shot
 def bench(session: nox.Session) -> None:
     """Benchmarks against peers (not a test): writes tables under benchmarks/results/."""
     _install(session, _closure("gdemos"), {})
