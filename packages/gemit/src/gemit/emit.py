@@ -14,11 +14,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import numpy as np
-from gtape.convert import describe
 from gtape.leaves import PARAM, Leaf
 from gtape.tape import Tape
 from gtape.trace import CaptureError, check_episode, trace
 from gtape.var import Var
+from gtensor import describe
 
 from .plan import plan
 from .render import render, signature

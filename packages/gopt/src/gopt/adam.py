@@ -11,6 +11,7 @@ import math
 from typing import Any
 
 import gtape
+from gtensor import describe
 
 from . import checks
 from .base import Optimizer, Slot
@@ -31,7 +32,7 @@ class Adam(Optimizer):
                  eps: float = 1e-8) -> None:
         super().__init__(tp, lr)
         if not isinstance(betas, (tuple, list)) or len(betas) != 2:
-            raise TypeError(f"Adam: betas is {checks.describe(betas)}; expected a pair "
+            raise TypeError(f"Adam: betas is {describe(betas)}; expected a pair "
                             "(beta1, beta2)")
         want = "a real number in [0, 1)"
         self._b1 = checks.real("Adam", "betas[0]", betas[0], low=0.0, high=1.0, high_open=True,

@@ -9,17 +9,7 @@ from typing import Any
 
 import gtape
 import numpy as np
-
-
-def describe(x: Any) -> str:
-    """A short description of a value for error messages."""
-    if isinstance(x, gtape.Var):
-        return repr(x)
-    t = type(x)
-    mod = t.__module__.split(".")[0]
-    if isinstance(x, np.ndarray):
-        return f"a numpy array of shape {x.shape}"
-    return f"{x!r} (a {'' if mod == 'builtins' else mod + '.'}{t.__name__})"
+from gtensor import describe
 
 
 def real(where: str, name: str, x: Any, *, low: float = -math.inf, low_open: bool = False,

@@ -13,15 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-
-
-def describe(x: Any) -> str:
-    """A short description of a value for error messages."""
-    t = type(x)
-    mod = t.__module__.split(".")[0]
-    if isinstance(x, np.ndarray) or mod == "cupy":
-        return f"a {t.__name__} of shape {tuple(x.shape)} and dtype {x.dtype}"
-    return f"a {'' if mod == 'builtins' else mod + '.'}{t.__name__}"
+from gtensor import describe
 
 
 def to_backend(be: Any, x: Any, dtype: np.dtype, where: str) -> Any:

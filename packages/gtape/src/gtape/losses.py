@@ -15,9 +15,9 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+from gtensor import describe
 
 from . import ops
-from .convert import describe
 from .var import Var
 
 

@@ -9,9 +9,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from gtensor import Op
+from gtensor import Op, describe
 
-from .convert import describe
 from .var import Var
 
 Operand = Any  # a Var, or data converted to a const: ndarray, backend array, list, number

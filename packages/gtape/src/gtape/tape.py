@@ -11,11 +11,11 @@ from typing import Any, NamedTuple
 
 import gtensor
 import numpy as np
-from gtensor import Op
+from gtensor import Op, describe
 from gtensor.recording import record, recordable
 
 from . import backward as _backward
-from .convert import describe, into_backend, to_backend
+from .convert import into_backend, to_backend
 from .leaves import CONST, PARAM, Leaf
 from .passes import BackwardPasses
 from .var import StaleVarError, Var

@@ -23,12 +23,12 @@ from typing import Any
 
 import gtensor
 import numpy as np
+from gtensor import describe
 from gtensor.backends.kernel_backend import KernelBackend
 from gtensor.ops.elementwise import SUFFIX
 from gtensor.recording import Launch, Recorder
 
 from . import backward as _backward
-from .convert import describe
 from .leaves import PARAM, Leaf
 from .tape import Node, Tape
 from .var import Var

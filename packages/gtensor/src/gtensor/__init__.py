@@ -11,7 +11,9 @@ from __future__ import annotations
 
 from .backends import NAMES as BACKENDS
 from .backends import Backend, backend, host_backend
+from .messages import describe
 from .ops import REGISTRY, Op
 
 __version__ = "0.1.0"
-__all__ = ["BACKENDS", "Backend", "Op", "REGISTRY", "backend", "host_backend", "__version__"]
+__all__ = ["BACKENDS", "Backend", "Op", "REGISTRY", "backend", "describe", "host_backend",
+           "__version__"]

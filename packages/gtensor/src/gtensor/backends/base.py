@@ -8,6 +8,7 @@ from typing import Any
 import numpy as np
 
 from .. import dtypes, shapes
+from ..messages import describe
 from ..ops import REGISTRY, Op
 
 
@@ -164,21 +165,6 @@ class Backend:
 
     def __repr__(self) -> str:
         return f"gtensor.backend({self.name!r})"
-
-
-def describe(x: Any) -> str:
-    """A short description of a foreign value for error messages."""
-    t = type(x)
-    mod = t.__module__.split(".")[0]
-    if mod == "cupy":
-        return "a cupy array (from the cuda backend)"
-    if t.__name__ == "SimArray":
-        return "an array of the sim backend"
-    if t.__name__ == "CpuArray":
-        return "an array of the cpu backend"
-    if isinstance(x, np.ndarray):
-        return "a plain numpy.ndarray (the numpy backend's array type)"
-    return f"a {mod + '.' if mod != 'builtins' else ''}{t.__name__}"
 
 
 def _method(op: Op):

@@ -11,6 +11,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from gtensor.kernels import POINTER_DTYPES, Kernel, Param
+from gtensor.messages import describe
 
 # Exact numpy scalar type each scalar C type is marshalled as.
 SCALAR_NUMPY = {
@@ -29,19 +30,6 @@ MAX_GRID = (2**31 - 1, 65535, 65535)
 Dims = tuple[int, int, int]
 
 
-def _describe(value: object) -> str:
-    """Short description of a received argument for error messages."""
-    dtype = getattr(value, "dtype", None)
-    shape = getattr(value, "shape", None)
-    if dtype is not None and shape is not None:
-        flags = getattr(value, "flags", None)
-        contiguous = getattr(flags, "c_contiguous", True)
-        layout = "" if contiguous else ", not C-contiguous"
-        kind = f"{type(value).__module__}.{type(value).__name__}"
-        return f"{kind}(dtype={dtype}, shape={shape}{layout})"
-    return f"{type(value).__name__} {value!r}"
-
-
 def _where(kernel: Kernel, param: Param) -> str:
     """Message prefix naming the kernel and the parameter."""
     return f"kernel {kernel.name!r}: parameter {param.name!r} ({param.ctype})"
@@ -53,14 +41,14 @@ def check_pointer(
     """Check an array argument: array type, exact dtype, C-contiguous, writeable if non-const."""
     where = _where(kernel, param)
     if not is_array(value):
-        raise TypeError(f"{where} expects a {kind}, got {_describe(value)}")
+        raise TypeError(f"{where} expects a {kind}, got {describe(value)}")
     want = np.dtype(POINTER_DTYPES[param.ctype])
     if value.dtype != want:
-        raise TypeError(f"{where} expects dtype {want}, got {_describe(value)}")
+        raise TypeError(f"{where} expects dtype {want}, got {describe(value)}")
     if not value.flags.c_contiguous:
-        raise ValueError(f"{where} expects a C-contiguous array, got {_describe(value)}")
+        raise ValueError(f"{where} expects a C-contiguous array, got {describe(value)}")
     if not param.is_const and not getattr(value.flags, "writeable", True):
-        raise ValueError(f"{where} is written by the kernel; got a read-only {_describe(value)}")
+        raise ValueError(f"{where} is written by the kernel; got a read-only {describe(value)}")
     return value
 
 
@@ -70,21 +58,21 @@ def check_scalar(kernel: Kernel, param: Param, value: object) -> np.generic:
     ctype = param.ctype
     if ctype in _INT_BITS:
         if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
-            raise TypeError(f"{where} expects an int, got {_describe(value)}")
+            raise TypeError(f"{where} expects an int, got {describe(value)}")
         bits = _INT_BITS[ctype]
         lo, hi = -(2 ** (bits - 1)), 2 ** (bits - 1) - 1
         if not lo <= int(value) <= hi:
-            raise OverflowError(f"{where} must lie in [{lo}, {hi}], got {_describe(value)}")
+            raise OverflowError(f"{where} must lie in [{lo}, {hi}], got {describe(value)}")
         return SCALAR_NUMPY[ctype](int(value))
     if ctype == "double":
         if not isinstance(value, float):  # np.float64 subclasses float; np.float32 does not
-            raise TypeError(f"{where} expects a Python float or np.float64, got {_describe(value)}")
+            raise TypeError(f"{where} expects a Python float or np.float64, got {describe(value)}")
         return np.float64(value)
     if ctype == "float":
         if not isinstance(value, np.float32):
             raise TypeError(
                 f"{where} expects np.float32 (pass np.float32(x); a Python float would be "
-                f"rounded silently), got {_describe(value)}"
+                f"rounded silently), got {describe(value)}"
             )
         return value
     raise TypeError(f"{where}: unsupported scalar type")
