@@ -18,8 +18,9 @@ def _a(name: str) -> str:
 def _array_kind(x: Any, name: str) -> str:
     """What an array-like is: which backend's array, or just its type."""
     t = type(x)
-    if t.__name__ in ("SimArray", "CpuArray"):
-        return f"an array of the {'sim' if t.__name__ == 'SimArray' else 'cpu'} backend"
+    owner = getattr(t, "backend_name", "") if isinstance(x, np.ndarray) else ""
+    if owner:  # a host kernel backend's array (gtensor.backends.host_arrays.HostArray)
+        return f"an array of the {owner} backend"
     if t.__module__.split(".")[0] == "cupy":
         return "a cupy array of the cuda backend"
     if isinstance(x, np.ndarray):

@@ -7,18 +7,19 @@ from typing import Any
 
 import numpy as np
 
-from .. import dtypes
 from ..ops import REGISTRY, Op
 from ..ops.registry import attr_key
 from .base import Backend
-from .kernel_backend import KernelBackend
+from .host_arrays import HostArray, HostKernelBackend
 
 PLAN_CACHE = 4096  # prepared launches kept (cleared when full)
 _SLOW = object()  # marks a call the hot path leaves to Backend.apply
 
 
-class CpuArray(np.ndarray):
+class CpuArray(HostArray):
     """A numpy array owned by the cpu backend (a distinct type, so backends never mix)."""
+
+    backend_name = "cpu"
 
 
 class _Planner:
@@ -37,10 +38,11 @@ class _Planner:
         self.launches.append((name, grid, block, tuple(args)))
 
 
-class CpuBackend(KernelBackend):
+class CpuBackend(HostKernelBackend):
     """Runs every op as native CPU loops that keep the op's defined order (see docs/semantics)."""
 
     name = "cpu"
+    array_type = CpuArray
 
     def __init__(self) -> None:
         super().__init__()
@@ -137,33 +139,6 @@ class CpuBackend(KernelBackend):
 
 
     # ---------------------------------------------------------------- arrays
-    def asarray(self, x: Any, dtype: Any = None) -> CpuArray:
-        """A new C-contiguous cpu array holding ``x``."""
-        if type(x).__module__.split(".")[0] == "cupy":
-            raise TypeError("asarray: got a cupy array; convert it with the cuda backend's "
-                            "to_numpy first")
-        dt = dtypes.infer(x, dtype)
-        return np.array(x, dtype=dt, order="C", copy=True).view(CpuArray)
-
-    def to_numpy(self, a: Any) -> np.ndarray:
-        """A plain numpy copy of ``a``."""
-        self.check_input("to_numpy", "a", a)
-        return np.array(a, order="C", copy=True).view(np.ndarray)
-
-    def zeros(self, shape: Sequence[int], dtype: Any = "float64") -> CpuArray:
-        """A new array of +0.0."""
-        return np.zeros(tuple(shape), dtypes.normalize(dtype, "zeros")).view(CpuArray)
-
-    def empty(self, shape: Sequence[int], dtype: Any) -> CpuArray:
-        """A new uninitialized array."""
-        return np.empty(tuple(shape), dtype).view(CpuArray)
-
-    def is_array(self, x: Any) -> bool:
-        """Arrays made by this backend."""
-        return isinstance(x, CpuArray)
-
-    def _prepare(self, x: CpuArray) -> CpuArray:
-        return x if x.flags.c_contiguous else np.array(x, order="C").view(CpuArray)
 
     # ---------------------------------------------------------------- execution
     def _check_out(self, op: str, out: Any, shape: tuple, dtype: Any, inputs: list) -> None:
