@@ -16,7 +16,7 @@ from collections.abc import Sequence
 import numpy as np
 from gtape.leaves import PARAM, Leaf
 from gtape.tape import Tape
-from gtape.trace import CaptureError, check_episode, trace
+from gtape.trace import check_episode, check_var_of, trace
 from gtape.var import Var
 from gtensor import describe
 
@@ -82,13 +82,7 @@ def _leaves(where: str, tp: Tape, li: int, vs: Sequence[Var], what: str) -> list
         raise TypeError(f"{where}: {what} is {describe(vs)}; expected a list of Vars")
     out = []
     for k, v in enumerate(vs):
-        if not isinstance(v, Var):
-            raise TypeError(f"{where}: {what}[{k}] is {describe(v)}; expected a Var of the tape")
-        if v.tape is not tp:
-            raise CaptureError(f"{where}: {what}[{k}] {v!r} belongs to another tape; expected a "
-                               "Var of the tape being emitted")
-        if not v.alive:
-            raise CaptureError(f"{where}: {what}[{k}] (node {v.index}) was dropped by reset_to")
+        check_var_of(where, tp, f"{what}[{k}]", v)
         node = tp.node(v)
         if not isinstance(node.op, Leaf):
             raise ValueError(f"{where}: {what}[{k}] is node {v.index} ({node.name}); expected a "

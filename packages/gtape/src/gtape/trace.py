@@ -67,6 +67,21 @@ class Trace:
         return [n.index for n in self.nodes if n.op is PARAM]
 
 
+def check_var_of(where: str, tp: Tape, what: str, v: Any,
+                 expected: str = "a Var of the tape") -> Var:
+    """``v`` as a live Var of ``tp``; refuses a non-Var (TypeError), a Var of another tape or
+    one dropped by ``reset_to`` (CaptureError), naming ``what``."""
+    if not isinstance(v, Var):
+        raise TypeError(f"{where}: {what} is {describe(v)}; expected {expected}")
+    if v.tape is not tp:
+        raise CaptureError(f"{where}: {what} {v!r} belongs to another tape; expected a Var of "
+                           "the tape being captured")
+    if not v.alive:
+        raise CaptureError(f"{where}: {what} (node {v.index}) was dropped by reset_to; "
+                           "expected a Var of the current episode")
+    return v
+
+
 def check_episode(where: str, tp: Any, loss: Any) -> tuple[Tape, int]:
     """The tape and loss index, refusing what no engine can capture (nothing is touched)."""
     if not isinstance(tp, Tape):
@@ -74,14 +89,7 @@ def check_episode(where: str, tp: Any, loss: Any) -> tuple[Tape, int]:
     if tp.closed:
         raise CaptureError(f"{where}: the tape is closed; its values were released (record "
                            "an episode on an open tape, then capture it)")
-    if not isinstance(loss, Var):
-        raise TypeError(f"{where}: loss is {describe(loss)}; expected a scalar Var of the tape")
-    if loss.tape is not tp:
-        raise CaptureError(f"{where}: loss {loss!r} belongs to another tape; expected a Var of "
-                           "the tape being captured")
-    if not loss.alive:
-        raise CaptureError(f"{where}: loss (node {loss.index}) was dropped by reset_to; "
-                           "capture the current episode's loss")
+    check_var_of(where, tp, "loss", loss, "a scalar Var of the tape")
     shape = loss.shape
     if int(np.prod(shape)) != 1:
         raise CaptureError(f"{where}: loss (node {loss.index}) has shape {shape}; expected a "
