@@ -154,8 +154,10 @@ TEXT_MUTANTS = [
     (COMMON_H, "static __forceinline__ float __fsqrt_rn(float a) { return std::sqrt(a); }",
      "static __forceinline__ float __fsqrt_rn(float a) { return (float)std::sqrt((double)a) "
      "* 1.0000001f; }", "sim: float sqrt off by an ulp"),
-    (f"{OP}/src/gopt/gradients.py", 'ws(("clipped", i), g.shape)', 'ws("clipped", g.shape)',
-     "gopt: clipped gradients share one buffer per shape"),
+    (f"{OP}/src/gopt/adam.py", 'out=ws(("new", i), shape)', 'out=ws("new", shape)',
+     "gopt: Adam's new parameter values share one buffer per shape"),
+    (f"{OP}/src/gopt/adam.py", 'out=ws(("adam_m", i), shape)', 'out=ws("adam_m", shape)',
+     "gopt: Adam's first moments share one buffer per shape"),
     (f"{OP}/src/gopt/gradients.py", 'ws(("sumsq", i), ())', 'ws("sumsq", ())',
      "gopt: the per-parameter sums of squares share one buffer"),
 ]
