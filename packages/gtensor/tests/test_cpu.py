@@ -29,12 +29,16 @@ def _calls(rng, dtype):
     d = rng.standard_normal((5, 80, 33)).astype(dtype)
     e = rng.standard_normal((60, 71)).astype(dtype)
     f = rng.standard_normal((3, 60, 7)).astype(dtype)
+    h = rng.standard_normal((2, 3, 33, 70)).astype(dtype)  # tiled transposes end mid-tile
     return [("matmul", (a, b), {}), ("bmm", (c, d), {}), ("exp", (e,), {}),
             ("muls", (e,), {"s": 0.3}), ("add", (e, e[:1]), {}), ("mul", (e, e), {}),
             ("sum", (e,), {"axis": 0}), ("sum", (e,), {"axis": 1}), ("mean", (e,), {}),
             ("sum", (f,), {"axis": 1}), ("softmax", (e,), {"axis": 1}),
             ("softmax", (e,), {"axis": 0}), ("softmax_grad", (e, e), {"axis": 0}),
-            ("transpose", (e,), {}), ("sum_to", (e,), {"shape": (71,)}),
+            ("transpose", (e,), {}), ("transpose", (h,), {"axes": (0, 1, 3, 2)}),
+            ("transpose", (h,), {"axes": (1, 3, 2, 0)}),
+            ("transpose", (h,), {"axes": (2, 0, 3, 1)}),
+            ("transpose", (f,), {"axes": (1, 0, 2)}), ("sum_to", (e,), {"shape": (71,)}),
             ("pad", (e,), {"axis": 1, "before": 2, "after": 3}),
             ("fill", (), {"shape": (60, 71), "value": -0.0, "dtype": dtype})]
 

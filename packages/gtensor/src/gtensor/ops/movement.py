@@ -46,8 +46,38 @@ _FILL = """\
 # CPU bodies: the same geometry walked one innermost row at a time (rows across threads).
 _CPU_COPY = """\
     const int rank = (int)geom[0];
-    gtcpu::rows2(rank, geom + 1, geom + 1 + rank, geom[1 + 2 * rank], geom + 2 + 2 * rank,
-                 geom[2 + 3 * rank], 1,
+    const long long* shape = geom + 1;
+    const long long* s1 = geom + 1 + rank;
+    const long long* s2 = geom + 2 + 2 * rank;
+    if (rank >= 2 && s1[rank - 2] == 1 && s1[rank - 1] != 1 && s2[rank - 1] == 1) {
+        // the last two axes swapped (a transpose): TB x TB tiles, so that the strided reads of
+        // one tile share cache lines and pages instead of touching a new one per element
+        constexpr long long TB = 32;
+        const long long R = shape[rank - 2], C = shape[rank - 1];
+        const long long si = s1[rank - 1], so = s2[rank - 2];
+        const long long bands = (R + TB - 1) / TB;
+        long long planes = 1;
+        for (int d = 0; d < rank - 2; ++d) planes *= shape[d];
+        gtcpu::parallel_for(planes * bands, TB * C, [=](long long lo, long long hi) {
+            for (long long t = lo; t < hi; ++t) {
+                long long rem = t / bands, o1 = geom[1 + 2 * rank], o2 = geom[2 + 3 * rank];
+                for (int d = rank - 3; d >= 0; --d) {
+                    const long long c = rem % shape[d];
+                    rem /= shape[d];
+                    o1 += c * s1[d];
+                    o2 += c * s2[d];
+                }
+                const long long r0 = t % bands * TB, r1 = r0 + TB < R ? r0 + TB : R;
+                for (long long c0 = 0; c0 < C; c0 += TB) {
+                    const long long c1 = c0 + TB < C ? c0 + TB : C;
+                    for (long long r = r0; r < r1; ++r)
+                        for (long long c = c0; c < c1; ++c) y[o2 + r * so + c] = x[o1 + r + c * si];
+                }
+            }
+        });
+        return;
+    }
+    gtcpu::rows2(rank, shape, s1, geom[1 + 2 * rank], s2, geom[2 + 3 * rank], 1,
                  [=](long long, long long oi, long long oo, long long len, long long si,
                      long long so) {
         if (si == 1 && so == 1) {
