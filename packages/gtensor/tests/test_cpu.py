@@ -31,6 +31,7 @@ def _calls(rng, dtype):
     f = rng.standard_normal((3, 60, 7)).astype(dtype)
     h = rng.standard_normal((2, 3, 33, 70)).astype(dtype)  # tiled transposes end mid-tile
     return [("matmul", (a, b), {}), ("bmm", (c, d), {}), ("exp", (e,), {}),
+            ("matmul", (a[:21], b), {}),  # few rows, more panels than row tiles: panels split
             ("muls", (e,), {"s": 0.3}), ("add", (e, e[:1]), {}), ("mul", (e, e), {}),
             ("sum", (e,), {"axis": 0}), ("sum", (e,), {"axis": 1}), ("mean", (e,), {}),
             ("sum", (f,), {"axis": 1}), ("softmax", (e,), {"axis": 1}),

@@ -112,10 +112,11 @@ _CPU_MATMUL = Template("""\
         for (long long i = 0; i < rows * n; ++i) c[i] = (T)0;
         return;
     }
-    // column panels outside, rows inside: the packed k x 2L panel stays in cache across rows
-    gtcpu::parallel_for(rows, k * n, [=](long long lo, long long hi) {
+    // column panels outside, rows inside: the packed k x 2L panel stays in cache across rows.
+    // Rows [lo, hi) of c against panels [p0, p1) of b, with a panel buffer of the caller's.
+    auto block = [=](long long lo, long long hi, long long p0, long long p1) {
         T* pk = new T[k * PW];
-        for (long long j0 = 0; j0 < n; j0 += PW) {
+        for (long long j0 = p0 * PW; j0 < n && j0 < p1 * PW; j0 += PW) {
             const long long j1 = j0 + PW < n ? j0 + PW : n;
             long long packed = -1;  // the batch whose panel pk holds
             long long r = lo;
@@ -140,7 +141,17 @@ _CPU_MATMUL = Template("""\
             }
         }
         delete[] pk;
-    });""")
+    };
+    // Threads split the panels of one (batch-free) product when it has at least as many panels
+    // as 8-row tiles: each panel is then packed by one thread, not by every thread; otherwise
+    // they split the rows. Either way each output is computed whole by one thread.
+    const long long panels = (n + PW - 1) / PW;
+    if (batch == 1 && panels >= (rows + 7) / 8)
+        gtcpu::parallel_for(panels, k * PW * rows,
+                            [=](long long lo, long long hi) { block(0, rows, lo, hi); });
+    else
+        gtcpu::parallel_for(rows, k * n,
+                            [=](long long lo, long long hi) { block(lo, hi, 0, panels); });""")
 
 
 def _cpu_kernels(sfx: str) -> list[Kernel]:
