@@ -37,6 +37,7 @@ CXX_FLAGS = (
     "-ffp-contract=off",
     "-fno-fast-math",
     "-fno-math-errno",
+    "-fno-thread-jumps",  # keeps tanh's selects branch-free (its loop then vectorizes)
     "-fPIC",
     "-shared",
     "-std=c++17",
