@@ -60,13 +60,8 @@ _CPU_COPY = """\
         for (int d = 0; d < rank - 2; ++d) planes *= shape[d];
         gtcpu::parallel_for(planes * bands, TB * C, [=](long long lo, long long hi) {
             for (long long t = lo; t < hi; ++t) {
-                long long rem = t / bands, o1 = geom[1 + 2 * rank], o2 = geom[2 + 3 * rank];
-                for (int d = rank - 3; d >= 0; --d) {
-                    const long long c = rem % shape[d];
-                    rem /= shape[d];
-                    o1 += c * s1[d];
-                    o2 += c * s2[d];
-                }
+                long long o1 = geom[1 + 2 * rank], o2 = geom[2 + 3 * rank];
+                gtcpu::offsets2(rank - 2, shape, s1, s2, t / bands, o1, o2);
                 const long long r0 = t % bands * TB, r1 = r0 + TB < R ? r0 + TB : R;
                 for (long long c0 = 0; c0 < C; c0 += TB) {
                     const long long c1 = c0 + TB < C ? c0 + TB : C;

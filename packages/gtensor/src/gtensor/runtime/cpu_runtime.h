@@ -167,6 +167,19 @@ static __forceinline__ void parallel_for(long long n, long long cost, F f) {
     pool().run(threads, threads, part);
 }
 
+// Add to o1 and o2 the element offsets, in two strided views, of position `index` of the
+// row-major shape[0..dims).
+static __forceinline__ void offsets2(int dims, const long long* shape, const long long* s1,
+                                     const long long* s2, long long index, long long& o1,
+                                     long long& o2) {
+    for (int d = dims - 1; d >= 0; --d) {
+        const long long c = index % shape[d];
+        index /= shape[d];
+        o1 += c * s1[d];
+        o2 += c * s2[d];
+    }
+}
+
 // Visit the row-major positions of `shape` (rank >= 1) one innermost row at a time:
 // f(row, off1, off2, len, step1, step2) with the element offsets of the row's first position
 // in two strided views and their strides along the row. Rows are split across threads.
@@ -179,13 +192,8 @@ static __forceinline__ void rows2(int rank, const long long* shape, const long l
     for (int d = 0; d < rank - 1; ++d) nrows *= shape[d];
     parallel_for(nrows, len * cost, [=](long long lo, long long hi) {
         for (long long r = lo; r < hi; ++r) {
-            long long rem = r, o1 = base1, o2 = base2;
-            for (int d = rank - 2; d >= 0; --d) {
-                const long long c = rem % shape[d];
-                rem /= shape[d];
-                o1 += c * s1[d];
-                o2 += c * s2[d];
-            }
+            long long o1 = base1, o2 = base2;
+            offsets2(rank - 1, shape, s1, s2, r, o1, o2);
             f(r, o1, o2, len, s1[rank - 1], s2[rank - 1]);
         }
     });
