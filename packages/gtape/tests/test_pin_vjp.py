@@ -177,7 +177,81 @@ ROWS = [
     Row("softmax_axis0", lambda x: g.softmax(x, 0), (S,),
         lambda i, y, G, dt: [_softmax_grad(G, y, 0)]),
 ]
-COVERED = {r.name.split("_axis")[0].split("_keepdims")[0].split("_head")[0] for r in ROWS}
+_TAKE_IDS = np.array([2, 0, 2, 1, 2])
+_ALONG_IDS = np.array([[0, 0], [3, 1], [2, 3]])
+
+
+def _our_exp(x: np.ndarray) -> np.ndarray:
+    from gtensor.ops.elementwise import EXP, suffix
+    return EXP[suffix(x)].numpy(x)
+
+
+def _scatter_rows(G: np.ndarray, ids: np.ndarray, n: int) -> np.ndarray:
+    """take's backward by loops: each destination row the serial sum of its rows of G, in the
+    order of their positions in ids (first contribution first; +0.0 where none)."""
+    T = _T(G.dtype)
+    out = np.zeros((n,) + G.shape[1:], G.dtype)
+    with np.errstate(all="ignore"):
+        for i in range(n):
+            for col in np.ndindex(G.shape[1:]):
+                acc = None
+                for j, d in enumerate(ids):
+                    if d == i:
+                        v = T(G[(j, *col)])
+                        acc = v if acc is None else acc + v
+                out[(i, *col)] = T(0.0) if acc is None else acc
+    return out
+
+
+def _scatter_along(G: np.ndarray, ids: np.ndarray, n: int) -> np.ndarray:
+    T = _T(G.dtype)
+    out = np.zeros((G.shape[0], n), G.dtype)
+    with np.errstate(all="ignore"):
+        for r in range(G.shape[0]):
+            for i in range(n):
+                acc = None
+                for k in range(G.shape[1]):
+                    if ids[r, k] == i:
+                        v = T(G[r, k])
+                        acc = v if acc is None else acc + v
+                out[r, i] = T(0.0) if acc is None else acc
+    return out
+
+
+def _log_softmax_grad(G: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """g - exp(y) * d per row (axis 1), d the serial sum of g, one rounding per operation."""
+    T = _T(G.dtype)
+    e = _our_exp(y)
+    out = np.empty_like(G)
+    with np.errstate(all="ignore"):
+        for r in range(G.shape[0]):
+            d = T(G[r, 0])
+            for k in range(1, G.shape[1]):
+                d = d + T(G[r, k])
+            for k in range(G.shape[1]):
+                out[r, k] = T(G[r, k]) - T(e[r, k]) * d
+    return out
+
+
+ROWS += [
+    Row("minimum", g.minimum, (S, S), lambda i, y, G, dt: [
+        ew(lambda q, a, b: q if (a < b or a != a) else type(q)(0.0), G, i[0], i[1]),
+        ew(lambda q, a, b: type(q)(0.0) if (a < b or a != a) else q, G, i[0], i[1])]),
+    Row("where", lambda a, b: g.where(a > b, a, b), (S, S), lambda i, y, G, dt: [
+        ew(lambda q, a, b: q if a > b else type(q)(0.0), G, i[0], i[1]),
+        ew(lambda q, a, b: type(q)(0.0) if a > b else q, G, i[0], i[1])]),
+    Row("take", lambda x: g.take(x, _TAKE_IDS, 0), (S,),
+        lambda i, y, G, dt: [_scatter_rows(G, _TAKE_IDS, 3)]),
+    Row("take_along_axis", lambda x: g.take_along_axis(x, _ALONG_IDS, 1), (S,),
+        lambda i, y, G, dt: [_scatter_along(G, _ALONG_IDS, 4)]),
+    Row("log_softmax", lambda x: g.log_softmax(x, 1), (S,),
+        lambda i, y, G, dt: [_log_softmax_grad(G, y)]),
+    Row("logsumexp", lambda x: g.logsumexp(x, 1), (S,), lambda i, y, G, dt: [
+        ew(lambda q, e: q * e, np.broadcast_to(G[:, None], S),
+           _our_exp(ew(lambda a, m: a - m, i[0], np.broadcast_to(y[:, None], S))))]),
+]
+COVERED = {r.name.split("_axis0")[0].split("_axis1")[0].split("_keepdims")[0].split("_head")[0]
+           for r in ROWS}
 
 
 def tape_grads(bname: str, dtype: str, row: Row, ins: list[np.ndarray], G: np.ndarray):

@@ -65,8 +65,10 @@ def test_unsupported_indexing_is_refused(tp):
     w = tp.param(np.ones((3, 4)))
     with pytest.raises(TypeError, match="step 2; only step 1"):
         w[::2]
-    with pytest.raises(TypeError, match="not supported; expected ints and slices"):
-        w[[0, 1]]
+    with pytest.raises(TypeError, match="not supported; supported: integers, step-1 slices"):
+        w[1:2, [0.5]]
+    with pytest.raises(TypeError, match="index array of dtype float64 is not supported"):
+        w[[0.5, 1.0]]
     with pytest.raises(IndexError, match="index 3 is out of range for axis 0 of size 3"):
         w[3]
     with pytest.raises(IndexError, match="3 indices for a Var of 2 dimensions"):

@@ -77,9 +77,23 @@ ROWS = [
     Row("operators", lambda a, b: (2.0 * a - b) / (b * b + 1.0) - 1.0 / (a * a + 2.0) + (-a),
         ((2, 3), (2, 3))),
     Row("scalar_div", lambda x: x / 3.0 + 3.0 / x - (1.0 - x), ((2, 3),), AWAY0),
+    Row("minimum_bcast", g.minimum, ((3, 4), (4,)), ops=("minimum",)),
+    Row("where", lambda a, b: g.where(a > b, a * a, b), ((3, 4), (4,)), ops=("where", "greater")),
+    Row("take_repeats", lambda x: g.take(x, np.array([2, 0, 2, -1]), 0), ((3, 4),),
+        ops=("take",)),
+    Row("take_axis1_2d_ids", lambda x: g.take(x, np.array([[1, 1], [0, 3]]), 1), ((3, 4),),
+        ops=("take",)),
+    Row("take_along_axis", lambda x: g.take_along_axis(x, np.array([[1, 1], [0, 3], [2, 2]]), 1),
+        ((3, 4),), ops=("take_along_axis",)),
+    Row("log_softmax", g.log_softmax, ((3, 4),), ops=("log_softmax",)),
+    Row("log_softmax_axis0", lambda x: g.log_softmax(x, 0), ((3, 4),), ops=("log_softmax",)),
+    Row("logsumexp", lambda x: g.logsumexp(x, 1), ((3, 4),), ops=("logsumexp",)),
+    Row("cross_entropy_ignore", lambda z: g.cross_entropy(z, [1, -100, 3], ignore_index=-100),
+        ((3, 4),)),
+    Row("bce_with_logits", lambda z: g.bce_with_logits(z, np.array([[1.0, 0.0, 0.3]])),
+        ((1, 3),), AWAY0),
 ]
-NONDIFF = {"relu_grad", "sigmoid_grad", "tanh_grad", "softmax_grad", "fill", "adam_m", "adam_v",
-           "adam_p", "sgd_p", "maximum_mask"}
+NONDIFF = {name for name, op in gtensor.REGISTRY.items() if not op.differentiable}
 
 
 def draw(rng: np.random.Generator, shape: tuple, domain: str) -> np.ndarray:

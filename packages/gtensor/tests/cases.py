@@ -20,6 +20,9 @@ class Case:
     shapes: tuple
     attrs: dict = field(default_factory=dict)
     label: str = ""
+    # int64 inputs (ids, labels) are drawn from [lo, hi] (negative ids included where numpy's
+    # take accepts them); bool inputs (masks) from both values
+    id_range: tuple = (0, 0)
 
     @property
     def id(self) -> str:
@@ -99,6 +102,46 @@ def _cases() -> list[Case]:
         for s, axis in [((7,), 0), ((3, 5), 1), ((3, 5), 0), ((2, 3, 4), 1), ((2, 3, 4), -1),
                         ((1, 1), 0), ((2, 300), 1), ((4, 1), 1)]:
             cases.append(Case(op, (s,) * n, {"axis": axis}))
+    cases += _typed_cases()
+    return cases
+
+
+def _typed_cases() -> list[Case]:
+    """Rows of the selection, comparison and index ops (typed inputs)."""
+    cases: list[Case] = []
+    for op in ("minimum", "minimum_mask", "greater", "greater_equal", "less", "less_equal",
+               "equal", "not_equal"):
+        cases += [Case(op, pair) for pair in BINARY_SHAPES]
+    for shapes_ in [((), (), ()), ((7,), (7,), (7,)), ((3, 5), (3, 5), (3, 5)),
+                    ((3, 1), (1, 5), (3, 5)), ((3, 5), (), (5,)), ((2, 3, 4), (3, 1), (4,)),
+                    ((1,), (13,), (1,)), ((0, 3), (3,), (0, 3))]:
+        cases.append(Case("where", shapes_))
+    for x, ids, axis in [((5, 3), (4,), 0), ((5, 3), (2, 3), 0), ((4, 6), (7,), 1),
+                         ((2, 3, 4), (5,), 1), ((7,), (), 0), ((5,), (0,), 0), ((3, 2), (9,), 0)]:
+        n = x[axis]
+        cases.append(Case("take", (x, ids), {"axis": axis}, id_range=(-n, n - 1)))
+        g = x[:axis] + ids + x[axis + 1:]
+        cases.append(Case("take_grad", (g, ids), {"n": n, "axis": axis}, id_range=(-n, n - 1)))
+    for x, k, axis, ignore in [((4, 5), 1, -1, None), ((4, 5), 1, -1, 2), ((3, 6), 4, 1, None),
+                               ((2, 3, 4), 2, 1, None), ((5, 2), 3, 0, None), ((1, 1), 1, 1, 0),
+                               ((6, 3), 1, 1, -100)]:
+        n = x[axis]
+        ids = x[:axis] + (k,) + x[axis + 1:] if axis >= 0 else x[:-1] + (k,)
+        ax = axis % len(x)
+        hi = n - 1
+        cases.append(Case("take_along_axis", (x, ids), {"axis": axis, "ignore": ignore},
+                          id_range=(-n, hi)))
+        cases.append(Case("take_along_axis_grad", (ids, ids),
+                          {"n": n, "axis": ax, "ignore": ignore}, id_range=(-n, hi)))
+    for s, axis in [((7,), 0), ((3, 5), 1), ((3, 5), 0), ((2, 3, 4), 1), ((1, 1), -1),
+                    ((2, 300), 1)]:
+        cases.append(Case("argmax", (s,), {"axis": axis}))
+    for s, ignore in [((7,), 3), ((3, 5), -1), ((0,), 0), ((), 1)]:
+        cases.append(Case("index_weight", (s,), {"ignore": ignore}, id_range=(-1, 4)))
+    for op, n in (("log_softmax", 1), ("log_softmax_grad", 2), ("logsumexp", 1)):
+        for s, axis in [((7,), 0), ((3, 5), 1), ((3, 5), 0), ((2, 3, 4), 1), ((2, 3, 4), -1),
+                        ((1, 1), 0), ((2, 300), 1), ((4, 1), 1)]:
+            cases.append(Case(op, (s,) * n, {"axis": axis}))
     return cases
 
 
@@ -126,6 +169,30 @@ def elements(dtype: np.dtype) -> st.SearchStrategy:
 def arrays(dtype: np.dtype, shape: tuple) -> st.SearchStrategy:
     """Arrays of ``shape`` filled from ``elements``."""
     return hnp.arrays(dtype, shape, elements=elements(np.dtype(dtype)))
+
+
+def case_inputs(case: Case, dtype: np.dtype) -> list[st.SearchStrategy]:
+    """One strategy per input of ``case``: floats of ``dtype``, int64 ids in the case's
+    ``id_range``, bool masks, as the op declares its inputs."""
+    import gtensor
+    from gtensor import dtypes
+
+    op = gtensor.REGISTRY[case.op]
+    out = []
+    for i, s in enumerate(case.shapes):
+        kind = dtypes.FLOAT if op.variadic else op.input_type(i)
+        if kind == dtypes.INT:
+            lo, hi = case.id_range
+            if case.attrs.get("ignore") is not None:
+                ids = st.one_of(st.integers(lo, hi), st.just(case.attrs["ignore"]))
+            else:
+                ids = st.integers(lo, hi)
+            out.append(hnp.arrays(np.int64, s, elements=ids))
+        elif kind == dtypes.BOOL:
+            out.append(hnp.arrays(np.bool_, s))
+        else:
+            out.append(arrays(np.dtype(dtype), s))
+    return out
 
 
 # --------------------------------------------------------------------------- oracles

@@ -14,7 +14,7 @@ def test_unknown_backend():
 
 @pytest.mark.parametrize("dtype", ["int32", np.float16, "complex128", "float128"])
 def test_unsupported_dtype(be, dtype):
-    with pytest.raises(TypeError, match="expected float32 or float64"):
+    with pytest.raises(TypeError, match="expected float32, float64, int64 or bool"):
         be.asarray([1, 2], dtype=dtype)
 
 

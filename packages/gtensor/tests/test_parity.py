@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from cases import CASES, arrays
+from cases import CASES, case_inputs
+from gtensor import REGISTRY
 from gtensor.testing import bits_equal, first_difference
 from hypothesis import given
 from hypothesis import strategies as st
@@ -13,9 +14,10 @@ DTYPES = [np.float64, np.float32]
 
 
 def _run(be, case, arrays_, dtype=None):
-    xs = [be.asarray(a) for a in arrays_]
+    xs = [be.asarray(a, dtype=a.dtype) for a in arrays_]
     fn = getattr(be, case.op)
-    attrs = dict(case.attrs) if case.shapes else {**case.attrs, "dtype": dtype}
+    needs_dtype = not case.shapes or "dtype" in REGISTRY[case.op].attrs
+    attrs = {**case.attrs, "dtype": dtype} if needs_dtype else dict(case.attrs)
     out = fn(xs, **attrs) if case.op == "concat" else fn(*xs, **attrs)
     return be.to_numpy(out)
 
@@ -24,11 +26,13 @@ def _run(be, case, arrays_, dtype=None):
 @pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
 @given(data=st.data())
 def test_bitwise_parity(other, ref, case, dtype, data):
-    inputs = [data.draw(arrays(np.dtype(dtype), s), label=f"input{i}")
-              for i, s in enumerate(case.shapes)]
+    inputs = [data.draw(strategy, label=f"input{i}")
+              for i, strategy in enumerate(case_inputs(case, dtype))]
     want = _run(ref, case, inputs, dtype)
     got = _run(other, case, inputs, dtype)
-    assert want.dtype == np.dtype(dtype)
+    expected = {"float": np.dtype(dtype), "int64": np.dtype(np.int64),
+                "bool": np.dtype(np.bool_)}[REGISTRY[case.op].out_type]
+    assert want.dtype == expected and got.dtype == expected
     assert bits_equal(want, got), (
         f"{case.id} {np.dtype(dtype)} on {other.name}: {first_difference(want, got)}\n"
         f"inputs: {inputs!r}")

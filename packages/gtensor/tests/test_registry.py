@@ -10,12 +10,18 @@ from cases import CASES
 from gtensor.cuda_source import module_kernels, module_source
 
 NON_DIFFERENTIABLE = {"relu_grad", "sigmoid_grad", "tanh_grad", "softmax_grad", "fill",
-                      "adam_m", "adam_v", "adam_p", "sgd_p", "maximum_mask"}
+                      "adam_m", "adam_v", "adam_p", "sgd_p", "maximum_mask", "minimum_mask",
+                      "greater", "greater_equal", "less", "less_equal", "equal", "not_equal",
+                      "argmax", "index_weight", "take_grad", "take_along_axis_grad",
+                      "log_softmax_grad"}
 EXPECTED_OPS = {
     "add", "sub", "mul", "div", "adds", "muls", "neg", "relu", "sigmoid", "tanh", "exp", "log",
     "sqrt", "sum", "mean", "sum_to", "matmul", "bmm", "transpose", "reshape", "slice", "concat",
     "softmax", "pad", "broadcast_to", "relu_grad", "sigmoid_grad", "tanh_grad", "softmax_grad",
     "copy", "fill", "adam_m", "adam_v", "adam_p", "sgd_p", "maximum", "maximum_mask",
+    "minimum", "minimum_mask", "where", "greater", "greater_equal", "less", "less_equal",
+    "equal", "not_equal", "argmax", "take", "take_grad", "take_along_axis",
+    "take_along_axis_grad", "index_weight", "log_softmax", "log_softmax_grad", "logsumexp",
 }
 
 
@@ -87,3 +93,21 @@ def test_module_functions_come_from_the_kernels():
     assert names == called and {"gt_exp_f64", "gt_max_f32", "gt_dot_f64", "gt_sum_f32"} <= names
     src = module_source()
     assert src.index("gt_mul_f64(") < src.index("gt_dot_f64(")  # callees first
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED_OPS))
+def test_typed_inputs_are_declared(name):
+    """Every index / mask input is declared (its kernel parameter has the matching C type)."""
+    from gtensor import dtypes
+
+    op = gtensor.REGISTRY[name]
+    if op.variadic:
+        return
+    want = {dtypes.FLOAT: None, dtypes.INT: "int64", dtypes.BOOL: "bool"}
+    for k in op.kernels("f64"):
+        data = [p for p in k.params if p.is_pointer and p.is_const and not p.is_geometry]
+        if len(data) != len(op.inputs):
+            continue  # kernels that take a different array list (the optimizer updates)
+        for i, p in enumerate(data):
+            kind = op.input_type(i)
+            assert p.dtype == (want[kind] or "float64"), (name, i, p)

@@ -126,7 +126,12 @@ def plan(t: Trace, params: list[int], inputs: list[int]) -> Program:
     prog = Program(dt)
     for launch in launches:
         for p, a in zip(launch.kernel.params, launch.args):
-            if p.is_pointer and p.ctype.endswith("long long*"):
+            if p.is_pointer and not p.is_geometry and p.dtype != dt.name:
+                raise NotImplementedError(
+                    f"gemit.plan: kernel {launch.kernel.name} reads {p.dtype} data ({p.name}); "
+                    "the emitted program holds only float buffers, so ops with int64 / bool "
+                    "inputs are not emittable yet")
+            if p.is_pointer and p.is_geometry:
                 key = tuple(np.asarray(a).tolist())
                 if key not in geoms:
                     geoms[key] = len(prog.geoms)
@@ -138,7 +143,7 @@ def plan(t: Trace, params: list[int], inputs: list[int]) -> Program:
     for launch in launches:
         args: list[Any] = []
         for p, a in zip(launch.kernel.params, launch.args):
-            if p.is_pointer and p.ctype.endswith("long long*"):
+            if p.is_pointer and p.is_geometry:
                 args.append(Ref("geom", geoms[tuple(np.asarray(a).tolist())], 0))
             elif p.is_pointer:
                 args.append(bufs.ref(a))

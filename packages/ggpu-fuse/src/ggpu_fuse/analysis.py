@@ -160,7 +160,7 @@ def analyse(index: int, launch: Launch) -> Info:
     args = {p.name: v for p, v in zip(k.params, launch.args)}
     writes = [p.name for p in k.params if p.is_pointer and not p.is_const]
     reads = [(p.name, buffer(args[p.name])) for p in k.params
-             if p.is_pointer and p.is_const and p.ctype != "const long long*"]
+             if p.is_pointer and p.is_const and not p.is_geometry]
     out = buffer(args[writes[0]]) if writes else Buffer(0, 0, (), 0)
     info = Info(index, launch, k.kind, args, out, reads, 0)
     kind = k.kind

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from gtensor.kernels import Kernel, Param
+from gtensor.kernels import GEOMETRY, Kernel, Param
 from gtensor.scalar.dsl import F32, F64, float_literal
 
 from .analysis import Info, address
@@ -50,8 +50,8 @@ class _Args:
         key = id(a) if index else address(a)
         if key not in self.names:
             self.names[key] = f"p{len(self.params)}"
-            self.params.append(Param("const long long*" if index else f"const {self.ctype}*",
-                                     self.names[key]))
+            self.params.append(Param("const long long*", self.names[key], GEOMETRY) if index
+                               else Param(f"const {self.ctype}*", self.names[key]))
             self.values.append(a)
         if writes:
             self.written.add(key)

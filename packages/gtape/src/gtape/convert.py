@@ -78,3 +78,35 @@ def _check_kind(dt: np.dtype, where: str, x: Any) -> None:
     if np.dtype(dt).kind not in "biuf":
         raise TypeError(f"{where}: cannot convert {describe(x)} (dtype {dt}); expected real "
                         "numbers (bool, int or float), which become the tape's dtype")
+
+
+def typed_dtype(x: Any, kind: str, where: str) -> np.dtype:
+    """The dtype an index (``gtensor.dtypes.INT``) or mask (``BOOL``) operand ``x`` is held as.
+
+    Index data must be integers (int64 exactly; other integer widths are widened when every
+    value fits), masks must be bool; floats, and bools given as indices, are refused with a
+    TypeError naming ``where``: a float index or a 0/1 mask written as floats is a mistake,
+    never rounded silently.
+    """
+    from gtensor.dtypes import INT, TYPE_DTYPES
+
+    dt = getattr(x, "dtype", None)
+    if dt is None:
+        try:
+            dt = np.asarray(x).dtype
+        except (TypeError, ValueError, OverflowError) as e:
+            raise TypeError(f"{where}: cannot convert {describe(x)} to an array ({e})") from None
+    dt = np.dtype(dt)
+    want = TYPE_DTYPES[kind]
+    if kind == INT:
+        if dt.kind not in "iu":
+            raise TypeError(f"{where}: got {describe(x)} of dtype {dt}; expected integer "
+                            "indices (int64)")
+        if dt.kind == "u" and dt.itemsize == 8:
+            arr = np.asarray(x)
+            if arr.size and int(arr.max()) > np.iinfo(np.int64).max:
+                raise TypeError(f"{where}: uint64 indices beyond int64's range; expected "
+                                "int64 indices")
+    elif dt != want:
+        raise TypeError(f"{where}: got {describe(x)} of dtype {dt}; expected a bool mask")
+    return want

@@ -33,15 +33,29 @@ def _expand(key: Any, ndim: int) -> list[Any]:
     return items + [slice(None)] * (ndim - len(items))
 
 
+SUPPORTED = ("integers, step-1 slices and Ellipsis (basic indexing); one integer array "
+             "(int64 ids of any shape, as g.take along axis 0); one bool mask of the Var's "
+             "shape (host data: the selected elements, flattened)")
+
+
 def getitem(v: Var, key: Any) -> Var:
-    """``v[key]`` for integers and step-1 slices (see the module doc)."""
+    """``v[key]``: basic indexing (see the module doc), ``v[ids]`` (``take(v, ids, axis=0)``)
+    or ``v[mask]`` for a host bool mask of v's shape (``take`` of the flattened v at the
+    mask's true positions, in row-major order)."""
+    from .var import Var as _Var
+
+    if isinstance(key, _Var) or (not isinstance(key, (tuple, slice, int, np.integer))
+                                 and key is not Ellipsis and np.ndim(key) > 0):
+        return _array_index(v, key)
+    if isinstance(key, tuple) and any(isinstance(k, (list, np.ndarray, _Var)) for k in key):
+        raise TypeError(f"indexing: an index array inside a tuple is not supported; supported: "
+                        f"{SUPPORTED}")
     shape = v.shape
     out, keep = v, []
     for axis, (k, n) in enumerate(zip(_expand(key, len(shape)), shape)):
         if isinstance(k, (bool, np.bool_)) or not isinstance(k, (int, np.integer, slice)):
-            raise TypeError(f"indexing: {k!r} at axis {axis} is not supported; expected ints "
-                            "and slices with step 1 (basic indexing; use g.slice / g.concat "
-                            "for more)")
+            raise TypeError(f"indexing: {k!r} at axis {axis} is not supported; supported: "
+                            f"{SUPPORTED}")
         if isinstance(k, slice):
             start, stop, step = k.indices(n)
             if step != 1:
@@ -59,6 +73,30 @@ def getitem(v: Var, key: Any) -> Var:
         out = ops.slice(out, axis, i, i + 1)
     new_shape = tuple(keep)
     return out if out.shape == new_shape else ops.reshape(out, new_shape)
+
+
+def _array_index(v: Var, key: Any) -> Var:
+    """``v[ids]`` (int array or int64 Var) or ``v[mask]`` (host bool array of v's shape)."""
+    from .var import Var as _Var
+
+    if isinstance(key, _Var):
+        if key.dtype != np.int64:
+            raise TypeError(f"indexing: a Var index must be int64 ids (got {key.dtype}); "
+                            f"supported: {SUPPORTED}")
+        return ops.take(v, key, 0)
+    arr = np.asarray(key)
+    if arr.dtype == np.bool_:
+        if arr.shape != v.shape:
+            raise IndexError(f"indexing: the bool mask has shape {arr.shape}; expected the "
+                             f"Var's shape {v.shape}")
+        flat = v if v.ndim == 1 else ops.reshape(v, (-1,))
+        return ops.take(flat, np.flatnonzero(arr.reshape(-1)).astype(np.int64), 0)
+    if arr.dtype.kind in "iu":
+        if v.ndim == 0:
+            raise IndexError("indexing: a 0-d Var cannot take an index array")
+        return ops.take(v, arr.astype(np.int64), 0)
+    raise TypeError(f"indexing: an index array of dtype {arr.dtype} is not supported; "
+                    f"supported: {SUPPORTED}")
 
 
 def power(v: Var, n: Any) -> Var:

@@ -3,11 +3,12 @@
 Each is defined once, with its exact order of operations (the bits follow from it):
 
 * ``mse(pred, t)``: ``mean(d * d)``, ``d = pred - t``;
-* ``bce_with_logits(z, y)``: ``mean((relu(z) - z * y) + log(exp(-|z|) + 1))`` -- the stable
-  form of ``-(y log s(z) + (1 - y) log(1 - s(z)))`` (as torch's BCEWithLogitsLoss);
-* ``cross_entropy(logits, labels)``: ``-mean(log(sum(softmax(logits) * onehot, axis=-1)))``
-  for int class labels, one row per example: the label's probability is picked by a one-hot
-  const (exact: the other terms are +0.0), then its log.
+* ``bce_with_logits(z, y)``: ``mean((pos - z * y) + log(exp(-a) + 1))``, ``pos`` = relu(z) and
+  ``a`` = |z| written with ``where(z >= 0, ...)`` -- the stable form of
+  ``-(y log s(z) + (1 - y) log(1 - s(z)))`` (as torch's BCEWithLogitsLoss);
+* ``cross_entropy(logits, labels)``: ``-mean(take_along_axis(log_softmax(logits), labels))``
+  for int class labels, one row per example (the labels are an int64 const of the tape); with
+  ``ignore_index``, ``-(sum of the picked terms) / sum(index_weight(labels))``.
 """
 
 from __future__ import annotations
@@ -43,28 +44,52 @@ def mse(pred: Var, target: ops.Operand) -> Var:
 
 def bce_with_logits(logits: Var, target: ops.Operand) -> Var:
     """Binary cross-entropy of ``sigmoid(logits)`` against targets in [0, 1], from the logits
-    (stable for any magnitude): ``mean((relu(z) - z * y) + log(exp(-|z|) + 1))``."""
+    (stable for any magnitude): ``mean((pos - z * y) + log(exp(-a) + 1))`` with
+    ``pos = where(z >= 0, z, 0)`` and ``a = where(z >= 0, z, -z)`` (= relu(z) and |z|, both
+    taking the slope of the z >= 0 side at z = +-0, so the gradient is (sigmoid(z) - y) / N
+    everywhere, z = 0 included)."""
     z = _check_pred("bce_with_logits", logits)
     _same_shape("bce_with_logits", z, target)
-    margin = ops.sub(ops.relu(z), ops.mul(z, target))
-    soft = ops.log(ops.adds(ops.exp(ops.neg(ops.abs(z))), 1.0))
+    up = ops.greater_equal(z, 0.0)
+    margin = ops.sub(ops.where(up, z, 0.0), ops.mul(z, target))
+    soft = ops.log(ops.adds(ops.exp(ops.neg(ops.where(up, z, ops.neg(z)))), 1.0))
     return ops.mean(ops.add(margin, soft))
 
 
-def cross_entropy(logits: Var, labels: Any) -> Var:
+def cross_entropy(logits: Var, labels: Any, ignore_index: int | None = None) -> Var:
     """Softmax cross-entropy of ``logits`` (rows, classes) against int ``labels`` (rows,):
-    ``-mean(log(sum(softmax(logits) * onehot(labels), axis=-1)))``."""
+    ``-mean(take_along_axis(log_softmax(logits), labels))`` -- finite for finite logits at any
+    margin. With ``ignore_index`` (as torch's), rows whose label equals it are left out:
+    ``-(sum of the picked terms) / (count of the other rows)`` (0/0 = NaN when every row is
+    ignored, as torch)."""
     z = _check_pred("cross_entropy", logits)
-    y = np.asarray(labels)
     if z.ndim != 2:
         raise ValueError(f"cross_entropy: logits have shape {z.shape}; expected (rows, classes)")
-    if y.dtype.kind not in "iu" or y.shape != (z.shape[0],):
-        raise ValueError(f"cross_entropy: labels have shape {y.shape} and dtype {y.dtype}; "
-                         f"expected {z.shape[0]} int class labels")
-    if y.size and (y.min() < 0 or y.max() >= z.shape[1]):
-        raise ValueError(f"cross_entropy: labels must lie in [0, {z.shape[1]}); got "
-                         f"[{y.min()}, {y.max()}]")
-    onehot = np.zeros(z.shape)
-    onehot[np.arange(len(y)), y] = 1.0
-    picked = ops.sum(ops.mul(ops.softmax(z, axis=-1), onehot), axis=-1)
-    return ops.neg(ops.mean(ops.log(picked)))
+    if isinstance(labels, Var):
+        raise TypeError("cross_entropy: labels is a Var; pass the int labels as host data (a "
+                        "numpy array or list): they become an int64 const of the tape")
+    y = np.asarray(labels)
+    if y.dtype.kind not in "iu":
+        raise TypeError(f"cross_entropy: labels have dtype {y.dtype}; expected int class "
+                        "labels (int64)")
+    if y.shape != (z.shape[0],):
+        raise ValueError(f"cross_entropy: labels have shape {y.shape}; expected "
+                         f"({z.shape[0]},): one int class label per row of logits")
+    if ignore_index is not None and (isinstance(ignore_index, bool) or
+                                     not isinstance(ignore_index, (int, np.integer))):
+        raise TypeError(f"cross_entropy: ignore_index must be an int or None, got "
+                        f"{describe(ignore_index)}")
+    kept = y if ignore_index is None else y[y != ignore_index]
+    if kept.size and (kept.min() < 0 or kept.max() >= z.shape[1]):
+        raise ValueError(f"cross_entropy: labels must lie in [0, {z.shape[1]})"
+                         f"{'' if ignore_index is None else ' or equal ignore_index'}; got "
+                         f"[{kept.min()}, {kept.max()}]")
+    ids = y.astype(np.int64).reshape(-1, 1)
+    picked = ops.take_along_axis(ops.log_softmax(z, axis=-1), ids, -1, ignore_index)
+    if ignore_index is None:
+        return ops.neg(ops.mean(picked))
+    # the labels' const (recorded by take_along_axis) feeds the count too: one input to refresh
+    tape = z.tape
+    labels_var = tape._var(tape._inputs[picked.index][1])
+    count = ops.sum(ops.index_weight(labels_var, ignore_index))
+    return ops.neg(ops.div(ops.sum(picked), count))

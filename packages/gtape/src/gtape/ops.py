@@ -205,3 +205,119 @@ def tanh_grad(g: Operand, y: Operand) -> Var:
 def softmax_grad(g: Operand, y: Operand, axis: int = -1) -> Var:
     """y * (g - serial sum(g * y)) along one axis (not differentiable)."""
     return apply("softmax_grad", (g, y), axis=axis)
+
+
+# ---------------------------------------------------------------- selection and comparison
+def minimum(a: Operand, b: Operand) -> Var:
+    """Elementwise min (broadcasting): a where a < b or a is NaN, else b (ties give b); the
+    gradient goes to the selected input."""
+    return apply("minimum", (a, b))
+
+
+def minimum_mask(a: Operand, b: Operand) -> Var:
+    """1.0 where ``minimum`` selects a, else +0.0 (not differentiable)."""
+    return apply("minimum_mask", (a, b))
+
+
+def clip(x: Operand, lo: Operand, hi: Operand) -> Var:
+    """``minimum(hi, maximum(lo, x))``: x limited to [lo, hi]. With x on the tie side of both
+    selections, x's gradient is 1 on the closed interval [lo, hi] (as torch.clamp) and 0
+    outside; a NaN x stays NaN."""
+    return minimum(hi, maximum(lo, x))
+
+
+def where(cond: Operand, a: Operand, b: Operand) -> Var:
+    """a where the bool mask ``cond`` is true, else b (broadcasting; a selection). Backward: g
+    to a where cond, to b elsewhere."""
+    return apply("where", (cond, a, b))
+
+
+def greater(a: Operand, b: Operand) -> Var:
+    """a > b as a bool Var (false for NaN; not differentiable)."""
+    return apply("greater", (a, b))
+
+
+def greater_equal(a: Operand, b: Operand) -> Var:
+    """a >= b as a bool Var (false for NaN; not differentiable)."""
+    return apply("greater_equal", (a, b))
+
+
+def less(a: Operand, b: Operand) -> Var:
+    """a < b as a bool Var (false for NaN; not differentiable)."""
+    return apply("less", (a, b))
+
+
+def less_equal(a: Operand, b: Operand) -> Var:
+    """a <= b as a bool Var (false for NaN; not differentiable)."""
+    return apply("less_equal", (a, b))
+
+
+def equal(a: Operand, b: Operand) -> Var:
+    """a == b as a bool Var (false for NaN, +0.0 == -0.0; not differentiable)."""
+    return apply("equal", (a, b))
+
+
+def not_equal(a: Operand, b: Operand) -> Var:
+    """a != b as a bool Var (true for NaN; not differentiable)."""
+    return apply("not_equal", (a, b))
+
+
+def argmax(x: Operand, axis: int = -1) -> Var:
+    """int64 index of the first maximum along ``axis`` (the first NaN wins; not
+    differentiable)."""
+    return apply("argmax", (x,), axis=axis)
+
+
+# ---------------------------------------------------------------- gathers
+def take(x: Operand, ids: Operand, axis: int = 0) -> Var:
+    """numpy's take: x's positions named by int64 ``ids`` (any shape; -n <= id < n) along
+    ``axis``. Backward: a scatter-add in the defined order (``take_grad``)."""
+    return apply("take", (x, ids), axis=axis)
+
+
+def embedding(weight: Operand, ids: Operand) -> Var:
+    """Rows of ``weight`` (vocab, dim) named by int64 ``ids``: ``take(weight, ids, axis=0)``."""
+    return take(weight, ids, 0)
+
+
+def take_along_axis(x: Operand, ids: Operand, axis: int = -1,
+                    ignore: int | None = None) -> Var:
+    """numpy's take_along_axis (ids of x's shape but along ``axis``); ids equal to ``ignore``
+    give +0.0 and no gradient."""
+    return apply("take_along_axis", (x, ids), axis=axis, ignore=ignore)
+
+
+def take_grad(g: Operand, ids: Operand, n: int, axis: int) -> Var:
+    """take's backward: the scatter-add of g into n positions along ``axis``."""
+    return apply("take_grad", (g, ids), n=n, axis=axis)
+
+
+def take_along_axis_grad(g: Operand, ids: Operand, n: int, axis: int,
+                         ignore: int | None = None) -> Var:
+    """take_along_axis's backward: the scatter-add of g into n positions along ``axis``."""
+    return apply("take_along_axis_grad", (g, ids), n=n, axis=axis, ignore=ignore)
+
+
+def index_weight(ids: Var, ignore: int) -> Var:
+    """1.0 where ``ids != ignore`` else +0.0 (ids: an int64 Var), in the tape's float dtype
+    (not differentiable)."""
+    if not isinstance(ids, Var):
+        raise TypeError(f"index_weight: ids is {describe(ids)}; expected an int64 Var")
+    return apply("index_weight", (ids,), ignore=ignore, dtype=ids.tape.dtype)
+
+
+# ---------------------------------------------------------------- stable log-probabilities
+def log_softmax(x: Operand, axis: int = -1) -> Var:
+    """``(x - m) - log(serial sum exp(x - m))`` along ``axis``, m the row max: finite for
+    finite logits whatever their spread."""
+    return apply("log_softmax", (x,), axis=axis)
+
+
+def log_softmax_grad(g: Operand, y: Operand, axis: int = -1) -> Var:
+    """log_softmax's backward from its output y: ``g - exp(y) * serial sum(g)``."""
+    return apply("log_softmax_grad", (g, y), axis=axis)
+
+
+def logsumexp(x: Operand, axis: int = -1) -> Var:
+    """``m + log(serial sum exp(x - m))`` along ``axis`` (m the row max, +0.0 if infinite)."""
+    return apply("logsumexp", (x,), axis=axis)

@@ -12,10 +12,11 @@ from typing import Any, NamedTuple
 import gtensor
 import numpy as np
 from gtensor import Op, describe
+from gtensor.dtypes import FLOAT, TYPE_DTYPES
 from gtensor.recording import record, recordable
 
 from . import backward as _backward
-from .convert import into_backend, to_backend
+from .convert import into_backend, to_backend, typed_dtype
 from .leaves import CONST, PARAM, Leaf
 from .passes import BackwardPasses
 from .var import StaleVarError, Var
@@ -363,7 +364,9 @@ class Tape:
                 continue
             j = n + len(consts)
             home = self._vcache[j] if j < len(self._vcache) else None
-            arr = into_backend(self._be, x, self._dtype, f"{op.name}: {arg}", home)
+            kind = op.input_type(k) if op.typed else FLOAT
+            dt = self._dtype if kind == FLOAT else typed_dtype(x, kind, f"{op.name}: {arg}")
+            arr = into_backend(self._be, x, dt, f"{op.name}: {arg}", home)
             arrays.append(arr)
             idx.append(j)
             consts.append(arr)
@@ -375,13 +378,16 @@ class Tape:
         out_shape, norm = op.infer(tuple([a.shape for a in arrays]), full)
         i = n + len(consts)
         buf = self._vcache[i] if i < len(self._vcache) else None
-        if buf is not None and (buf.shape != tuple(out_shape) or buf.dtype != self._dtype):
+        out_dt = self._dtype if op.out_type == FLOAT else TYPE_DTYPES[op.out_type]
+        if buf is not None and (buf.shape != tuple(out_shape) or buf.dtype != out_dt):
             buf = None
         value = self._be.apply(op, arrays, out=buf, **norm)
         for arr in consts:
             self._append(CONST, (), {}, arr, False)
         req = self._req
-        return self._append(op, tuple(idx), norm, value, any([req[j] for j in idx]))
+        # an int64 / bool result (a mask, an argmax) carries no gradient
+        grad_path = op.out_type == FLOAT and any([req[j] for j in idx])
+        return self._append(op, tuple(idx), norm, value, grad_path)
 
     def _append(self, op: Op | Leaf, inputs: tuple, attrs: dict, value: Any, req: bool,
                 grad: Any = None) -> Var:

@@ -6,6 +6,7 @@ from numbers import Real
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+from gtensor.dtypes import round_scalar
 
 if TYPE_CHECKING:
     from .tape import Tape
@@ -27,12 +28,10 @@ def _is_scalar(x: Any) -> bool:
 
 def _exact(tape: Tape, s: Any) -> float:
     """The scalar ``s`` rounded once to the tape's dtype (as a Python float), before any
-    arithmetic on it: ``x - np.uint8(5)`` subtracts 5, not ``-np.uint8(5) == 251``."""
-    if isinstance(s, (np.integer, np.floating)):
-        with np.errstate(over="ignore"):
-            return float(np.asarray(s).astype(tape.dtype))
-    with np.errstate(over="ignore"):
-        return float(tape.dtype.type(float(s)))
+    arithmetic on it: ``x - np.uint8(5)`` subtracts 5, not ``-np.uint8(5) == 251``, and a
+    Python int is rounded exactly (``w * (2**60 + 2**36 + 1)`` on a float32 tape multiplies by
+    the float32 nearest to that integer, not by float32(float64(it)))."""
+    return float(round_scalar(s, tape.dtype))
 
 
 class Var:
@@ -85,9 +84,10 @@ class Var:
 
     @property
     def dtype(self) -> np.dtype:
-        """The tape's dtype (every node has it)."""
+        """The node's dtype: the tape's float dtype, or int64 / bool for index and mask nodes
+        (an ``argmax``, a comparison, integer labels)."""
         self._tape._check_var(self, "dtype")
-        return self._tape.dtype
+        return np.dtype(self._tape._values[self._index].dtype)
 
     @property
     def requires_grad(self) -> bool:
@@ -199,6 +199,35 @@ class Var:
 
     def __rmatmul__(self, other: Any) -> Var:
         return ops.bmm(other, self) if self._rank() == 3 else ops.matmul(other, self)
+
+    # comparisons: bool Vars (masks for ``where``), not differentiable. ``==`` / ``!=`` compare
+    # values too, so a Var is hashed by identity and a bool Var has no truth value.
+    def __gt__(self, other: Any) -> Var:
+        return ops.greater(self, other)
+
+    def __ge__(self, other: Any) -> Var:
+        return ops.greater_equal(self, other)
+
+    def __lt__(self, other: Any) -> Var:
+        return ops.less(self, other)
+
+    def __le__(self, other: Any) -> Var:
+        return ops.less_equal(self, other)
+
+    def __eq__(self, other: Any) -> Var:  # type: ignore[override]
+        return ops.equal(self, other)
+
+    def __ne__(self, other: Any) -> Var:  # type: ignore[override]
+        return ops.not_equal(self, other)
+
+    __hash__ = object.__hash__
+
+    def __bool__(self) -> bool:
+        if self._tape._alive(self) and self.dtype == np.bool_:
+            raise TypeError(f"the truth value of {self!r} is ambiguous (a bool Var is a mask, "
+                            "not a Python bool): use it in g.where, or .numpy() to read it; "
+                            "compare Vars by identity with `is`")
+        return True
 
     def __neg__(self) -> Var:
         return ops.neg(self)

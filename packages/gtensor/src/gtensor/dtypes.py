@@ -1,36 +1,78 @@
-"""The two supported dtypes and the conversion rule for everything else."""
+"""The element types of op inputs: floats (the tape's dtype), int64 indices, bool masks.
+
+A float dtype is one of the two supported widths; each is one ``FloatType`` object holding its
+numpy dtype, its kernel-name suffix and its C type, so no table elsewhere spells them again.
+Index inputs are always int64 and mask inputs bool (one byte): ``INDEX`` and ``MASK``.
+"""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
+
+
+@dataclass(frozen=True)
+class FloatType:
+    """One supported float width: numpy dtype, kernel suffix ("f64"), C type ("double")."""
+
+    np: np.dtype
+    suffix: str
+    ctype: str
+
+    @property
+    def name(self) -> str:
+        """The numpy name ("float64")."""
+        return self.np.name
+
+
+F64 = FloatType(np.dtype(np.float64), "f64", "double")
+F32 = FloatType(np.dtype(np.float32), "f32", "float")
+FLOATS = (F64, F32)
+BY_SUFFIX = {t.suffix: t for t in FLOATS}
+BY_DTYPE = {t.np: t for t in FLOATS}
 
 SUPPORTED = ("float64", "float32")
 # dtype objects hash fast; ``dtype.name`` is slow on numpy 2, and this is on every op call
 SUPPORTED_DTYPES = frozenset(np.dtype(n) for n in SUPPORTED)
+INDEX = np.dtype(np.int64)  # the dtype of index inputs (take's ids, labels, argmax's result)
+MASK = np.dtype(np.bool_)  # the dtype of mask inputs (where's cond, comparison results)
+# What an op input (``Op.types``) or result (``Op.out_type``) is: the op's float dtype, an
+# int64 index array or a bool mask.
+FLOAT, INT, BOOL = "float", "int64", "bool"
+TYPE_DTYPES = {INT: INDEX, BOOL: MASK}
+TYPED_DTYPES = frozenset((INDEX, MASK))
+ARRAY_DTYPES = SUPPORTED_DTYPES | TYPED_DTYPES
 
 
-def normalize(dtype: object, where: str = "asarray") -> np.dtype:
-    """``float32``/``float64`` in any spelling numpy accepts; TypeError for anything else."""
+def float_type(dt: object) -> FloatType:
+    """The ``FloatType`` of a float32/float64 dtype (or of an array's dtype)."""
+    return BY_DTYPE[np.dtype(getattr(dt, "dtype", dt))]
+
+
+def normalize(dtype: object, where: str = "asarray", typed: bool = False) -> np.dtype:
+    """``float32``/``float64`` in any spelling numpy accepts (with ``typed``, also int64 and
+    bool); TypeError for anything else."""
+    accepted = "float32, float64, int64 or bool" if typed else "float32 or float64"
     try:
         dt = np.dtype(dtype)
     except TypeError:
-        raise TypeError(
-            f"{where}: dtype {dtype!r} is not a dtype; expected float32 or float64"
-        ) from None
-    if dt.name not in SUPPORTED:
-        raise TypeError(f"{where}: dtype {dt.name} is not supported; expected float32 or float64")
-    return dt
+        raise TypeError(f"{where}: dtype {dtype!r} is not a dtype; expected {accepted}") from None
+    if dt in SUPPORTED_DTYPES or (typed and dt in TYPED_DTYPES):
+        return dt
+    raise TypeError(f"{where}: dtype {dt.name} is not supported; expected {accepted}")
 
 
 def infer(x: object, dtype: object) -> np.dtype:
     """The dtype ``asarray`` gives ``x``.
 
-    Rule: an explicit dtype wins; float32/float64 inputs keep their dtype; every other real
-    input (bool, integers, float16, Python numbers, lists) becomes float64 (exact for integers
-    of magnitude below 2**53). Complex, object and string inputs are rejected.
+    Rule: an explicit dtype wins (float32, float64, or int64 / bool for index and mask arrays);
+    float32/float64 inputs keep their dtype; every other real input (bool, integers, float16,
+    Python numbers, lists) becomes float64 (exact for integers of magnitude below 2**53).
+    Complex, object and string inputs are rejected.
     """
     if dtype is not None:
-        return normalize(dtype)
+        return normalize(dtype, typed=True)
     dt = getattr(x, "dtype", None)
     if dt is None:
         dt = np.asarray(x).dtype
@@ -41,3 +83,35 @@ def infer(x: object, dtype: object) -> np.dtype:
         return np.dtype(np.float64)
     raise TypeError(f"asarray: cannot convert data of dtype {dt} to a float array "
                     "(expected real numbers: bool, int or float)")
+
+
+def round_scalar(s: object, dt: np.dtype) -> np.floating:
+    """The number ``s`` (int or float of any size) rounded ONCE, to nearest even, to ``dt``.
+
+    Python ints are converted exactly (never through float64 first, which would round twice on
+    a float32 tape: 2**60 + 2**36 + 1 must give the float32 nearest to it, not to 2**60 + 2**36).
+    """
+    T = np.dtype(dt).type
+    if isinstance(s, (bool, np.bool_)):
+        return T(int(s))
+    with np.errstate(over="ignore"):
+        if isinstance(s, (int, np.integer)):
+            return T(_round_int(int(s), np.finfo(T).nmant + 1)) if s else T(0.0)
+        return T(s)
+
+
+def _round_int(n: int, bits: int) -> float:
+    """``n`` rounded to ``bits`` significant bits (ties to even), as an exact Python float (or
+    +-inf past float64's range; the cast to the target dtype then overflows the same way)."""
+    sign, m = (-1, -n) if n < 0 else (1, n)
+    extra = m.bit_length() - bits
+    if extra > 0:
+        q, r = divmod(m, 1 << extra)
+        half = 1 << (extra - 1)
+        if r > half or (r == half and q & 1):
+            q += 1
+        m = q << extra
+    try:
+        return sign * float(m)  # exact: m has at most `bits` significant bits
+    except OverflowError:
+        return sign * float("inf")

@@ -11,21 +11,52 @@ POINTER_DTYPES = {
     "const float*": "float32",
     "float*": "float32",
     "const long long*": "int64",
+    "long long*": "int64",
+    "const bool*": "bool",
+    "bool*": "bool",
 }
 SCALAR_TYPES = ("long long", "int", "double", "float")
 CTYPES = tuple(POINTER_DTYPES) + SCALAR_TYPES
 
 
+GEOMETRY, DATA = "geometry", "data"  # a parameter's role
+GEOMETRY_NAME = "geom"  # the name every kernel gives its launch-geometry array
+
+
 @dataclass(frozen=True)
 class Param:
-    """One kernel parameter: its C type (one of ``CTYPES``) and its name."""
+    """One kernel parameter: its C type (one of ``CTYPES``), its name and its role.
+
+    The role says what an array parameter holds: ``GEOMETRY`` (the launch's shapes and
+    strides, fixed when a launch is recorded: fusion reads its values, gemit bakes them in) or
+    ``DATA`` (an array the op reads or writes: float values, int64 indices, bool masks -- real
+    reads for the fusion planner and real inputs for gemit, refreshed by a replay's set_input).
+    By default the array named ``geom`` is geometry and everything else is data.
+    """
 
     ctype: str
     name: str
+    role: str = ""
 
     def __post_init__(self) -> None:
         if self.ctype not in CTYPES:
             raise ValueError(f"Param {self.name!r}: ctype {self.ctype!r} is not one of {CTYPES}")
+        if not self.role:
+            role = GEOMETRY if (self.name == GEOMETRY_NAME and self.ctype == "const long long*") \
+                else DATA
+            object.__setattr__(self, "role", role)
+        if self.role not in (GEOMETRY, DATA):
+            raise ValueError(f"Param {self.name!r}: role {self.role!r} is not geometry or data")
+
+    @property
+    def is_geometry(self) -> bool:
+        """True for the launch-geometry array (shapes, strides)."""
+        return self.role == GEOMETRY
+
+    @property
+    def dtype(self) -> str | None:
+        """The numpy dtype name an array parameter takes (None for a scalar)."""
+        return POINTER_DTYPES.get(self.ctype)
 
     @property
     def is_pointer(self) -> bool:
@@ -51,9 +82,15 @@ class Param:
 #   rows    a block-per-row kernel with its own body (softmax); calls = what it uses
 #   elementwise  y[i] = calls[0](each array parameter in order: at i, or at 0 for a 0-d one;
 #           then each scalar parameter but n) (the fused optimizer updates)
+#   select  y[i] = calls[0](x0[o0(i)], ..., x{n-1}[o{n-1}(i)]) on the Zip form
+#           (ops.forms.Zip: typed inputs and results: where, the comparisons)
+#   gather  y[o] = x[an index read from an int64 ids array] (take, take_along_axis)
+#   scatter y[d] = serial sum (add) of g over the positions whose id names d, in position
+#           order (take_grad, take_along_axis_grad)
+#   index   int64 / bool data in or out without arithmetic (argmax, index_weight)
 #   other   anything else
 KINDS = ("map", "scalar", "zip", "copy", "fill", "matmul", "reduce", "rows", "elementwise",
-         "other")
+         "select", "gather", "scatter", "index", "other")
 
 
 @dataclass(frozen=True, eq=False)

@@ -13,6 +13,8 @@ def bits_equal(a: np.ndarray, b: np.ndarray) -> bool:
     a, b = np.asarray(a), np.asarray(b)
     if a.shape != b.shape or a.dtype != b.dtype:
         return False
+    if a.dtype.kind in "biu":  # int64 indices, bool masks: plain equality is bitwise
+        return bool(np.array_equal(a, b))
     ui = np.uint64 if a.dtype == np.float64 else np.uint32
     nan_a, nan_b = np.isnan(a), np.isnan(b)
     if not np.array_equal(nan_a, nan_b):
@@ -26,8 +28,11 @@ def first_difference(a: np.ndarray, b: np.ndarray) -> str:
     a, b = np.asarray(a), np.asarray(b)
     if a.shape != b.shape or a.dtype != b.dtype:
         return f"shape/dtype {a.shape} {a.dtype} vs {b.shape} {b.dtype}"
-    ui = np.uint64 if a.dtype == np.float64 else np.uint32
-    same = (a.view(ui) == b.view(ui)) | (np.isnan(a) & np.isnan(b))
+    if a.dtype.kind in "biu":
+        same = a == b
+    else:
+        ui = np.uint64 if a.dtype == np.float64 else np.uint32
+        same = (a.view(ui) == b.view(ui)) | (np.isnan(a) & np.isnan(b))
     idx = np.argwhere(~same)
     if not len(idx):
         return "no difference"

@@ -61,6 +61,8 @@ class Backend:
         is_array, prepare = self.is_array, self._prepare
         xs = []
         dtype = None
+        if op.typed:  # index / mask inputs or results: the checked path knows the types
+            return self._apply_checked(op, inputs, out, attrs)
         for x in inputs:
             if not is_array(x):
                 break
@@ -90,18 +92,26 @@ class Backend:
         if not op.variadic and len(inputs) != len(op.inputs):
             raise TypeError(f"{op.name}: expected {len(op.inputs)} arrays "
                             f"({', '.join(op.inputs)}), got {len(inputs)}")
-        inputs = [self.check_input(op.name, n, x) for n, x in zip(names, inputs)]
-        dtype = None
-        for n, x in zip(names, inputs):
+        inputs = [self.check_input(op.name, n, x, op.input_type(i))
+                  for i, (n, x) in enumerate(zip(names, inputs))]
+        dtype = first = None
+        for i, (n, x) in enumerate(zip(names, inputs)):
             shapes.check_rank(op.name, n, x.shape)
+            if op.input_type(i) != dtypes.FLOAT:
+                continue
             if dtype is None:
-                dtype = x.dtype
+                dtype, first = x.dtype, n
             elif x.dtype != dtype:
-                raise TypeError(f"{op.name}: {n} is {x.dtype} but {names[0]} is {dtype}; "
-                                "expected one dtype for all inputs (convert with asarray)")
+                raise TypeError(f"{op.name}: {n} is {x.dtype} but {first} is {dtype}; "
+                                "expected one float dtype for all float inputs (convert with "
+                                "asarray)")
         out_shape, attrs = op.infer(tuple(tuple(x.shape) for x in inputs), attrs)
-        if dtype is None:  # an op without array inputs (fill) names its dtype
+        if dtype is None:  # an op without float inputs (fill) names its dtype
             dtype = attrs["dtype"]
+        if op.out_type != dtypes.FLOAT:
+            dtype = dtypes.TYPE_DTYPES[op.out_type]
+        if op.check is not None:
+            op.check(inputs, attrs)
         if out is not None:
             self._check_out(op.name, out, out_shape, dtype, inputs)
         return self._execute(op, inputs, out_shape, dtype, attrs, out)
@@ -154,14 +164,31 @@ class Backend:
         """Copy a C-contiguous numpy array of dst's shape and dtype into ``dst``."""
         np.copyto(dst, host)
 
-    def check_input(self, op: str, arg: str, x: Any) -> Any:
-        """Reject anything but a float32/float64 array of this backend."""
+    def check_input(self, op: str, arg: str, x: Any, kind: str = dtypes.FLOAT) -> Any:
+        """Reject anything but an array of this backend of the input's kind: float32/float64
+        (``dtypes.FLOAT``), int64 (``dtypes.INT``: indices) or bool (``dtypes.BOOL``: masks)."""
         if not self.is_array(x):
             raise TypeError(f"{op}: {arg} is {describe(x)}; the {self.name} backend takes "
                             f"arrays made by backend({self.name!r}).asarray")
-        if x.dtype not in dtypes.SUPPORTED_DTYPES:
-            raise TypeError(f"{op}: {arg} has dtype {x.dtype}; expected float32 or float64")
+        if kind == dtypes.FLOAT:
+            if x.dtype not in dtypes.SUPPORTED_DTYPES:
+                raise TypeError(f"{op}: {arg} has dtype {x.dtype}; expected float32 or float64")
+        elif x.dtype != dtypes.TYPE_DTYPES[kind]:
+            what = "int64 indices" if kind == dtypes.INT else "a bool mask"
+            raise TypeError(f"{op}: {arg} has dtype {x.dtype}; expected {what} (dtype "
+                            f"{dtypes.TYPE_DTYPES[kind]}; convert with asarray(x, "
+                            f"dtype={dtypes.TYPE_DTYPES[kind].name!r}))")
         return self._prepare(x)
+
+    def check_array(self, op: str, arg: str, x: Any) -> Any:
+        """Reject anything but an array of this backend (float, int64 or bool)."""
+        if not self.is_array(x):
+            raise TypeError(f"{op}: {arg} is {describe(x)}; the {self.name} backend takes "
+                            f"arrays made by backend({self.name!r}).asarray")
+        if x.dtype not in dtypes.ARRAY_DTYPES:
+            raise TypeError(f"{op}: {arg} has dtype {x.dtype}; expected float32, float64, int64 "
+                            "or bool")
+        return x
 
     def __repr__(self) -> str:
         return f"gtensor.backend({self.name!r})"

@@ -61,7 +61,8 @@ class CpuBackend(HostKernelBackend):
         hit = self._calls.get(key) if key is not _SLOW else None
         if hit is None:
             result = Backend.apply(self, op, inputs, out, **attrs)
-            if key is not _SLOW and self._module is not None and self._module.fast:
+            if (key is not _SLOW and not op.typed and self._module is not None
+                    and self._module.fast):  # typed ops: the checked path (data checks)
                 self._remember(key, op, inputs, attrs)
             return result
         out_shape, dtype, plan = hit
@@ -180,6 +181,8 @@ class CpuBackend(HostKernelBackend):
         """The plan cache key: op, dtype, input shapes, normalized attrs (TypeError if
         unhashable)."""
         key = (op, dtype, *[x.shape for x in inputs])
+        if op.typed:  # the result's dtype does not name the kernel: the inputs' dtypes do
+            key += tuple([x.dtype for x in inputs])
         if attrs:  # in name order: the same attrs given in another order are the same plan
             key += tuple([(k, attr_key(attrs[k])) for k in sorted(attrs)])
         return key

@@ -58,7 +58,7 @@ class CudaBackend(KernelBackend):
 
     def to_numpy(self, a: Any) -> np.ndarray:
         """A numpy copy of ``a`` (synchronizes)."""
-        self.check_input("to_numpy", "a", a)
+        self.check_array("to_numpy", "a", a)
         return self.cp.asnumpy(a.reshape(-1)).reshape(a.shape)
 
     def _upload(self, dst: Any, host: np.ndarray) -> None:

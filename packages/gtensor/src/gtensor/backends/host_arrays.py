@@ -33,7 +33,7 @@ class HostKernelBackend(KernelBackend):
 
     def to_numpy(self, a: Any) -> np.ndarray:
         """A plain numpy copy of ``a``."""
-        self.check_input("to_numpy", "a", a)
+        self.check_array("to_numpy", "a", a)
         return np.array(a, order="C", copy=True).view(np.ndarray)
 
     def zeros(self, shape: Sequence[int], dtype: Any = "float64") -> HostArray:

@@ -41,7 +41,7 @@ class NumpyBackend(Backend):
 
     def to_numpy(self, a: Any) -> np.ndarray:
         """A numpy copy of ``a``."""
-        self.check_input("to_numpy", "a", a)
+        self.check_array("to_numpy", "a", a)
         return np.array(a, order="C", copy=True)
 
     def zeros(self, shape: Sequence[int], dtype: Any = "float64") -> np.ndarray:

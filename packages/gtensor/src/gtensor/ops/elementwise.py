@@ -12,6 +12,7 @@ from string import Template
 import numpy as np
 
 from .. import shapes
+from ..dtypes import round_scalar
 from ..kernels import Kernel, params
 from ..scalar import transcendental as tr
 from ..scalar.dsl import F32, F64, ScalarFn, scalar_fn
@@ -62,6 +63,11 @@ TANH_GRAD = pair("tanh_grad", 2, lambda m, g, y: g * (1.0 - y * y))
 MAX = pair("max", 2, lambda m, a, b: m.where((a > b) | m.isnan(a), a, b))
 # which input max selects: 1.0 for a, +0.0 for b (maximum's backward routes g with it).
 MAX_MASK = pair("max_mask", 2, lambda m, a, b: m.where((a > b) | m.isnan(a), m.const(1.0, a),
+                                                       m.const(0.0, a)))
+# min(a, b): a where a < b or a is NaN, else b -- maximum's rule mirrored (ties, +-0 included,
+# give b; NaN propagates from either side).
+MIN = pair("min", 2, lambda m, a, b: m.where((a < b) | m.isnan(a), a, b))
+MIN_MASK = pair("min_mask", 2, lambda m, a, b: m.where((a < b) | m.isnan(a), m.const(1.0, a),
                                                        m.const(0.0, a)))
 EXP = {"f64": tr.EXP_F64, "f32": tr.EXP_F32}
 LOG = {"f64": tr.LOG_F64, "f32": tr.LOG_F32}
@@ -217,23 +223,24 @@ def binary(name: str, fns: dict[str, ScalarFn], vjp=None, doc: str = "", inputs=
 
 
 def scalar_form(name: str, fns: dict[str, ScalarFn], vjp=None, doc: str = "") -> Op:
-    """An op y = f(x, s) with a Python scalar s, rounded once to the array's dtype."""
+    """An op y = f(x, s) with a Python scalar s, rounded once to the array's dtype (an integer
+    exactly, never through float64 first)."""
 
     def infer(shapes_: tuple, attrs: dict) -> tuple[tuple, dict]:
         s = attrs["s"]
         if isinstance(s, bool) or not isinstance(s, (int, float, np.floating, np.integer)):
             raise TypeError(f"{name}: s must be a real Python number, got {type(s).__name__}")
-        return shapes_[0], {"s": float(s)}
+        # an integer stays exact until it is rounded once, to the array's dtype
+        return shapes_[0], {"s": int(s) if isinstance(s, (int, np.integer)) else float(s)}
 
     def reference(x: np.ndarray, *, s: float) -> np.ndarray:
-        sfx = suffix(x)
-        return fns[sfx].eval(x, NPDT[sfx](s))
+        return fns[suffix(x)].eval(x, round_scalar(s, x.dtype))
 
     def launch(rt, ins, out, *, s: float) -> None:
         n = out.size
         if n:
-            sfx = suffix(out)
-            rt.launch(f"k_{name}_{sfx}", grid_for(n), BLOCK, (ins[0], out, n, NPDT[sfx](s)))
+            rt.launch(f"k_{name}_{suffix(out)}", grid_for(n), BLOCK,
+                      (ins[0], out, n, round_scalar(s, out.dtype)))
 
     kernels = _form_kernels("scalar", name, fns)
     return register(Op(name, ("x",), ("s",), infer, reference, kernels, launch, vjp, doc,
@@ -245,6 +252,12 @@ def _maximum_vjp(be, g, ins, out, needs):
     # g to the input max selected, +0.0 to the other: relu_grad(g, mask) passes g exactly where
     # mask is 1.0 (and 1 - mask selects b); ties go to b, as the forward does
     mask = be.maximum_mask(ins[0], ins[1])
+    return (be.relu_grad(g, mask) if needs[0] else None,
+            be.relu_grad(g, be.adds(be.neg(mask), 1.0)) if needs[1] else None)
+
+
+def _minimum_vjp(be, g, ins, out, needs):
+    mask = be.minimum_mask(ins[0], ins[1])  # as maximum's: g to the selected input
     return (be.relu_grad(g, mask) if needs[0] else None,
             be.relu_grad(g, be.adds(be.neg(mask), 1.0)) if needs[1] else None)
 
@@ -262,6 +275,9 @@ binary("div", DIV, _div_vjp, "a / b")
 binary("maximum", MAX, _maximum_vjp,
        "a where a > b or a is NaN, else b (ties and +-0 give b)")
 binary("maximum_mask", MAX_MASK, None, "1.0 where maximum selects a, else +0.0 (its backward)")
+binary("minimum", MIN, _minimum_vjp,
+       "a where a < b or a is NaN, else b (ties and +-0 give b)")
+binary("minimum_mask", MIN_MASK, None, "1.0 where minimum selects a, else +0.0 (its backward)")
 scalar_form("adds", ADD, lambda be, g, ins, out, needs, s: (g,), "x + s")
 scalar_form("muls", MUL, lambda be, g, ins, out, needs, s: (be.muls(g, s),), "x * s")
 unary("neg", NEG, lambda be, g, ins, out, needs: (be.neg(g),), "-x")
@@ -279,5 +295,5 @@ binary("sigmoid_grad", SIGMOID_GRAD, None, "g * (y * (1 - y)) (sigmoid's backwar
 binary("tanh_grad", TANH_GRAD, None, "g * (1 - y * y) (tanh's backward from y)", ("g", "y"))
 
 SCALAR_FNS = [fn for table in (ADD, SUB, MUL, DIV, NEG, SQRT, RELU, RELU_GRAD, SIGMOID_GRAD,
-                               TANH_GRAD, EXP, LOG, TANH, SIGMOID, MAX, MAX_MASK)
+                               TANH_GRAD, EXP, LOG, TANH, SIGMOID, MAX, MAX_MASK, MIN, MIN_MASK)
               for fn in table.values()]

@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 
+from ..dtypes import BOOL, FLOAT, INT, TYPE_DTYPES
 from ..kernels import Kernel
 
 # infer(shapes, attrs) -> (out_shape, normalized attrs); raises ValueError/TypeError naming the op.
@@ -47,10 +48,39 @@ class Op:
     # names of attrs that have defaults, with the defaults
     defaults: dict = field(default_factory=dict)
     cpu: Kernels | None = None
+    # what each array input is (``gtensor.dtypes``: FLOAT, INT, BOOL); empty: all float
+    types: tuple[str, ...] = ()
+    out_type: str = FLOAT  # the result: the op's float dtype, int64 or bool
+    # check(inputs, attrs): the checks that read input DATA (ids in range), run by every
+    # backend before the op executes (never inside ``launch``, which plans may run on stand-ins)
+    check: Callable[..., None] | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "infer", _memoized(self.infer))
         object.__setattr__(self, "nin", self.arity)  # read on every call: a plain attribute
+        if self.types and len(self.types) != len(self.inputs):
+            raise ValueError(f"op {self.name}: types {self.types} do not match inputs "
+                             f"{self.inputs}")
+        bad = [t for t in (*self.types, self.out_type) if t not in (FLOAT, INT, BOOL)]
+        if bad:
+            raise ValueError(f"op {self.name}: unknown input/result type(s) {bad}")
+        # typed: some input or the result is not the op's float dtype (the checked path)
+        object.__setattr__(self, "typed", any(t != FLOAT for t in self.types)
+                           or self.out_type != FLOAT)
+
+    def result_dtype(self, inputs: Any, attrs: dict) -> np.dtype:
+        """The dtype of the result on ``inputs`` (arrays) with normalized ``attrs``: int64 /
+        bool for index and mask results, else the float inputs' dtype (or attrs["dtype"])."""
+        if self.out_type != FLOAT:
+            return TYPE_DTYPES[self.out_type]
+        for i, x in enumerate(inputs):
+            if self.variadic or self.input_type(i) == FLOAT:
+                return np.dtype(x.dtype)
+        return np.dtype(attrs["dtype"])
+
+    def input_type(self, i: int) -> str:
+        """What input ``i`` is: ``gtensor.dtypes.FLOAT``, ``INT`` or ``BOOL``."""
+        return self.types[i] if self.types else FLOAT
 
     @property
     def arity(self) -> int:

@@ -1,0 +1,228 @@
+"""log_softmax and logsumexp along one axis (stable: the row max is subtracted first).
+
+Definitions, per row r (the positions along ``axis``):
+
+* ``m`` = the row max (NaN if any element is NaN), a zero max taken as +0.0 (``m = max + 0.0``:
+  so the order in which the max is found cannot change the sign of a result);
+* ``log_softmax``: ``s = serial sum of exp(x_i - m)`` (first element first, our exp),
+  ``y_i = (x_i - m) - log(s)`` (our log). For finite logits s lies in [1, R], so y is finite:
+  a margin of 740 in float64 gives exactly -740. A row of only -inf gives NaN (as torch).
+* ``log_softmax_grad(g, y)``: ``d = serial sum of g_i``, ``out_i = g_i - exp(y_i) * d``.
+* ``logsumexp``: ``m' = m`` unless m is +-inf, then +0.0 (as torch: a row of only -inf gives
+  -inf, a row holding +inf gives +inf); ``m' + log(serial sum of exp(x_i - m'))``. Its
+  backward is ``g * exp(x - out)`` (recorded ops).
+"""
+
+from __future__ import annotations
+
+from string import Template
+
+import numpy as np
+
+from ..kernels import Kernel, params
+from ..scalar.dsl import float_literal
+from .elementwise import ADD, CTYPE, EXP, LOG, MUL, SUB, suffix
+from .reduce import serial_sum
+from .registry import Op, register
+from .softmax import _CPU_ROWS, _ROWS, ROW_THREADS, _fns, _infer_axis, _launch_rows, row_geometry
+
+_ROW_MAX = """\
+        $T mx = xr[(t < R ? t : 0) * B];
+        for (long long r = t + nt; r < R; r += nt) mx = $MAX(mx, xr[r * B]);
+        buf[t] = mx;
+        __syncthreads();
+        for (int h = nt / 2; h > 0; h >>= 1) {
+            if (t < h) buf[t] = $MAX(buf[t], buf[t + h]);
+            __syncthreads();
+        }
+        mx = $ADD(buf[0], ($T)0);
+"""
+
+_LOG_SOFTMAX = Template("""\
+        const $T* xr = x + base;
+        $T* yr = y + base;
+""" + _ROW_MAX + """\
+        for (long long r = t; r < R; r += nt) yr[r * B] = $EXP($SUB(xr[r * B], mx));
+        __syncthreads();
+        if (t == 0) {
+            $T s = yr[0];
+            for (long long r = 1; r < R; ++r) s = $ADD(s, yr[r * B]);
+            total = $LOG(s);
+        }
+        __syncthreads();
+        const $T ls = total;
+        for (long long r = t; r < R; r += nt) yr[r * B] = $SUB($SUB(xr[r * B], mx), ls);""")
+
+_CPU_LOG_SOFTMAX = Template("""\
+            const $T* xr = x + base;
+            $T* yr = y + base;
+            $T mx = xr[0];
+            for (long long r = 1; r < R; ++r) mx = $MAX(mx, xr[r * B]);
+            mx = $ADD(mx, ($T)0);
+            for (long long r = 0; r < R; ++r) yr[r * B] = $EXP($SUB(xr[r * B], mx));
+            $T s = yr[0];
+            for (long long r = 1; r < R; ++r) s = $ADD(s, yr[r * B]);
+            const $T ls = $LOG(s);
+            for (long long r = 0; r < R; ++r) yr[r * B] = $SUB($SUB(xr[r * B], mx), ls);""")
+
+_LOG_SOFTMAX_GRAD = Template("""\
+        const $T* gr = g + base;
+        const $T* yr = y + base;
+        $T* outr = out + base;
+        if (t == 0) {
+            $T d = gr[0];
+            for (long long r = 1; r < R; ++r) d = $ADD(d, gr[r * B]);
+            total = d;
+        }
+        __syncthreads();
+        const $T d = total;
+        for (long long r = t; r < R; r += nt)
+            outr[r * B] = $SUB(gr[r * B], $MUL($EXP(yr[r * B]), d));""")
+
+_CPU_LOG_SOFTMAX_GRAD = Template("""\
+            const $T* gr = g + base;
+            const $T* yr = y + base;
+            $T* outr = out + base;
+            $T d = gr[0];
+            for (long long r = 1; r < R; ++r) d = $ADD(d, gr[r * B]);
+            for (long long r = 0; r < R; ++r)
+                outr[r * B] = $SUB(gr[r * B], $MUL($EXP(yr[r * B]), d));""")
+
+_LSE_SHIFT = """\
+        const bool inf = mx == $INF || mx == -$INF;
+        const $T sh = inf ? ($T)0 : mx;
+"""
+_LOGSUMEXP = Template("""\
+        const $T* xr = x + base;
+""" + _ROW_MAX + _LSE_SHIFT + """\
+        if (t == 0) {
+            $T s = $EXP($SUB(xr[0], sh));
+            for (long long r = 1; r < R; ++r) s = $ADD(s, $EXP($SUB(xr[r * B], sh)));
+            y[row] = $ADD(sh, $LOG(s));
+        }""")
+
+_CPU_LOGSUMEXP = Template("""\
+            const $T* xr = x + base;
+            $T mx = xr[0];
+            for (long long r = 1; r < R; ++r) mx = $MAX(mx, xr[r * B]);
+            mx = $ADD(mx, ($T)0);
+""" + _LSE_SHIFT.replace("        ", "            ") + """\
+            $T s = $EXP($SUB(xr[0], sh));
+            for (long long r = 1; r < R; ++r) s = $ADD(s, $EXP($SUB(xr[r * B], sh)));
+            y[row] = $ADD(sh, $LOG(s));""")
+
+
+def _f(sfx: str) -> dict[str, str]:
+    return {**_fns(sfx), "LOG": LOG[sfx].cname, "INF": float_literal(np.inf, sfx)}
+
+
+def _kernels(name: str, sig: str, cuda: Template, cpu_t: Template, calls, shared: bool):
+    def cuda_kernels(sfx: str) -> list[Kernel]:
+        t, f = CTYPE[sfx], _f(sfx)
+        pre = f"    __shared__ {t} buf[{ROW_THREADS}];\n" if shared else ""
+        body = _ROWS.substitute(f, BODY=cuda.substitute(f), SHARED=pre)
+        return [Kernel(f"k_{name}_{sfx}", params(Template(sig).substitute(T=t)), body, "rows",
+                       tuple(c[sfx] for c in calls))]
+
+    def cpu_kernels(sfx: str) -> list[Kernel]:
+        f = _f(sfx)
+        text = _CPU_ROWS.substitute(f, BODY=cpu_t.substitute(f))
+        return [Kernel(k.name, k.params, text) for k in cuda_kernels(sfx)]
+
+    return cuda_kernels, cpu_kernels
+
+
+def _row_max(x: np.ndarray, axis: int) -> np.ndarray:
+    """The row max (NaN-propagating) plus +0.0, kept as a size-1 axis."""
+    with np.errstate(invalid="ignore"):
+        m = np.max(x, axis=axis, keepdims=True)
+    return ADD[suffix(x)].numpy(m, x.dtype.type(0.0))
+
+
+def _log_softmax_ref(x: np.ndarray, *, axis: int) -> np.ndarray:
+    if not x.size:
+        return x.copy()
+    sfx = suffix(x)
+    m = _row_max(x, axis)
+    d = SUB[sfx].numpy(x, m)
+    s = np.expand_dims(serial_sum(EXP[sfx].numpy(d), (axis,)), axis)
+    return SUB[sfx].numpy(d, LOG[sfx].numpy(s))
+
+
+def _log_softmax_grad_ref(g: np.ndarray, y: np.ndarray, *, axis: int) -> np.ndarray:
+    sfx = suffix(g)
+    d = np.expand_dims(serial_sum(g, (axis,)), axis)
+    return SUB[sfx].numpy(g, MUL[sfx].numpy(EXP[sfx].numpy(y), d))
+
+
+def _logsumexp_infer(shapes_: tuple, attrs: dict) -> tuple[tuple, dict]:
+    shape, norm = _infer_axis("logsumexp")(shapes_, attrs)
+    axis = norm["axis"]
+    if shape[axis] == 0:
+        raise ValueError(f"logsumexp: axis {axis} of shape {shape} is empty; expected at "
+                         "least one element per row")
+    return shape[:axis] + shape[axis + 1:], norm
+
+
+def _logsumexp_ref(x: np.ndarray, *, axis: int) -> np.ndarray:
+    sfx = suffix(x)
+    m = _row_max(x, axis)
+    sh = np.where(np.isinf(m), x.dtype.type(0.0), m)
+    s = serial_sum(EXP[sfx].numpy(SUB[sfx].numpy(x, sh)), (axis,))
+    return ADD[sfx].numpy(np.squeeze(sh, axis), LOG[sfx].numpy(s))
+
+
+def _logsumexp_launch(rt, ins, out, *, axis):
+    x = ins[0]
+    a, r, b = row_geometry(x.shape, axis)
+    if a * b == 0:
+        return
+    _launch_rows(rt, f"k_logsumexp_{suffix(out)}", (x, out), x.shape, axis)
+
+
+def _logsumexp_vjp(be, g, ins, out, needs, axis):
+    x = ins[0]
+    kept = x.shape[:axis] + (1,) + x.shape[axis + 1:]
+    e = be.exp(be.sub(x, be.reshape(out, kept)))
+    return (be.mul(be.reshape(g, kept), e),)
+
+
+_SM_CALLS = (EXP, SUB, ADD, LOG)
+_ls_cuda, _ls_cpu = _kernels("log_softmax", "const $T* x, $T* y, long long A, long long R, "
+                             "long long B", _LOG_SOFTMAX, _CPU_LOG_SOFTMAX, _SM_CALLS, True)
+_lsg_cuda, _lsg_cpu = _kernels("log_softmax_grad", "const $T* g, const $T* y, $T* out, "
+                               "long long A, long long R, long long B", _LOG_SOFTMAX_GRAD,
+                               _CPU_LOG_SOFTMAX_GRAD, (EXP, SUB, ADD, MUL), False)
+_lse_cuda, _lse_cpu = _kernels("logsumexp", "const $T* x, $T* y, long long A, long long R, "
+                               "long long B", _LOGSUMEXP, _CPU_LOGSUMEXP, _SM_CALLS, True)
+
+
+def _with_max(kernels):
+    """Add the NaN-propagating max to a kernel's calls (the row max)."""
+    from .elementwise import MAX
+
+    def wrapped(sfx: str) -> list[Kernel]:
+        return [Kernel(k.name, k.params, k.body, k.kind, (MAX[sfx], *k.calls))
+                for k in kernels(sfx)]
+
+    return wrapped
+
+
+register(Op("log_softmax", ("x",), ("axis",), _infer_axis("log_softmax"), _log_softmax_ref,
+            _with_max(_ls_cuda),
+            lambda rt, ins, out, *, axis: _launch_rows(
+                rt, f"k_log_softmax_{suffix(out)}", (ins[0], out), out.shape, axis),
+            lambda be, g, ins, out, needs, axis: (be.log_softmax_grad(g, out, axis),),
+            "(x - m) - log(serial sum exp(x - m)), m the row max: stable, along one axis",
+            {"axis": -1}, cpu=_ls_cpu))
+register(Op("log_softmax_grad", ("g", "y"), ("axis",), _infer_axis("log_softmax_grad"),
+            _log_softmax_grad_ref, _lsg_cuda,
+            lambda rt, ins, out, *, axis: _launch_rows(
+                rt, f"k_log_softmax_grad_{suffix(out)}", (ins[0], ins[1], out), out.shape,
+                axis),
+            None, "g - exp(y) * serial sum(g) along one axis (log_softmax's backward from y)",
+            {"axis": -1}, cpu=_lsg_cpu))
+register(Op("logsumexp", ("x",), ("axis",), _logsumexp_infer, _logsumexp_ref,
+            _with_max(_lse_cuda), _logsumexp_launch, _logsumexp_vjp,
+            "m + log(serial sum exp(x - m)) along one axis (m: the row max, +0.0 if infinite)",
+            {"axis": -1}, cpu=_lse_cpu))
