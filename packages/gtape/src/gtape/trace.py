@@ -129,11 +129,16 @@ def trace(tp: Tape, loss: Var, backend: str | KernelBackend, dtype: Any = None,
         for n in nodes:
             rec.tag = n.index
             if isinstance(n.op, Leaf):
-                values.append(rec.asarray(tp.backend.to_numpy(tp.value_at(n.index)), dt))
+                host = tp.backend.to_numpy(tp.value_at(n.index))
+                # int64 ids and bool masks keep their dtype; float leaves take the trace's
+                ldt = host.dtype if host.dtype in gtensor.dtypes.TYPED_DTYPES else dt
+                values.append(rec.asarray(host, ldt))
                 grads.append(rec.zeros(n.shape, dt) if n.op is PARAM else None)
                 continue
-            out = rec.empty(n.shape, dt)
-            rec.apply(n.op, [values[j] for j in n.inputs], out=out, **n.attrs)
+            ins = [values[j] for j in n.inputs]
+            odt = dt if n.op.out_type == gtensor.dtypes.FLOAT else n.op.result_dtype(ins, n.attrs)
+            out = rec.empty(n.shape, odt)
+            rec.apply(n.op, ins, out=out, **n.attrs)
             values.append(out)
             grads.append(None)
     graph = _backward.Graph(graph.ops, graph.inputs, graph.attrs, graph.shapes, graph.req,
