@@ -170,6 +170,15 @@ def test_traces_of_another_graph_or_damaged_files_are_refused(bname, tmp_path):
     t32.backward(l32)
     with pytest.raises(TraceError, match="float64 and float32"):
         first_divergence(ta, trace_step(t32, l32))
+    with_update = trace_step(tp, la)
+    import gopt
+
+    opt = gopt.SGD(tp, lr=0.1)
+    opt.add(tp.var_at(0))
+    opt.step()
+    with_update.add_update(tp, opt)
+    with pytest.raises(TraceError, match="one trace has the optimizer's update"):
+        first_divergence(ta, with_update)
     with pytest.raises(TypeError, match="expected two StepTraces"):
         first_divergence(ta, "trace.npz")
     path = ta.save(tmp_path / "a.npz")

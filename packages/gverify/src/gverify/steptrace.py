@@ -123,6 +123,10 @@ def load_trace(path: Any) -> StepTrace:
                 raise TraceError(f"{where}: {path} is damaged: node {i}'s arrays do not match "
                                  "their digests")
     update = [(u[0], u[1], u[2], arrays.get(f"update.{u[0]}")) for u in head["update"]]
+    for name, _, dg, a in update:
+        if a is not None and canonical.array_digest(a) != dg:
+            raise TraceError(f"{where}: {path} is damaged: update buffer {name} does not match "
+                             "its digest")
     return StepTrace(head["dtype"], head["loss"], head["nodes"], head["value_digests"],
                      head["grad_digests"], values, grads, update, head["meta"])
 
@@ -213,7 +217,10 @@ def _check_same_graph(a: StepTrace, b: StepTrace) -> None:
         raise TraceError(f"first_divergence: the traces are of different graphs: "
                          f"{len(a.nodes)} nodes (loss {a.loss}) vs {len(b.nodes)} (loss "
                          f"{b.loss})")
-    if [u[:2] for u in a.update] != [u[:2] for u in b.update] and a.update and b.update:
+    if bool(a.update) != bool(b.update):
+        raise TraceError("first_divergence: one trace has the optimizer's update (add_update) "
+                         "and the other does not; expected both or neither")
+    if [u[:2] for u in a.update] != [u[:2] for u in b.update]:
         raise TraceError("first_divergence: the traces' updates name different buffers")
 
 
