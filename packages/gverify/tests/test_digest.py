@@ -139,3 +139,27 @@ def test_bad_input_is_refused(bname):
     tp.close()
     with pytest.raises(ValueError, match="digest: the tape is closed"):
         digest(tp)
+
+
+def test_every_bit_position_of_an_element_changes_the_digest(bname):
+    tp, ps, opt = _run(bname)
+    ref = digest(tp, opt)
+    v = ps[0].numpy()
+    seen = {ref}
+    for bit in range(64):
+        tp.set_value(ps[0], _flip(v, 5, bit))
+        seen.add(digest(tp, opt))
+    tp.set_value(ps[0], v)
+    state = opt.state_dict(params=False)
+    tried = 0
+    for bit in range(64):
+        bad = dict(state)
+        bad["v.2"] = _flip(state["v.2"], 1, bit)
+        if not np.all(bad["v.2"] >= 0) or not np.all(np.isfinite(bad["v.2"])):
+            continue  # a sign or exponent flip gopt itself refuses or that is a NaN
+        opt.load_state_dict(bad)
+        seen.add(digest(tp, opt))
+        tried += 1
+    opt.load_state_dict(state)
+    assert digest(tp, opt) == ref
+    assert tried >= 60 and len(seen) == 1 + 64 + tried  # every flip: a digest of its own
