@@ -13,7 +13,7 @@ from pathlib import Path
 
 import gtensor
 
-from . import ae, ladder, rung_ae, rung_lora, swarm_rung
+from . import ae, ladder, rung_ae, rung_lora, rung_verify, swarm_rung
 
 EXIT_PASS, EXIT_FAIL, EXIT_UNVERIFIED = 0, 1, 3
 MAX_EPOCHS = 10_000
@@ -57,8 +57,21 @@ def _parser() -> argparse.ArgumentParser:
                         "and replayed on --backend sim or cuda; fused: rung 4, that step fused "
                         "into a few generated kernels; both checked bit-equal to the CPU tape "
                         "(default: tape)")
+    a.add_argument("--log", type=Path, default=None,
+                   help="write a gverify run log (step, loss bits, digest of the parameters "
+                        "and Adam state) to FILE; with --checkpoint-every: default "
+                        "OUT/ae_log.jsonl")
+    a.add_argument("--checkpoint-every", type=int, default=0, metavar="K",
+                   help="write a checkpoint every K steps under OUT/checkpoints (parameters, "
+                        "Adam state, the minibatch order's RNG state, the step; named in the "
+                        "log)")
+    a.add_argument("--resume", type=Path, default=None, metavar="DIR",
+                   help="continue from checkpoint DIR (its configuration: seed, epochs, lr...; "
+                        "--backend and --engine from this command): bit-identical to the "
+                        "uninterrupted run")
     rung_lora.add_parser(sub, common)
     swarm_rung.add_parser(sub, common)
+    rung_verify.add_parser(sub, common)
     sub.add_parser("ladder", parents=[common], help="every rung, in order, one verdict each")
     return p
 
@@ -78,7 +91,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "ae":
         cfg = ae.AEConfig(backend=args.backend, dtype=args.dtype, seed=args.seed,
                           epochs=args.epochs, engine=args.engine)
-        run = rung_ae.run(cfg, args.out, progress=not args.no_progress, bars=not args.no_bars)
+        ctl, cfg = _control(parser, args, cfg)
+        run = rung_ae.run(cfg, args.out, progress=not args.no_progress, bars=not args.no_bars,
+                          ctl=ctl)
         r = run.result
         rung = {"tape": "rung 1 ae", "replay": "rung 2 replay", "fused": "rung 4 fused"}[
             cfg.engine]
@@ -99,8 +114,38 @@ def main(argv: Sequence[str] | None = None) -> int:
         return rung_lora.main(args)
     if args.command == "swarm":
         return swarm_rung.main(args)
+    if args.command == "verify":
+        return rung_verify.main(args)
     verdicts = ladder.run_ladder(args.out, args.backend, progress=not args.no_progress)
     return ladder_exit(verdicts)
+
+
+def _control(parser: argparse.ArgumentParser, args: argparse.Namespace,
+             cfg: ae.AEConfig) -> tuple[ae.Control | None, ae.AEConfig]:
+    """The verification options of ``gdemos ae`` (exit 2 on a bad one); on --resume the
+    configuration is the checkpoint's, with this command's backend and engine."""
+    k = args.checkpoint_every
+    if k < 0:
+        parser.error(f"--checkpoint-every is {k}; expected an int >= 1 (or 0: none)")
+    if args.log is None and not k and args.resume is None:
+        return None, cfg
+    if args.resume is not None:
+        from dataclasses import replace
+
+        from gverify import CheckpointError, read_checkpoint
+
+        try:
+            saved = read_checkpoint(args.resume).meta.get("config")
+        except (CheckpointError, OSError) as e:
+            parser.error(f"--resume {args.resume}: {e}")
+        if not isinstance(saved, dict):
+            parser.error(f"--resume {args.resume}: not a checkpoint of gdemos ae (no config)")
+        cfg = replace(ae.AEConfig(**saved), backend=cfg.backend, engine=cfg.engine)
+    log = args.log
+    if log is None and k:
+        log = args.out / "ae_log.jsonl"
+    return ae.Control(log=log, checkpoint_every=k, checkpoint_dir=args.out / "checkpoints",
+                      resume=args.resume), cfg
 
 
 def _check_common(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:

@@ -45,6 +45,7 @@ class ReplaySteps:
         self.tp = tp
         self.opt = self.prog.adam(lr=cfg.lr)
         register(self.opt, params, cfg)
+        self.store = self.prog  # what gverify digests and checkpoints (with self.opt)
 
     def step(self, xb: np.ndarray) -> float:
         """One replayed training step on minibatch ``xb``; returns its loss."""

@@ -92,8 +92,10 @@ def sklearn_mse(cfg: ae.AEConfig) -> float | None:
 _CPU_RUNS: dict[ae.AEConfig, ae.AEResult] = {}
 
 
-def train(cfg: ae.AEConfig, make_bar=None) -> ae.AEResult:
+def train(cfg: ae.AEConfig, make_bar=None, ctl: ae.Control | None = None) -> ae.AEResult:
     """``ae.train``, remembering numpy-tape runs (rung 2's reference, run once per process)."""
+    if ctl is not None:  # a logged, checkpointed or resumed run: always run it
+        return ae.train(cfg, make_bar, ctl)
     if cfg in _CPU_RUNS:
         return _CPU_RUNS[cfg]
     result = ae.train(cfg, make_bar)
@@ -114,8 +116,10 @@ def cpu_tape_bar(result: ae.AEResult) -> Bar:
     return ok, nums
 
 
-def run(cfg: ae.AEConfig, out: Path, progress: bool = True, bars: bool = True) -> AERun:
-    """Train under ``cfg`` with an optional tqdm bar, check the bars, write the outputs."""
+def run(cfg: ae.AEConfig, out: Path, progress: bool = True, bars: bool = True,
+        ctl: ae.Control | None = None) -> AERun:
+    """Train under ``cfg`` with an optional tqdm bar, check the bars, write the outputs
+    (``ctl``: gverify's run log, checkpoints, resume)."""
     make_bar = None
     if progress and sys.stderr.isatty():
         from tqdm import tqdm
@@ -126,11 +130,15 @@ def run(cfg: ae.AEConfig, out: Path, progress: bool = True, bars: bool = True) -
     elif progress:  # not a terminal (a log file, CI): one plain line per epoch
         def make_bar(total: int, epochs: int):
             return report.EpochLog(sys.stderr)
-    result = train(cfg, make_bar)
+    result = train(cfg, make_bar) if ctl is None else train(cfg, make_bar, ctl)
     checked = check_bars(result) if bars else {}
     if cfg.engine in ("replay", "fused"):
         checked["weights==cpu tape"] = cpu_tape_bar(result)
     summary = result.summary()
+    if ctl is not None:
+        summary["verify"] = {"log": None if ctl.log is None else str(ctl.log),
+                             "checkpoint_every": ctl.checkpoint_every,
+                             "resumed_from": None if ctl.resume is None else str(ctl.resume)}
     summary["bars"] = {k: {"passed": ok, "checked": ok is not None, "numbers": nums}
                        for k, (ok, nums) in checked.items()}
     sk = sklearn_mse(cfg) if bars else None

@@ -65,10 +65,13 @@ def reached(graph: Graph, loss: int) -> list[bool]:
 
 
 def run(be: Any, graph: Graph, loss: int, dtype: Any,
-        visit: Callable[[int], None] | None = None) -> dict:
+        visit: Callable[[int], None] | None = None,
+        adjust: Callable[[int, Any], Any] | None = None) -> dict:
     """Fill ``graph.grads`` with d loss / d node on backend ``be``; returns counts of the work.
 
     ``visit(i)``, when given, is called before node ``i``'s work (a capture tags launches).
+    ``adjust(i, g)``, when given, receives node ``i``'s total gradient and returns the array
+    used in its place from then on (``Tape.adjust_next_backward``: fault drills, debugging).
     """
     ops, req, grads = graph.ops, graph.req, graph.grads
     reach = reached(graph, loss)  # may raise: nothing has been touched yet
@@ -88,6 +91,8 @@ def run(be: Any, graph: Graph, loss: int, dtype: Any,
         if visit is not None:
             visit(i)
         g = pending.pop(i)
+        if adjust is not None:
+            g = adjust(i, g)
         op = ops[i]
         if op is PARAM:
             be.copy(g, out=grads[i])

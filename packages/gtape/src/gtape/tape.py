@@ -102,6 +102,7 @@ class Tape:
         self._backwards = 0  # successful backward calls (optimizers refuse stale gradients)
         self._growth: list[int] = []  # tape lengths at the backward calls since the last reset
         self._warned_growth = False
+        self._next_adjust: Any = None  # adjust_next_backward's hook, for the next pass only
 
     # ---------------------------------------------------------------- properties
     @property
@@ -247,9 +248,45 @@ class Tape:
         self._check_fresh(loss.index)
         graph = _backward.Graph(self._op, self._inputs, self._attrs, self._shape, self._req,
                                 self._values, self._grads)
-        self._last_backward = self._passes.run(graph, loss.index, self._dtype)
+        adjust, self._next_adjust = self._next_adjust, None
+        if adjust is None:
+            self._last_backward = self._passes.run(graph, loss.index, self._dtype)
+        else:  # op by op on the backend itself: never recorded, never replayed
+            self._last_backward = _backward.run(self._be, graph, loss.index, self._dtype,
+                                                adjust=adjust)
         self._backwards += 1
         self._note_growth()
+
+    def adjust_next_backward(self, fn: Any) -> None:
+        """Hook the next ``backward`` only: ``fn(i, g)`` gets each visited node's total gradient
+        ``g`` (an array of the tape's backend) and returns the array used in its place (same
+        shape and dtype), which then flows on to the node's inputs.
+
+        A fault-drill and debugging hook (``gverify.faults`` moves one gradient by some ulps):
+        that pass runs op by op, never recorded or replayed; ``None`` removes a pending hook.
+        """
+        if fn is not None and not callable(fn):
+            raise TypeError(f"adjust_next_backward: fn is {describe(fn)}; expected a callable "
+                            "fn(node_index, grad) -> grad, or None")
+        self._check_open("adjust_next_backward")
+        self._next_adjust = fn
+
+    def overwrite_value_at(self, i: int, x: Any) -> None:
+        """Overwrite node ``i``'s recorded value in place with host data ``x`` (its shape).
+
+        A fault-drill and debugging hook (``gverify.faults``): later reads and the next
+        ``backward`` see the new bits as what the node computed; nodes already computed from
+        it keep their values, and no staleness clock ticks (use ``set_value`` to update a
+        parameter).
+        """
+        i = self._check_index(i, "overwrite_value_at")
+        buf = self._values[i]
+        host = np.asarray(x)
+        if tuple(host.shape) != self._shape[i] or host.dtype != self._dtype:
+            raise ValueError(f"overwrite_value_at: node {i} holds shape {self._shape[i]} and "
+                             f"dtype {self._dtype}; got {describe(x)}; expected the same shape "
+                             "and dtype (host data)")
+        self._be.write(buf, host)
 
     @property
     def backward_count(self) -> int:
