@@ -69,7 +69,38 @@ def _bmm_torch(torch: Any, v: dict) -> Any:
     return (d * d).mean()
 
 
+_IDS = np.array([[3, 1, 4], [1, 5, 0], [2, 6, 3], [5, 5, 1]])
+_LABELS = np.array([2, 0, 3, 1, 1, 0, 2, 3, 0, 1, 2, 2])
+
+
+def _index_inputs(rng: np.random.Generator) -> dict[str, np.ndarray]:
+    return {"E": rng.normal(size=(7, 5)), "W": rng.normal(size=(5, 4)) * 3,
+            "s": rng.normal(size=(12, 4))}
+
+
+def _index_tape(v: dict) -> g.Var:
+    e = g.reshape(g.embedding(v["E"], _IDS), (12, 5))
+    h = g.where(e > 0.0, e, e * 0.1)  # leaky relu through where
+    z = h @ v["W"]
+    picked = g.take_along_axis(g.log_softmax(z, 0), _LABELS[:4].reshape(1, 4), 0)
+    return (g.cross_entropy(z, _LABELS) + g.mean(g.logsumexp(g.minimum(z, v["s"]), 1))
+            + g.mean(picked) + g.mean(g.clip(z, -1.0, 1.0)))
+
+
+def _index_torch(torch: Any, v: dict) -> Any:
+    e = v["E"][torch.from_numpy(_IDS)].reshape(12, 5)
+    h = torch.where(e > 0.0, e, e * 0.1)
+    z = h @ v["W"]
+    picked = torch.take_along_dim(torch.log_softmax(z, 0),
+                                  torch.from_numpy(_LABELS[:4].reshape(1, 4)), 0)
+    return (torch.nn.functional.cross_entropy(z, torch.from_numpy(_LABELS))
+            + torch.logsumexp(torch.minimum(z, v["s"]), 1).mean() + picked.mean()
+            + torch.clamp(z, -1.0, 1.0).mean())
+
+
 ORACLE_GRAPHS = [
+    Graph("embedding_where_ce_logsumexp_minimum_clip", _index_inputs, ("E", "W", "s"),
+          _index_tape, _index_torch),
     Graph("relu_softmax_mlp_mse", _mlp_inputs, ("w1", "b1", "w2", "b2"), _mlp_tape, _mlp_torch),
     Graph("tanh_transpose_reshape_slice_concat", _chain_inputs, ("a", "b"), _chain_tape,
           _chain_torch),

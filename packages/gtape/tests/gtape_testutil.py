@@ -14,9 +14,9 @@ UINT = {np.dtype(np.float64): np.uint64, np.dtype(np.float32): np.uint32}
 
 
 def bits(a: Any) -> np.ndarray:
-    """The raw bits of a float array (numpy copy)."""
+    """The raw bits of a float array (numpy copy); int64 / bool arrays are their own bits."""
     a = np.asarray(a)
-    return a.view(UINT[a.dtype])
+    return a if a.dtype.kind in "biu" else a.view(UINT[a.dtype])
 
 
 def bits_equal(a: Any, b: Any) -> bool:

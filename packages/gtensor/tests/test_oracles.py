@@ -131,3 +131,104 @@ def test_serial_sum_differs_from_pairwise(be):
     got = be.to_numpy(be.sum(be.asarray(x))).item()
     assert got == 1.0  # serial: 1.0 + 1e-16 rounds back to 1.0, every time
     assert float(np.sum(x)) > 1.0  # pairwise sums the small terms first
+
+
+# ---------------------------------------------------------------- typed-input ops
+def loop_take_grad(g, ids, n):
+    """take's backward by loops: destination i = serial sum, in position order, of g[j]."""
+    T = _scalar(g.dtype)
+    flat = [int(v) + n if v < 0 else int(v) for v in ids.reshape(-1)]
+    g2 = g.reshape((len(flat),) + g.shape[ids.ndim:])
+    out = np.zeros((n,) + g2.shape[1:], g.dtype)
+    for col in itertools.product(*[range(d) for d in g2.shape[1:]]):
+        for i in range(n):
+            acc = None
+            for j, d in enumerate(flat):
+                if d == i:
+                    v = T(g2[(j, *col)])
+                    with np.errstate(all="ignore"):
+                        acc = v if acc is None else acc + v
+            out[(i, *col)] = T(0.0) if acc is None else acc
+    return out
+
+
+def loop_log_softmax(x, axis):
+    """Per row: m = max + 0.0, s = serial sum exp(x - m), (x - m) - log(s), our exp and log."""
+    from gtensor.ops.elementwise import LOG
+
+    T = _scalar(x.dtype)
+    sfx = "f64" if x.dtype == np.float64 else "f32"
+    xm = np.moveaxis(x, axis, -1)
+    out = np.zeros_like(xm)
+    with np.errstate(all="ignore"):
+        for idx in itertools.product(*[range(d) for d in xm.shape[:-1]]):
+            row = [T(v) for v in xm[idx]]
+            m = row[0]
+            for v in row[1:]:
+                m = v if (v > m or v != v) else m
+            m = m + T(0.0)
+            d = [v - m for v in row]
+            e = [T(EXP[sfx].numpy(np.asarray(v, x.dtype))) for v in d]
+            s = e[0]
+            for v in e[1:]:
+                s = s + v
+            ls = T(LOG[sfx].numpy(np.asarray(s, x.dtype)))
+            out[idx] = [v - ls for v in d]
+    return np.moveaxis(out, -1, axis)
+
+
+def loop_argmax(x, axis):
+    """The first index of the maximum; a later element wins only when strictly greater; the
+    first NaN wins."""
+    xm = np.moveaxis(x, axis, -1)
+    out = np.zeros(xm.shape[:-1], np.int64)
+    for idx in itertools.product(*[range(d) for d in xm.shape[:-1]]):
+        row = list(xm[idx])
+        best = 0
+        for r in range(1, len(row)):
+            if row[best] != row[best]:
+                break
+            if row[r] != row[r] or row[r] > row[best]:
+                best = r
+        out[idx] = best
+    return out
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=["f64", "f32"])
+@pytest.mark.parametrize("gshape,nids,n", [((6, 3), 6, 4), ((5,), 5, 2), ((7, 2), 7, 7)])
+@given(data=st.data())
+def test_take_grad_adds_in_position_order(be, dtype, gshape, nids, n, data):
+    g = data.draw(arrays(np.dtype(dtype), gshape))
+    ids = np.asarray(data.draw(st.lists(st.integers(-n, n - 1), min_size=nids,
+                                        max_size=nids)), np.int64)
+    got = be.take_grad(be.asarray(g), be.asarray(ids, dtype="int64"), n, 0)
+    _check(be, loop_take_grad(g, ids, n), got, "take_grad")
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=["f64", "f32"])
+@pytest.mark.parametrize("shape,axis", [((5,), 0), ((3, 4), 1), ((3, 4), 0), ((2, 3, 4), 1)])
+@given(data=st.data())
+def test_log_softmax_definition(be, dtype, shape, axis, data):
+    x = data.draw(arrays(np.dtype(dtype), shape))
+    _check(be, loop_log_softmax(x, axis), be.log_softmax(be.asarray(x), axis), "log_softmax")
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=["f64", "f32"])
+@pytest.mark.parametrize("shape,axis", [((5,), 0), ((3, 4), 1), ((3, 4), 0), ((2, 3, 4), 1)])
+@given(data=st.data())
+def test_argmax_definition(be, dtype, shape, axis, data):
+    x = data.draw(arrays(np.dtype(dtype), shape))
+    got = be.to_numpy(be.argmax(be.asarray(x), axis))
+    assert np.array_equal(got, loop_argmax(x, axis)), (x, got)
+
+
+def test_take_grad_order_is_the_position_order(be):
+    """(1 + 1e-16) + 1e-16 is 1 but 1e-16 + 1e-16 + 1 is not: the order is seen, and it is
+    the order of the positions in ids."""
+    g = np.array([1.0, 1e-16, 1e-16, 5.0])
+    ids = np.array([0, 0, 0, 1], np.int64)
+    got = be.to_numpy(be.take_grad(be.asarray(g), be.asarray(ids, dtype="int64"), 2, 0))
+    assert got.tolist() == [1.0, 5.0]
+    g2 = np.array([1e-16, 1e-16, 1.0, 5.0])
+    got2 = be.to_numpy(be.take_grad(be.asarray(g2), be.asarray(ids, dtype="int64"), 2, 0))
+    assert got2[0] == 1e-16 + 1e-16 + 1.0 and got2[0] > 1.0
