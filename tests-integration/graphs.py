@@ -76,6 +76,21 @@ def _fanout_broadcast(v: dict) -> g.Var:
     return g.sum(z * (-z)) + g.sum(g.neg(s), axis=None) * 0.5
 
 
+_IDS = np.array([[3, 1, 4], [1, 5, 0], [2, 6, 3], [5, 5, 1]])
+_LABELS = np.array([2, 0, 3, 1, 1, 0, 2, 3, 0, 1, 2, 2])
+
+
+def _classifier(v: dict) -> g.Var:
+    """Typed inputs: an embedding (int64 ids), a where mask, a stable cross-entropy on int
+    labels, logsumexp, minimum, argmax-free selection of rows by a bool mask."""
+    e = g.reshape(g.embedding(v["E"], _IDS), (12, 5))
+    h = g.where(e > v["thr"], e, e * 0.1)
+    z = h @ v["W"]
+    sel = z[np.arange(12) % 3 == 0]
+    return (g.cross_entropy(z, _LABELS, ignore_index=3) + g.mean(g.logsumexp(
+        g.minimum(z, v["s"]), 1)) + g.mean(sel * sel))
+
+
 GRAPHS = [
     Graph("relu_softmax_mlp_mse",
           lambda r: {"w1": _n(r, 5, 8, scale=0.5), "b1": _n(r, 8, scale=0.25),
@@ -102,4 +117,8 @@ GRAPHS = [
           ("a", "b"), _lora),
     Graph("fanout_broadcast_pad",
           lambda r: {"u": _n(r, 3, 5), "c": _n(r, 5)}, ("u", "c"), _fanout_broadcast),
+    Graph("embedding_where_cross_entropy",
+          lambda r: {"E": _n(r, 7, 5), "W": _n(r, 5, 4, scale=3.0), "s": _n(r, 12, 4),
+                     "thr": _n(r, 5, scale=0.1)},
+          ("E", "W"), _classifier),
 ]

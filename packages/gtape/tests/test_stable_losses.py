@@ -102,4 +102,5 @@ def test_index_errors_leave_the_tape_unchanged(bname):
         g.cross_entropy(x, np.array([0.0, 1.0, 1.0]))
     with pytest.raises(IndexError, match="the bool mask has shape"):
         x[np.array([True, False])]
+    assert x[np.array([True, False, True])].numpy().shape == (2, 2)
     assert len(tp.nodes()) == n

@@ -35,13 +35,13 @@ def _expand(key: Any, ndim: int) -> list[Any]:
 
 SUPPORTED = ("integers, step-1 slices and Ellipsis (basic indexing); one integer array "
              "(int64 ids of any shape, as g.take along axis 0); one bool mask of the Var's "
-             "shape (host data: the selected elements, flattened)")
+             "leading axes (host data: the selected rows, as numpy)")
 
 
 def getitem(v: Var, key: Any) -> Var:
     """``v[key]``: basic indexing (see the module doc), ``v[ids]`` (``take(v, ids, axis=0)``)
-    or ``v[mask]`` for a host bool mask of v's shape (``take`` of the flattened v at the
-    mask's true positions, in row-major order)."""
+    or ``v[mask]`` for a host bool mask of v's leading axes (numpy's rule: ``take`` of v, its
+    masked axes flattened, at the mask's true positions in row-major order)."""
     from .var import Var as _Var
 
     if isinstance(key, _Var) or (not isinstance(key, (tuple, slice, int, np.integer))
@@ -86,10 +86,12 @@ def _array_index(v: Var, key: Any) -> Var:
         return ops.take(v, key, 0)
     arr = np.asarray(key)
     if arr.dtype == np.bool_:
-        if arr.shape != v.shape:
+        k = arr.ndim
+        if arr.shape != v.shape[:k]:
             raise IndexError(f"indexing: the bool mask has shape {arr.shape}; expected the "
-                             f"Var's shape {v.shape}")
-        flat = v if v.ndim == 1 else ops.reshape(v, (-1,))
+                             f"Var's leading axes {v.shape[:k] or v.shape} (as numpy)")
+        rows = int(np.prod(v.shape[:k], dtype=np.int64))
+        flat = v if k == 1 else ops.reshape(v, (rows, *v.shape[k:]))
         return ops.take(flat, np.flatnonzero(arr.reshape(-1)).astype(np.int64), 0)
     if arr.dtype.kind in "iu":
         if v.ndim == 0:
