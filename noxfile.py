@@ -215,7 +215,7 @@ def lora_oracle(session: nox.Session) -> None:
 def docs(session: nox.Session) -> None:
     """Every ```python block of the READMEs and docs/ runs as written."""
     _install(session, _packages(), {})
-    session.install("pytest>=8")
+    session.install("pytest>=8", "scikit-learn>=1.3")  # the gtape README's digits classifier
     session.run("pytest", "tests-docs", *session.posargs, env=_test_env("numpy"))
 
 

@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 from gtensor import describe
+from gtensor.dtypes import TYPED_DTYPES
 
 
 def to_backend(be: Any, x: Any, dtype: np.dtype, where: str) -> Any:
@@ -41,6 +42,8 @@ def into_backend(be: Any, x: Any, dtype: np.dtype, where: str, buf: Any) -> Any:
         _check_kind(x.dtype, where, x)
         if (x.dtype == dtype and tuple(x.shape) == tuple(buf.shape)
                 and not be.overlaps(x, buf)):
+            if dtype in TYPED_DTYPES:  # int64 ids / bool masks: no float copy op; a transfer
+                return be.write(buf, be.to_numpy(x))
             return be.copy(x, out=buf)
         return to_backend(be, x, dtype, where)
     _check_foreign(be, x, where)
