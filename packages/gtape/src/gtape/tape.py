@@ -101,6 +101,9 @@ class Tape:
         self._backwards = 0  # successful backward calls (optimizers refuse stale gradients)
         self._growth: list[int] = []  # tape lengths at the backward calls since the last reset
         self._warned_growth = False
+        self._dropped_params: dict[int, int] = {}  # serial -> index of params reset_to dropped
+        self._grad_loss: int | None = None  # the loss of the last backward (None after reset)
+        self._grad_vars: tuple[int, dict] | None = None  # create_graph backward's gradient Vars
 
     # ---------------------------------------------------------------- properties
     @property
@@ -227,8 +230,15 @@ class Tape:
                 "requires_grad": sum(self._req), **self._last_backward}
 
     # ---------------------------------------------------------------- backward / episodes
-    def backward(self, loss: Var) -> None:
-        """Compute d loss / d node for every node with a parameter upstream (one reverse walk)."""
+    def backward(self, loss: Var, create_graph: bool = False) -> list[Var] | None:
+        """Compute d loss / d node for every node with a parameter upstream (one reverse walk).
+
+        ``create_graph=True`` records the backward pass on the tape instead (``gtape.higher``):
+        the gradients are Vars that can be differentiated again; returns them, one per param.
+        """
+        if create_graph is not False:
+            from . import higher
+            return higher.backward(self, loss, create_graph)
         if not isinstance(loss, Var):
             raise TypeError(f"backward: loss is {describe(loss)}; expected a scalar Var")
         if loss.tape is not self:
@@ -248,7 +258,9 @@ class Tape:
                                 self._values, self._grads)
         self._last_backward = self._passes.run(graph, loss.index, self._dtype)
         self._backwards += 1
+        self._grad_loss = loss.index
         self._note_growth()
+        return None
 
     @property
     def backward_count(self) -> int:
@@ -312,9 +324,11 @@ class Tape:
         if n > len(self) or (n and self._serial[n - 1] != mark.serial):
             raise ValueError(f"reset_to: {mark!r} points past nodes already dropped by an "
                              "earlier reset_to; take a new mark")
+        self._note_dropped_params(n)
         for lst in (self._op, self._inputs, self._attrs, self._shape, self._req, self._serial,
                     self._node_clock, self._values, self._grads):
             del lst[n:]
+        self._grad_loss = self._grad_vars = None
         grads, ops, params = self._grads, self._op, []
         for i in range(n):
             if ops[i] is PARAM:
@@ -323,6 +337,19 @@ class Tape:
                 grads[i] = None
         self._zero_all(params)
         self._growth = []
+
+    def episode(self) -> Any:
+        """``with tp.episode():`` -- a mark on entry (after the params), ``reset_to`` on exit."""
+        from .episode import Episode
+        return Episode(self)
+
+    def _note_dropped_params(self, n: int) -> None:
+        """Remember the params a reset to length ``n`` drops (their Vars' errors name it)."""
+        for i in range(n, len(self._op)):
+            if self._op[i] is PARAM:
+                if len(self._dropped_params) >= 4096:
+                    self._dropped_params.clear()
+                self._dropped_params[self._serial[i]] = i
 
     def close(self) -> None:
         """Release every value and gradient buffer (device memory included); idempotent."""
@@ -423,6 +450,9 @@ class Tape:
         if self._closed:
             raise StaleVarError(f"{where}: the Var's tape is closed; its values and gradients "
                                 "were released")
+        if not self._alive(v) and v._serial in self._dropped_params:
+            from .episode import dropped_param_message
+            raise StaleVarError(dropped_param_message(where, v.index))
         if not self._alive(v):
             raise StaleVarError(f"{where}: the Var of node {v.index} was dropped by reset_to "
                                 "(its node and buffers now belong to a later episode); use the "
