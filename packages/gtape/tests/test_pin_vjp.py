@@ -101,6 +101,21 @@ def _softmax_grad(gg: np.ndarray, y: np.ndarray, axis: int) -> np.ndarray:
     return np.moveaxis(out, -1, axis)
 
 
+def _softmax_grad_dy(gg: np.ndarray, a: np.ndarray, y: np.ndarray, axis: int) -> np.ndarray:
+    """softmax_grad's d/dy: g * (a - d) - a * s, d = serial sum(a * y), s = serial sum(g * y)."""
+    T = _T(y.dtype)
+    gm, am, ym = (np.moveaxis(v, axis, -1) for v in (gg, a, y))
+    out = np.empty_like(ym)
+    with np.errstate(all="ignore"):
+        for idx in np.ndindex(ym.shape[:-1]):
+            gr, ar, yr = ([T(v) for v in m[idx]] for m in (gm, am, ym))
+            d, s = ar[0] * yr[0], gr[0] * yr[0]
+            for gi, ai, yi in zip(gr[1:], ar[1:], yr[1:]):
+                d, s = d + ai * yi, s + gi * yi
+            out[idx] = [gi * (ai - d) - ai * s for gi, ai in zip(gr, ar)]
+    return np.moveaxis(out, -1, axis)
+
+
 @dataclass(frozen=True)
 class Row:
     """One backward rule: the recorded op, its input shapes and the expected gradients.
@@ -176,6 +191,19 @@ ROWS = [
     Row("softmax", lambda x: g.softmax(x, 1), (S,), lambda i, y, G, dt: [_softmax_grad(G, y, 1)]),
     Row("softmax_axis0", lambda x: g.softmax(x, 0), (S,),
         lambda i, y, G, dt: [_softmax_grad(G, y, 0)]),
+    # the backward helpers' own rules (double backward): masks give +0.0
+    Row("relu_grad", g.relu_grad, (S, S), lambda i, y, G, dt: [
+        ew(lambda q, x: q if x > 0 else _T(dt)(0.0), G, i[1]), np.zeros(S, dt)]),
+    Row("sigmoid_grad", g.sigmoid_grad, (S, S), lambda i, y, G, dt: [
+        ew(lambda q, o: q * (o * (_T(dt)(1.0) - o)), G, i[1]),
+        ew(lambda q, a, o: (q * a) * ((o * _T(dt)(-2.0)) + _T(dt)(1.0)), G, i[0], i[1])]),
+    Row("tanh_grad", g.tanh_grad, (S, S), lambda i, y, G, dt: [
+        ew(lambda q, o: q * (_T(dt)(1.0) - o * o), G, i[1]),
+        ew(lambda q, a, o: (q * a) * (o * _T(dt)(-2.0)), G, i[0], i[1])]),
+    Row("softmax_grad", lambda a, y: g.softmax_grad(a, y, 1), (S, S), lambda i, y, G, dt: [
+        _softmax_grad(G, i[1], 1), _softmax_grad_dy(G, i[0], i[1], 1)]),
+    Row("maximum_mask", g.maximum_mask, (S, S),
+        lambda i, y, G, dt: [np.zeros(S, dt), np.zeros(S, dt)]),
 ]
 COVERED = {r.name.split("_axis")[0].split("_keepdims")[0].split("_head")[0] for r in ROWS}
 

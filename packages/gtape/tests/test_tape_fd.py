@@ -69,6 +69,14 @@ ROWS = [
         ops=("concat",)),
     Row("softmax_last", g.softmax, ((3, 4),), ops=("softmax",)),
     Row("softmax_axis0", lambda x: g.softmax(x, axis=0), ((3, 4),), ops=("softmax",)),
+    # the backward helpers: differentiable too (double backward); masks are piecewise constant
+    Row("relu_grad", g.relu_grad, ((3, 4), (3, 4)), (ANY, AWAY0), ops=("relu_grad",)),
+    Row("sigmoid_grad", g.sigmoid_grad, ((3, 4), (4,)), ops=("sigmoid_grad",)),
+    Row("tanh_grad", g.tanh_grad, ((3, 4), (3, 1)), ops=("tanh_grad",)),
+    Row("softmax_grad", lambda a, y: g.softmax_grad(a, y, axis=0), ((3, 4), (3, 4)),
+        ops=("softmax_grad",)),
+    Row("maximum_mask", lambda a, b: g.maximum_mask(a, b) * a, ((3, 4), (3, 4)), (AWAY0, ANY),
+        ops=("maximum_mask",)),
     Row("mse", g.mse, ((3, 2), (3, 2))),
     Row("fanout_square_tanh", lambda x: g.mul(x, x) + g.tanh(x) * x, ((2, 3),)),
     Row("fanout_gram", lambda a: a @ g.transpose(a), ((3, 2),)),
@@ -78,8 +86,7 @@ ROWS = [
         ((2, 3), (2, 3))),
     Row("scalar_div", lambda x: x / 3.0 + 3.0 / x - (1.0 - x), ((2, 3),), AWAY0),
 ]
-NONDIFF = {"relu_grad", "sigmoid_grad", "tanh_grad", "softmax_grad", "fill", "adam_m", "adam_v",
-           "adam_p", "sgd_p", "maximum_mask"}
+NONDIFF = {"fill", "adam_m", "adam_v", "adam_p", "sgd_p"}
 
 
 def draw(rng: np.random.Generator, shape: tuple, domain: str) -> np.ndarray:

@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 from . import nn
+from .higher import grad
 from .leaves import CONST, PARAM, Leaf
 from .losses import bce_with_logits, cross_entropy, mse
 from .ops import (
@@ -59,7 +60,8 @@ __all__ = [
     "CONST", "Leaf", "Mark", "Node", "PARAM", "StaleVarError", "Tape", "TapeGrowthWarning",
     "Var", "__version__",
     "abs", "add", "adds", "apply", "bce_with_logits", "bmm", "copy", "cross_entropy", "nn",
-    "broadcast_to", "concat", "div", "exp", "log", "matmul", "maximum", "maximum_mask", "mean",
+    "broadcast_to", "concat", "div", "exp", "grad", "log", "matmul", "maximum", "maximum_mask",
+    "mean",
     "mse", "mul", "muls", "neg",
     "pad", "relu", "relu_grad", "reshape", "sigmoid", "sigmoid_grad", "slice", "softmax",
     "softmax_grad", "sqrt", "sub", "sum", "sum_to", "tanh", "tanh_grad", "transpose",
