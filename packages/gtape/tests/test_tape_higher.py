@@ -245,3 +245,12 @@ def test_refusals_name_the_argument(bname):
             g.grad(frozen, [w], create_graph=True)
         assert len(tp) == n + 3  # adam_p, its const and the sum: nothing of a backward
         assert g.grad(loss, w, create_graph=True)[0].numpy().tolist() == [2.0, 2.0]
+
+
+def test_first_order_grad_returns_copies_a_later_backward_leaves_alone(bname):
+    with g.Tape(bname) as tp:
+        w = tp.param(np.array([1.0, -2.0]))
+        (a,) = g.grad(g.sum(w * w), [w])
+        tp.backward(g.sum(w * 3.0))
+        assert np.array(tp.backend.to_numpy(a)).tolist() == [2.0, -4.0]
+        assert host(tp, w.grad).tolist() == [3.0, 3.0]

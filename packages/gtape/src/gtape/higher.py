@@ -155,8 +155,8 @@ def grad(loss: Var, inputs: Var | Sequence[Var], create_graph: bool = False) -> 
 
     ``create_graph=True``: the backward pass is recorded on the tape and the gradients are
     Vars (differentiable again); the tape's gradient buffers are left alone. Otherwise this is
-    ``tp.backward(loss)`` and the read-only arrays ``tp.grad(v)``. An input the loss does not
-    reach gets zeros.
+    ``tp.backward(loss)`` and copies of ``tp.grad(v)`` (arrays of the tape's backend, which a
+    later backward leaves alone). An input the loss does not reach gets zeros.
     """
     if not isinstance(loss, Var):
         raise TypeError(f"grad: loss is {describe(loss)}; expected a scalar Var")
@@ -172,9 +172,9 @@ def grad(loss: Var, inputs: Var | Sequence[Var], create_graph: bool = False) -> 
         if x.tape is not tp:
             raise ValueError(f"grad: {what} {x!r} belongs to another tape than the loss")
         tp._check_var(x, f"grad: {what}")
-    if create_graph is False:
+    if create_graph is False:  # copies: a later backward overwrites what tp.grad views
         tp.backward(loss)
-        return [tp.grad(x) for x in xs]
+        return [tp.backend.copy(tp.grad(x)) for x in xs]
     if create_graph is not True:
         raise TypeError(f"grad: create_graph is {describe(create_graph)}; expected True or "
                         "False")
