@@ -101,6 +101,10 @@ class Linear(Module):
         if bias is not None and np.shape(bias) != (w.shape[0],):
             raise ValueError(f"Linear.from_weights: bias has shape {np.shape(bias)}; expected "
                              f"({w.shape[0]},) for a weight of shape {w.shape}")
+        for name, v in (("weight", w), ("bias", bias)):
+            if v is not None and np.asarray(v).dtype.kind not in "biuf":
+                raise TypeError(f"Linear.from_weights: {name} has dtype {np.asarray(v).dtype}; "
+                                "expected real numbers")
         layer = cls.__new__(cls)
         layer.out_features, layer.in_features = (int(n) for n in w.shape)
         layer.weight = tp.param(w)
