@@ -345,6 +345,8 @@ class Tape:
 
     def _note_dropped_params(self, n: int) -> None:
         """Remember the params a reset to length ``n`` drops (their Vars' errors name it)."""
+        if PARAM not in self._op[n:]:  # the common case, at C speed: an episode of op nodes
+            return
         for i in range(n, len(self._op)):
             if self._op[i] is PARAM:
                 if len(self._dropped_params) >= 4096:
