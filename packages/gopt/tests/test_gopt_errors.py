@@ -135,3 +135,15 @@ def test_opt_add_takes_a_list(bname):
         with pytest.raises(ValueError, match="names a parameter twice"):
             opt2.add([mlp.params[0], mlp.params[0]])
         assert opt2.params == []  # all-or-nothing
+
+
+def test_a_step_after_a_create_graph_backward(bname):
+    """tp.backward(loss, create_graph=True) fills the gradient buffers: an optimizer steps."""
+    with g.Tape(bname) as tp:
+        w = tp.param(np.array([1.0, -2.0]))
+        opt = SGD(tp, lr=0.5)
+        opt.add(tp.params())
+        with tp.episode():
+            g.sum(w * w * w).backward(create_graph=True)
+            opt.step()
+        assert w.numpy().tolist() == [1.0 - 1.5, -2.0 - 6.0]

@@ -101,6 +101,21 @@ def _softmax_grad(gg: np.ndarray, y: np.ndarray, axis: int) -> np.ndarray:
     return np.moveaxis(out, -1, axis)
 
 
+def _softmax_grad_dy(gg: np.ndarray, a: np.ndarray, y: np.ndarray, axis: int) -> np.ndarray:
+    """softmax_grad's d/dy: g * (a - d) - a * s, d = serial sum(a * y), s = serial sum(g * y)."""
+    T = _T(y.dtype)
+    gm, am, ym = (np.moveaxis(v, axis, -1) for v in (gg, a, y))
+    out = np.empty_like(ym)
+    with np.errstate(all="ignore"):
+        for idx in np.ndindex(ym.shape[:-1]):
+            gr, ar, yr = ([T(v) for v in m[idx]] for m in (gm, am, ym))
+            d, s = ar[0] * yr[0], gr[0] * yr[0]
+            for gi, ai, yi in zip(gr[1:], ar[1:], yr[1:]):
+                d, s = d + ai * yi, s + gi * yi
+            out[idx] = [gi * (ai - d) - ai * s for gi, ai in zip(gr, ar)]
+    return np.moveaxis(out, -1, axis)
+
+
 @dataclass(frozen=True)
 class Row:
     """One backward rule: the recorded op, its input shapes and the expected gradients.
@@ -176,6 +191,19 @@ ROWS = [
     Row("softmax", lambda x: g.softmax(x, 1), (S,), lambda i, y, G, dt: [_softmax_grad(G, y, 1)]),
     Row("softmax_axis0", lambda x: g.softmax(x, 0), (S,),
         lambda i, y, G, dt: [_softmax_grad(G, y, 0)]),
+    # the backward helpers' own rules (double backward): masks give +0.0
+    Row("relu_grad", g.relu_grad, (S, S), lambda i, y, G, dt: [
+        ew(lambda q, x: q if x > 0 else _T(dt)(0.0), G, i[1]), np.zeros(S, dt)]),
+    Row("sigmoid_grad", g.sigmoid_grad, (S, S), lambda i, y, G, dt: [
+        ew(lambda q, o: q * (o * (_T(dt)(1.0) - o)), G, i[1]),
+        ew(lambda q, a, o: (q * a) * ((o * _T(dt)(-2.0)) + _T(dt)(1.0)), G, i[0], i[1])]),
+    Row("tanh_grad", g.tanh_grad, (S, S), lambda i, y, G, dt: [
+        ew(lambda q, o: q * (_T(dt)(1.0) - o * o), G, i[1]),
+        ew(lambda q, a, o: (q * a) * (o * _T(dt)(-2.0)), G, i[0], i[1])]),
+    Row("softmax_grad", lambda a, y: g.softmax_grad(a, y, 1), (S, S), lambda i, y, G, dt: [
+        _softmax_grad(G, i[1], 1), _softmax_grad_dy(G, i[0], i[1], 1)]),
+    Row("maximum_mask", g.maximum_mask, (S, S),
+        lambda i, y, G, dt: [np.zeros(S, dt), np.zeros(S, dt)]),
 ]
 _TAKE_IDS = np.array([2, 0, 2, 1, 2])
 _ALONG_IDS = np.array([[0, 0], [3, 1], [2, 3]])
@@ -233,6 +261,24 @@ def _log_softmax_grad(G: np.ndarray, y: np.ndarray) -> np.ndarray:
     return out
 
 
+def _log_softmax_grad_vjp(G: np.ndarray, a: np.ndarray, y: np.ndarray) -> list[np.ndarray]:
+    """log_softmax_grad's rule by loops: e = exp(y); d/da = G - serial sum(G * e);
+    d/dy = -((G * e) * serial sum(a)), per row of axis 1."""
+    T = _T(G.dtype)
+    e = _our_exp(y)
+    da, dy = np.empty_like(G), np.empty_like(G)
+    with np.errstate(all="ignore"):
+        for r in range(G.shape[0]):
+            ge = [T(G[r, k]) * T(e[r, k]) for k in range(G.shape[1])]
+            s, d = ge[0], T(a[r, 0])
+            for k in range(1, G.shape[1]):
+                s, d = s + ge[k], d + T(a[r, k])
+            for k in range(G.shape[1]):
+                da[r, k] = T(G[r, k]) - s
+                dy[r, k] = -(ge[k] * d)
+    return [da, dy]
+
+
 ROWS += [
     Row("minimum", g.minimum, (S, S), lambda i, y, G, dt: [
         ew(lambda q, a, b: q if (a < b or a != a) else type(q)(0.0), G, i[0], i[1]),
@@ -246,6 +292,14 @@ ROWS += [
         lambda i, y, G, dt: [_scatter_along(G, _ALONG_IDS, 4)]),
     Row("log_softmax", lambda x: g.log_softmax(x, 1), (S,),
         lambda i, y, G, dt: [_log_softmax_grad(G, y)]),
+    Row("minimum_mask", g.minimum_mask, (S, S),
+        lambda i, y, G, dt: [np.zeros(S, dt), np.zeros(S, dt)]),
+    Row("take_grad", lambda a: g.take_grad(a, _TAKE_IDS, 3, 0), ((5, 4),),
+        lambda i, y, G, dt: [G[_TAKE_IDS]]),  # the adjoint of the scatter-add: the gather
+    Row("take_along_axis_grad", lambda a: g.take_along_axis_grad(a, _ALONG_IDS, 4, 1), ((3, 2),),
+        lambda i, y, G, dt: [np.take_along_axis(G, _ALONG_IDS, 1)]),
+    Row("log_softmax_grad", lambda a, y: g.log_softmax_grad(a, y, 1), (S, S),
+        lambda i, y, G, dt: _log_softmax_grad_vjp(G, i[0], i[1])),
     Row("logsumexp", lambda x: g.logsumexp(x, 1), (S,), lambda i, y, G, dt: [
         ew(lambda q, e: q * e, np.broadcast_to(G[:, None], S),
            _our_exp(ew(lambda a, m: a - m, i[0], np.broadcast_to(y[:, None], S))))]),

@@ -35,10 +35,10 @@ def test_kaiming_matches_torch_linear_distribution():
 def test_linear_and_mlp(bname):
     with g.Tape(bname) as tp:
         lin = g.nn.Linear(tp, 3, 2, seed=0)
-        assert [p.shape for p in lin.params] == [(3, 2), (1, 2)]
+        assert [p.shape for p in lin.params] == [(2, 3), (2,)]  # torch's layout
         x = np.arange(12.0).reshape(4, 3)
         y = lin(tp.const(x))
-        want = x @ host(tp, tp.value(lin.weight)) + host(tp, tp.value(lin.bias))
+        want = x @ host(tp, tp.value(lin.weight)).T + host(tp, tp.value(lin.bias))
         assert np.allclose(host(tp, tp.value(y)), want, rtol=1e-14)
         nobias = g.nn.Linear(tp, 3, 2, bias=False, init="xavier")
         assert nobias.params == [nobias.weight] and nobias.bias is None

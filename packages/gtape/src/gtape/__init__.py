@@ -13,6 +13,8 @@
 from __future__ import annotations
 
 from . import nn
+from .episode import EpisodeError
+from .higher import grad
 from .leaves import CONST, PARAM, Leaf
 from .losses import bce_with_logits, cross_entropy, mse
 from .ops import (
@@ -76,10 +78,11 @@ from .var import StaleVarError, Var
 
 __version__ = "0.1.0"
 __all__ = [
-    "CONST", "Leaf", "Mark", "Node", "PARAM", "StaleVarError", "Tape", "TapeGrowthWarning",
-    "Var", "__version__",
+    "CONST", "EpisodeError", "Leaf", "Mark", "Node", "PARAM", "StaleVarError", "Tape",
+    "TapeGrowthWarning", "Var", "__version__",
     "abs", "add", "adds", "apply", "bce_with_logits", "bmm", "copy", "cross_entropy", "nn",
-    "broadcast_to", "concat", "div", "exp", "log", "matmul", "maximum", "maximum_mask", "mean",
+    "broadcast_to", "concat", "div", "exp", "grad", "log", "matmul", "maximum", "maximum_mask",
+    "mean",
     "mse", "mul", "muls", "neg",
     "pad", "relu", "relu_grad", "reshape", "sigmoid", "sigmoid_grad", "slice", "softmax",
     "softmax_grad", "sqrt", "sub", "sum", "sum_to", "tanh", "tanh_grad", "transpose",

@@ -1,15 +1,17 @@
-"""Layers in the spirit of ``torch.nn.Linear`` and micrograd's ``nn.py``: parameters
-registered on a tape, seeded initialisers as torch defines them.
+"""Layers in the spirit of ``torch.nn``: modules whose parameters are registered on a tape,
+named and shaped as torch names and shapes them, with torch's seeded initialisers.
 
-Convention: ``y = x @ W + b`` with ``W`` of shape (in, out) and ``b`` of shape (1, out) (the
-transpose of torch's (out, in) storage; the same distribution).
+Convention (torch's): ``Linear`` holds ``weight`` of shape (out, in) and ``bias`` of shape
+(out,), and computes ``y = x @ weight.T + bias``. The initial values are the same draws as
+before this layout (a (in, out) draw, stored transposed), so outputs and trained values are
+bit for bit those of the (in, out) layout, the weight read transposed.
 
 >>> import numpy as np, gtape as g
 >>> tp = g.Tape()
 >>> mlp = g.nn.MLP(tp, [3, 8, 1], seed=0)
 >>> y = mlp(tp.const(np.ones((5, 3))))
->>> y.shape, len(mlp.params)
-((5, 1), 4)
+>>> y.shape, len(mlp.params), mlp.layers[0].weight.shape
+((5, 1), 4, (8, 3))
 """
 
 from __future__ import annotations
@@ -21,8 +23,17 @@ from typing import Any
 import numpy as np
 
 from . import ops
+from .modules import Flatten, Identity, IncompatibleKeys, Module, ReLU, Sequential, Sigmoid, Tanh
+from .state import load, save
 from .tape import Tape
+from .torch_interop import from_torch
 from .var import Var
+
+__all__ = [
+    "ACTIVATIONS", "INITS", "Flatten", "Identity", "IncompatibleKeys", "Linear", "MLP", "Module",
+    "ReLU", "Sequential", "Sigmoid", "Tanh", "from_torch", "kaiming_uniform", "load", "save",
+    "xavier_uniform",
+]
 
 Seed = int | np.random.Generator
 
@@ -55,13 +66,13 @@ INITS: dict[str, Callable[..., np.ndarray]] = {"kaiming": kaiming_uniform,
                                                 "xavier": xavier_uniform}
 
 
-class Linear:
-    """``y = x @ W + b``: W (in, out) and b (1, out) registered as params of ``tp``.
+class Linear(Module):
+    """``y = x @ weight.T + bias``: weight (out, in) and bias (out,) params of ``tp``, as torch.
 
-    Initialisation as ``torch.nn.Linear``: W by ``kaiming_uniform`` (a = sqrt 5), b uniform in
-    ``(-1/sqrt(in), 1/sqrt(in))``; ``init="xavier"`` draws W by ``xavier_uniform`` and sets
-    b to zero. ``seed`` is an int or a numpy Generator (shared generators give independent
-    layers).
+    Initialisation as ``torch.nn.Linear``: the weight by ``kaiming_uniform`` (a = sqrt 5), the
+    bias uniform in ``(-1/sqrt(in), 1/sqrt(in))``; ``init="xavier"`` draws the weight by
+    ``xavier_uniform`` and sets the bias to zero. ``seed`` is an int or a numpy Generator
+    (shared generators give independent layers). The weight is the (in, out) draw transposed.
     """
 
     def __init__(self, tp: Tape, in_features: int, out_features: int, bias: bool = True,
@@ -73,20 +84,42 @@ class Linear:
             raise ValueError(f"Linear: init {init!r}; expected one of {sorted(INITS)}")
         rng = _rng(seed)
         self.in_features, self.out_features = int(in_features), int(out_features)
-        self.weight = tp.param(INITS[init](self.in_features, self.out_features, rng))
+        w = INITS[init](self.in_features, self.out_features, rng)
+        self.weight = tp.param(np.ascontiguousarray(w.T))
         self.bias: Var | None = None
         if bias:
             bound = 1.0 / math.sqrt(self.in_features) if init == "kaiming" else 0.0
-            self.bias = tp.param(rng.uniform(-bound, bound, (1, self.out_features)))
+            self.bias = tp.param(rng.uniform(-bound, bound, self.out_features))
+
+    @classmethod
+    def from_weights(cls, tp: Tape, weight: Any, bias: Any = None) -> Linear:
+        """A Linear holding copies of ``weight`` (out, in) and ``bias`` (out,) or None."""
+        w = np.asarray(weight)
+        if w.ndim != 2 or 0 in w.shape:
+            raise ValueError(f"Linear.from_weights: weight has shape {w.shape}; expected "
+                             "(out_features, in_features)")
+        if bias is not None and np.shape(bias) != (w.shape[0],):
+            raise ValueError(f"Linear.from_weights: bias has shape {np.shape(bias)}; expected "
+                             f"({w.shape[0]},) for a weight of shape {w.shape}")
+        for name, v in (("weight", w), ("bias", bias)):
+            if v is not None and np.asarray(v).dtype.kind not in "biuf":
+                raise TypeError(f"Linear.from_weights: {name} has dtype {np.asarray(v).dtype}; "
+                                "expected real numbers")
+        layer = cls.__new__(cls)
+        layer.out_features, layer.in_features = (int(n) for n in w.shape)
+        layer.weight = tp.param(w)
+        layer.bias = None if bias is None else tp.param(bias)
+        return layer
 
     @property
     def params(self) -> list[Var]:
         """[weight, bias] (or [weight])."""
         return [self.weight] + ([self.bias] if self.bias is not None else [])
 
-    def __call__(self, x: Any) -> Var:
-        """x @ W + b."""
-        y = ops.matmul(x, self.weight)
+    def forward(self, x: Any) -> Var:
+        """x @ weight.T + bias (``transpose`` then the serial ``matmul``: each output's inner
+        product in ascending k, the same bits as x @ W for W = weight.T)."""
+        y = ops.matmul(x, ops.transpose(self.weight))
         return y if self.bias is None else ops.add(y, self.bias)
 
     def __repr__(self) -> str:
@@ -97,7 +130,7 @@ ACTIVATIONS: dict[str, Callable[[Var], Var]] = {"relu": ops.relu, "tanh": ops.ta
                                                  "sigmoid": ops.sigmoid}
 
 
-class MLP:
+class MLP(Module):
     """Linear layers of ``sizes`` ([in, hidden..., out]) with ``activation`` between them
     (none after the last unless ``final`` names one)."""
 
@@ -118,8 +151,8 @@ class MLP:
         """Every layer's params, in order (W1, b1, W2, b2, ...)."""
         return [p for layer in self.layers for p in layer.params]
 
-    def __call__(self, x: Any) -> Var:
-        """The layers in order, the activation between them."""
+    def forward(self, x: Any) -> Var:
+        """The layers in order, the activation between them (params named layers.k.weight)."""
         h = x
         for k, layer in enumerate(self.layers):
             h = layer(h)

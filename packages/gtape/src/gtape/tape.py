@@ -103,6 +103,9 @@ class Tape:
         self._growth: list[int] = []  # tape lengths at the backward calls since the last reset
         self._warned_growth = False
         self._next_adjust: Any = None  # adjust_next_backward's hook, for the next pass only
+        self._dropped_params: dict[int, int] = {}  # serial -> index of params reset_to dropped
+        self._grad_loss: int | None = None  # the loss of the last backward (None after reset)
+        self._grad_vars: tuple[int, dict] | None = None  # create_graph backward's gradient Vars
 
     # ---------------------------------------------------------------- properties
     @property
@@ -229,8 +232,15 @@ class Tape:
                 "requires_grad": sum(self._req), **self._last_backward}
 
     # ---------------------------------------------------------------- backward / episodes
-    def backward(self, loss: Var) -> None:
-        """Compute d loss / d node for every node with a parameter upstream (one reverse walk)."""
+    def backward(self, loss: Var, create_graph: bool = False) -> list[Var] | None:
+        """Compute d loss / d node for every node with a parameter upstream (one reverse walk).
+
+        ``create_graph=True`` records the backward pass on the tape instead (``gtape.higher``):
+        the gradients are Vars that can be differentiated again; returns them, one per param.
+        """
+        if create_graph is not False:
+            from . import higher
+            return higher.backward(self, loss, create_graph)
         if not isinstance(loss, Var):
             raise TypeError(f"backward: loss is {describe(loss)}; expected a scalar Var")
         if loss.tape is not self:
@@ -255,7 +265,9 @@ class Tape:
             self._last_backward = _backward.run(self._be, graph, loss.index, self._dtype,
                                                 adjust=adjust)
         self._backwards += 1
+        self._grad_loss = loss.index
         self._note_growth()
+        return None
 
     def adjust_next_backward(self, fn: Any) -> None:
         """Hook the next ``backward`` only: ``fn(i, g)`` gets each visited node's total gradient
@@ -350,9 +362,11 @@ class Tape:
         if n > len(self) or (n and self._serial[n - 1] != mark.serial):
             raise ValueError(f"reset_to: {mark!r} points past nodes already dropped by an "
                              "earlier reset_to; take a new mark")
+        self._note_dropped_params(n)
         for lst in (self._op, self._inputs, self._attrs, self._shape, self._req, self._serial,
                     self._node_clock, self._values, self._grads):
             del lst[n:]
+        self._grad_loss = self._grad_vars = None
         grads, ops, params = self._grads, self._op, []
         for i in range(n):
             if ops[i] is PARAM:
@@ -361,6 +375,21 @@ class Tape:
                 grads[i] = None
         self._zero_all(params)
         self._growth = []
+
+    def episode(self) -> Any:
+        """``with tp.episode():`` -- a mark on entry (after the params), ``reset_to`` on exit."""
+        from .episode import Episode
+        return Episode(self)
+
+    def _note_dropped_params(self, n: int) -> None:
+        """Remember the params a reset to length ``n`` drops (their Vars' errors name it)."""
+        if PARAM not in self._op[n:]:  # the common case, at C speed: an episode of op nodes
+            return
+        for i in range(n, len(self._op)):
+            if self._op[i] is PARAM:
+                if len(self._dropped_params) >= 4096:
+                    self._dropped_params.clear()
+                self._dropped_params[self._serial[i]] = i
 
     def close(self) -> None:
         """Release every value and gradient buffer (device memory included); idempotent."""
@@ -466,6 +495,9 @@ class Tape:
         if self._closed:
             raise StaleVarError(f"{where}: the Var's tape is closed; its values and gradients "
                                 "were released")
+        if not self._alive(v) and v._serial in self._dropped_params:
+            from .episode import dropped_param_message
+            raise StaleVarError(dropped_param_message(where, v.index))
         if not self._alive(v):
             raise StaleVarError(f"{where}: the Var of node {v.index} was dropped by reset_to "
                                 "(its node and buffers now belong to a later episode); use the "

@@ -99,6 +99,29 @@ class Var:
         """The op name, or ``"param"`` / ``"const"`` for leaves."""
         return self._tape._node_field(self, "op")
 
+    # ---------------------------------------------------------------- gradients, torch-style
+    def backward(self, create_graph: bool = False) -> list[Var] | None:
+        """``tp.backward(self)``: gradients of this one-element Var for every param (as torch's
+        ``loss.backward()``; gradients are recomputed, not accumulated)."""
+        return self._tape.backward(self, create_graph=create_graph)
+
+    @property
+    def grad(self) -> Any:
+        """d loss / d self from the last backward: ``tp.grad(self)`` (a read-only array), the
+        gradient Var after ``backward(create_graph=True)``, None before a backward (none since
+        the last ``reset_to``, or one whose loss came before this node)."""
+        tape = self._tape
+        tape._check_var(self, "grad")
+        held = tape._grad_vars
+        if held is not None and held[0] == tape.backward_count:
+            v = held[1].get(self._index)
+            if v is not None and v.alive:
+                return v
+        loss = tape._grad_loss
+        if loss is None or self._index > loss:
+            return None
+        return tape.grad(self)
+
     # ---------------------------------------------------------------- values out
     def item(self) -> float:
         """The value of a one-element Var as a Python float (a host read)."""

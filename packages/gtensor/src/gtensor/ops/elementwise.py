@@ -256,6 +256,31 @@ def _maximum_vjp(be, g, ins, out, needs):
             be.relu_grad(g, be.adds(be.neg(mask), 1.0)) if needs[1] else None)
 
 
+def _zero_vjp(be, g, ins, out, needs):
+    # a mask (piecewise constant in its inputs): zero gradient, as torch's double backward
+    return tuple(be.fill(tuple(x.shape), 0.0, g.dtype) if n else None for x, n in zip(ins, needs))
+
+
+def _relu_grad_vjp(be, g, ins, out, needs):
+    # linear in a through x's mask, piecewise constant in x
+    return (be.relu_grad(g, ins[1]) if needs[0] else None,
+            be.fill(tuple(ins[1].shape), 0.0, g.dtype) if needs[1] else None)
+
+
+def _sigmoid_grad_vjp(be, g, ins, out, needs):
+    # out = a * (y * (1 - y)): d/da = sigmoid_grad(g, y); d/dy = (g * a) * ((y * -2) + 1)
+    a, y = ins
+    return (be.sigmoid_grad(g, y) if needs[0] else None,
+            be.mul(be.mul(g, a), be.adds(be.muls(y, -2.0), 1.0)) if needs[1] else None)
+
+
+def _tanh_grad_vjp(be, g, ins, out, needs):
+    # out = a * (1 - y * y): d/da = tanh_grad(g, y); d/dy = (g * a) * (y * -2)
+    a, y = ins
+    return (be.tanh_grad(g, y) if needs[0] else None,
+            be.mul(be.mul(g, a), be.muls(y, -2.0)) if needs[1] else None)
+
+
 def _minimum_vjp(be, g, ins, out, needs):
     mask = be.minimum_mask(ins[0], ins[1])  # as maximum's: g to the selected input
     return (be.relu_grad(g, mask) if needs[0] else None,
@@ -274,10 +299,10 @@ binary("mul", MUL, lambda be, g, ins, out, needs: (
 binary("div", DIV, _div_vjp, "a / b")
 binary("maximum", MAX, _maximum_vjp,
        "a where a > b or a is NaN, else b (ties and +-0 give b)")
-binary("maximum_mask", MAX_MASK, None, "1.0 where maximum selects a, else +0.0 (its backward)")
+binary("maximum_mask", MAX_MASK, _zero_vjp, "1.0 where maximum selects a, else +0.0 (its backward)")
 binary("minimum", MIN, _minimum_vjp,
        "a where a < b or a is NaN, else b (ties and +-0 give b)")
-binary("minimum_mask", MIN_MASK, None, "1.0 where minimum selects a, else +0.0 (its backward)")
+binary("minimum_mask", MIN_MASK, _zero_vjp, "1.0 where minimum selects a, else +0.0 (its backward)")
 scalar_form("adds", ADD, lambda be, g, ins, out, needs, s: (g,), "x + s")
 scalar_form("muls", MUL, lambda be, g, ins, out, needs, s: (be.muls(g, s),), "x * s")
 unary("neg", NEG, lambda be, g, ins, out, needs: (be.neg(g),), "-x")
@@ -289,10 +314,12 @@ unary("exp", EXP, lambda be, g, ins, out, needs: (be.mul(g, out),), "e ** x")
 unary("log", LOG, lambda be, g, ins, out, needs: (be.div(g, ins[0]),), "natural log")
 unary("sqrt", SQRT, lambda be, g, ins, out, needs: (be.div(g, be.add(out, out)),),
       "square root")
-binary("relu_grad", RELU_GRAD, None, "g where x > 0 else 0 (relu's backward)", ("g", "x"))
-binary("sigmoid_grad", SIGMOID_GRAD, None, "g * (y * (1 - y)) (sigmoid's backward from y)",
+binary("relu_grad", RELU_GRAD, _relu_grad_vjp, "g where x > 0 else 0 (relu's backward)",
+       ("g", "x"))
+binary("sigmoid_grad", SIGMOID_GRAD, _sigmoid_grad_vjp,
+       "g * (y * (1 - y)) (sigmoid's backward from y)", ("g", "y"))
+binary("tanh_grad", TANH_GRAD, _tanh_grad_vjp, "g * (1 - y * y) (tanh's backward from y)",
        ("g", "y"))
-binary("tanh_grad", TANH_GRAD, None, "g * (1 - y * y) (tanh's backward from y)", ("g", "y"))
 
 SCALAR_FNS = [fn for table in (ADD, SUB, MUL, DIV, NEG, SQRT, RELU, RELU_GRAD, SIGMOID_GRAD,
                                TANH_GRAD, EXP, LOG, TANH, SIGMOID, MAX, MAX_MASK, MIN, MIN_MASK)

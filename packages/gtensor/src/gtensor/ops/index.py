@@ -243,8 +243,13 @@ def _take_grad_launch(rt, ins, out, *, n, axis):
                   (g, ids, out, total, a, n, ids.size, b))
 
 
+def _take_grad_vjp(be, g, ins, out, needs, n, axis):
+    # linear in g: the adjoint of a scatter-add is the gather (double backward)
+    return (be.take(g, ins[1], axis) if needs[0] else None, None)
+
+
 register(Op("take_grad", ("g", "ids"), ("n", "axis"), _take_grad_infer, _take_grad_ref,
-            _take_grad_kernels(False), _take_grad_launch, None,
+            _take_grad_kernels(False), _take_grad_launch, _take_grad_vjp,
             "take's backward: a scatter-add, each destination's contributions added serially "
             "in the row-major order of their positions in ids", cpu=_take_grad_kernels(True),
             types=(F, IDS), check=lambda ins, at: check_ids("take_grad", "ids", ins[1], at["n"])))
@@ -414,7 +419,9 @@ def _along_grad_launch(rt, ins, out, *, n, axis, ignore):
 register(Op("take_along_axis_grad", ("g", "ids"), ("n", "axis", "ignore"), _along_grad_infer,
             _along_grad_ref,
             _along_kernels("take_along_axis_grad", _ALONG_GRAD, _CPU_ALONG_GRAD, False, "g"),
-            _along_grad_launch, None,
+            _along_grad_launch,
+            lambda be, g, ins, out, needs, n, axis, ignore: (
+                be.take_along_axis(g, ins[1], axis, ignore) if needs[0] else None, None),
             "take_along_axis's backward: per destination a serial sum over k ascending",
             {"ignore": None},
             cpu=_along_kernels("take_along_axis_grad", _ALONG_GRAD, _CPU_ALONG_GRAD, True, "g"),

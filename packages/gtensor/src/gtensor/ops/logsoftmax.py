@@ -187,6 +187,17 @@ def _logsumexp_vjp(be, g, ins, out, needs, axis):
     return (be.mul(be.reshape(g, kept), e),)
 
 
+def _log_softmax_grad_vjp(be, gg, ins, out, needs, axis):
+    # out_i = g_i - e_i * d with e = exp(y), d = sum(g): d/dg_k = G_k - sum(G * e);
+    # d/dy_i = -(G_i * e_i) * d (double backward)
+    g, y = ins
+    e = be.exp(y)
+    ge = be.mul(gg, e)
+    dg = be.sub(gg, be.sum(ge, axis, True)) if needs[0] else None
+    dy = be.neg(be.mul(ge, be.sum(g, axis, True))) if needs[1] else None
+    return dg, dy
+
+
 _SM_CALLS = (EXP, SUB, ADD, LOG)
 _ls_cuda, _ls_cpu = _kernels("log_softmax", "const $T* x, $T* y, long long A, long long R, "
                              "long long B", _LOG_SOFTMAX, _CPU_LOG_SOFTMAX, _SM_CALLS, True)
@@ -220,7 +231,8 @@ register(Op("log_softmax_grad", ("g", "y"), ("axis",), _infer_axis("log_softmax_
             lambda rt, ins, out, *, axis: _launch_rows(
                 rt, f"k_log_softmax_grad_{suffix(out)}", (ins[0], ins[1], out), out.shape,
                 axis),
-            None, "g - exp(y) * serial sum(g) along one axis (log_softmax's backward from y)",
+            _log_softmax_grad_vjp,
+            "g - exp(y) * serial sum(g) along one axis (log_softmax's backward from y)",
             {"axis": -1}, cpu=_lsg_cpu))
 register(Op("logsumexp", ("x",), ("axis",), _logsumexp_infer, _logsumexp_ref,
             _with_max(_lse_cuda), _logsumexp_launch, _logsumexp_vjp,

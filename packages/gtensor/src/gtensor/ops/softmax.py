@@ -184,6 +184,18 @@ def _softmax_grad_reference(g: np.ndarray, y: np.ndarray, *, axis: int) -> np.nd
     return MUL[sfx].numpy(y, SUB[sfx].numpy(g, d))
 
 
+def _softmax_grad_vjp(be, g, ins, out, needs, axis):
+    # out = y * (a - d), d = sum(a * y): d/da = softmax_grad(g, y);
+    # d/dy = g * (a - d) - a * s, s = sum(g * y) (sums serial along the axis, kept)
+    a, y = ins
+    ga = be.softmax_grad(g, y, axis) if needs[0] else None
+    if not needs[1]:
+        return ga, None
+    d = be.sum(be.mul(a, y), axis, True)
+    s = be.sum(be.mul(g, y), axis, True)
+    return ga, be.sub(be.mul(g, be.sub(a, d)), be.mul(a, s))
+
+
 register(Op("softmax", ("x",), ("axis",), _infer_axis("softmax"), _softmax_reference,
             _softmax_kernels,
             lambda rt, ins, out, *, axis: _launch_rows(
@@ -195,5 +207,6 @@ register(Op("softmax_grad", ("g", "y"), ("axis",), _infer_axis("softmax_grad"),
             _softmax_grad_reference, _softmax_grad_kernels,
             lambda rt, ins, out, *, axis: _launch_rows(
                 rt, f"k_softmax_grad_{suffix(out)}", (ins[0], ins[1], out), out.shape, axis),
-            None, "y * (g - serial sum(g * y)) along one axis (softmax's backward from y)",
+            _softmax_grad_vjp,
+            "y * (g - serial sum(g * y)) along one axis (softmax's backward from y)",
             {"axis": -1}, cpu=_cpu_kernels(_softmax_grad_kernels, _CPU_SOFTMAX_GRAD)))

@@ -1,0 +1,283 @@
+"""Double backward: Hessian-vector products and gradient penalties through every
+differentiable op against torch float64 (rel 1e-12), bitwise numpy == this backend, and
+first-order gradients of a recorded pass bitwise those of a plain one."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import gtape as g
+import gtensor
+import numpy as np
+import pytest
+from gtape_testutil import bits_equal, host, report
+
+torch = pytest.importorskip("torch")
+T = torch
+
+
+@dataclass(frozen=True)
+class Row:
+    """One op under test: the gtape and torch spellings, input shapes, domain, ops covered."""
+
+    id: str
+    ours: Callable
+    theirs: Callable
+    shapes: tuple
+    ops: tuple
+    positive: bool = False
+
+
+_IDS = np.array([2, 0, 2, 1, 2])
+_ALONG = np.array([[0, 0], [3, 1], [2, 3]])
+
+
+def _sm_grad(gg, y, axis):
+    return y * (gg - (gg * y).sum(axis, keepdim=True))
+
+
+ROWS = [
+    Row("add", g.add, T.add, ((3, 4), (4,)), ("add",)),
+    Row("sub", g.sub, T.sub, ((3, 1), (1, 4)), ("sub",)),
+    Row("mul", g.mul, T.mul, ((3, 4), (3, 1)), ("mul",)),
+    Row("div", g.div, T.div, ((2, 3), (3,)), ("div",), True),
+    Row("maximum", g.maximum, T.maximum, ((3, 4), (4,)), ("maximum", "maximum_mask")),
+    Row("adds", lambda x: g.adds(x, 0.75), lambda x: x + 0.75, ((2, 3),), ("adds",)),
+    Row("muls", lambda x: g.muls(x, -1.5), lambda x: x * -1.5, ((2, 3),), ("muls",)),
+    Row("neg", g.neg, T.neg, ((2, 3),), ("neg",)),
+    Row("relu", lambda x: g.relu(x) * x, lambda x: T.relu(x) * x, ((3, 4),),
+        ("relu", "relu_grad")),
+    Row("sigmoid", g.sigmoid, T.sigmoid, ((3, 4),), ("sigmoid", "sigmoid_grad")),
+    Row("tanh", g.tanh, T.tanh, ((3, 4),), ("tanh", "tanh_grad")),
+    Row("exp", g.exp, T.exp, ((3, 4),), ("exp",)),
+    Row("log", g.log, T.log, ((3, 4),), ("log",), True),
+    Row("sqrt", g.sqrt, T.sqrt, ((3, 4),), ("sqrt",), True),
+    Row("sum_axis", lambda x: g.sum(x * x, axis=1, keepdims=True),
+        lambda x: (x * x).sum(1, keepdim=True), ((3, 4),), ("sum",)),
+    Row("mean", lambda x: g.mean(x * x, axis=0), lambda x: (x * x).mean(0), ((3, 4),), ("mean",)),
+    Row("sum_to", lambda x: g.sum_to(x * x, (1, 4)), lambda x: (x * x).sum(0, keepdim=True),
+        ((3, 4),), ("sum_to",)),
+    Row("broadcast_to", lambda x: g.broadcast_to(x, (3, 4)) * g.broadcast_to(x, (3, 4)),
+        lambda x: x.expand(3, 4) * x.expand(3, 4), ((4,),), ("broadcast_to",)),
+    Row("matmul", g.matmul, T.matmul, ((3, 4), (4, 2)), ("matmul", "transpose")),
+    Row("bmm", g.bmm, T.bmm, ((2, 3, 4), (2, 4, 2)), ("bmm", "transpose")),
+    Row("transpose", lambda x: g.transpose(x, (2, 0, 1)) * g.transpose(x, (2, 0, 1)),
+        lambda x: x.permute(2, 0, 1) ** 2, ((2, 3, 4),), ("transpose",)),
+    Row("reshape", lambda x: g.reshape(x, (2, -1)) * g.reshape(x, (2, -1)),
+        lambda x: x.reshape(2, -1) ** 2, ((3, 4),), ("reshape",)),
+    Row("copy", lambda x: g.copy(x) * x, lambda x: x * x, ((3, 4),), ("copy",)),
+    Row("slice", lambda x: g.slice(x, 1, 1, 4) * g.slice(x, 1, 0, 3),
+        lambda x: x[:, 1:4] * x[:, 0:3], ((4, 5),), ("slice", "pad")),
+    Row("pad", lambda x: g.pad(x, 0, 1, 2) * g.pad(x, 0, 2, 1),
+        lambda x: T.nn.functional.pad(x, (0, 0, 1, 2)) * T.nn.functional.pad(x, (0, 0, 2, 1)),
+        ((2, 3),), ("pad", "slice")),
+    Row("concat", lambda a, b: g.concat([a * b, b, a], axis=1),
+        lambda a, b: T.cat([a * b, b, a], 1), ((2, 3), (2, 3)), ("concat",)),
+    Row("softmax", lambda x: g.softmax(x, axis=0), lambda x: T.softmax(x, 0), ((3, 4),),
+        ("softmax", "softmax_grad")),
+    # the helper ops themselves, as first-class differentiable ops (third order for their users)
+    Row("relu_grad", lambda a, x: g.relu_grad(a * a, x), lambda a, x: (a * a) * (x > 0),
+        ((3, 4), (3, 4)), ("relu_grad",)),
+    Row("sigmoid_grad", g.sigmoid_grad, lambda a, y: a * (y * (1 - y)), ((3, 4), (3, 4)),
+        ("sigmoid_grad",)),
+    Row("tanh_grad", g.tanh_grad, lambda a, y: a * (1 - y * y), ((3, 4), (3, 4)),
+        ("tanh_grad",)),
+    Row("softmax_grad", lambda a, y: g.softmax_grad(a, y, axis=-1),
+        lambda a, y: _sm_grad(a, y, -1), ((3, 4), (3, 4)), ("softmax_grad",)),
+    Row("maximum_mask", lambda a, b: g.maximum_mask(a, b) * a * b,
+        lambda a, b: (a > b).double() * a * b, ((3, 4), (3, 4)), ("maximum_mask",)),
+    Row("minimum", g.minimum, T.minimum, ((3, 4), (4,)), ("minimum", "minimum_mask")),
+    Row("minimum_mask", lambda a, b: g.minimum_mask(a, b) * a * b,
+        lambda a, b: (a < b).double() * a * b, ((3, 4), (3, 4)), ("minimum_mask",)),
+    Row("where", lambda a, b: g.where(a > b, a * b, b * b),
+        lambda a, b: T.where(a > b, a * b, b * b), ((3, 4), (4,)), ("where",)),
+    Row("take", lambda x: g.take(x, _IDS, 0) * g.take(x, _IDS, 0),
+        lambda x: x[T.from_numpy(_IDS)] ** 2, ((3, 4),), ("take", "take_grad")),
+    Row("take_grad", lambda a: g.take_grad(a * a, _IDS, 3, 0),
+        lambda a: T.zeros(3, 4, dtype=a.dtype).index_add(0, T.from_numpy(_IDS), a * a),
+        ((5, 4),), ("take_grad", "take")),
+    Row("take_along_axis", lambda x: g.take_along_axis(x, _ALONG, 1) ** 2,
+        lambda x: T.take_along_dim(x, T.from_numpy(_ALONG), 1) ** 2, ((3, 4),),
+        ("take_along_axis", "take_along_axis_grad")),
+    Row("take_along_axis_grad", lambda a: g.take_along_axis_grad(a * a, _ALONG, 4, 1),
+        lambda a: T.zeros(3, 4, dtype=a.dtype).scatter_add(1, T.from_numpy(_ALONG), a * a),
+        ((3, 2),), ("take_along_axis_grad", "take_along_axis")),
+    Row("log_softmax", lambda x: g.log_softmax(x, axis=1), lambda x: T.log_softmax(x, 1),
+        ((3, 4),), ("log_softmax", "log_softmax_grad")),
+    Row("log_softmax_grad", lambda a, y: g.log_softmax_grad(a, y, axis=-1),
+        lambda a, y: a - T.exp(y) * a.sum(-1, keepdim=True), ((3, 4), (3, 4)),
+        ("log_softmax_grad",)),
+    Row("logsumexp", lambda x: g.logsumexp(x, 1), lambda x: T.logsumexp(x, 1), ((3, 4),),
+        ("logsumexp",)),
+]
+# no rule: no input is trained (the optimizer's updates) or the result is int64 / bool
+NOT_COVERED = {"fill", "adam_m", "adam_v", "adam_p", "sgd_p", "greater", "greater_equal", "less",
+               "less_equal", "equal", "not_equal", "argmax", "index_weight"}
+
+
+def _inputs(row: Row) -> list[np.ndarray]:
+    rng = np.random.default_rng(sum(map(ord, row.id)))
+    xs = [rng.uniform(0.3, 1.5, s) * rng.choice([-1.0, 1.0], s) for s in row.shapes]
+    return [np.abs(x) + 0.2 for x in xs] if row.positive else xs
+
+
+def _weights(row: Row, xs: list[np.ndarray]) -> tuple[np.ndarray, list[np.ndarray]]:
+    rng = np.random.default_rng(7)
+    with g.Tape() as probe:
+        shape = row.ours(*[probe.param(x) for x in xs]).shape
+    return rng.normal(size=shape), [rng.normal(size=x.shape) for x in xs]
+
+
+def _ours(bname: str, row: Row, xs, C, V):
+    """(first-order grads, HVP, gradient-penalty grads) for loss = sum(tanh(f(x)) * C)."""
+    out = []
+    with g.Tape(bname) as tp:
+        ps = [tp.param(x) for x in xs]
+        with tp.episode():
+            loss = g.sum(g.tanh(row.ours(*ps)) * C)
+            gs = g.grad(loss, ps, create_graph=True)
+            out.append([gv.numpy() for gv in gs])
+            dot = g.sum(gs[0] * V[0])
+            for gv, v in zip(gs[1:], V[1:]):
+                dot = dot + g.sum(gv * v)
+            out.append([np.array(a) for a in g.grad(dot, ps)])
+            penalty = g.sum(gs[0] * gs[0])
+            for gv in gs[1:]:
+                penalty = penalty + g.sum(gv * gv)
+            (loss + penalty).backward()
+            out.append([host(tp, p.grad) for p in ps])
+    return out
+
+
+def _torch(row: Row, xs, C, V):
+    ts = [T.tensor(x, requires_grad=True) for x in xs]
+    loss = (T.tanh(row.theirs(*ts)) * T.tensor(C)).sum()
+    gs = T.autograd.grad(loss, ts, create_graph=True, materialize_grads=True)
+    dot = sum((gv * T.tensor(v)).sum() for gv, v in zip(gs, V))
+    hv = T.autograd.grad(dot, ts, retain_graph=True, materialize_grads=True)
+    penalty = sum((gv * gv).sum() for gv in gs)
+    gp = T.autograd.grad(loss + penalty, ts, materialize_grads=True)
+    return [[t.detach().numpy() for t in ts_] for ts_ in (gs, hv, gp)]
+
+
+def test_every_differentiable_op_has_a_row():
+    covered = {op for r in ROWS for op in r.ops}
+    missing = sorted(n for n, op in gtensor.REGISTRY.items() if op.differentiable)
+    missing = [n for n in missing if n not in covered]
+    assert not missing, f"backward rules without a double-backward row: {missing}"
+    assert {n for n, op in gtensor.REGISTRY.items() if not op.differentiable} <= NOT_COVERED
+
+
+@pytest.mark.parametrize("row", ROWS, ids=[r.id for r in ROWS])
+def test_hvp_and_gradient_penalty_match_torch(bname, row):
+    xs = _inputs(row)
+    C, V = _weights(row, xs)
+    got = _ours(bname, row, xs, C, V)
+    want = _torch(row, xs, C, V)
+    worst = 0.0
+    for what, gs, ws in zip(("grad", "hvp", "penalty"), got, want):
+        for k, (a, w) in enumerate(zip(gs, ws)):
+            scale = max(np.max(np.abs(w)), 1e-300)
+            err = float(np.max(np.abs(a - w)) / scale)
+            worst = max(worst, err)
+            assert err <= 1e-12, f"{row.id} {what} d/dx{k}: rel {err:.3e}\n{a}\n{w}"
+    report("double backward vs torch relative error", f"{row.id}[{bname}]", worst)
+    if bname != "numpy":  # numpy == this backend, bit for bit
+        ref = _ours("numpy", row, xs, C, V)
+        for gs, rs in zip(got, ref):
+            for a, r in zip(gs, rs):
+                assert bits_equal(a, r), f"{row.id}: {bname} differs from numpy"
+
+
+def _graph(tp, w, x):
+    h = g.tanh(x @ w)
+    s = g.softmax(h, axis=-1) * g.sigmoid(h) + g.relu(h) * g.maximum(h, 0.1)
+    return g.mean(g.exp(-s) + g.sqrt(s * s + 1.0)) + g.sum(g.log(s * s + 1.0)) / 3.0
+
+
+def test_first_order_gradients_are_bitwise_those_of_a_plain_backward(bname):
+    rng = np.random.default_rng(3)
+    W, X = rng.normal(size=(3, 4)), rng.normal(size=(5, 3))
+    with g.Tape(bname) as plain, g.Tape(bname) as rec:
+        wp, wr = plain.param(W), rec.param(W)
+        loss_p = _graph(plain, wp, plain.const(X))
+        loss_r = _graph(rec, wr, rec.const(X))
+        plain.backward(loss_p)
+        n = len(rec)
+        out = rec.backward(loss_r, create_graph=True)
+        assert len(rec) > n and len(out) == 1 and isinstance(wr.grad, g.Var)
+        assert bits_equal(out[0].numpy(), host(plain, plain.grad(wp)))
+        assert bits_equal(host(rec, rec.grad(wr)), host(plain, plain.grad(wp)))
+        for i in range(n):  # every intermediate's gradient too
+            a, b = plain.grad_at(i), rec.grad_at(i)
+            assert (a is None) == (b is None), i
+            if a is not None:
+                assert bits_equal(host(rec, b), host(plain, a)), i
+        (gv,) = g.grad(loss_r, [wr], create_graph=True)
+        assert bits_equal(gv.numpy(), host(plain, plain.grad(wp)))
+        rec.backward(g.sum(out[0] * out[0]))  # a first-order pass: w.grad is an array again
+        assert not isinstance(wr.grad, g.Var)
+
+
+def test_third_order_through_the_helper_rules(bname):
+    x0 = np.array([-1.3, -0.2, 0.4, 1.1])
+    with g.Tape(bname) as tp:
+        x = tp.param(x0)
+        (d1,) = g.grad(g.sum(g.tanh(x) + g.sigmoid(x) * g.relu(x)), [x], create_graph=True)
+        (d2,) = g.grad(g.sum(d1), [x], create_graph=True)
+        (d3,) = g.grad(g.sum(d2), [x])
+    t = T.tensor(x0, requires_grad=True)
+    (e1,) = T.autograd.grad((T.tanh(t) + T.sigmoid(t) * T.relu(t)).sum(), [t], create_graph=True)
+    (e2,) = T.autograd.grad(e1.sum(), [t], create_graph=True)
+    (e3,) = T.autograd.grad(e2.sum(), [t])
+    assert np.max(np.abs(np.array(d3) - e3.numpy())) <= 1e-12 * np.max(np.abs(e3.numpy()))
+
+
+def test_backward_create_graph_returns_every_param_and_fills_the_buffers(bname):
+    with g.Tape(bname) as tp:
+        w = tp.param(np.array([1.0, -2.0]))
+        unused = tp.param(np.ones(3))
+        count = tp.backward_count  # what an optimizer checks before a step
+        with tp.episode():
+            gw, gu = g.sum(w * w * w).backward(create_graph=True)
+            assert gw.numpy().tolist() == [3.0, 12.0] and gu.numpy().tolist() == [0.0] * 3
+            assert w.grad is gw and unused.grad is gu
+            assert tp.backward_count == count + 1
+            assert host(tp, tp.grad(w)).tolist() == [3.0, 12.0]
+            assert host(tp, tp.grad(unused)).tolist() == [0.0] * 3
+
+
+def test_refusals_name_the_argument(bname):
+    with g.Tape(bname) as tp, g.Tape(bname) as other:
+        w = tp.param(np.ones(2))
+        loss = g.sum(w * w)
+        with pytest.raises(TypeError, match="grad: loss is .*expected a scalar Var"):
+            g.grad(3.0, [w])
+        with pytest.raises(ValueError, match="grad: inputs is empty"):
+            g.grad(loss, [])
+        with pytest.raises(TypeError, match=r"grad: inputs\[1\] is .*expected a Var"):
+            g.grad(loss, [w, np.ones(2)])
+        with pytest.raises(ValueError, match=r"grad: inputs\[0\] .* another tape"):
+            g.grad(loss, [other.param(np.ones(2))], create_graph=True)
+        with pytest.raises(TypeError, match="create_graph is 'yes'"):
+            g.grad(loss, w, create_graph="yes")
+        with pytest.raises(TypeError, match="create_graph is 1"):
+            tp.backward(loss, create_graph=1)
+        with pytest.raises(ValueError, match="loss has shape"):
+            g.grad(w * w, [w], create_graph=True)
+        n = len(tp)
+        frozen = g.sum(g.apply("adam_p", (w, w, w, tp.const(np.array(0.1))), eps=1e-8))
+        with pytest.raises(NotImplementedError, match="adam_p .* has no backward rule"):
+            g.grad(frozen, [w], create_graph=True)
+        assert len(tp) == n + 3  # adam_p, its const and the sum: nothing of a backward
+        assert g.grad(loss, w, create_graph=True)[0].numpy().tolist() == [2.0, 2.0]
+
+
+def test_first_order_grad_returns_copies_a_later_backward_leaves_alone(bname):
+    with g.Tape(bname) as tp:
+        w = tp.param(np.array([1.0, -2.0]))
+        (a,) = g.grad(g.sum(w * w), [w])
+        tp.backward(g.sum(w * 3.0))
+        assert np.array(tp.backend.to_numpy(a)).tolist() == [2.0, -4.0]
+        assert host(tp, w.grad).tolist() == [3.0, 3.0]
