@@ -90,3 +90,8 @@ class GradStore:
         """Every parameter's current value as a host numpy copy."""
         return {name: self._be.to_numpy(self._values[h.index])
                 for name, h in self.handles.items()}
+
+    def grads(self) -> dict[str, np.ndarray]:
+        """Every parameter's last written gradient as a host numpy copy."""
+        return {name: self._be.to_numpy(self._grads[h.index])
+                for name, h in self.handles.items()}

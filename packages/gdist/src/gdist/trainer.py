@@ -70,8 +70,8 @@ class Trainer:
             self._opt.set_clip(clip)
         self._reduce_mode, self._backend, self._dtype = reduce, backend, dt
         shapes = tuple((n, tuple(v.shape)) for n, v in values.items())
-        self._spec = worker.ModelSpec(_model_key(loss_fn, backend, dt.name, shapes), loss_fn,
-                                      backend, dt.name, shapes)
+        self._spec = worker.ModelSpec(_model_key(loss_fn, backend, dt.name, shapes), backend,
+                                      dt.name, shapes, loss_fn=loss_fn)
         self._keys: tuple[str, ...] | None = None
         self._steps = 0
         self.last_step: dict[str, Any] = {}
@@ -81,6 +81,11 @@ class Trainer:
     def params(self) -> dict[str, np.ndarray]:
         """The current parameter values, {name: numpy array} (copies)."""
         return self._store.values()
+
+    @property
+    def grads(self) -> dict[str, np.ndarray]:
+        """The last step's batch gradient (tree-reduced and scaled), {name: numpy array}."""
+        return self._store.grads()
 
     @property
     def optimizer(self) -> gopt.Optimizer:
@@ -223,6 +228,11 @@ class DataParallel(Trainer):
         super().__init__(loss_fn, init_params, optimizer, opt_kwargs, microbatch=microbatch,
                          backend=backend, dtype=dtype, reduce=reduce, l2=l2, clip=clip)
         self._client = client
+        try:
+            self._remote = self._spec.remote()
+        except Exception as e:
+            raise TypeError(f"gdist.DataParallel: loss_fn {loss_fn!r} cannot be pickled "
+                            f"(cloudpickle) to send to workers: {e}") from None
         self._submit_seed = submit_seed
         self._placement = placement
         self._run_id = uuid.uuid4().hex[:12]
@@ -239,14 +249,14 @@ class DataParallel(Trainer):
         order = list(range(k))
         if self._submit_seed is not None:
             np.random.default_rng([self._submit_seed, self._steps]).shuffle(order)
-        workers = sorted(c.scheduler_info()["workers"]) if self._placement else []
+        workers = sorted(c.nthreads()) if self._placement else []
         held = c.submit(worker.hold, params, key=f"{tag}-params", pure=False)
         futs: dict[int, Any] = {}
         for i in order:
             where = {}
             if self._placement is not None:
                 where = {"workers": [self._placement(i, workers)], "allow_other_workers": True}
-            futs[i] = c.submit(worker.microbatch_grad, self._spec, held, parts[i],
+            futs[i] = c.submit(worker.microbatch_grad, self._remote, held, parts[i],
                                key=f"{tag}-mb-{i}", pure=False, **where)
         for node, left, right in tree.plan(k):
             futs[node] = c.submit(worker.tree_add, self._backend, futs[left], futs[right],

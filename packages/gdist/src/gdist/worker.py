@@ -13,7 +13,7 @@ import os
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import gtape
@@ -34,16 +34,34 @@ class ModelSpec:
     """Everything a worker needs to build the model: sent with every task (it is small)."""
 
     key: str  # identifies (loss_fn, backend, dtype, param names and shapes)
-    loss_fn: Callable[..., Any]
     backend: str
     dtype: str
     shapes: tuple[tuple[str, tuple[int, ...]], ...]  # (name, shape), in the trainer's order
+    code: bytes = b""  # loss_fn by cloudpickle (by value from __main__ or registered modules)
+    loss_fn: Callable[..., Any] | None = None  # set in-process (Local): no pickling at all
+
+    def remote(self) -> ModelSpec:
+        """This spec as sent to workers: the function as cloudpickle bytes only.
+
+        NOTE: Dask pickles a task with plain pickle when it can, which sends a function by
+        reference to its module even where cloudpickle would send it by value; pickling the
+        function here, with cloudpickle, gives workers what cloudpickle promises.
+        """
+        import cloudpickle
+
+        return replace(self, code=cloudpickle.dumps(self.loss_fn), loss_fn=None)
 
 
 class _Model:
     """A cached tape: params registered (values rewritten per task), a mark after them."""
 
     def __init__(self, spec: ModelSpec) -> None:
+        if spec.loss_fn is not None:
+            self.loss_fn = spec.loss_fn
+        else:
+            import cloudpickle
+
+            self.loss_fn = cloudpickle.loads(spec.code)
         self.tape = gtape.Tape(spec.backend, spec.dtype)
         self.vars = {name: self.tape.param(np.zeros(shape)) for name, shape in spec.shapes}
         self.mark = self.tape.mark()
@@ -77,7 +95,7 @@ def microbatch_grad(spec: ModelSpec, params: Mapping[str, np.ndarray],
         for name, v in m.vars.items():
             tp.set_value(v, params[name])
         batch = {k: tp.const(a) if a.dtype.kind == "f" else a for k, a in rows.items()}
-        loss = spec.loss_fn(tp, dict(m.vars), batch)
+        loss = m.loss_fn(tp, dict(m.vars), batch)
         if not isinstance(loss, gtape.Var) or loss.tape is not tp or loss.shape != ():
             got = loss.shape if isinstance(loss, gtape.Var) else describe(loss)
             raise TypeError(f"gdist: loss_fn returned {got}; expected a scalar (0-d) Var of "
