@@ -22,6 +22,8 @@ PLACEMENTS = {
     "reversed": lambda i, ws: ws[::-1][i % len(ws)],
     "last_worker": lambda i, ws: ws[-1],
 }
+VARIANTS = {name: {"placement": p} for name, p in PLACEMENTS.items()}
+VARIANTS["driver_tree"] = {"placement": PLACEMENTS["round_robin"], "tree_on": "driver"}
 
 
 def bits(params: dict) -> dict:
@@ -58,13 +60,13 @@ def client(request):
     cluster.close()
 
 
-@pytest.mark.parametrize("placement", sorted(PLACEMENTS))
+@pytest.mark.parametrize("variant", sorted(VARIANTS))
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("name", sorted(CASES))
-def test_bitwise_equal_to_local(client, reference, bname, name, dtype, placement) -> None:
-    seed = sorted(PLACEMENTS).index(placement)  # a different submission shuffle each
+def test_bitwise_equal_to_local(client, reference, bname, name, dtype, variant) -> None:
+    seed = sorted(VARIANTS).index(variant)  # a different submission shuffle each
     t, batches = trainer(gdist.DataParallel, name, bname, dtype, client=client,
-                         submit_seed=seed, placement=PLACEMENTS[placement])
+                         submit_seed=seed, **VARIANTS[variant])
     for step, (b, (loss, params)) in enumerate(zip(batches, reference[name, dtype])):
         got = t.step(b)
         assert got == loss, f"step {step}: loss {got!r} vs Local {loss!r}"

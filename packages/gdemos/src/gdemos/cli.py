@@ -13,7 +13,7 @@ from pathlib import Path
 
 import gtensor
 
-from . import ae, ladder, rung_ae, rung_lora, swarm_rung
+from . import ae, dp, ladder, rung_ae, rung_lora, swarm_rung
 
 EXIT_PASS, EXIT_FAIL, EXIT_UNVERIFIED = 0, 1, 3
 MAX_EPOCHS = 10_000
@@ -59,6 +59,7 @@ def _parser() -> argparse.ArgumentParser:
                         "(default: tape)")
     rung_lora.add_parser(sub, common)
     swarm_rung.add_parser(sub, common)
+    dp.add_parser(sub, common)
     sub.add_parser("ladder", parents=[common], help="every rung, in order, one verdict each")
     return p
 
@@ -99,6 +100,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return rung_lora.main(args)
     if args.command == "swarm":
         return swarm_rung.main(args)
+    if args.command == "dp":
+        return dp.main(args)
     verdicts = ladder.run_ladder(args.out, args.backend, progress=not args.no_progress)
     return ladder_exit(verdicts)
 

@@ -6,7 +6,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import ae, rung_ae, rung_lora, swarm_rung
+from . import ae, dp, rung_ae, rung_lora, swarm_rung
 
 
 @dataclass(frozen=True)
@@ -90,6 +90,12 @@ _device_rung("rung 4 fused", "fused")
 def _swarm(out: Path, backend: str, progress: bool) -> Verdict:
     ok, detail, unchecked = swarm_rung.ladder_verdict(out / "swarm", progress, backend)
     return Verdict("rung 5 swarm", ok, detail, unchecked)
+
+
+@rung(dp.RUNG)
+def _dp(out: Path, backend: str, progress: bool) -> Verdict:
+    ok, detail, unchecked = dp.ladder_verdict(out / "dp", progress, backend)
+    return Verdict(dp.RUNG, ok, detail, unchecked)
 
 
 def run_ladder(out: Path, backend: str = "numpy", progress: bool = True,

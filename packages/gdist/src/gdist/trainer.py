@@ -27,6 +27,7 @@ from .digest import params_digest
 from .store import GradStore
 
 REDUCE = ("mean", "sum")
+TREE_ON = ("workers", "driver")  # where DataParallel adds the tree's nodes (same bits)
 
 
 class Trainer:
@@ -218,16 +219,21 @@ class DataParallel(Trainer):
                  client: Any, backend: str = "numpy", dtype: str = "float64",
                  reduce: str = "mean", l2: float | Mapping[str, float] = 0.0,
                  clip: float | None = None, submit_seed: int | None = None,
-                 placement: Callable[[int, list[str]], str] | None = None) -> None:
+                 placement: Callable[[int, list[str]], str] | None = None,
+                 tree_on: str = "workers") -> None:
         if not callable(getattr(client, "submit", None)):
             raise TypeError(f"gdist.DataParallel: client is {describe(client)}; expected a "
                             "dask.distributed.Client (or use gdist.Local for one process)")
         if placement is not None and not callable(placement):
             raise TypeError(f"gdist.DataParallel: placement is {describe(placement)}; expected "
                             "None or a function (microbatch index, worker addresses) -> address")
+        if tree_on not in TREE_ON:
+            raise ValueError(f"gdist.DataParallel: tree_on is {tree_on!r}; expected one of "
+                             f"{TREE_ON}")
         super().__init__(loss_fn, init_params, optimizer, opt_kwargs, microbatch=microbatch,
                          backend=backend, dtype=dtype, reduce=reduce, l2=l2, clip=clip)
         self._client = client
+        self._tree_on = tree_on
         try:
             self._remote = self._spec.remote()
         except Exception as e:
@@ -258,11 +264,15 @@ class DataParallel(Trainer):
                 where = {"workers": [self._placement(i, workers)], "allow_other_workers": True}
             futs[i] = c.submit(worker.microbatch_grad, self._remote, held, parts[i],
                                key=f"{tag}-mb-{i}", pure=False, **where)
-        for node, left, right in tree.plan(k):
-            futs[node] = c.submit(worker.tree_add, self._backend, futs[left], futs[right],
-                                  key=f"{tag}-add-{node}", pure=False)
+        if self._tree_on == "workers":
+            for node, left, right in tree.plan(k):
+                futs[node] = c.submit(worker.tree_add, self._backend, futs[left], futs[right],
+                                      key=f"{tag}-add-{node}", pure=False)
         try:
-            return futs[tree.root(k)].result()
+            if self._tree_on == "workers":
+                return futs[tree.root(k)].result()
+            leaves = c.gather([futs[i] for i in range(k)])
+            return tree.reduce(leaves, lambda a, b: worker.tree_add(self._backend, a, b))
         except BaseException as e:
             failed = [i for i in range(k) if futs[i].status == "error"]
             c.cancel([held, *futs.values()])
