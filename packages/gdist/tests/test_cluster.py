@@ -129,6 +129,10 @@ def test_bad_input_is_refused_before_any_task_is_sent(client, bname, monkeypatch
             t.step(batch)
     with pytest.raises(ValueError, match="has shape"):
         t.set_params({**t.params, "W1": np.zeros((7, 16))})
+    nowhere = gdist.DataParallel(mlp_ce, init, microbatch=4, client=client, backend=bname,
+                                 placement=lambda i, ws: "tcp://127.0.0.1:1")
+    with pytest.raises(ValueError, match=r"placement\(0, workers\) returned 'tcp://127.0.0.1:1'"):
+        nowhere.step(b)
     assert sent == []
     t.step(b)
     assert len(sent) == 1 + 6 + 5  # params, 6 microbatches, 5 tree nodes

@@ -255,15 +255,20 @@ class DataParallel(Trainer):
         order = list(range(k))
         if self._submit_seed is not None:
             np.random.default_rng([self._submit_seed, self._steps]).shuffle(order)
-        workers = sorted(c.nthreads()) if self._placement else []
+        pinned: dict[int, dict] = {i: {} for i in order}
+        if self._placement is not None:  # every address checked before anything is sent
+            workers = sorted(c.nthreads())
+            for i in order:
+                addr = self._placement(i, workers)
+                if addr not in workers:
+                    raise ValueError(f"gdist.DataParallel.step: placement({i}, workers) "
+                                     f"returned {addr!r}; expected one of {workers}")
+                pinned[i] = {"workers": [addr], "allow_other_workers": True}
         held = c.submit(worker.hold, params, key=f"{tag}-params", pure=False)
         futs: dict[int, Any] = {}
         for i in order:
-            where = {}
-            if self._placement is not None:
-                where = {"workers": [self._placement(i, workers)], "allow_other_workers": True}
             futs[i] = c.submit(worker.microbatch_grad, self._remote, held, parts[i],
-                               key=f"{tag}-mb-{i}", pure=False, **where)
+                               key=f"{tag}-mb-{i}", pure=False, **pinned[i])
         if self._tree_on == "workers":
             for node, left, right in tree.plan(k):
                 futs[node] = c.submit(worker.tree_add, self._backend, futs[left], futs[right],
