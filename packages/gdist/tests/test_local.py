@@ -159,8 +159,21 @@ def test_bad_definitions_are_refused(bname: str) -> None:
         gdist.Local(mlp_ce, {}, gopt.Adam, **ok)
     with pytest.raises(TypeError, match="dtype is 'float16'"):
         gdist.Local(mlp_ce, init, gopt.Adam, dtype="float16", **ok)
+    with pytest.raises(ValueError, match="reduce is 'max'"):
+        gdist.Local(mlp_ce, init, gopt.Adam, reduce="max", **ok)
     with pytest.raises(TypeError, match="expected a dask.distributed.Client"):
         gdist.DataParallel(mlp_ce, init, gopt.Adam, client=None, **ok)
+
+    class FakeClient:
+        def submit(self, *a, **k):
+            raise AssertionError("nothing may be submitted")
+
+    with pytest.raises(ValueError, match="tree_on is 'scheduler'"):
+        gdist.DataParallel(mlp_ce, init, gopt.Adam, client=FakeClient(), tree_on="scheduler",
+                           **ok)
+    with pytest.raises(TypeError, match="cannot be pickled"):
+        gdist.DataParallel(lambda tp, p, b, _lock=__import__("threading").Lock(): None, init,
+                           gopt.Adam, client=FakeClient(), **ok)
 
 
 def test_params_of_the_wrong_shape_are_refused(bname: str) -> None:
