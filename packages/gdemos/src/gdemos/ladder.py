@@ -6,7 +6,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import ae, rung_ae, rung_lora, rung_verify, swarm_rung
+from . import ae, dp, rung_ae, rung_lora, rung_verify, swarm_rung
 
 
 @dataclass(frozen=True)
@@ -96,6 +96,12 @@ def _swarm(out: Path, backend: str, progress: bool) -> Verdict:
 def _verify(out: Path, backend: str, progress: bool) -> Verdict:
     run = rung_verify.run(out / "verify", backend)
     return Verdict("rung 6 verify", run.passed, run.verdict_detail())
+
+
+@rung(dp.RUNG)
+def _dp(out: Path, backend: str, progress: bool) -> Verdict:
+    ok, detail, unchecked = dp.ladder_verdict(out / "dp", progress, backend)
+    return Verdict(dp.RUNG, ok, detail, unchecked)
 
 
 def run_ladder(out: Path, backend: str = "numpy", progress: bool = True,

@@ -1,0 +1,268 @@
+"""gdist without Dask: the tree, the checks, and Local against independent oracles (a plain
+tape + gopt loop; per-microbatch tapes summed by hand)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import gdist
+import gopt
+import gtape as g
+import numpy as np
+import pytest
+from gdist import tree
+from gdist_models import CASES, mlp_case, mlp_ce, returns_non_scalar, tanh_case, tanh_reg
+
+
+def bits(params: dict) -> dict:
+    return {k: np.asarray(v).tobytes() for k, v in params.items()}
+
+
+def local(name: str, bname: str, dtype: str = "float64", **kw):
+    loss_fn, case, m, opt, okw, extra = CASES[name]
+    init, batches = case()
+    t = gdist.Local(loss_fn, init, opt, okw, microbatch=kw.pop("microbatch", m),
+                    backend=bname, dtype=dtype, **{**extra, **kw})
+    return t, batches
+
+
+# ---------------------------------------------------------------- the tree
+def test_tree_plan_is_pairwise_by_index() -> None:
+    assert tree.plan(1) == [] and tree.root(1) == 0
+    assert tree.plan(2) == [(2, 0, 1)]
+    assert tree.plan(3) == [(3, 0, 1), (4, 3, 2)]
+    assert tree.plan(6) == [(6, 0, 1), (7, 2, 3), (8, 4, 5), (9, 6, 7), (10, 9, 8)]
+    assert [tree.depth(k) for k in (1, 2, 3, 4, 5, 8, 9)] == [0, 1, 2, 2, 3, 3, 4]
+    for k in range(2, 20):  # every leaf used once, the root last
+        used = [x for _, a, b in tree.plan(k) for x in (a, b)]
+        assert sorted(used) == list(range(k)) + list(range(k, tree.root(k)))
+
+
+def test_tree_reduce_is_the_written_expression() -> None:
+    leaves = [f"g{i}" for i in range(5)]
+    assert tree.reduce(leaves, lambda a, b: f"({a}+{b})") == "(((g0+g1)+(g2+g3))+g4)"
+    with pytest.raises(ValueError, match="k is 0"):
+        tree.plan(0)
+
+
+def test_tree_order_matters_so_it_is_fixed() -> None:
+    """For these values the pairwise tree and the serial sum differ: the tree is a choice."""
+    xs = [np.float64(v) for v in (1.0, 1e16, -1e16, 1.0)]
+    assert tree.reduce(xs, lambda a, b: a + b) != ((xs[0] + xs[1]) + xs[2]) + xs[3]
+
+
+# ---------------------------------------------------------------- independent oracles
+def test_one_microbatch_equals_a_plain_tape_and_gopt_loop(bname: str) -> None:
+    """m = B (one microbatch): Local is exactly tape.backward + Adam.step (L2 and clip on)."""
+    init, batches = mlp_case()
+    t = gdist.Local(mlp_ce, init, gopt.Adam, {"lr": 1e-2}, microbatch=24, backend=bname,
+                    l2={"W1": 1e-3}, clip=0.5)
+    tp = g.Tape(bname)
+    ps = {k: tp.param(v) for k, v in init.items()}
+    opt = gopt.Adam(tp, lr=1e-2)
+    for k, p in ps.items():
+        opt.add(p, 1e-3 if k == "W1" else 0.0)
+    opt.set_clip(0.5)
+    mark = tp.mark()
+    for b in batches:
+        loss = mlp_ce(tp, ps, {"x": tp.const(b["x"]), "y": b["y"]})
+        tp.backward(loss)
+        want = float(tp.backend.to_numpy(tp.value(loss)))
+        opt.step()
+        tp.reset_to(mark)
+        assert t.step(b) == want
+    assert bits(t.params) == bits({k: tp.backend.to_numpy(tp.value(p)) for k, p in ps.items()})
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+def test_batch_gradient_is_the_tree_of_microbatch_gradients(bname: str, dtype: str) -> None:
+    """k = 5 microbatches: the batch gradient is (((g0+g1)+(g2+g3))+g4) / 5, each g_i from its
+    own fresh tape (numpy's + and / are the same IEEE operations as the backend's add, div)."""
+    init, batches = tanh_case(rows=25)
+    t = gdist.Local(tanh_reg, init, gopt.SGD, {"lr": 0.1}, microbatch=5, backend=bname,
+                    dtype=dtype)
+    b = batches[0]
+    loss = t.step(b)
+    gs, ls = [], []
+    for i in range(5):
+        tp = g.Tape(bname, dtype)
+        ps = {k: tp.param(v) for k, v in init.items()}
+        rows = {k: tp.const(v[5 * i:5 * i + 5]) for k, v in b.items()}
+        li = tanh_reg(tp, ps, rows)
+        tp.backward(li)
+        gs.append({k: tp.backend.to_numpy(tp.grad(p)) for k, p in ps.items()})
+        ls.append(tp.backend.to_numpy(tp.value(li)))
+    five = np.asarray(5, dtype)
+    want = {k: (((gs[0][k] + gs[1][k]) + (gs[2][k] + gs[3][k])) + gs[4][k]) / five for k in init}
+    assert bits(t.grads) == bits(want)
+    assert all(v.dtype == np.dtype(dtype) for v in t.grads.values())
+    assert loss == float((((ls[0] + ls[1]) + (ls[2] + ls[3])) + ls[4]) / five)
+
+
+def test_reduce_sum_skips_the_division(bname: str) -> None:
+    init, batches = tanh_case(rows=20)
+    mean = gdist.Local(tanh_reg, init, gopt.SGD, {"lr": 0.1}, microbatch=5, backend=bname)
+    total = gdist.Local(tanh_reg, init, gopt.SGD, {"lr": 0.1}, microbatch=5, backend=bname,
+                        reduce="sum")
+    lm, ls = mean.step(batches[0]), total.step(batches[0])
+    assert ls == lm * 4  # k = 4: dividing by 4 is exact
+    assert bits({k: v / 4 for k, v in total.grads.items()}) == bits(mean.grads)
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_two_runs_and_fresh_process_caches_agree(bname: str, name: str) -> None:
+    a, batches = local(name, bname)
+    b, _ = local(name, bname)
+    for batch in batches:
+        assert a.step(batch) == b.step(batch)
+    assert a.digest() == b.digest() and a.steps == 3
+
+
+# ---------------------------------------------------------------- refusals
+def test_bad_batches_are_refused_and_change_nothing(bname: str) -> None:
+    t, batches = local("mlp", bname)
+    t.step(batches[0])
+    before = bits(t.state_dict())
+    b = batches[1]
+    cases = [
+        ({"x": b["x"][:22], "y": b["y"][:22]}, ValueError, r"B = 22 rows.*microbatch = 4"),
+        ({"x": b["x"]}, ValueError, r"missing \['y'\]"),
+        ({**b, "z": b["x"]}, ValueError, r"unknown \['z'\]"),
+        ({"x": b["x"], "y": b["y"][:20]}, ValueError, "has 20 rows"),
+        ({"x": b["x"].astype(str), "y": b["y"]}, TypeError, "expected real numbers"),
+        ({"x": b["x"][:0], "y": b["y"][:0]}, ValueError, "B = 0"),
+        ([b["x"]], TypeError, "expected a non-empty dict"),
+    ]
+    for batch, err, msg in cases:
+        with pytest.raises(err, match=msg) as e:
+            t.step(batch)
+        assert "gdist.Local.step: " in str(e.value)
+    assert bits(t.state_dict()) == before and t.steps == 1
+
+
+def test_bad_definitions_are_refused(bname: str) -> None:
+    init, _ = mlp_case()
+    ok = dict(microbatch=4, backend=bname)
+    with pytest.raises(ValueError, match="microbatch is 0"):
+        gdist.Local(mlp_ce, init, gopt.Adam, microbatch=0)
+    with pytest.raises(ValueError, match="backend is 'gpu'"):
+        gdist.Local(mlp_ce, init, gopt.Adam, microbatch=4, backend="gpu")
+    with pytest.raises(TypeError, match="expected a gopt optimizer class"):
+        gdist.Local(mlp_ce, init, "adam", **ok)
+    with pytest.raises(TypeError, match="refused"):
+        gdist.Local(mlp_ce, init, gopt.Adam, {"learning_rate": 1}, **ok)
+    with pytest.raises(ValueError, match=r"l2 names \['W9'\]"):
+        gdist.Local(mlp_ce, init, gopt.Adam, l2={"W9": 1.0}, **ok)
+    with pytest.raises(TypeError, match="init_params is"):
+        gdist.Local(mlp_ce, {}, gopt.Adam, **ok)
+    with pytest.raises(TypeError, match="dtype is 'float16'"):
+        gdist.Local(mlp_ce, init, gopt.Adam, dtype="float16", **ok)
+    with pytest.raises(ValueError, match="reduce is 'max'"):
+        gdist.Local(mlp_ce, init, gopt.Adam, reduce="max", **ok)
+    with pytest.raises(TypeError, match="expected a dask.distributed.Client"):
+        gdist.DataParallel(mlp_ce, init, gopt.Adam, client=None, **ok)
+
+    class FakeClient:
+        def submit(self, *a, **k):
+            raise AssertionError("nothing may be submitted")
+
+    with pytest.raises(ValueError, match="tree_on is 'scheduler'"):
+        gdist.DataParallel(mlp_ce, init, gopt.Adam, client=FakeClient(), tree_on="scheduler",
+                           **ok)
+    with pytest.raises(TypeError, match="cannot be pickled"):
+        gdist.DataParallel(lambda tp, p, b, _lock=__import__("threading").Lock(): None, init,
+                           gopt.Adam, client=FakeClient(), **ok)
+
+
+def test_params_of_the_wrong_shape_are_refused(bname: str) -> None:
+    t, _ = local("mlp", bname)
+    before = bits(t.params)
+    p = t.params
+    with pytest.raises(ValueError, match=r"params\['W1'\] has shape \(8, 15\); expected \(8, 16\)"):
+        t.set_params({**p, "W1": p["W1"][:, :15]})
+    with pytest.raises(ValueError, match=r"missing \['b2'\]"):
+        t.set_params({k: v for k, v in p.items() if k != "b2"})
+    assert bits(t.params) == before
+    t.set_params({k: v + 1 for k, v in p.items()})
+    assert bits(t.params) == bits({k: v + 1 for k, v in p.items()})
+
+
+def test_a_loss_that_is_not_a_scalar_is_named(bname: str) -> None:
+    init, batches = mlp_case()
+    t = gdist.Local(returns_non_scalar, init, gopt.Adam, microbatch=4, backend=bname)
+    with pytest.raises(TypeError, match=r"loss_fn returned \(4, 16\); expected a scalar"):
+        t.step(batches[0])
+    assert t.steps == 0 and t.optimizer.t == 0
+
+
+# ---------------------------------------------------------------- checkpoints
+def test_checkpoint_round_trip_and_refusals(bname: str, tmp_path: Path) -> None:
+    t, batches = local("mlp", bname)
+    t.step(batches[0])
+    t.save(tmp_path / "a.npz")
+    u, _ = local("mlp", bname)
+    u.load(tmp_path / "a.npz")
+    assert bits(u.state_dict()) == bits(t.state_dict()) and u.steps == 1
+    assert t.step(batches[1]) == u.step(batches[1]) and t.digest() == u.digest()
+    other, _ = local("mlp", bname, microbatch=8)
+    before = bits(other.state_dict())
+    with pytest.raises(ValueError, match="microbatch is 4; this trainer's is 8"):
+        other.load(tmp_path / "a.npz")
+    state = t.state_dict()
+    state["param.W1"] = state["param.W1"][:, :3]
+    with pytest.raises(ValueError, match=r"has shape \(8, 3\)"):
+        u.load_state_dict(state)
+    (tmp_path / "junk.npz").write_bytes(b"not a zip")
+    with pytest.raises(ValueError, match="not a checkpoint"):
+        u.load(tmp_path / "junk.npz")
+    assert bits(other.state_dict()) == before
+    with np.load(tmp_path / "a.npz", allow_pickle=False) as f:  # plain arrays, no objects
+        assert all(f[k].dtype != object for k in f.files)
+
+
+RESUME = """
+import sys, numpy as np, gdist
+sys.path.insert(0, {tests!r})
+from gdist_models import CASES
+loss_fn, case, m, opt, okw, extra = CASES["mlp"]
+init, batches = case()
+t = gdist.Local(loss_fn, init, opt, okw, microbatch=m, backend={bname!r}, **extra)
+t.load({path!r})
+for b in batches[1:]:
+    t.step(b)
+np.savez({out!r}, **t.params)
+"""
+
+
+def test_resume_in_a_new_process_is_bitwise_the_uninterrupted_run(bname: str,
+                                                                   tmp_path: Path) -> None:
+    full, batches = local("mlp", bname)
+    for b in batches:
+        full.step(b)
+    part, _ = local("mlp", bname)
+    part.step(batches[0])
+    part.save(tmp_path / "ckpt.npz")
+    code = RESUME.format(tests=str(Path(__file__).parent), bname=bname,
+                         path=str(tmp_path / "ckpt.npz"), out=str(tmp_path / "out.npz"))
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=300)
+    with np.load(tmp_path / "out.npz", allow_pickle=False) as f:
+        resumed = {k: f[k] for k in f.files}
+    assert bits(resumed) == bits(full.params)
+
+
+def test_int_rows_pass_as_numpy_and_float_rows_as_consts(bname: str) -> None:
+    seen = {}
+
+    def spy(tp, params, batch):
+        seen.update({k: type(v).__name__ for k, v in batch.items()})
+        return mlp_ce(tp, params, batch)
+
+    init, batches = mlp_case()
+    gdist.Local(spy, init, gopt.Adam, microbatch=4, backend=bname).step(batches[0])
+    assert seen == {"x": "Var", "y": "ndarray"}
+
+
+def test_public_names_exist() -> None:
+    assert all(hasattr(gdist, n) for n in gdist.__all__)
