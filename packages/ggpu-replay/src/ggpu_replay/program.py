@@ -210,6 +210,12 @@ class Program:
         """gopt's Adam, exactly, with its state on the device (register params with ``add``)."""
         return DeviceOptimizer(self, gopt.Adam(self._store, lr=lr, betas=betas, eps=eps))
 
+    def adamw(self, lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.999),
+              eps: float = 1e-8, weight_decay: float = 1e-2) -> DeviceOptimizer:
+        """gopt's AdamW, exactly, with its state on the device (register params with ``add``)."""
+        return DeviceOptimizer(self, gopt.AdamW(self._store, lr=lr, betas=betas, eps=eps,
+                                                weight_decay=weight_decay))
+
     def sgd(self, lr: float) -> DeviceOptimizer:
         """gopt's SGD, exactly, on the device (register params with ``add``)."""
         return DeviceOptimizer(self, gopt.SGD(self._store, lr=lr))
