@@ -130,10 +130,9 @@ class Schedule:
             if key not in state:
                 raise ValueError(f"{where}: the state has no entry {key!r}; expected what "
                                  "state_dict() returns")
-        kind = str(np.asarray(state["kind"]))
-        if kind != self.KIND:
-            raise ValueError(f"{where}: the state is of a {kind!r} schedule; expected "
-                             f"{self.KIND!r}")
+            if key == "kind" and str(np.asarray(state["kind"])) != self.KIND:
+                raise ValueError(f"{where}: the state is of a {str(np.asarray(state['kind']))!r}"
+                                 f" schedule; expected {self.KIND!r}")
         for k, v in self._hyper().items():
             got = np.asarray(state[f"hyper.{k}"])
             if got.shape != () or got.dtype.kind not in "iuf" or float(got) != v:
