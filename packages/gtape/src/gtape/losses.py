@@ -66,5 +66,8 @@ def cross_entropy(logits: Var, labels: Any) -> Var:
                          f"[{y.min()}, {y.max()}]")
     onehot = np.zeros(z.shape)
     onehot[np.arange(len(y)), y] = 1.0
-    picked = ops.sum(ops.mul(ops.softmax(z, axis=-1), onehot), axis=-1)
+    probs = ops.softmax(z, axis=-1)
+    # the one-hot is a named const (a captured program lists it as input "labels"), recorded
+    # where the mul would have recorded it: the node order is unchanged
+    picked = ops.sum(ops.mul(probs, logits.tape.const(onehot, name="labels")), axis=-1)
     return ops.neg(ops.mean(ops.log(picked)))
