@@ -58,12 +58,23 @@ def plot_losses(path: Path, losses: list[float], epoch_mse: list[float], steps_p
     return plot(path, title, "step", "MSE", draw)
 
 
-class EpochLog:
-    """The progress display off a terminal: one plain line per epoch (tqdm's calls, no bar)."""
+EVERY = 10  # off a terminal, progress lines are printed at most every EVERY epochs (or steps)
 
-    def __init__(self, stream: Any) -> None:
+
+def due(k: int, total: int, every: int = EVERY) -> bool:
+    """Whether progress line ``k`` (1-based) of ``total`` is printed off a terminal: every
+    ``every``-th one and the last."""
+    return k % every == 0 or k == total
+
+
+class EpochLog:
+    """The progress display off a terminal: a plain line every 10 epochs and at the last one
+    (tqdm's calls, no bar)."""
+
+    def __init__(self, stream: Any, epochs: int = 0, every: int = EVERY) -> None:
         self._stream = stream
         self._postfix = ""
+        self._epochs, self._every, self._seen = epochs, every, 0
 
     def set_postfix_str(self, text: str, refresh: bool = True) -> None:
         """Remember the latest step's note (printed with the next epoch line)."""
@@ -73,8 +84,23 @@ class EpochLog:
         """A step was taken (nothing printed)."""
 
     def set_description(self, text: str) -> None:
-        """An epoch ended: print its line."""
-        print(f"{text}  {self._postfix}", file=self._stream, flush=True)
+        """An epoch ended: print its line if it is due."""
+        self._seen += 1
+        if due(self._seen, self._epochs, self._every):
+            print(f"{text}  {self._postfix}", file=self._stream, flush=True)
 
     def close(self) -> None:
         """Nothing to tear down."""
+
+
+class StepLog(EpochLog):
+    """``EpochLog`` for a loop of steps (tqdm's ``update`` calls): a line every 10 steps."""
+
+    def __init__(self, stream: Any, total: int, label: str, every: int = EVERY) -> None:
+        super().__init__(stream, total, every)
+        self._label = label
+
+    def update(self, n: int = 1) -> None:
+        """``n`` steps were taken: print a line if one is due."""
+        for _ in range(n):
+            self.set_description(f"{self._label} step {self._seen + 1}/{self._epochs}")

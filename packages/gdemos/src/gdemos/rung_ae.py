@@ -123,9 +123,9 @@ def run(cfg: ae.AEConfig, out: Path, progress: bool = True, bars: bool = True) -
         def make_bar(total: int, epochs: int):
             return tqdm(total=total, unit="step", file=sys.stderr, dynamic_ncols=True,
                         desc=f"epoch 0/{epochs}")
-    elif progress:  # not a terminal (a log file, CI): one plain line per epoch
+    elif progress:  # not a terminal (a log file, CI): a plain line every 10 epochs
         def make_bar(total: int, epochs: int):
-            return report.EpochLog(sys.stderr)
+            return report.EpochLog(sys.stderr, epochs)
     result = train(cfg, make_bar)
     checked = check_bars(result) if bars else {}
     if cfg.engine in ("replay", "fused"):

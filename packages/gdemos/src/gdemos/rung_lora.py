@@ -72,12 +72,15 @@ def run(cfg: lt.LoRAConfig, out: Path, model_dir: Path | None = None, text: str 
     """Finetune under ``cfg``, merge, save, reload, check; write the summary and the plot."""
     model, desc = load_model(model_dir, dtype, cfg.seed)
     make_bar = None
-    if progress:
+    if progress and sys.stderr.isatty():
         from tqdm import tqdm
 
         def make_bar(total: int):
             return tqdm(total=total, unit="step", file=sys.stderr, dynamic_ncols=True,
                         desc="lora")
+    elif progress:  # not a terminal: a plain line every 10 steps
+        def make_bar(total: int):
+            return report.StepLog(sys.stderr, total, "lora")
     result = lt.run(model, text if text is not None else lt.TEXT, cfg, out / "merged", make_bar)
     summary = result.summary()
     summary.update(model=desc, dtype=dtype, merged=str(out / "merged"))
