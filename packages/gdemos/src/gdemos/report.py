@@ -58,6 +58,50 @@ def plot_losses(path: Path, losses: list[float], epoch_mse: list[float], steps_p
     return plot(path, title, "step", "MSE", draw)
 
 
+def bit_equal_steps(a: list[float], b: list[float]) -> int:
+    """How many steps' losses of two runs are the same float64 bits."""
+    import numpy as np
+
+    x, y = np.array(a, np.float64), np.array(b, np.float64)
+    n = min(len(x), len(y))
+    return int(np.sum(x[:n].view(np.uint64) == y[:n].view(np.uint64)))
+
+
+def plot_replay(path: Path, tape: list[float], replay: list[float], title: str,
+                engine: str = "replay") -> Path:
+    """Two panels: the replay's minibatch loss drawn over the CPU tape's, and their difference
+    per step (zero where bit-equal); the title counts the bit-equal steps."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    n = min(len(tape), len(replay))
+    same = bit_equal_steps(tape, replay)
+    steps = np.arange(1, n + 1)
+    fig, (top, bottom) = plt.subplots(2, 1, figsize=(7, 5.6), dpi=110, sharex=True,
+                                      gridspec_kw={"height_ratios": [2, 1]})
+    top.semilogy(steps, tape[:n], lw=3.0, alpha=0.35, color="C0", label="CPU tape (numpy)")
+    top.semilogy(steps, replay[:n], lw=0.8, ls="--", color="C3", label=engine)
+    top.set_ylabel("minibatch MSE")
+    top.set_title(f"{title}\n{same}/{n} steps bit-equal to the CPU tape")
+    top.grid(True, which="both", alpha=0.3)
+    top.legend()
+    diff = np.array(replay[:n], np.float64) - np.array(tape[:n], np.float64)
+    bottom.plot(steps, diff, lw=0.9, color="C3", label=f"{engine} - tape")
+    bottom.axhline(0.0, color="k", lw=0.6)
+    bottom.set_xlabel("step")
+    bottom.set_ylabel("difference")
+    bottom.grid(True, alpha=0.3)
+    bottom.legend()
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    files.write_atomic(path, lambda f: fig.savefig(f, format="png"))
+    plt.close(fig)
+    return path
+
+
 EVERY = 10  # off a terminal, progress lines are printed at most every EVERY epochs (or steps)
 
 
