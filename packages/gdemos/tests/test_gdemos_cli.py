@@ -84,9 +84,39 @@ def test_python_dash_m_runs():
     assert "ladder" in out and "ae" in out
 
 
-def test_progress_off_a_terminal_is_one_line_per_epoch(tmp_path, capsys):
-    assert cli.main(["ae", "--epochs", "2", "--out", str(tmp_path), "--no-bars"]) == 0
+def test_progress_off_a_terminal_is_a_line_every_10_epochs(tmp_path, capsys):
+    assert cli.main(["ae", "--epochs", "23", "--out", str(tmp_path), "--no-bars"]) == 0
     err = capsys.readouterr().err
     lines = [ln for ln in err.splitlines() if ln.startswith("epoch ")]
-    assert [ln.split()[1] for ln in lines] == ["1/2", "2/2"] and "\r" not in err
+    assert [ln.split()[1] for ln in lines] == ["10/23", "20/23", "23/23"] and "\r" not in err
     assert "loss" in lines[-1]
+
+
+def test_step_log_prints_every_10_steps_and_the_last(capsys):
+    import sys
+
+    from gdemos import report
+
+    log = report.StepLog(sys.stderr, 25, "lora")
+    for _ in range(25):
+        log.set_postfix_str("loss 1.0")
+        log.update(1)
+    lines = capsys.readouterr().err.splitlines()
+    assert lines == [f"lora step {k}/25  loss 1.0" for k in (10, 20, 25)]
+
+
+def test_ladder_verdicts_are_the_last_lines(monkeypatch, tmp_path, capsys):
+    import sys
+
+    def noisy(name):
+        def run(out, backend, progress):
+            print(f"{name} progress", file=sys.stderr)
+            print(f"{name} stdout chatter")
+            return ladder.Verdict(name, True, "ok")
+        return run
+
+    monkeypatch.setattr(ladder, "RUNGS", [("rung A", noisy("rung A")),
+                                          ("rung B", noisy("rung B"))])
+    assert cli.main(["ladder", "--out", str(tmp_path)]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[-3:] == ["PASS rung A: ok", "PASS rung B: ok", "ladder: 2/2 rungs passed"]

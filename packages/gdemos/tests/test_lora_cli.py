@@ -19,6 +19,7 @@ def test_lora_command_default_model(tmp_path, capsys):
     s = json.loads((tmp_path / "lora_summary.json").read_text())
     assert s["reproduced"] is True and s["steps"] == 60 and len(s["losses"]) == 60
     assert s["final_loss"] * 10 <= s["initial_loss"]
+    assert s["text"] == lt.TEXT and s["generated"] == lt.TEXT  # shown side by side in the plot
     assert (tmp_path / "lora_loss.png").stat().st_size > 0
     back = Qwen2.from_pretrained(tmp_path / "merged")
     assert back.decode(back.generate(back.encode(lt.TEXT)[:4], 10)) == lt.TEXT[:14]

@@ -38,7 +38,17 @@ def test_cli_replay_writes_the_bar(bname, tmp_path, capsys):
     summary = json.loads((tmp_path / "ae_summary.json").read_text())
     assert summary["engine"] == "replay" and summary["steps"] == 10
     assert summary["bars"]["weights==cpu tape"]["passed"] is True
+    assert summary["bit_equal_steps"] == 10  # the plot's title counts these
+    assert (tmp_path / "ae_loss.png").stat().st_size > 0
     assert "rung 2 replay" in capsys.readouterr().out
+
+
+def test_bit_equal_steps_counts_bits():
+    from gdemos import report
+
+    a = [0.5, 0.25, 0.125, -0.0]
+    b = [0.5, float(np.nextafter(0.25, 1.0)), 0.125, 0.0]  # one ulp, and -0.0 vs +0.0
+    assert report.bit_equal_steps(a, a) == 4 and report.bit_equal_steps(a, b) == 2
 
 
 def test_replay_needs_a_device_backend(capsys):
@@ -57,4 +67,5 @@ def test_fused_engine_is_bit_equal_to_the_cpu_tape(bname, tmp_path, capsys):
     summary = json.loads((tmp_path / "ae_summary.json").read_text())
     assert summary["engine"] == "fused"
     assert summary["bars"]["weights==cpu tape"]["passed"] is True
+    assert summary["bit_equal_steps"] == summary["steps"]
     assert "rung 4 fused" in capsys.readouterr().out

@@ -11,14 +11,17 @@ from gdemos.cli import main
 pytest.importorskip("distributed", reason="rung 5 needs dask.distributed")
 
 
-def test_swarm_command(tmp_path, capsys) -> None:
+def test_swarm_command(tmp_path, capfd) -> None:
     code = main(["swarm", "--n", "600", "--iterations", "6", "--workers", "2",
                  "--partitions", "5", "--out", str(tmp_path)])
-    out = capsys.readouterr().out
+    captured = capfd.readouterr()  # the fd: Dask's log handler writes there
+    out, err = captured.out, captured.err
     assert code == 0, out
     assert "bitwise identical to the local tape run" in out
-    assert "[dask] iteration   6/6" in out
-    assert f"[local tape, {gtensor.host_backend()}] iteration   6/6" in out  # --backend auto
+    # progress goes to stderr; off a terminal only every 10th iteration and the last
+    assert "[dask] iteration   6/6" in err and "iteration   5/6" not in err
+    assert f"[local tape, {gtensor.host_backend()}] iteration   6/6" in err  # --backend auto
+    assert "distributed." not in err  # Dask's own logging is quiet without --verbose
     s = json.loads((tmp_path / "swarm.json").read_text())
     assert s["bitwise_equal_to_local_tape"] is True and s["converged"] is True
     assert len(s["losses"]) == 6 and s["losses"][0] > 100 * s["final_loss"]
@@ -54,3 +57,14 @@ def test_swarm_on_an_existing_scheduler_with_a_sim_reference(tmp_path, capsys) -
     s = json.loads((tmp_path / "swarm.json").read_text())
     assert s["bitwise_equal_to_local_tape"] is True and s["reference_backend"] == "sim"
     assert f"the cluster at {cluster.scheduler_address}" in s["engine_desc"]
+
+
+def test_verbose_lets_dask_logging_through(tmp_path, capfd) -> None:
+    from gdemos import swarm_dask
+
+    try:
+        main(["swarm", "--n", "300", "--iterations", "2", "--workers", "1", "--out",
+              str(tmp_path), "--verbose"])  # too few iterations to converge: the code is 1
+    finally:
+        swarm_dask.set_verbose(False)
+    assert " - distributed." in capfd.readouterr().err  # Dask writes to the fd, not sys.stderr

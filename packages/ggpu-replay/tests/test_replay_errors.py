@@ -82,6 +82,9 @@ def test_set_input_refusals_leave_the_input_unchanged(device):
     with pytest.raises(CaptureError, match="belongs to another tape"):
         prog.set_input(ox, np.ones((4, 3)))
     with pytest.raises(TypeError, match="expected a Var"):
+        prog.set_input(3, np.ones((4, 3)))
+    with pytest.raises(CaptureError, match="set_input: the program has no input 'x'; its "
+                                           r"inputs are \['const1', 'const3'\]"):
         prog.set_input("x", np.ones((4, 3)))
     assert np.array_equal(prog.value(x), before)
 

@@ -103,3 +103,31 @@ def test_the_key_covers_the_shared_runtime_header():
     for unit in (sim.translation_unit(KERNEL.source(), [KERNEL]),
                  cpu.translation_unit(KERNEL.source(), [KERNEL])):
         assert common in unit and not re.search(r'^#include "', unit, re.M)
+
+
+def test_a_first_build_prints_one_line_and_a_cached_one_nothing(cache_dir, capfd):
+    """The first compile says what, where and roughly how long; a warm cache is silent."""
+    key, lib = _build()
+    err = capfd.readouterr().err.splitlines()
+    assert len(err) == 1, err
+    assert re.fullmatch(r"gtensor: compiling 1 sim kernels \(CUDA source on the CPU, g\+\+\) "
+                        r"\(first use; about \d+ s\), cached in " + re.escape(str(cache_dir))
+                        + r"/sim", err[0]), err[0]
+    assert json.loads(lib.with_suffix(".json").read_text())["seconds"] > 0
+    assert _build() == (key, lib)
+    assert capfd.readouterr().err == ""  # warm: nothing
+
+
+def test_the_estimate_is_the_last_build_recorded_here(cache_dir, capfd):
+    folder = cache.directory("probe")
+    (folder / "old.json").write_text(json.dumps({"size": 1, "sha256": "x", "seconds": 42.4}))
+
+    def fake_compiler(src, out):
+        out.write_bytes(b"not really a library")
+
+    cache.library("probe", "k1", "int x;", fake_compiler, "the probe module")
+    line = capfd.readouterr().err.strip()
+    assert line == ("gtensor: compiling the probe module (first use; about 42 s), cached in "
+                    f"{folder}")
+    cache.library("probe", "k1", "int x;", fake_compiler, "the probe module")
+    assert capfd.readouterr().err == ""

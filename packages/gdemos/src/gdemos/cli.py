@@ -39,7 +39,10 @@ def _parser() -> argparse.ArgumentParser:
     common.add_argument("--out", type=Path, default=Path("gdemos-out"),
                         help="directory for the summary JSON and plots (default: gdemos-out)")
     common.add_argument("--no-progress", action="store_true",
-                        help="no progress display (off a terminal it is one line per epoch)")
+                        help="no progress display (off a terminal it is a line every 10 "
+                             "epochs or steps)")
+    common.add_argument("--verbose", action="store_true",
+                        help="let Dask's own logging through (default: errors only)")
     a = sub.add_parser("ae", parents=[common], help="rung 1: the d-64-32-64-d autoencoder")
     a.add_argument("--epochs", type=int, default=ae.AEConfig.epochs,
                    help=f"passes over the {ae.AEConfig.n} points, "
@@ -81,6 +84,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``gdemos`` console script; returns the exit code."""
     parser = _parser()
     args = parser.parse_args(argv)
+    from . import swarm_dask
+
+    swarm_dask.set_verbose(getattr(args, "verbose", False))
     if getattr(args, "backend", None) == "auto":
         args.backend = gtensor.host_backend()
     _check_common(parser, args)

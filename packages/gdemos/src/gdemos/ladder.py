@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -106,7 +107,8 @@ def _dp(out: Path, backend: str, progress: bool) -> Verdict:
 
 def run_ladder(out: Path, backend: str = "numpy", progress: bool = True,
                echo: Callable[[str], None] = print) -> list[Verdict]:
-    """Run every rung in order and echo one verdict line per rung (exceptions are FAILs)."""
+    """Run every rung in order (exceptions are FAILs), then echo one verdict line per rung:
+    the verdicts come after every rung's progress output, together, at the end."""
     verdicts = []
     for name, fn in RUNGS:
         try:
@@ -114,5 +116,8 @@ def run_ladder(out: Path, backend: str = "numpy", progress: bool = True,
         except Exception as e:  # a crashing rung is a failing rung; the ladder goes on
             v = Verdict(name, False, f"raised {type(e).__name__}: {e}")
         verdicts.append(v)
+        if progress:
+            print(f"[ladder] {name}: {v.status}", file=sys.stderr, flush=True)
+    for v in verdicts:
         echo(v.line())
     return verdicts

@@ -58,12 +58,67 @@ def plot_losses(path: Path, losses: list[float], epoch_mse: list[float], steps_p
     return plot(path, title, "step", "MSE", draw)
 
 
-class EpochLog:
-    """The progress display off a terminal: one plain line per epoch (tqdm's calls, no bar)."""
+def bit_equal_steps(a: list[float], b: list[float]) -> int:
+    """How many steps' losses of two runs are the same float64 bits."""
+    import numpy as np
 
-    def __init__(self, stream: Any) -> None:
+    x, y = np.array(a, np.float64), np.array(b, np.float64)
+    n = min(len(x), len(y))
+    return int(np.sum(x[:n].view(np.uint64) == y[:n].view(np.uint64)))
+
+
+def plot_replay(path: Path, tape: list[float], replay: list[float], title: str,
+                engine: str = "replay") -> Path:
+    """Two panels: the replay's minibatch loss drawn over the CPU tape's, and their difference
+    per step (zero where bit-equal); the title counts the bit-equal steps."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    n = min(len(tape), len(replay))
+    same = bit_equal_steps(tape, replay)
+    steps = np.arange(1, n + 1)
+    fig, (top, bottom) = plt.subplots(2, 1, figsize=(7, 5.6), dpi=110, sharex=True,
+                                      gridspec_kw={"height_ratios": [2, 1]})
+    top.semilogy(steps, tape[:n], lw=3.0, alpha=0.35, color="C0", label="CPU tape (numpy)")
+    top.semilogy(steps, replay[:n], lw=0.8, ls="--", color="C3", label=engine)
+    top.set_ylabel("minibatch MSE")
+    top.set_title(f"{title}\n{same}/{n} steps bit-equal to the CPU tape")
+    top.grid(True, which="both", alpha=0.3)
+    top.legend()
+    diff = np.array(replay[:n], np.float64) - np.array(tape[:n], np.float64)
+    bottom.plot(steps, diff, lw=0.9, color="C3", label=f"{engine} - tape")
+    bottom.axhline(0.0, color="k", lw=0.6)
+    bottom.set_xlabel("step")
+    bottom.set_ylabel("difference")
+    bottom.grid(True, alpha=0.3)
+    bottom.legend()
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    files.write_atomic(path, lambda f: fig.savefig(f, format="png"))
+    plt.close(fig)
+    return path
+
+
+EVERY = 10  # off a terminal, progress lines are printed at most every EVERY epochs (or steps)
+
+
+def due(k: int, total: int, every: int = EVERY) -> bool:
+    """Whether progress line ``k`` (1-based) of ``total`` is printed off a terminal: every
+    ``every``-th one and the last."""
+    return k % every == 0 or k == total
+
+
+class EpochLog:
+    """The progress display off a terminal: a plain line every 10 epochs and at the last one
+    (tqdm's calls, no bar)."""
+
+    def __init__(self, stream: Any, epochs: int = 0, every: int = EVERY) -> None:
         self._stream = stream
         self._postfix = ""
+        self._epochs, self._every, self._seen = epochs, every, 0
 
     def set_postfix_str(self, text: str, refresh: bool = True) -> None:
         """Remember the latest step's note (printed with the next epoch line)."""
@@ -73,8 +128,23 @@ class EpochLog:
         """A step was taken (nothing printed)."""
 
     def set_description(self, text: str) -> None:
-        """An epoch ended: print its line."""
-        print(f"{text}  {self._postfix}", file=self._stream, flush=True)
+        """An epoch ended: print its line if it is due."""
+        self._seen += 1
+        if due(self._seen, self._epochs, self._every):
+            print(f"{text}  {self._postfix}", file=self._stream, flush=True)
 
     def close(self) -> None:
         """Nothing to tear down."""
+
+
+class StepLog(EpochLog):
+    """``EpochLog`` for a loop of steps (tqdm's ``update`` calls): a line every 10 steps."""
+
+    def __init__(self, stream: Any, total: int, label: str, every: int = EVERY) -> None:
+        super().__init__(stream, total, every)
+        self._label = label
+
+    def update(self, n: int = 1) -> None:
+        """``n`` steps were taken: print a line if one is due."""
+        for _ in range(n):
+            self.set_description(f"{self._label} step {self._seen + 1}/{self._epochs}")

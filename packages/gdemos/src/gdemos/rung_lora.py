@@ -57,14 +57,47 @@ def load_model(model_dir: Path | None, dtype: str, seed: int) -> tuple[Qwen2, st
                f"{dtype}")
 
 
-def plot(path: Path, losses: list[float], title: str) -> Path:
-    """Log-scale CE per Adam step."""
+def plot(path: Path, losses: list[float], title: str, text: str | None = None,
+         generated: str | None = None, reproduced: bool | None = None) -> Path:
+    """Log-scale CE per Adam step; below it (when given) the training text and the merged
+    model's greedy continuation, side by side."""
+    import textwrap
 
-    def draw(ax) -> None:
-        ax.semilogy(range(1, len(losses) + 1), losses, "o-", ms=2.5, lw=1.0,
-                    label="CE (nats/token)")
+    import matplotlib
 
-    return report.plot(path, title, "Adam step", "cross-entropy", draw)
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from gtensor import files
+
+    panel = text is not None and generated is not None
+    fig, axes = plt.subplots(2 if panel else 1, 1, figsize=(7, 5.8 if panel else 4.2), dpi=110,
+                             gridspec_kw={"height_ratios": [3, 1.5]} if panel else None)
+    ax = axes[0] if panel else axes
+    ax.semilogy(range(1, len(losses) + 1), losses, "o-", ms=2.5, lw=1.0,
+                label="CE (nats/token)")
+    ax.set_xlabel("Adam step")
+    ax.set_ylabel("cross-entropy")
+    ax.set_title(title)
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend()
+    if panel:
+        box = axes[1]
+        box.axis("off")
+        verdict = {True: "reproduced: yes", False: "reproduced: NO", None: ""}[reproduced]
+        for x, head, body in ((0.0, "training text", text),
+                              (0.52, f"merged model's continuation\n(greedy, from the first "
+                                     f"{lt.PROMPT_TOKENS} tokens)\n{verdict}", generated)):
+            box.text(x, 1.0, head, fontsize=8.5, fontweight="bold", va="top",
+                     transform=box.transAxes)
+            box.text(x, 0.62, textwrap.fill(body, 40), fontsize=7.5, family="monospace",
+                     va="top", transform=box.transAxes)
+        fig.subplots_adjust(left=0.11, right=0.97, top=0.94, bottom=0.02, hspace=0.28)
+    else:
+        fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    files.write_atomic(path, lambda f: fig.savefig(f, format="png"))
+    plt.close(fig)
+    return path
 
 
 def run(cfg: lt.LoRAConfig, out: Path, model_dir: Path | None = None, text: str | None = None,
@@ -72,17 +105,22 @@ def run(cfg: lt.LoRAConfig, out: Path, model_dir: Path | None = None, text: str 
     """Finetune under ``cfg``, merge, save, reload, check; write the summary and the plot."""
     model, desc = load_model(model_dir, dtype, cfg.seed)
     make_bar = None
-    if progress:
+    if progress and sys.stderr.isatty():
         from tqdm import tqdm
 
         def make_bar(total: int):
             return tqdm(total=total, unit="step", file=sys.stderr, dynamic_ncols=True,
                         desc="lora")
-    result = lt.run(model, text if text is not None else lt.TEXT, cfg, out / "merged", make_bar)
+    elif progress:  # not a terminal: a plain line every 10 steps
+        def make_bar(total: int):
+            return report.StepLog(sys.stderr, total, "lora")
+    text = text if text is not None else lt.TEXT
+    result = lt.run(model, text, cfg, out / "merged", make_bar)
     summary = result.summary()
-    summary.update(model=desc, dtype=dtype, merged=str(out / "merged"))
+    summary.update(model=desc, dtype=dtype, merged=str(out / "merged"), text=text)
     png = plot(out / "lora_loss.png", result.losses,
-               f"rung 3: LoRA r={cfg.rank} on {result.tokens} tokens ({cfg.backend}, {dtype})")
+               f"rung 3: LoRA r={cfg.rank} on {result.tokens} tokens ({cfg.backend}, {dtype})",
+               text, result.generated, result.reproduced)
     summary["plot"] = str(png)
     path = report.write_summary(out / "lora_summary.json", summary)
     return LoRARun(result, desc, path, png, out / "merged")

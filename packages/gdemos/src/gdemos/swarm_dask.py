@@ -112,10 +112,26 @@ def train_cluster(cfg: SwarmConfig, client: Any, ranges: Sequence[tuple[int, int
     return h
 
 
+VERBOSE = {"on": False}  # Dask's own logging: quiet unless ``gdemos --verbose`` (set_verbose)
+
+
+def set_verbose(on: bool) -> None:
+    """Let Dask's own logging through (``--verbose``), or keep it to errors (the default)."""
+    import logging
+
+    VERBOSE["on"] = bool(on)
+    for name in ("distributed", "dask"):
+        logging.getLogger(name).setLevel(logging.INFO if on else logging.ERROR)
+
+
 def local_cluster(workers: int) -> tuple[Any, Any]:
-    """(cluster, client): a LocalCluster of ``workers`` single-threaded worker processes."""
+    """(cluster, client): a LocalCluster of ``workers`` single-threaded worker processes
+    (their logs silenced below ERROR unless verbose)."""
+    import logging
+
     from distributed import Client, LocalCluster
 
     cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
-                           dashboard_address=":0")
+                           dashboard_address=":0",
+                           silence_logs=logging.INFO if VERBOSE["on"] else logging.ERROR)
     return cluster, Client(cluster)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -10,7 +11,7 @@ from typing import Any
 import numpy as np
 from gtensor import files
 
-from .report import write_summary
+from .report import due, write_summary
 from .swarm import History, SwarmConfig, make_data, same_bits, train_local
 
 ENGINES = ("dask", "cuda")
@@ -105,9 +106,12 @@ def _jsonable(x: Any) -> Any:
 
 
 def _printer(name: str, total: int):
+    tty = sys.stderr.isatty()
+
     def progress(it: int, loss: float, seconds: float) -> None:
-        print(f"  [{name}] iteration {it + 1:3d}/{total}: loss {loss:.6g} ({seconds:.2f} s)",
-              flush=True)
+        if tty or due(it + 1, total):  # off a terminal: every 10th and the last
+            print(f"  [{name}] iteration {it + 1:3d}/{total}: loss {loss:.6g} "
+                  f"({seconds:.2f} s)", file=sys.stderr, flush=True)
 
     return progress
 

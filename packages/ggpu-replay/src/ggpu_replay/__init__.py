@@ -23,7 +23,8 @@ from __future__ import annotations
 from gtape.trace import CaptureError
 
 from .optim import DeviceOptimizer
-from .program import Program, capture
+from .program import Program, StaleInputError, capture
 
 __version__ = "0.1.0"
-__all__ = ["CaptureError", "DeviceOptimizer", "Program", "__version__", "capture"]
+__all__ = ["CaptureError", "DeviceOptimizer", "Program", "StaleInputError", "__version__",
+           "capture"]

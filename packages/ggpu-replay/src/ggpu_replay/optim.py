@@ -1,4 +1,4 @@
-"""Device optimizers: gopt's SGD and Adam over a program's parameter buffers.
+"""Device optimizers: gopt's SGD, Adam and AdamW over a program's parameter buffers.
 
 The optimizer IS gopt's (same code, same formulas, so the same bits); the program is its
 parameter store. Its step has two halves (see ``gopt.Optimizer``): the host half (the step
@@ -89,8 +89,14 @@ class DeviceOptimizer:
 
     @property
     def lr(self) -> float:
-        """The learning rate."""
+        """The learning rate; settable (gopt's checks), taking effect at the next step."""
         return self._opt.lr
+
+    @lr.setter
+    def lr(self, value: float) -> None:
+        # a per-step host scalar: the host half writes what derives from it into device
+        # buffers, so the recorded segment (and a CUDA graph of the whole step) stays valid
+        self._opt.lr = value
 
     @property
     def params(self) -> list[gtape.Var]:

@@ -18,6 +18,8 @@ import gtape
 import gtensor
 import numpy as np
 from gtape.trace import CaptureError, Trace, trace
+from gtensor.dtypes import INDEX as TYPED_DTYPES_INT
+from gtensor.dtypes import TYPED_DTYPES
 from gtensor.recording import Launch
 
 from .device import Device, device_for
@@ -35,6 +37,7 @@ class Program:
         self._store = ParamStore(self)
         self._whole: dict[int, Any] = {}  # id(dopt) -> the whole step, built for that optimizer
         self._backwards = 0  # backward replays (a device optimizer refuses stale gradients)
+        self._fresh = InputClock(self)  # which inputs set_input refreshed, step by step
 
     # ---------------------------------------------------------------- description
     @property
@@ -84,9 +87,14 @@ class Program:
         return list(self._tr.backward)
 
     @property
-    def inputs(self) -> list[gtape.Var]:
-        """The const leaves, which ``set_input`` may refresh."""
-        return [self._tape.var_at(n.index) for n in self._tr.nodes if n.op is gtape.CONST]
+    def inputs(self) -> dict[str, gtape.Var]:
+        """The const leaves, which ``set_input`` may refresh, by name, in node order.
+
+        A const's name is the one given to ``tp.const(x, name=...)`` (``cross_entropy``'s
+        int64 labels are ``"labels"``), else ``"const<i>"`` for node ``i``; a name
+        given twice gets ``"#<i>"`` appended from its second use on.
+        """
+        return dict(self._fresh.names)
 
     def stats(self) -> dict:
         """Counts: nodes, launches per phase, stored gradients and device bytes."""
@@ -97,18 +105,24 @@ class Program:
                 "grad_bytes": sum(int(g.nbytes) for g in grads)}
 
     # ---------------------------------------------------------------- running
-    def set_input(self, x: gtape.Var, data: Any) -> None:
+    def set_input(self, x: gtape.Var | str, data: Any) -> None:
         """Copy fresh data into input ``x``'s device buffer (shape fixed at capture).
 
-        ``data`` is host data of float32 or float64 (converted once to the program's dtype),
-        or an array of the program's device with its exact dtype.
+        ``x`` is the const's Var or its name in ``inputs``. ``data`` is host data of float32 or
+        float64 (converted once to the program's dtype), or an array of the program's device
+        with its exact dtype; an int64 input (ids, labels) takes host integers, checked against
+        the range of every op that reads it, a bool input host bools. Once inputs are refreshed
+        step after step, the next step refuses to run if some were refreshed for the previous
+        step but not for this one (see ``hold_input``).
         """
+        if isinstance(x, str):
+            x = self._fresh.by_name("set_input", x)
         i = self._check_var("set_input", x)
         node = self._tr.nodes[i]
         if node.op is not gtape.CONST:
             raise CaptureError(f"set_input: node {i} ({node.name}) is not an input of the "
                                "program; inputs are its const leaves: "
-                               f"{[v.index for v in self.inputs]}")
+                               f"{ {k: v.index for k, v in self.inputs.items()} }")
         buf = self._tr.values[i]
         be = self._tr.rec
         if be.is_array(data):
@@ -123,6 +137,12 @@ class Program:
             raise TypeError("set_input: got a cupy array but the program runs on "
                             f"{be.name}; pass host data")
         host = np.asarray(data)
+        if buf.dtype in TYPED_DTYPES:
+            host = self._typed_input(i, node, buf.dtype, host)
+            with self._device.ordered():
+                be.write(buf, host)
+            self._fresh.refreshed(i)
+            return
         if host.dtype.kind != "f" or host.dtype.itemsize not in (4, 8):
             raise TypeError(f"set_input: data for input node {i} has dtype {host.dtype}; "
                             "expected float32 or float64 (converted once to the program's "
@@ -132,9 +152,52 @@ class Program:
                              f"capture); got data of shape {tuple(host.shape)}")
         with self._device.ordered():
             be.write(buf, host)
+        self._fresh.refreshed(i)
+
+    def _typed_input(self, i: int, node: Any, dtype: np.dtype, host: np.ndarray) -> np.ndarray:
+        """Check fresh int64 ids / bool mask data for input node ``i`` (dtype, shape, and the
+        range every op reading it demands), before anything is written."""
+        want = "int64 ids" if dtype == TYPED_DTYPES_INT else "a bool mask"
+        ok = host.dtype.kind in "iu" if dtype == TYPED_DTYPES_INT else host.dtype == np.bool_
+        if not ok:
+            raise TypeError(f"set_input: input node {i} ({self.name_of(i)}) holds {want}; got "
+                            f"data of dtype {host.dtype}")
+        shape = node.shape
+        if tuple(host.shape) != shape and shape[-1:] == (1,) and tuple(host.shape) == shape[:-1]:
+            host = host.reshape(shape)  # labels (N,) for their (N, 1) const
+        if tuple(host.shape) != shape:
+            raise ValueError(f"set_input: input node {i} has shape {shape} (fixed at capture); "
+                             f"got data of shape {tuple(host.shape)}")
+        host = host.astype(dtype)
+        values = self._tr.values
+        for n in self._tr.nodes:
+            if isinstance(n.op, gtape.Leaf) or n.op.check is None or i not in n.inputs:
+                continue
+            ins = [host if j == i else values[j] for j in n.inputs]
+            try:
+                n.op.check(ins, n.attrs)
+            except IndexError as e:
+                raise IndexError(f"set_input: input node {i} ({self.name_of(i)}): {e}") from None
+        return host
+
+    def name_of(self, i: int) -> str:
+        """The name of input node ``i`` in ``inputs``."""
+        return next((k for k, v in self.inputs.items() if v.index == i), f"node {i}")
+
+    def hold_input(self, x: gtape.Var | str) -> None:
+        """Declare input ``x`` (a Var or a name) meant to keep its data across steps: it is
+        never reported stale (a table written once, say)."""
+        if isinstance(x, str):
+            x = self._fresh.by_name("hold_input", x)
+        i = self._check_var("hold_input", x)
+        if self._tr.nodes[i].op is not gtape.CONST:
+            raise CaptureError(f"hold_input: node {i} ({self._tr.nodes[i].name}) is not an "
+                               f"input of the program; inputs are {list(self.inputs)}")
+        self._fresh.held.add(i)
 
     def forward(self) -> None:
         """Replay the forward launches (one per op node)."""
+        self._fresh.check("forward")
         self._device.run(self.units("forward", self._tr.forward))
 
     def backward(self) -> None:
@@ -153,6 +216,7 @@ class Program:
             self.backward()
             dopt.step()
             return
+        self._fresh.check("step")
         self._backwards += 1  # the graph's backward, before the optimizer's checks
         dopt.advance()
         whole = self._whole.get(id(dopt))
@@ -210,6 +274,12 @@ class Program:
         """gopt's Adam, exactly, with its state on the device (register params with ``add``)."""
         return DeviceOptimizer(self, gopt.Adam(self._store, lr=lr, betas=betas, eps=eps))
 
+    def adamw(self, lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.999),
+              eps: float = 1e-8, weight_decay: float = 1e-2) -> DeviceOptimizer:
+        """gopt's AdamW, exactly, with its state on the device (register params with ``add``)."""
+        return DeviceOptimizer(self, gopt.AdamW(self._store, lr=lr, betas=betas, eps=eps,
+                                                weight_decay=weight_decay))
+
     def sgd(self, lr: float) -> DeviceOptimizer:
         """gopt's SGD, exactly, on the device (register params with ``add``)."""
         return DeviceOptimizer(self, gopt.SGD(self._store, lr=lr))
@@ -251,6 +321,60 @@ class Program:
         s = self.stats()
         return (f"<Program {self._tr.rec.name} {self.dtype.name}: {s['nodes']} nodes, "
                 f"{s['forward_launches']} + {s['backward_launches']} launches>")
+
+
+class StaleInputError(RuntimeError):
+    """A step would read an input that ``set_input`` refreshed for the previous step but not
+    for this one, while other inputs were refreshed (a stale minibatch half)."""
+
+
+class InputClock:
+    """The program's inputs by name, and which ones ``set_input`` refreshed since the last step.
+
+    The rule (``check``, at the start of every forward): let R be the inputs refreshed since
+    the previous step and P those refreshed for the previous step. If R is not empty, every
+    input of P must be in R (unless held): otherwise the step raises ``StaleInputError``
+    naming the stale ones, before anything runs. A step with no refresh at all (full-batch
+    training) is fine, and so is a first refresh of only some inputs.
+    """
+
+    def __init__(self, prog: Program) -> None:
+        tape, names = prog._tape, {}
+        for n in prog._tr.nodes:
+            if n.op is gtape.CONST:
+                v = tape.var_at(n.index)
+                name = tape.name_of(v) or f"const{n.index}"
+                names[name if name not in names else f"{name}#{n.index}"] = v
+        self.names = names
+        self._label = {v.index: k for k, v in names.items()}
+        self.now: set[int] = set()
+        self.before: set[int] = set()
+        self.held: set[int] = set()
+
+    def by_name(self, where: str, name: str) -> gtape.Var:
+        """The input called ``name`` (CaptureError listing the names otherwise)."""
+        if name not in self.names:
+            raise CaptureError(f"{where}: the program has no input {name!r}; its inputs are "
+                           f"{list(self.names)}")
+        return self.names[name]
+
+    def refreshed(self, i: int) -> None:
+        """Input node ``i`` got fresh data."""
+        self.now.add(i)
+
+    def check(self, where: str) -> None:
+        """Refuse a step that mixes fresh and stale inputs; then start the next step's count."""
+        if self.now:
+            stale = sorted(self.before - self.now - self.held)
+            if stale:
+                names = [self._label[i] for i in stale]
+                fresh = [self._label[i] for i in sorted(self.now)]
+                raise StaleInputError(
+                    f"{where}: input(s) {names} were refreshed by set_input for the previous "
+                    f"step but not for this one, while {fresh} were: the step would read stale "
+                    f"{names[0]!r} data; call set_input for every input each step (or "
+                    f"hold_input({names[0]!r}) if it is meant to keep its data)")
+            self.before, self.now = self.now, set()
 
 
 class ParamStore:

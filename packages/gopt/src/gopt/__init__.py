@@ -1,4 +1,4 @@
-"""gopt: SGD and Adam over a gtape Tape, written only in gtensor ops (bit-exact on every backend).
+"""gopt: SGD, Adam, AdamW and lr schedules over a gtape Tape, in gtensor ops (bit-exact).
 
 >>> import numpy as np
 >>> import gtape as g
@@ -15,9 +15,11 @@
 
 from __future__ import annotations
 
+from . import schedules
 from .adam import Adam, adam_lr_t
+from .adamw import AdamW
 from .base import Optimizer
 from .sgd import SGD
 
 __version__ = "0.1.0"
-__all__ = ["Adam", "Optimizer", "SGD", "__version__", "adam_lr_t"]
+__all__ = ["Adam", "AdamW", "Optimizer", "SGD", "__version__", "adam_lr_t", "schedules"]

@@ -31,15 +31,16 @@ class Adam(Optimizer):
     def __init__(self, tp: gtape.Tape, lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.999),
                  eps: float = 1e-8) -> None:
         super().__init__(tp, lr)
+        where = type(self).__name__
         if not isinstance(betas, (tuple, list)) or len(betas) != 2:
-            raise TypeError(f"Adam: betas is {describe(betas)}; expected a pair "
+            raise TypeError(f"{where}: betas is {describe(betas)}; expected a pair "
                             "(beta1, beta2)")
         want = "a real number in [0, 1)"
-        self._b1 = checks.real("Adam", "betas[0]", betas[0], low=0.0, high=1.0, high_open=True,
+        self._b1 = checks.real(where, "betas[0]", betas[0], low=0.0, high=1.0, high_open=True,
                                expected=want)
-        self._b2 = checks.real("Adam", "betas[1]", betas[1], low=0.0, high=1.0, high_open=True,
+        self._b2 = checks.real(where, "betas[1]", betas[1], low=0.0, high=1.0, high_open=True,
                                expected=want)
-        self._eps = checks.real("Adam", "eps", eps, low=0.0, expected="a finite real number >= 0")
+        self._eps = checks.real(where, "eps", eps, low=0.0, expected="a finite real number >= 0")
         self._b1_pow = 1.0  # b1**t, as a running product (portable: no libm pow)
         self._b2_pow = 1.0
         self._lr_t = math.nan

@@ -65,8 +65,23 @@ class Optimizer:
 
     @property
     def lr(self) -> float:
-        """The learning rate."""
+        """The learning rate; settable, taking effect at the next step (see ``_set_lr``)."""
         return self._lr
+
+    @lr.setter
+    def lr(self, value: float) -> None:
+        self._set_lr(value)
+
+    def _set_lr(self, value: float) -> None:
+        """Set the learning rate for the next step (a schedule calls this after each step).
+
+        The learning rate is a per-step host scalar: every optimizer reads it in its host half
+        (``advance``) and writes what it derives from it into 0-d backend buffers, so a recorded
+        device half (or a captured program) follows the change without re-recording. A bad
+        value (NaN, inf, negative, not a real number) raises and changes nothing.
+        """
+        self._lr = checks.real(f"{type(self).__name__}.lr", "lr", value, low=0.0,
+                               expected="a finite real number >= 0")
 
     @property
     def t(self) -> int:

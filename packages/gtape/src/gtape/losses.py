@@ -86,10 +86,12 @@ def cross_entropy(logits: Var, labels: Any, ignore_index: int | None = None) -> 
                          f"[{kept.min()}, {kept.max()}]")
     ids = y.astype(np.int64).reshape(-1, 1)
     picked = ops.take_along_axis(ops.log_softmax(z, axis=-1), ids, -1, ignore_index)
-    if ignore_index is None:
-        return ops.neg(ops.mean(picked))
-    # the labels' const (recorded by take_along_axis) feeds the count too: one input to refresh
+    # the labels' const (recorded by take_along_axis) is named: a captured program lists it as
+    # input "labels"; with ignore_index it feeds the count too (one input to refresh)
     tape = z.tape
     labels_var = tape._var(tape._inputs[picked.index][1])
+    tape._names[labels_var.index] = (labels_var.serial, "labels")
+    if ignore_index is None:
+        return ops.neg(ops.mean(picked))
     count = ops.sum(ops.index_weight(labels_var, ignore_index))
     return ops.neg(ops.div(ops.sum(picked), count))

@@ -106,6 +106,7 @@ class Tape:
         self._dropped_params: dict[int, int] = {}  # serial -> index of params reset_to dropped
         self._grad_loss: int | None = None  # the loss of the last backward (None after reset)
         self._grad_vars: tuple[int, dict] | None = None  # create_graph backward's gradient Vars
+        self._names: dict[int, tuple[int, str]] = {}  # const node -> (serial, name): ``const``
 
     # ---------------------------------------------------------------- properties
     @property
@@ -150,17 +151,29 @@ class Tape:
             self._zero(buf)
         return self._append(PARAM, (), {}, value, True, grad=buf)
 
-    def const(self, x: Any) -> Var:
+    def const(self, x: Any, name: str | None = None) -> Var:
         """Register a constant (no gradient flows into it); ``x`` is copied in (tape dtype).
 
         In a mark/reset loop the copy goes into the buffer the node at this index had in the
-        previous episode (same shape), so a minibatch input has one stable home.
+        previous episode (same shape), so a minibatch input has one stable home. ``name``
+        (optional) names the input, e.g. in a captured program's ``inputs`` (``name_of``).
         """
         self._check_open("const")
+        if name is not None and (not isinstance(name, str) or not name):
+            raise TypeError(f"const: name is {describe(name)}; expected a non-empty str or None")
         i = len(self)
         buf = self._vcache[i] if i < len(self._vcache) else None
         value = into_backend(self._be, x, self._dtype, "const", buf)
-        return self._append(CONST, (), {}, value, False)
+        v = self._append(CONST, (), {}, value, False)
+        if name is not None:
+            self._names[i] = (v.serial, name)
+        return v
+
+    def name_of(self, v: Var) -> str | None:
+        """The name given to const ``v`` by ``const(x, name=...)``, or None."""
+        self._check_var(v, "name_of")
+        got = self._names.get(v.index)
+        return got[1] if got is not None and got[0] == v.serial else None
 
     def params(self) -> list[Var]:
         """The parameter Vars, in registration order."""

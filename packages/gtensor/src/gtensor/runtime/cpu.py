@@ -210,7 +210,8 @@ def build(source: str, kernels: Sequence[Kernel]) -> tuple[str, Path]:
             raise RuntimeError(f"cpu: compiling the kernel module failed (source kept at "
                                f"{src}):\n{proc.stderr}")
 
-    return key, cache.library("cpu", key, tu, compile_to)
+    return key, cache.library("cpu", key, tu, compile_to,
+                              f"{len(kernels)} cpu kernels (native host code, g++)")
 
 
 def load(source: str, kernels: Sequence[Kernel]) -> tuple[ctypes.CDLL, Any]:

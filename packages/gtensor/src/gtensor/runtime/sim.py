@@ -166,7 +166,8 @@ def build(source: str, kernels: Sequence[Kernel]) -> tuple[str, Path]:
     tu = translation_unit(source, kernels)
     ident = _compiler_identity(tuple(command))
     key = hashlib.sha256("\0".join([tu, ident, " ".join(CXX_FLAGS)]).encode()).hexdigest()
-    return key, cache.library("sim", key, tu, lambda src, out: _run_compiler(command, src, out))
+    return key, cache.library("sim", key, tu, lambda src, out: _run_compiler(command, src, out),
+                              f"{len(kernels)} sim kernels (CUDA source on the CPU, g++)")
 
 
 def ctypes_argv(kernel: Kernel, values: list) -> tuple[ctypes.Array, list]:
