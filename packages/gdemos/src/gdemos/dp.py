@@ -218,7 +218,7 @@ def add_parser(sub: Any, common: Any) -> None:
     a.add_argument("--microbatch", type=int, default=d.microbatch)
     a.add_argument("--hidden", type=int, default=d.hidden)
     a.add_argument("--dtype", choices=["float64", "float32"], default=d.dtype)
-    a.add_argument("--verbose", action="store_true", help="show Dask's logs")
+    # --verbose (Dask's own logs) is one of the common flags
 
 
 def main(args: Any) -> int:

@@ -132,7 +132,7 @@ class LoRA:
         cfg, dt = self.model.config, self.model.dtype
         ids = self.model.check_ids(ids, "LoRA.logits" if rows is None else "LoRA.loss")
         cos, sin = qm.rotary_tables(cfg, len(ids), dt)
-        h = qm.hidden(ops, cfg, self._base, tp.const(self.model.embed(ids)), tp.const(cos),
+        h = qm.hidden(ops, cfg, self._base, qm.embed(ops, self._base, ids), tp.const(cos),
                       tp.const(sin), tp.const(qm.causal_mask(len(ids), 0, dt)),
                       adapters=self._adapters(tp))
         if rows is not None:

@@ -190,7 +190,7 @@ class Qwen2:
         cos, sin = qm.rotary_tables(self.config, np.arange(start, start + t), self.dtype)
         mask = qm.causal_mask(t, start, self.dtype)
         W = self.compute_weights()
-        h = qm.hidden(ops, self.config, W, ops.const(self.embed(ids)), cos, sin, mask, cache)
+        h = qm.hidden(ops, self.config, W, qm.embed(ops, W, ids), cos, sin, mask, cache)
         return qm.head(ops, self.config, W, h)
 
     def logits(self, ids: Sequence[int]) -> np.ndarray:

@@ -12,7 +12,8 @@ bit. Only existing gtensor ops are used (composites where there is no primitive)
   additive const (float32's most negative finite number above the diagonal, like
   transformers' dtype minimum), so masked probabilities are exactly 0;
 * SwiGLU: ``down(silu(gate(x)) * up(x))``, ``silu(g) = g * sigmoid(g)``;
-* cross-entropy: ``-mean(log(sum(softmax(z) * onehot, axis=1)))`` (the pick by a one-hot const).
+* embedding: ``take(embed_tokens, ids, axis=0)`` (int64 ids: a gather, an exact copy);
+* cross-entropy: ``-mean(take_along_axis(log_softmax(z), targets))`` (int64 targets; stable).
 
 Rotary tables are computed on the host with the project's own scalar functions
 (``gtensor.scalar.trig`` sin/cos, ``transcendental`` exp/log), never the platform's libm.
@@ -239,6 +240,19 @@ class ArrayOps:
         """Repeat x along broadcast axes."""
         return self._run("broadcast_to", (x,), shape=tuple(shape))
 
+    def take(self, x: Any, ids: np.ndarray, axis: int = 0) -> np.ndarray:
+        """x's positions named by int64 ids along ``axis`` (a gather)."""
+        return self._run("take", (x, np.asarray(ids, np.int64)), axis=axis)
+
+    def log_softmax(self, x: Any, axis: int = -1) -> np.ndarray:
+        """(x - m) - log(serial sum exp(x - m)) along one axis (stable)."""
+        return self._run("log_softmax", (x,), axis=axis)
+
+    def take_along_axis(self, x: Any, ids: np.ndarray, axis: int = -1) -> np.ndarray:
+        """numpy's take_along_axis with int64 ids."""
+        return self._run("take_along_axis", (x, np.asarray(ids, np.int64)), axis=axis,
+                         ignore=None)
+
 
 # ---------------------------------------------------------------- the model, once
 # W: {name: value} of the base weights as ops values. Linear weights are stored TRANSPOSED,
@@ -337,10 +351,13 @@ def head(ops: Any, cfg: Qwen2Config, W: dict[str, Any], h: Any) -> Any:
                       W["lm_head.weight_t"])
 
 
+def embed(ops: Any, W: dict[str, Any], ids: np.ndarray) -> Any:
+    """Embedding rows of int ``ids`` (T, hidden): ``take(embed_tokens, ids)``, an exact copy."""
+    return ops.take(W["model.embed_tokens.weight"], np.asarray(ids, np.int64), 0)
+
+
 def cross_entropy(ops: Any, logits: Any, targets: np.ndarray) -> Any:
-    """Mean of ``-log softmax(logits)[t, targets[t]]`` (the pick by a one-hot const)."""
-    n, vocab = logits.shape
-    onehot = np.zeros((n, vocab))
-    onehot[np.arange(n), targets] = 1.0
-    p = ops.sum(ops.mul(ops.softmax(logits, axis=-1), ops.const(onehot)), axis=1)
-    return ops.neg(ops.mean(ops.log(p)))
+    """Mean of ``-log_softmax(logits)[t, targets[t]]``: the stable log-softmax, picked by int64
+    targets (``take_along_axis``)."""
+    ids = np.asarray(targets, np.int64).reshape(-1, 1)
+    return ops.neg(ops.mean(ops.take_along_axis(ops.log_softmax(logits, axis=-1), ids, -1)))
