@@ -9,6 +9,7 @@ from typing import Any
 
 import gtape
 import numpy as np
+from gtape.recording import Recording, Version
 from gtensor import files
 from gtensor.recording import record, recordable
 
@@ -40,6 +41,10 @@ class Optimizer:
 
     KIND = "?"
     STATE: tuple[str, ...] = ()
+    # the configuration a recorded device half bakes in (its launches' scalar attributes and
+    # the parameter list): a change to any of these re-records it. NOTE: "lr" is here unless
+    # the subclass's device half reads lr only through a per-step buffer (Adam's lr_t).
+    BAKED: tuple[str, ...] = ("lr", "clip", "alpha", "params")
 
     def __init__(self, tp: gtape.Tape, lr: float) -> None:
         where = type(self).__name__
@@ -53,9 +58,28 @@ class Optimizer:
         self._clip_consts: tuple[Any, Any] | None = None
         self._last_norm: Any = None
         self._stepped_at = 0  # the store's backward_count at the last step
+        # one version per piece of configuration; every change bumps its version
+        self._versions = {name: Version(f"{type(self).__name__}.{name}")
+                          for name in ("lr", "clip", "alpha", "params", *self._more_config())}
         # the device half of the step, recorded on a kernel backend and replayed: (run, new
-        # parameter buffers); None until the next step records it
-        self._replay: tuple[Any, list[Any]] | None = None
+        # parameter buffers); re-recorded when the configuration it bakes in moved
+        self._replay: Recording[tuple[Any, list[Any]]] = Recording(
+            f"{type(self).__name__}'s recorded update", self.recorded_deps)
+
+    def _more_config(self) -> tuple[str, ...]:
+        """Names of the subclass's own configuration versions (Adam: betas, eps)."""
+        return ()
+
+    def version(self, name: str) -> Version:
+        """The version of configuration item ``name`` ("lr", "clip", "alpha", "params", ...)."""
+        return self._versions[name]
+
+    @property
+    def recorded_deps(self) -> tuple[Version, ...]:
+        """The versions a recorded device half depends on (``BAKED``): an engine recording the
+        device half itself (ggpu-replay) declares these, so a change through any door
+        re-records it."""
+        return tuple(self._versions[name] for name in self.BAKED)
 
     # ---------------------------------------------------------------- configuration
     @property
@@ -65,8 +89,16 @@ class Optimizer:
 
     @property
     def lr(self) -> float:
-        """The learning rate."""
+        """The learning rate (settable: ``opt.lr = x`` takes effect at the next step)."""
         return self._lr
+
+    @lr.setter
+    def lr(self, value: float) -> None:
+        lr = checks.real(f"{type(self).__name__}.lr", "lr", value, low=0.0,
+                         expected="a finite real number >= 0")
+        if lr != self._lr or math.copysign(1.0, lr) != math.copysign(1.0, self._lr):
+            self._lr = lr
+            self._versions["lr"].bump()
 
     @property
     def t(self) -> int:
@@ -120,19 +152,32 @@ class Optimizer:
         for name in self.STATE:
             slot.state[name] = self._be.zeros(slot.shape, self._tp.dtype)
         self._slots.append(slot)
-        self._replay = None
+        self._versions["params"].bump()
         return param
+
+    def set_alpha(self, param: gtape.Var, alpha: float) -> None:
+        """Change registered ``param``'s L2 weight to ``alpha`` (from the next step on)."""
+        where = f"{type(self).__name__}.set_alpha"
+        checks.store_param(where, self._tp, param)
+        a = checks.real(where, "alpha", alpha, low=0.0, expected="a finite real number >= 0")
+        slot = next((s for s in self._slots if s.var.index == param.index), None)
+        if slot is None:
+            raise ValueError(f"{where}: {param!r} is not registered; expected one of "
+                             f"{self.params} (register it with add(param, alpha))")
+        slot.alpha = a
+        self._versions["alpha"].bump()
 
     def set_clip(self, max_norm: float | None) -> None:
         """Clip the global gradient norm to ``max_norm`` before each step (None: no clipping)."""
-        self._replay = None  # the recorded update used the old clip setting
         if max_norm is None:
             self._max_norm, self._clip_consts = None, None
+            self._versions["clip"].bump()
             return
         m = checks.real(f"{type(self).__name__}.set_clip", "max_norm", max_norm, low=0.0,
                         low_open=True, expected="a finite real number > 0, or None")
         self._max_norm = m
         self._clip_consts = (self._ws.scalar(m), self._ws.scalar(1.0))
+        self._versions["clip"].bump()
 
     # ---------------------------------------------------------------- the step
     def step(self) -> None:
@@ -221,14 +266,16 @@ class Optimizer:
         """``device_step`` with its ops recorded on the first call and replayed afterwards
         (the same kernels on the same buffers, so the same bits; on cpu one native call).
 
-        Registering a parameter, ``set_clip`` and ``load_state_dict`` drop the recording.
+        The recording depends on ``recorded_deps`` (registering a parameter, ``set_clip``,
+        an alpha, lr where baked in, ``load_state_dict``): a change re-records it.
         """
-        if self._replay is None:
+        held = self._replay.current()
+        if held is None:
             new, run = record(self._be, self._update_on)
-            self._replay = (run, new)
+            held = self._replay.keep((run, new))
         else:
-            self._replay[0]()
-        self._commit_params(self._replay[1])
+            held[0]()
+        self._commit_params(held[1])
 
     def _update_on(self, be: Any) -> list[Any]:
         """``_device_update`` with its ops (and new workspace buffers) on backend ``be``."""
@@ -336,19 +383,24 @@ class Optimizer:
                     raise ValueError(f"{where}: {name}.{i} has shape {a.shape} and dtype "
                                      f"{a.dtype}; expected {s.shape} and {self._tp.dtype}")
                 got[name] = a
+            if "param" in got:  # onto the backend now: a store's set_value takes its arrays
+                got["param"] = self._be.asarray(got["param"], dtype=self._tp.dtype)
             arrays.append(got)
-        # everything checked: now apply (nothing below can refuse)
-        self._replay = None  # hyperparameters and L2 weights are baked into a recorded update
+        clip_consts = None if math.isnan(m) else (self._ws.scalar(m), self._ws.scalar(1.0))
+        # everything checked and converted: now apply (nothing below can refuse)
         self._set_hyper(hyper)
         self._set_host_state(host)
         self._t = int(t)
-        self.set_clip(None if math.isnan(m) else m)
+        self._max_norm = None if math.isnan(m) else m
+        self._clip_consts = clip_consts
         for s, a, got in zip(self._slots, alphas, arrays):
             s.alpha = a
             for name in self.STATE:  # into the existing buffers: they never move
                 self._be.write(s.state[name], got[name])
             if "param" in got:
                 self._tp.set_value(s.var, got["param"])
+        for version in self._versions.values():  # every configuration item may have moved
+            version.bump()
 
     def _check_hyper(self, where: str, hyper: dict[str, float]) -> dict[str, float]:
         """Hyperparameters of a state, checked as the constructor checks them."""
