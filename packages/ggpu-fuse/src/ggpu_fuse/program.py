@@ -12,7 +12,7 @@ from ggpu_replay import Program
 from gtensor.cuda_source import device_text
 from gtensor.recording import Launch
 
-from .analysis import analyse
+from .analysis import analyse, buffer
 from .codegen import generate
 from .planner import Segment, plan
 
@@ -58,9 +58,11 @@ class FusedProgram(Program):
     interface (``set_input``, ``forward``, ``backward``, ``step``, ``loss``, ``adam``...).
     """
 
-    def __init__(self, prog: Program, rows: int | None = None) -> None:
+    def __init__(self, prog: Program, rows: int | None = None,
+                 alone: tuple[str, ...] | None = None) -> None:
         super().__init__(prog.tape, prog.trace)
         self._rows = batch_rows(prog) if rows is None else rows
+        self._alone = tuple(ALONE if alone is None else alone)
         self._fused: dict[tuple, Fused] = {}
         self._last: Fused | None = None
 
@@ -99,7 +101,9 @@ class FusedProgram(Program):
 
     def _fuse(self, phase: str, launches: list[Launch]) -> Fused:
         infos = [analyse(i, launch) for i, launch in enumerate(launches)]
-        segments, rows = plan(infos, self._rows)
+        tr = self.trace  # node values and gradients: read by later phases and the user
+        keep = [buffer(a) for a in [*tr.values, *tr.grads] if a is not None]
+        segments, rows = plan(infos, self._rows, self._alone, keep)
         rec = self.trace.rec
         digest = hashlib.sha256(repr([launch.tag for launch in launches]).encode()).hexdigest()
         tables: list[Any] = []
@@ -131,6 +135,11 @@ class FusedProgram(Program):
         return Fused(units, segments, rows, len(launches), seconds, module, tables)
 
 
+# launch kinds every fused program keeps alone in their segments unless ``fuse`` is told
+# otherwise (a test switch: the ggpu-fuse tests run each fused program with () and ("matmul",))
+ALONE: tuple[str, ...] = ()
+
+
 def batch_rows(prog: Program) -> int:
     """The batch's row count R: the leading dimension of the program's largest input (the
     minibatch a training step refreshes), 0 when it has no input of two or more dimensions."""
@@ -140,12 +149,15 @@ def batch_rows(prog: Program) -> int:
     return max(shapes, key=lambda s: (int(np.prod(s)), s[0]))[0]
 
 
-def fuse(prog: Program, rows: int | None = None) -> FusedProgram:
+def fuse(prog: Program, rows: int | None = None,
+         alone: tuple[str, ...] | None = None) -> FusedProgram:
     """A program with ``prog``'s interface whose launches run fused (see the package doc).
 
     ``rows`` fixes the batch row count R of the block-per-row kernels (default: the leading
-    dimension of the program's largest input, see ``batch_rows``). Forward and backward are
-    planned and compiled now; the whole step when its optimizer's step has been recorded.
+    dimension of the program's largest input, see ``batch_rows``). ``alone`` names launch
+    kinds the planner keeps each in a segment of its own (default ``ALONE``, empty; the tests
+    force every matmul alone this way). Forward and backward are planned and compiled now;
+    the whole step when its optimizer's step has been recorded.
     """
     if not isinstance(prog, Program):
         raise TypeError(f"fuse: expected a ggpu_replay Program, got {type(prog).__name__}")
@@ -153,7 +165,7 @@ def fuse(prog: Program, rows: int | None = None) -> FusedProgram:
         raise ValueError(f"fuse: the program runs on {prog.backend.name!r}; fusion generates "
                          "CUDA kernels (for 'cuda', verified on 'sim'). A 'cpu' program already "
                          "runs its whole step as one native call")
-    fp = FusedProgram(prog, rows)
+    fp = FusedProgram(prog, rows, alone)
     fp.plan  # noqa: B018 - plans and compiles forward and backward now
     return fp
 
