@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 from ggpu_replay import Program
+from gtape.recording import Recording
 from gtensor.cuda_source import device_text
 from gtensor.recording import Launch
 
@@ -63,22 +64,27 @@ class FusedProgram(Program):
         super().__init__(prog.tape, prog.trace)
         self._rows = batch_rows(prog) if rows is None else rows
         self._alone = tuple(ALONE if alone is None else alone)
-        self._fused: dict[tuple, Fused] = {}
-        self._last: Fused | None = None
+        # per phase, the latest fusion, recorded from (keyed by) exactly those launches, which
+        # it keeps alive (so their ids stay theirs); a re-recorded optimizer segment re-fuses
+        self._fused: dict[str, Recording[tuple[Fused, tuple[Launch, ...]]]] = {}
+        self._compile_seconds = 0.0
 
     def units(self, phase: str, launches: list[Launch]) -> list[Launch]:
         """The fused kernels of ``phase`` (planned and compiled on first use, then reused)."""
-        key = (phase, tuple(id(launch) for launch in launches))
-        fused = self._fused.get(key)
-        if fused is None:
-            fused = self._fused[key] = self._fuse(phase, launches)
-        self._last = fused
-        return fused.units
+        rec = self._fused.setdefault(phase, Recording(f"the fused {phase}"))
+        key = tuple(id(launch) for launch in launches)
+        held = rec.current(key)
+        if held is None:
+            fused = self._fuse(phase, launches)
+            self._compile_seconds += fused.compile_seconds
+            held = rec.keep((fused, tuple(launches)), key)
+        return held[0].units
 
     def fused(self, phase: str) -> Fused | None:
         """The latest fusion of ``phase`` ("forward", "backward", "step"), or None."""
-        found = [f for (p, _), f in self._fused.items() if p == phase]
-        return found[-1] if found else None
+        rec = self._fused.get(phase)
+        held = None if rec is None else rec.held
+        return None if held is None else held[0]
 
     @property
     def plan(self) -> list[str]:
@@ -92,12 +98,12 @@ class FusedProgram(Program):
     @property
     def compile_seconds(self) -> float:
         """Seconds spent compiling generated kernels so far (0 when the disk cache had them)."""
-        return sum(f.compile_seconds for f in self._fused.values())
+        return self._compile_seconds
 
     def _phase(self, phase: str) -> Fused:
         launches = self.trace.forward if phase == "forward" else self.trace.backward
         self.units(phase, launches)
-        return self._fused[(phase, tuple(id(launch) for launch in launches))]
+        return self._fused[phase].require(tuple(id(launch) for launch in launches))[0]
 
     def _fuse(self, phase: str, launches: list[Launch]) -> Fused:
         infos = [analyse(i, launch) for i, launch in enumerate(launches)]
