@@ -42,3 +42,25 @@ def test_a_dependency_declared_later_makes_a_held_recording_stale():
     assert r.current() == "launches"
     v.bump()
     assert r.current() is None
+
+
+def test_the_tapes_zeroing_follows_its_gradient_buffers(bname):
+    """reset_to's zeroing is recorded keyed by the gradient buffers it fills: a parameter
+    registered after it was recorded is zeroed too (on kernel backends the fills replay)."""
+    import gtape as g
+    import numpy as np
+    from gtensor.testing import bits_equal
+
+    with g.Tape(bname) as tp:
+        w = tp.param(np.array([1.0, 2.0]))
+        mark = tp.mark()
+        for _ in range(2):  # the zeroing of [w's gradient] is recorded and replayed
+            tp.backward(g.sum(w * w))
+            tp.reset_to(mark)
+        u = tp.param(np.array([3.0, -1.0]))
+        mark = tp.mark()
+        tp.backward(g.sum(w * u))
+        tp.reset_to(mark)
+        for v in (w, u):
+            got = np.asarray(tp.backend.to_numpy(tp.grad(v)))
+            assert bits_equal(got, np.zeros(2)), f"{v!r}: {got} after reset_to"
