@@ -1,4 +1,5 @@
-"""The Optimizer base: parameter registration, L2 and clipping, the step driver, state I/O."""
+"""The Optimizer base: parameter registration, L2 and clipping, the step driver (state I/O:
+``gopt.state``)."""
 
 from __future__ import annotations
 
@@ -10,10 +11,10 @@ from typing import Any
 import gtape
 import numpy as np
 from gtape.recording import Recording, Version
-from gtensor import files
 from gtensor.recording import record, recordable
 
 from . import checks, gradients
+from . import state as state_io
 from .workspace import Workspace
 
 
@@ -320,86 +321,20 @@ class Optimizer:
 
     def state_dict(self, params: bool = True) -> dict[str, np.ndarray]:
         """The optimizer's state as host numpy arrays (and the parameter values if ``params``)."""
-        tp = self._tp
-        out: dict[str, np.ndarray] = {
-            "kind": np.array(self.KIND), "t": np.array(self._t, np.int64),
-            "dtype": np.array(tp.dtype.name),
-            "max_norm": np.array(math.nan if self._max_norm is None else self._max_norm),
-            "alpha": np.array([s.alpha for s in self._slots], np.float64),
-        }
-        for k, v in self._hyper().items():
-            out[f"hyper.{k}"] = np.array(v, np.float64)
-        for k, v in self._host_state().items():
-            out[f"host.{k}"] = np.array(v, np.float64)
-        for i, s in enumerate(self._slots):
-            checks.store_param("state_dict", tp, s.var)
-            for name in self.STATE:
-                out[f"{name}.{i}"] = self._be.to_numpy(s.state[name])
-            if params:
-                out[f"param.{i}"] = self._be.to_numpy(tp.value(s.var))
-        return out
+        return state_io.state_dict(self, params)
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore what ``state_dict`` returned (hyperparameters, t, buffers, parameter values).
 
         Everything is checked first -- keys, kind, dtype, shapes, and every value against the
         ranges the constructor enforces -- then applied at once: a refused state leaves the
-        optimizer exactly as it was.
+        optimizer exactly as it was (``gopt.state``).
         """
-        where = f"{type(self).__name__}.load_state_dict"
-        get = _getter(where, state)
-        kind, dtype = str(get("kind")), str(get("dtype"))
-        if kind != self.KIND:
-            raise ValueError(f"{where}: the state is of a {kind!r} optimizer; expected "
-                             f"{self.KIND!r}")
-        if dtype != self._tp.dtype.name:
-            raise ValueError(f"{where}: the state holds {dtype} arrays; this tape is "
-                             f"{self._tp.dtype.name}")
-        hyper = self._check_hyper(where, {k: _scalar(where, f"hyper.{k}", get(f"hyper.{k}"))
-                                          for k in self._hyper()})
-        host = self._check_host(where, {k: _scalar(where, f"host.{k}", get(f"host.{k}"))
-                                        for k in self._host_state()})
-        t = np.asarray(get("t"))
-        if t.shape != () or t.dtype.kind not in "iu" or int(t) < 0:
-            raise ValueError(f"{where}: t is {t!r}; expected an int >= 0")
-        m = _scalar(where, "max_norm", get("max_norm"))
-        if not math.isnan(m):
-            checks.real(where, "max_norm", m, low=0.0, low_open=True,
-                        expected="a finite real number > 0, or NaN for no clipping")
-        alpha = np.asarray(get("alpha"))
-        if alpha.shape != (len(self._slots),) or alpha.dtype.kind != "f":
-            raise ValueError(f"{where}: the state has {alpha.size} parameters; this optimizer has "
-                             f"{len(self._slots)} registered (register the same ones first)")
-        alphas = [checks.real(where, f"alpha[{i}]", float(a), low=0.0,
-                              expected="a finite real number >= 0") for i, a in enumerate(alpha)]
-        arrays: list[dict[str, Any]] = []
-        for i, s in enumerate(self._slots):
-            checks.store_param(where, self._tp, s.var)
-            names = list(self.STATE) + (["param"] if f"param.{i}" in state else [])
-            got = {}
-            for name in names:
-                a = np.asarray(get(f"{name}.{i}"))
-                if a.shape != s.shape or a.dtype != self._tp.dtype:
-                    raise ValueError(f"{where}: {name}.{i} has shape {a.shape} and dtype "
-                                     f"{a.dtype}; expected {s.shape} and {self._tp.dtype}")
-                got[name] = a
-            if "param" in got:  # onto the backend now: a store's set_value takes its arrays
-                got["param"] = self._be.asarray(got["param"], dtype=self._tp.dtype)
-            arrays.append(got)
-        clip_consts = None if math.isnan(m) else (self._ws.scalar(m), self._ws.scalar(1.0))
-        # everything checked and converted: now apply (nothing below can refuse)
-        self._set_hyper(hyper)
-        self._set_host_state(host)
-        self._t = int(t)
-        self._max_norm = None if math.isnan(m) else m
-        self._clip_consts = clip_consts
-        for s, a, got in zip(self._slots, alphas, arrays):
-            s.alpha = a
-            for name in self.STATE:  # into the existing buffers: they never move
-                self._be.write(s.state[name], got[name])
-            if "param" in got:
-                self._tp.set_value(s.var, got["param"])
-        for version in self._versions.values():  # every configuration item may have moved
+        state_io.load_state_dict(self, state)
+
+    def _configured(self) -> None:
+        """Bump every configuration version (a loaded state may have changed any of them)."""
+        for version in self._versions.values():
             version.bump()
 
     def _check_hyper(self, where: str, hyper: dict[str, float]) -> dict[str, float]:
@@ -412,46 +347,16 @@ class Optimizer:
         return host
 
     def save(self, path: Any, params: bool = True) -> None:
-        """Write ``state_dict(params)`` to exactly ``path`` (an .npz archive, no pickle).
-
-        Written to a temporary file in the same directory, flushed, fsynced and renamed into
-        place: a failed or interrupted save leaves the previous file intact.
-        """
-        files.write_atomic(path, lambda f: np.savez(f, **self.state_dict(params)))
+        """Write ``state_dict(params)`` to exactly ``path`` (an .npz archive, no pickle),
+        atomically: a failed or interrupted save leaves the previous file intact."""
+        state_io.save(self, path, params)
 
     def load(self, path: Any) -> None:
         """Read a file written by ``save`` (``allow_pickle=False``) into this optimizer."""
-        where = f"{type(self).__name__}.load"
-        try:
-            with np.load(path, allow_pickle=False) as f:
-                if not hasattr(f, "files"):
-                    raise ValueError("a single array, not an archive")
-                state = {k: f[k] for k in f.files}
-        except (ValueError, OSError, EOFError) as e:
-            if isinstance(e, FileNotFoundError):
-                raise
-            raise ValueError(f"{where}: {path} is not a checkpoint written by save() (an .npz "
-                             f"archive of arrays): {e}") from None
-        self.load_state_dict(state)
+        state_io.load(self, path)
 
     def __repr__(self) -> str:
         clip = "" if self._max_norm is None else f", clip={self._max_norm}"
         return (f"<{type(self).__name__} lr={self._lr}{clip}, {len(self._slots)} params, "
                 f"t={self._t}>")
 
-
-def _scalar(where: str, key: str, value: Any) -> float:
-    """A saved scalar as a float (TypeError naming the key otherwise)."""
-    a = np.asarray(value)
-    if a.shape != () or a.dtype.kind not in "iuf":
-        raise TypeError(f"{where}: {key} is {a!r}; expected a real number")
-    return float(a)
-
-
-def _getter(where: str, state: dict[str, Any]):
-    def get(key: str) -> Any:
-        if key not in state:
-            raise ValueError(f"{where}: the state has no entry {key!r}; expected what "
-                             "state_dict() returns")
-        return state[key]
-    return get
