@@ -2,7 +2,8 @@
 
 Columns: the eager tape on each backend (a second numpy run checks determinism) and the
 ggpu-replay program on sim and cuda (captured from a numpy tape, inputs re-sent), the same
-program fused by ggpu-fuse, and gemit's emitted C. An engine adds a column with
+program fused by ggpu-fuse (also with every matmul alone in its segment), and gemit's
+emitted C. An engine adds a column with
 ``@engine(name, backend)``:
 a function ``(graph, dtype) -> Result``. Whatever a Result carries (loss, parameter gradients,
 and optionally every node's value and gradient) is compared bitwise (NaN by class).
@@ -107,9 +108,11 @@ def run_emit_c(graph: Graph, dtype: str) -> Result:
     return Result(lossv.reshape(shape), grads)
 
 
-def run_replay(graph: Graph, dtype: str, device: str, fused: bool = False) -> Result:
+def run_replay(graph: Graph, dtype: str, device: str, fused: bool = False,
+               alone: tuple[str, ...] = ()) -> Result:
     """ggpu-replay: the episode recorded on a numpy tape, captured and replayed on ``device``
-    (with ``fused``: through ggpu-fuse's generated kernels)."""
+    (with ``fused``: through ggpu-fuse's generated kernels; ``alone``: launch kinds the planner
+    keeps each in its own segment)."""
     from ggpu_replay import capture
 
     data = graph.data()
@@ -119,7 +122,7 @@ def run_replay(graph: Graph, dtype: str, device: str, fused: bool = False) -> Re
         if fused:
             from ggpu_fuse import fuse
 
-            prog = fuse(prog)
+            prog = fuse(prog, alone=alone)
         for k in data:  # re-send the inputs: the replay must not lean on capture-time values
             if k not in graph.params:
                 prog.set_input(v[k], data[k])
@@ -134,6 +137,9 @@ for _d in ("sim", "cuda", "cpu"):
     engine(f"replay-{_d}", _d)(lambda graph, dtype, _d=_d: run_replay(graph, dtype, _d))
 for _d in ("sim", "cuda"):
     engine(f"fused-{_d}", _d)(lambda graph, dtype, _d=_d: run_replay(graph, dtype, _d, True))
+    # every matmul alone in its segment: one reading a dropped transpose must still be right
+    engine(f"fused-alone-{_d}", _d)(
+        lambda graph, dtype, _d=_d: run_replay(graph, dtype, _d, True, ("matmul",)))
 
 
 def _columns() -> list[str]:
