@@ -162,6 +162,56 @@ TEXT_MUTANTS = [
      "gopt: the per-parameter sums of squares share one buffer"),
 ]
 
+# The recording type (gtape.recording) and its users: a version not bumped, a dependency not
+# declared, a key not compared. Entries as above plus the runs that guard them (replays run
+# on kernel backends: the optimizer's on cpu, the device optimizer's and the fused on sim).
+RP, FU = "packages/ggpu-replay", "packages/ggpu-fuse"
+RECORDING_RUNS = (
+    Run((f"{OP}/tests/test_gopt_config.py", f"{OP}/tests/test_replayed_step.py",
+         f"{TP}/tests/test_recording.py", f"{TP}/tests/test_backward_replay.py",
+         f"{TP}/tests/test_tape_reset.py"), "cpu"),
+    Run((f"{RP}/tests/test_replay_stale.py", f"{RP}/tests/test_replay_stateful.py",
+         f"{FU}/tests/test_fuse_transposes.py", f"{FU}/tests/test_fuse_reconfigured.py"), "sim"),
+)
+BASE, REC = f"{OP}/src/gopt/base.py", f"{TP}/src/gtape/recording.py"
+RECORDING_MUTANTS = [
+    (BASE, 'self._max_norm, self._clip_consts = None, None\n            self._versions["clip"]'
+     '.bump()', "self._max_norm, self._clip_consts = None, None",
+     "recording: set_clip(None) bumps no version"),
+    (BASE, 'self._clip_consts = (self._ws.scalar(m), self._ws.scalar(1.0))\n        '
+     'self._versions["clip"].bump()', "self._clip_consts = (self._ws.scalar(m), "
+     "self._ws.scalar(1.0))", "recording: set_clip(m) bumps no version"),
+    (BASE, '            self._lr = lr\n            self._versions["lr"].bump()',
+     "            self._lr = lr", "recording: opt.lr = x bumps no version"),
+    (BASE, '        slot.alpha = a\n        self._versions["alpha"].bump()',
+     "        slot.alpha = a", "recording: set_alpha bumps no version"),
+    (BASE, '        self._slots.append(slot)\n        self._versions["params"].bump()',
+     "        self._slots.append(slot)", "recording: add bumps no version"),
+    (f"{OP}/src/gopt/state.py", "    opt._configured()  # every configuration item may have moved",
+     "", "recording: load_state_dict bumps no version"),
+    (BASE, 'BAKED: tuple[str, ...] = ("lr", "clip", "alpha", "params")',
+     'BAKED: tuple[str, ...] = ("lr", "alpha", "params")',
+     "recording: the recorded update does not declare the clip"),
+    (BASE, 'BAKED: tuple[str, ...] = ("lr", "clip", "alpha", "params")',
+     'BAKED: tuple[str, ...] = ("clip", "alpha", "params")',
+     "recording: SGD's recorded update does not declare the lr it bakes in"),
+    (f"{OP}/src/gopt/adam.py", 'BAKED = ("betas", "eps", "clip", "alpha", "params")',
+     'BAKED = ("betas", "eps", "clip", "params")',
+     "recording: Adam's recorded update does not declare the alphas"),
+    (f"{RP}/src/ggpu_replay/optim.py", 'f"the device step of {type(opt).__name__}", '
+     "opt.recorded_deps)", 'f"the device step of {type(opt).__name__}", ())',
+     "recording: the device segment declares no dependency"),
+    (REC, "self._value is not _UNSET and self._stamp == self._versions()",
+     "self._value is not _UNSET", "recording: fresh() ignores the versions"),
+    (REC, "\n                and self._key == key)", ")", "recording: fresh() ignores the key"),
+    (f"{TP}/src/gtape/tape.py", "held = self._zeroing.current(key)",
+     "held = self._zeroing.held", "recording: the tape's zeroing ignores its buffers"),
+    (f"{TP}/src/gtape/passes.py", "held = self._recorded.current(key) if",
+     "held = self._recorded.held if", "recording: a backward pass ignores the graph's key"),
+    (f"{FU}/src/ggpu_fuse/program.py", "key = tuple(id(launch) for launch in launches)\n"
+     "        held", "key = phase\n        held", "recording: fused units ignore their launches"),
+]
+
 # Mutants reviewed as equivalent (no input gives another result): id -> why. Ids name lines of
 # the reviewed commit; a later edit of the file can move them (they then count again).
 TR = f"{GT}/src/gtensor/scalar/transcendental.py"
@@ -184,8 +234,8 @@ EQUIVALENT: dict[str, str] = {
                                                  "size as the unknown one",
     f"{GT}/src/gtensor/ops/softmax.py:184:11:0": "MUL(y, g - d) == MUL(g - d, y): IEEE * "
                                                   "commutes",
-    f"{OP}/src/gopt/base.py:132:85:0": "set_clip's bound low=-0.0: x > -0.0 is x > 0.0",
-    f"{OP}/src/gopt/base.py:176:63:0": "getattr default for a tape without backward_count; "
+    f"{OP}/src/gopt/base.py:177:85:0": "set_clip's bound low=-0.0: x > -0.0 is x > 0.0",
+    f"{OP}/src/gopt/base.py:222:63:0": "getattr default for a tape without backward_count; "
                                        "every gtape.Tape has one",
     f"{TP}/src/gtape/backward.py:51:30:0": "reach list one entry longer: the entry past the "
                                            "loss is never read",
@@ -398,16 +448,19 @@ def ast_mutants(root: Path, target: Target) -> list[Mutant]:
 def text_mutants(root: Path) -> list[Mutant]:
     """The hand-written mutants of kernel sources and the simulator runtime."""
     out = []
-    for path, old, new, what in TEXT_MUTANTS:
+    entries = [(*e, None, "text") for e in TEXT_MUTANTS] + [
+        (*e, RECORDING_RUNS, f"rec{k}") for k, e in enumerate(RECORDING_MUTANTS)]
+    for path, old, new, what, guard, tag in entries:
         text = (root / path).read_text()
         if old not in text:
             print(f"mutants: text mutant {what!r} does not apply to {path} (skipped)",
                   file=sys.stderr)
             continue
         line = text[:text.index(old)].count("\n") + 1
-        runs = ((RUNTIME_RUN, SIM_PARITY) if path in (SIM_H, COMMON_H) else
+        runs = (guard if guard is not None else (RUNTIME_RUN, SIM_PARITY)
+                if path in (SIM_H, COMMON_H) else
                 (GOPT_RUN,) if path.startswith(OP) else KERNEL_RUNS)
-        out.append(Mutant(f"{path}:{line}:text", path, line, what, text.replace(old, new, 1),
+        out.append(Mutant(f"{path}:{line}:{tag}", path, line, what, text.replace(old, new, 1),
                           runs))
     return out
 
@@ -467,6 +520,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--only", default="", help="only files whose path contains this")
     ap.add_argument("--text-only", action="store_true", help="only the hand-written mutants")
+    ap.add_argument("--match", default="",
+                    help="only mutants whose description contains this (e.g. 'recording:')")
     ap.add_argument("--list", action="store_true", help="list the mutants and exit")
     ap.add_argument("--worktree", action="store_true",
                     help="mutate a copy of the working tree instead of HEAD")
@@ -483,6 +538,7 @@ def main(argv: list[str] | None = None) -> int:
         mutants = [m for t in TARGETS if args.only in t.path and not args.text_only
                    for m in ast_mutants(tmp, t)]
         mutants += [m for m in text_mutants(tmp) if args.only in m.path]
+        mutants = [m for m in mutants if args.match in m.what]
         total = len(mutants)
         if args.cap:
             rng = random.Random(args.seed)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from ggpu_fuse import program
 from gtensor import testing
 
 testing.load_hypothesis_profiles()
@@ -13,3 +14,27 @@ def device() -> str:
     """"cuda" in the cuda session (skipped without a GPU), else "sim"."""
     name = "cuda" if testing.backend_name() == "cuda" else "sim"
     return testing.require_backend(name).name
+
+
+def pytest_configure(config) -> None:
+    config.addinivalue_line("markers", "default_plan: pins the default plan's segments (not "
+                            "run with matmuls forced alone)")
+
+
+def pytest_generate_tests(metafunc) -> None:
+    """Every fused-program test runs twice: as planned, and with each matmul forced alone in
+    its segment (where a matmul reading a dropped transpose in place must still be right);
+    tests marked ``default_plan`` (they pin the planned segments) run as planned only."""
+    if "alone" in metafunc.fixturenames:
+        pinned = metafunc.definition.get_closest_marker("default_plan") is not None
+        params = [()] if pinned else [(), ("matmul",)]
+        metafunc.parametrize("alone", params, indirect=True,
+                             ids=["planned", "matmul-alone"][:len(params)])
+
+
+@pytest.fixture(autouse=True)
+def alone(request, monkeypatch) -> tuple[str, ...]:
+    """The launch kinds ``fuse`` keeps alone in this test (``ggpu_fuse.program.ALONE``)."""
+    value = getattr(request, "param", ())
+    monkeypatch.setattr(program, "ALONE", value)
+    return value

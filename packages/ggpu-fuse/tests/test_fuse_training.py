@@ -24,6 +24,7 @@ def test_fused_run_is_bitwise_the_per_node_replay_and_the_tape(device, dtype):
     assert want_l[-1] < 0.5 * want_l[0]
 
 
+@pytest.mark.default_plan
 def test_the_ae_step_is_at_most_six_launches(device):
     _, _, prog = train("fused", device, 3)
     step = prog.fused("step")

@@ -23,6 +23,7 @@ launches that depend only on leaves (transposed weights, the backward seed) go f
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from .analysis import Buffer, Info, buffer, read_transposed, row_shaped, transpose_source
@@ -42,8 +43,11 @@ class Segment:
 
     @property
     def fused(self) -> bool:
-        """Whether this segment becomes a generated kernel."""
-        return self.cls != "node" and len(self.items) > 1
+        """Whether this segment becomes a generated kernel: two launches or more, or one that
+        reads a dropped transpose in place (its recorded launch would read the dead copy)."""
+        if self.cls == "node":
+            return False
+        return len(self.items) > 1 or any(info.transposed for info in self.items)
 
     def _hits(self, b: Buffer, among: list[Buffer]) -> bool:
         return any(b.overlaps(w) for w in among)
@@ -135,13 +139,17 @@ def early(infos: list[Info], deps: list[set[int]], rows: int) -> list[bool]:
     return out
 
 
-def virtual_transposes(infos: list[Info]) -> list[Info]:
+def virtual_transposes(infos: list[Info], keep: Sequence[Buffer] = ()) -> list[Info]:
     """Drop transpose copies whose every reader is a matmul: each reader reads the source in
-    place instead (the same values, so the same bits: ``gt_dot`` takes operand strides)."""
+    place instead (the same values, so the same bits: ``gt_dot`` takes operand strides).
+
+    A copy writing into one of the ``keep`` buffers (what is read outside this launch list: a
+    node's value or gradient, which later phases and the user read) is never dropped.
+    """
     dropped: set[int] = set()
     for info in infos:
         source = transpose_source(info)
-        if source is None:
+        if source is None or any(info.out.overlaps(k) for k in keep):
             continue
         readers = [(r, p) for r in infos for p, b in r.reads if r is not info
                    and b.overlaps(info.out)]
@@ -177,10 +185,16 @@ def merge_tails(segments: list[Segment], deps: list[set[int]]) -> list[Segment]:
     return out
 
 
-def plan(infos: list[Info], rows: int | None = None) -> tuple[list[Segment], int]:
-    """Segments of ``infos`` in execution order, and the row count R used."""
+def plan(infos: list[Info], rows: int | None = None, alone: tuple[str, ...] = (),
+         keep: Sequence[Buffer] = ()) -> tuple[list[Segment], int]:
+    """Segments of ``infos`` in execution order, and the row count R used.
+
+    ``alone`` names launch kinds (``Info.kind``, e.g. "matmul") that each get a segment of
+    their own: the tests use it to check what a launch does when nothing fuses with it.
+    ``keep``: buffers read outside ``infos`` (see ``virtual_transposes``).
+    """
     rows = choose_rows(infos) if rows is None else rows
-    infos = virtual_transposes(infos)
+    infos = virtual_transposes(infos, keep)
     deps = dependencies(infos)  # again: a transposed read now reads the copy's source
     first = early(infos, deps, rows)
     done: set[int] = set()
@@ -191,14 +205,17 @@ def plan(infos: list[Info], rows: int | None = None) -> tuple[list[Segment], int
                        key=lambda j: (not first[j], j))
         pick = None
         if current is not None:
-            pick = next((j for j in ready if current.accepts(infos[j], rows)), None)
+            pick = next((j for j in ready if infos[j].kind not in alone
+                         and current.accepts(infos[j], rows)), None)
         if pick is None:
             pick = ready[0]
             current = Segment(classes(infos[pick], rows)[0])
             segments.append(current)
         current.add(infos[pick], rows)
         done.add(pick)
-        if current.cls == "node":
+        if infos[pick].kind in alone:
+            current = None
+        elif current.cls == "node":
             current.cls_options = classes(infos[pick], rows)
             current = None
     by_index = [{infos[i].index for i in d} for d in deps]

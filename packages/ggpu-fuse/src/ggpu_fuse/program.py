@@ -9,10 +9,11 @@ from typing import Any
 
 import numpy as np
 from ggpu_replay import Program
+from gtape.recording import Recording
 from gtensor.cuda_source import device_text
 from gtensor.recording import Launch
 
-from .analysis import analyse
+from .analysis import analyse, buffer
 from .codegen import generate
 from .planner import Segment, plan
 
@@ -58,25 +59,32 @@ class FusedProgram(Program):
     interface (``set_input``, ``forward``, ``backward``, ``step``, ``loss``, ``adam``...).
     """
 
-    def __init__(self, prog: Program, rows: int | None = None) -> None:
+    def __init__(self, prog: Program, rows: int | None = None,
+                 alone: tuple[str, ...] | None = None) -> None:
         super().__init__(prog.tape, prog.trace)
         self._rows = batch_rows(prog) if rows is None else rows
-        self._fused: dict[tuple, Fused] = {}
-        self._last: Fused | None = None
+        self._alone = tuple(ALONE if alone is None else alone)
+        # per phase, the latest fusion, recorded from (keyed by) exactly those launches, which
+        # it keeps alive (so their ids stay theirs); a re-recorded optimizer segment re-fuses
+        self._fused: dict[str, Recording[tuple[Fused, tuple[Launch, ...]]]] = {}
+        self._compile_seconds = 0.0
 
     def units(self, phase: str, launches: list[Launch]) -> list[Launch]:
         """The fused kernels of ``phase`` (planned and compiled on first use, then reused)."""
-        key = (phase, tuple(id(launch) for launch in launches))
-        fused = self._fused.get(key)
-        if fused is None:
-            fused = self._fused[key] = self._fuse(phase, launches)
-        self._last = fused
-        return fused.units
+        rec = self._fused.setdefault(phase, Recording(f"the fused {phase}"))
+        key = tuple(id(launch) for launch in launches)
+        held = rec.current(key)
+        if held is None:
+            fused = self._fuse(phase, launches)
+            self._compile_seconds += fused.compile_seconds
+            held = rec.keep((fused, tuple(launches)), key)
+        return held[0].units
 
     def fused(self, phase: str) -> Fused | None:
         """The latest fusion of ``phase`` ("forward", "backward", "step"), or None."""
-        found = [f for (p, _), f in self._fused.items() if p == phase]
-        return found[-1] if found else None
+        rec = self._fused.get(phase)
+        held = None if rec is None else rec.held
+        return None if held is None else held[0]
 
     @property
     def plan(self) -> list[str]:
@@ -90,16 +98,18 @@ class FusedProgram(Program):
     @property
     def compile_seconds(self) -> float:
         """Seconds spent compiling generated kernels so far (0 when the disk cache had them)."""
-        return sum(f.compile_seconds for f in self._fused.values())
+        return self._compile_seconds
 
     def _phase(self, phase: str) -> Fused:
         launches = self.trace.forward if phase == "forward" else self.trace.backward
         self.units(phase, launches)
-        return self._fused[(phase, tuple(id(launch) for launch in launches))]
+        return self._fused[phase].require(tuple(id(launch) for launch in launches))[0]
 
     def _fuse(self, phase: str, launches: list[Launch]) -> Fused:
         infos = [analyse(i, launch) for i, launch in enumerate(launches)]
-        segments, rows = plan(infos, self._rows)
+        tr = self.trace  # node values and gradients: read by later phases and the user
+        keep = [buffer(a) for a in [*tr.values, *tr.grads] if a is not None]
+        segments, rows = plan(infos, self._rows, self._alone, keep)
         rec = self.trace.rec
         digest = hashlib.sha256(repr([launch.tag for launch in launches]).encode()).hexdigest()
         tables: list[Any] = []
@@ -131,6 +141,11 @@ class FusedProgram(Program):
         return Fused(units, segments, rows, len(launches), seconds, module, tables)
 
 
+# launch kinds every fused program keeps alone in their segments unless ``fuse`` is told
+# otherwise (a test switch: the ggpu-fuse tests run each fused program with () and ("matmul",))
+ALONE: tuple[str, ...] = ()
+
+
 def batch_rows(prog: Program) -> int:
     """The batch's row count R: the leading dimension of the program's largest input (the
     minibatch a training step refreshes), 0 when it has no input of two or more dimensions."""
@@ -140,12 +155,15 @@ def batch_rows(prog: Program) -> int:
     return max(shapes, key=lambda s: (int(np.prod(s)), s[0]))[0]
 
 
-def fuse(prog: Program, rows: int | None = None) -> FusedProgram:
+def fuse(prog: Program, rows: int | None = None,
+         alone: tuple[str, ...] | None = None) -> FusedProgram:
     """A program with ``prog``'s interface whose launches run fused (see the package doc).
 
     ``rows`` fixes the batch row count R of the block-per-row kernels (default: the leading
-    dimension of the program's largest input, see ``batch_rows``). Forward and backward are
-    planned and compiled now; the whole step when its optimizer's step has been recorded.
+    dimension of the program's largest input, see ``batch_rows``). ``alone`` names launch
+    kinds the planner keeps each in a segment of its own (default ``ALONE``, empty; the tests
+    force every matmul alone this way). Forward and backward are planned and compiled now;
+    the whole step when its optimizer's step has been recorded.
     """
     if not isinstance(prog, Program):
         raise TypeError(f"fuse: expected a ggpu_replay Program, got {type(prog).__name__}")
@@ -153,7 +171,7 @@ def fuse(prog: Program, rows: int | None = None) -> FusedProgram:
         raise ValueError(f"fuse: the program runs on {prog.backend.name!r}; fusion generates "
                          "CUDA kernels (for 'cuda', verified on 'sim'). A 'cpu' program already "
                          "runs its whole step as one native call")
-    fp = FusedProgram(prog, rows)
+    fp = FusedProgram(prog, rows, alone)
     fp.plan  # noqa: B018 - plans and compiles forward and backward now
     return fp
 

@@ -4,7 +4,10 @@ The optimizer IS gopt's (same code, same formulas, so the same bits); the progra
 parameter store. Its step has two halves (see ``gopt.Optimizer``): the host half (the step
 count and per-step scalars such as Adam's ``lr_t``, written into small device buffers) runs
 every step; the device half is recorded the first time it runs and replayed afterwards.
-Registering a parameter, changing the clip or loading a state re-records it.
+The recording (a ``gtape.recording.Recording``) depends on the versions of the configuration
+it bakes in (``gopt.Optimizer.recorded_deps``): registering a parameter, changing the clip, an
+alpha, the lr (where baked in) or loading a state -- through this wrapper or through the gopt
+optimizer it hands out -- re-records it.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import gopt
 import gtape
+from gtape.recording import Recording
 from gtensor.recording import Launch
 
 if TYPE_CHECKING:
@@ -25,19 +29,21 @@ class DeviceOptimizer:
     def __init__(self, program: Program, opt: gopt.Optimizer) -> None:
         self._prog = program
         self._opt = opt
-        self._segment: list[Launch] | None = None
+        self._segment: Recording[list[Launch]] = Recording(
+            f"the device step of {type(opt).__name__}", opt.recorded_deps)
 
     # ---------------------------------------------------------------- configuration (gopt's)
     def add(self, param: Any, alpha: float = 0.0) -> Any:
         """Register a parameter (or a list) of the captured tape with L2 weight ``alpha``."""
-        out = self._opt.add(param, alpha)
-        self._segment = None
-        return out
+        return self._opt.add(param, alpha)
 
     def set_clip(self, max_norm: float | None) -> None:
         """Clip the global gradient norm to ``max_norm`` before each step (None: no clipping)."""
         self._opt.set_clip(max_norm)
-        self._segment = None
+
+    def set_alpha(self, param: gtape.Var, alpha: float) -> None:
+        """Change a registered parameter's L2 weight (from the next step on)."""
+        self._opt.set_alpha(param, alpha)
 
     # ---------------------------------------------------------------- stepping
     def step(self) -> None:
@@ -45,15 +51,16 @@ class DeviceOptimizer:
         self.advance()
         device = self._prog._device
         with device.ordered():
-            if self._segment is None:
+            segment = self._segment.current()
+            if segment is None:
                 rec = self._prog.backend
                 with rec.recording() as segment:
                     rec.tag = "optimizer"
                     self._opt.device_step()
                 rec.tag = None
-                self._segment = segment
+                self._segment.keep(segment)
             else:
-                device.run(self._segment)
+                device.run(segment)
 
     def advance(self) -> None:
         """The host half of a step: checks, the step count, per-step scalars to the device."""
@@ -63,13 +70,17 @@ class DeviceOptimizer:
 
     @property
     def recorded(self) -> bool:
-        """Whether the device half of the step has been recorded."""
-        return self._segment is not None
+        """Whether the device half of the step is recorded and fresh (its configuration as
+        recorded): the next step replays it."""
+        return self._segment.fresh()
 
     @property
     def segment(self) -> list[Launch]:
-        """The recorded launches of the device half (empty before the first step)."""
-        return self._segment if self._segment is not None else []
+        """The recorded launches of the device half (refused when stale: ``StaleRecording``
+        naming what moved; empty before the first step)."""
+        if self._segment.held is None:
+            return []
+        return self._segment.require()
 
     @property
     def program(self) -> Program:
@@ -123,7 +134,6 @@ class DeviceOptimizer:
         """Restore a state dict (gopt's checks first); the device step is re-recorded."""
         with self._prog._device.ordered():
             self._opt.load_state_dict(state)
-        self._segment = None
 
     def __repr__(self) -> str:
         return f"<DeviceOptimizer {self._opt!r} on {self._prog!r}>"

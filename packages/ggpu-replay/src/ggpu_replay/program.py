@@ -416,8 +416,18 @@ class ParamStore:
         return self._prog._tr.grads[p.index]
 
     def set_value(self, p: gtape.Var, x: Any) -> None:
-        """Copy the device array ``x`` into the parameter's buffer (the copy op)."""
-        self.backend.copy(x, out=self._prog._tr.values[p.index])
+        """Copy ``x`` into the parameter's buffer: a device array by the copy op, host data
+        (numpy, of the program's dtype and the parameter's shape) by a transfer."""
+        buf, be = self._prog._tr.values[p.index], self.backend
+        if be.is_array(x):
+            be.copy(x, out=buf)
+            return
+        host = np.asarray(x)
+        if host.dtype != self.dtype or tuple(host.shape) != tuple(buf.shape):
+            raise ValueError(f"set_value: parameter node {p.index} holds shape "
+                             f"{tuple(buf.shape)} and dtype {self.dtype}; got host data of "
+                             f"shape {tuple(host.shape)} and dtype {host.dtype}")
+        be.write(buf, host)
 
 
 def capture(tp: gtape.Tape, loss: gtape.Var, backend: str = "cuda",

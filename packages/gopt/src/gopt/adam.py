@@ -27,6 +27,8 @@ class Adam(Optimizer):
 
     KIND = "adam"
     STATE = ("m", "v")
+    # lr reaches the device only through the per-step lr_t buffer: a new lr needs no re-record
+    BAKED = ("betas", "eps", "clip", "alpha", "params")
 
     def __init__(self, tp: gtape.Tape, lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.999),
                  eps: float = 1e-8) -> None:
@@ -44,6 +46,9 @@ class Adam(Optimizer):
         self._b1_pow = 1.0  # b1**t, as a running product (portable: no libm pow)
         self._b2_pow = 1.0
         self._lr_t = math.nan
+
+    def _more_config(self) -> tuple[str, ...]:
+        return ("betas", "eps")
 
     @property
     def betas(self) -> tuple[float, float]:

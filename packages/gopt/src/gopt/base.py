@@ -1,4 +1,5 @@
-"""The Optimizer base: parameter registration, L2 and clipping, the step driver, state I/O."""
+"""The Optimizer base: parameter registration, L2 and clipping, the step driver (state I/O:
+``gopt.state``)."""
 
 from __future__ import annotations
 
@@ -9,10 +10,11 @@ from typing import Any
 
 import gtape
 import numpy as np
-from gtensor import files
+from gtape.recording import Recording, Version
 from gtensor.recording import record, recordable
 
 from . import checks, gradients
+from . import state as state_io
 from .workspace import Workspace
 
 
@@ -40,6 +42,10 @@ class Optimizer:
 
     KIND = "?"
     STATE: tuple[str, ...] = ()
+    # the configuration a recorded device half bakes in (its launches' scalar attributes and
+    # the parameter list): a change to any of these re-records it. NOTE: "lr" is here unless
+    # the subclass's device half reads lr only through a per-step buffer (Adam's lr_t).
+    BAKED: tuple[str, ...] = ("lr", "clip", "alpha", "params")
 
     def __init__(self, tp: gtape.Tape, lr: float) -> None:
         where = type(self).__name__
@@ -53,9 +59,28 @@ class Optimizer:
         self._clip_consts: tuple[Any, Any] | None = None
         self._last_norm: Any = None
         self._stepped_at = 0  # the store's backward_count at the last step
+        # one version per piece of configuration; every change bumps its version
+        self._versions = {name: Version(f"{type(self).__name__}.{name}")
+                          for name in ("lr", "clip", "alpha", "params", *self._more_config())}
         # the device half of the step, recorded on a kernel backend and replayed: (run, new
-        # parameter buffers); None until the next step records it
-        self._replay: tuple[Any, list[Any]] | None = None
+        # parameter buffers); re-recorded when the configuration it bakes in moved
+        self._replay: Recording[tuple[Any, list[Any]]] = Recording(
+            f"{type(self).__name__}'s recorded update", self.recorded_deps)
+
+    def _more_config(self) -> tuple[str, ...]:
+        """Names of the subclass's own configuration versions (Adam: betas, eps)."""
+        return ()
+
+    def version(self, name: str) -> Version:
+        """The version of configuration item ``name`` ("lr", "clip", "alpha", "params", ...)."""
+        return self._versions[name]
+
+    @property
+    def recorded_deps(self) -> tuple[Version, ...]:
+        """The versions a recorded device half depends on (``BAKED``): an engine recording the
+        device half itself (ggpu-replay) declares these, so a change through any door
+        re-records it."""
+        return tuple(self._versions[name] for name in self.BAKED)
 
     # ---------------------------------------------------------------- configuration
     @property
@@ -77,11 +102,15 @@ class Optimizer:
 
         The learning rate is a per-step host scalar: every optimizer reads it in its host half
         (``advance``) and writes what it derives from it into 0-d backend buffers, so a recorded
-        device half (or a captured program) follows the change without re-recording. A bad
-        value (NaN, inf, negative, not a real number) raises and changes nothing.
+        device half (or a captured program) follows the change without re-recording (the "lr"
+        version moves, and only a recording that declares lr baked in re-records). A bad value
+        (NaN, inf, negative, not a real number) raises and changes nothing.
         """
-        self._lr = checks.real(f"{type(self).__name__}.lr", "lr", value, low=0.0,
-                               expected="a finite real number >= 0")
+        lr = checks.real(f"{type(self).__name__}.lr", "lr", value, low=0.0,
+                         expected="a finite real number >= 0")
+        if lr != self._lr or math.copysign(1.0, lr) != math.copysign(1.0, self._lr):
+            self._lr = lr
+            self._versions["lr"].bump()
 
     @property
     def t(self) -> int:
@@ -135,19 +164,32 @@ class Optimizer:
         for name in self.STATE:
             slot.state[name] = self._be.zeros(slot.shape, self._tp.dtype)
         self._slots.append(slot)
-        self._replay = None
+        self._versions["params"].bump()
         return param
+
+    def set_alpha(self, param: gtape.Var, alpha: float) -> None:
+        """Change registered ``param``'s L2 weight to ``alpha`` (from the next step on)."""
+        where = f"{type(self).__name__}.set_alpha"
+        checks.store_param(where, self._tp, param)
+        a = checks.real(where, "alpha", alpha, low=0.0, expected="a finite real number >= 0")
+        slot = next((s for s in self._slots if s.var.index == param.index), None)
+        if slot is None:
+            raise ValueError(f"{where}: {param!r} is not registered; expected one of "
+                             f"{self.params} (register it with add(param, alpha))")
+        slot.alpha = a
+        self._versions["alpha"].bump()
 
     def set_clip(self, max_norm: float | None) -> None:
         """Clip the global gradient norm to ``max_norm`` before each step (None: no clipping)."""
-        self._replay = None  # the recorded update used the old clip setting
         if max_norm is None:
             self._max_norm, self._clip_consts = None, None
+            self._versions["clip"].bump()
             return
         m = checks.real(f"{type(self).__name__}.set_clip", "max_norm", max_norm, low=0.0,
                         low_open=True, expected="a finite real number > 0, or None")
         self._max_norm = m
         self._clip_consts = (self._ws.scalar(m), self._ws.scalar(1.0))
+        self._versions["clip"].bump()
 
     # ---------------------------------------------------------------- the step
     def step(self) -> None:
@@ -236,14 +278,16 @@ class Optimizer:
         """``device_step`` with its ops recorded on the first call and replayed afterwards
         (the same kernels on the same buffers, so the same bits; on cpu one native call).
 
-        Registering a parameter, ``set_clip`` and ``load_state_dict`` drop the recording.
+        The recording depends on ``recorded_deps`` (registering a parameter, ``set_clip``,
+        an alpha, lr where baked in, ``load_state_dict``): a change re-records it.
         """
-        if self._replay is None:
+        held = self._replay.current()
+        if held is None:
             new, run = record(self._be, self._update_on)
-            self._replay = (run, new)
+            held = self._replay.keep((run, new))
         else:
-            self._replay[0]()
-        self._commit_params(self._replay[1])
+            held[0]()
+        self._commit_params(held[1])
 
     def _update_on(self, be: Any) -> list[Any]:
         """``_device_update`` with its ops (and new workspace buffers) on backend ``be``."""
@@ -288,82 +332,21 @@ class Optimizer:
 
     def state_dict(self, params: bool = True) -> dict[str, np.ndarray]:
         """The optimizer's state as host numpy arrays (and the parameter values if ``params``)."""
-        tp = self._tp
-        out: dict[str, np.ndarray] = {
-            "kind": np.array(self.KIND), "t": np.array(self._t, np.int64),
-            "dtype": np.array(tp.dtype.name),
-            "max_norm": np.array(math.nan if self._max_norm is None else self._max_norm),
-            "alpha": np.array([s.alpha for s in self._slots], np.float64),
-        }
-        for k, v in self._hyper().items():
-            out[f"hyper.{k}"] = np.array(v, np.float64)
-        for k, v in self._host_state().items():
-            out[f"host.{k}"] = np.array(v, np.float64)
-        for i, s in enumerate(self._slots):
-            checks.store_param("state_dict", tp, s.var)
-            for name in self.STATE:
-                out[f"{name}.{i}"] = self._be.to_numpy(s.state[name])
-            if params:
-                out[f"param.{i}"] = self._be.to_numpy(tp.value(s.var))
-        return out
+        return state_io.state_dict(self, params)
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore what ``state_dict`` returned (hyperparameters, t, buffers, parameter values).
 
         Everything is checked first -- keys, kind, dtype, shapes, and every value against the
         ranges the constructor enforces -- then applied at once: a refused state leaves the
-        optimizer exactly as it was.
+        optimizer exactly as it was (``gopt.state``).
         """
-        where = f"{type(self).__name__}.load_state_dict"
-        get = _getter(where, state)
-        kind, dtype = str(get("kind")), str(get("dtype"))
-        if kind != self.KIND:
-            raise ValueError(f"{where}: the state is of a {kind!r} optimizer; expected "
-                             f"{self.KIND!r}")
-        if dtype != self._tp.dtype.name:
-            raise ValueError(f"{where}: the state holds {dtype} arrays; this tape is "
-                             f"{self._tp.dtype.name}")
-        hyper = self._check_hyper(where, {k: _scalar(where, f"hyper.{k}", get(f"hyper.{k}"))
-                                          for k in self._hyper()})
-        host = self._check_host(where, {k: _scalar(where, f"host.{k}", get(f"host.{k}"))
-                                        for k in self._host_state()})
-        t = np.asarray(get("t"))
-        if t.shape != () or t.dtype.kind not in "iu" or int(t) < 0:
-            raise ValueError(f"{where}: t is {t!r}; expected an int >= 0")
-        m = _scalar(where, "max_norm", get("max_norm"))
-        if not math.isnan(m):
-            checks.real(where, "max_norm", m, low=0.0, low_open=True,
-                        expected="a finite real number > 0, or NaN for no clipping")
-        alpha = np.asarray(get("alpha"))
-        if alpha.shape != (len(self._slots),) or alpha.dtype.kind != "f":
-            raise ValueError(f"{where}: the state has {alpha.size} parameters; this optimizer has "
-                             f"{len(self._slots)} registered (register the same ones first)")
-        alphas = [checks.real(where, f"alpha[{i}]", float(a), low=0.0,
-                              expected="a finite real number >= 0") for i, a in enumerate(alpha)]
-        arrays: list[dict[str, Any]] = []
-        for i, s in enumerate(self._slots):
-            checks.store_param(where, self._tp, s.var)
-            names = list(self.STATE) + (["param"] if f"param.{i}" in state else [])
-            got = {}
-            for name in names:
-                a = np.asarray(get(f"{name}.{i}"))
-                if a.shape != s.shape or a.dtype != self._tp.dtype:
-                    raise ValueError(f"{where}: {name}.{i} has shape {a.shape} and dtype "
-                                     f"{a.dtype}; expected {s.shape} and {self._tp.dtype}")
-                got[name] = a
-            arrays.append(got)
-        # everything checked: now apply (nothing below can refuse)
-        self._replay = None  # hyperparameters and L2 weights are baked into a recorded update
-        self._set_hyper(hyper)
-        self._set_host_state(host)
-        self._t = int(t)
-        self.set_clip(None if math.isnan(m) else m)
-        for s, a, got in zip(self._slots, alphas, arrays):
-            s.alpha = a
-            for name in self.STATE:  # into the existing buffers: they never move
-                self._be.write(s.state[name], got[name])
-            if "param" in got:
-                self._tp.set_value(s.var, got["param"])
+        state_io.load_state_dict(self, state)
+
+    def _configured(self) -> None:
+        """Bump every configuration version (a loaded state may have changed any of them)."""
+        for version in self._versions.values():
+            version.bump()
 
     def _check_hyper(self, where: str, hyper: dict[str, float]) -> dict[str, float]:
         """Hyperparameters of a state, checked as the constructor checks them."""
@@ -375,46 +358,16 @@ class Optimizer:
         return host
 
     def save(self, path: Any, params: bool = True) -> None:
-        """Write ``state_dict(params)`` to exactly ``path`` (an .npz archive, no pickle).
-
-        Written to a temporary file in the same directory, flushed, fsynced and renamed into
-        place: a failed or interrupted save leaves the previous file intact.
-        """
-        files.write_atomic(path, lambda f: np.savez(f, **self.state_dict(params)))
+        """Write ``state_dict(params)`` to exactly ``path`` (an .npz archive, no pickle),
+        atomically: a failed or interrupted save leaves the previous file intact."""
+        state_io.save(self, path, params)
 
     def load(self, path: Any) -> None:
         """Read a file written by ``save`` (``allow_pickle=False``) into this optimizer."""
-        where = f"{type(self).__name__}.load"
-        try:
-            with np.load(path, allow_pickle=False) as f:
-                if not hasattr(f, "files"):
-                    raise ValueError("a single array, not an archive")
-                state = {k: f[k] for k in f.files}
-        except (ValueError, OSError, EOFError) as e:
-            if isinstance(e, FileNotFoundError):
-                raise
-            raise ValueError(f"{where}: {path} is not a checkpoint written by save() (an .npz "
-                             f"archive of arrays): {e}") from None
-        self.load_state_dict(state)
+        state_io.load(self, path)
 
     def __repr__(self) -> str:
         clip = "" if self._max_norm is None else f", clip={self._max_norm}"
         return (f"<{type(self).__name__} lr={self._lr}{clip}, {len(self._slots)} params, "
                 f"t={self._t}>")
 
-
-def _scalar(where: str, key: str, value: Any) -> float:
-    """A saved scalar as a float (TypeError naming the key otherwise)."""
-    a = np.asarray(value)
-    if a.shape != () or a.dtype.kind not in "iuf":
-        raise TypeError(f"{where}: {key} is {a!r}; expected a real number")
-    return float(a)
-
-
-def _getter(where: str, state: dict[str, Any]):
-    def get(key: str) -> Any:
-        if key not in state:
-            raise ValueError(f"{where}: the state has no entry {key!r}; expected what "
-                             "state_dict() returns")
-        return state[key]
-    return get

@@ -18,6 +18,9 @@ from .base import Optimizer, Slot
 class SGD(Optimizer):
     """``p <- p - lr * g`` (g after clipping and L2), in gtensor ops."""
 
+    # lr reaches the device only through the per-step "sgd_lr" buffer: not baked in
+    BAKED = ("clip", "alpha", "params")
+
     KIND = "sgd"
 
     def __init__(self, tp: gtape.Tape, lr: float) -> None:

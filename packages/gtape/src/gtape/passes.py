@@ -17,6 +17,7 @@ from gtensor.recording import record, recordable
 
 from . import backward as _backward
 from .buffers import ReusedOutputs
+from .recording import Recording
 
 
 def graph_key(graph: _backward.Graph, loss: int) -> tuple | None:
@@ -39,28 +40,29 @@ class BackwardPasses:
         self.be = be
         self.outputs = ReusedOutputs(be)  # stable homes of the pass's results
         self._seen: tuple | None = None  # the key of the last pass
-        # (key, run, grads after the pass, stats, the values the key names: kept alive so
-        # their ids stay theirs)
-        self._recorded: tuple | None = None
+        # (run, grads after the pass, stats, the values the key names: kept alive so their
+        # ids stay theirs), recorded under the graph's key
+        self._recorded: Recording[tuple] = Recording("the recorded backward pass")
 
     @property
     def replaying(self) -> bool:
         """Whether a recorded pass is held (the next pass of its graph replays it)."""
-        return self._recorded is not None
+        return self._recorded.held is not None
 
     def clear(self) -> None:
         """Drop the recording and every kept buffer."""
         self.outputs.clear()
-        self._seen = self._recorded = None
+        self._seen = None
+        self._recorded.clear()
 
     def run(self, graph: _backward.Graph, loss: int, dtype: Any) -> dict:
         """``backward.run`` of ``graph`` from ``loss`` (replayed when recorded); its stats."""
         key = graph_key(graph, loss) if recordable(self.be) else None
-        held = self._recorded
-        if key is not None and held is not None and held[0] == key:
-            held[1]()
-            graph.grads[:] = held[2]
-            return dict(held[3])
+        held = self._recorded.current(key) if key is not None else None
+        if held is not None:
+            held[0]()
+            graph.grads[:] = held[1]
+            return dict(held[2])
         self.outputs.start()
         if key is None or key != self._seen:
             self._seen = key
@@ -74,5 +76,5 @@ class BackwardPasses:
                 self.outputs.inner = self.be
 
         stats, run = record(self.be, on)
-        self._recorded = (key, run, list(graph.grads), dict(stats), tuple(graph.values))
+        self._recorded.keep((run, list(graph.grads), dict(stats), tuple(graph.values)), key)
         return stats

@@ -19,6 +19,7 @@ from . import backward as _backward
 from .convert import into_backend, to_backend, typed_dtype
 from .leaves import CONST, PARAM, Leaf
 from .passes import BackwardPasses
+from .recording import Recording
 from .var import StaleVarError, Var
 
 _tape_ids = itertools.count(1)
@@ -91,7 +92,7 @@ class Tape:
         self._vcache: list[Any] = []
         self._gcache: dict[int, Any] = {}  # persistent gradient buffers of params
         self._passes = BackwardPasses(self._be)  # backward passes (replayed when repeated)
-        self._zeroing: tuple[tuple, Any] | None = None  # reset_to's recorded gradient zeroing
+        self._zeroing = Recording("reset_to's gradient zeroing")  # keyed by the buffers
         self._last_backward = {"vjps": 0, "reductions": 0, "accumulations": 0, "param_copies": 0}
         # staleness: a clock ticks at every set_value; each node remembers the clock it was
         # recorded at, each param the clock of its last write
@@ -411,7 +412,7 @@ class Tape:
             lst.clear()
         self._gcache.clear()
         self._passes.clear()
-        self._zeroing = None
+        self._zeroing.clear()
         self._closed = True
 
     # ---------------------------------------------------------------- recording (internal)
@@ -538,8 +539,9 @@ class Tape:
         """``_zero`` each buffer; on a kernel backend the fills are recorded the first time
         and replayed while the buffers are the same (on cpu: one native call)."""
         key = tuple(map(id, bufs))  # the recording keeps the buffers alive: ids stay unique
-        if self._zeroing is not None and self._zeroing[0] == key:
-            self._zeroing[1]()
+        held = self._zeroing.current(key)
+        if held is not None:
+            held[0]()
             return
         if not bufs or not recordable(self._be):
             for buf in bufs:
@@ -550,7 +552,7 @@ class Tape:
             for buf in bufs:
                 rec.fill(tuple(buf.shape), 0.0, self._dtype, out=buf)
 
-        self._zeroing = (key, record(self._be, fills)[1])
+        self._zeroing.keep((record(self._be, fills)[1], tuple(bufs)), key)
 
     def _zero(self, buf: Any) -> None:
         """Set a buffer to +0.0 in place (the gtensor fill op, a kernel on sim and cuda)."""

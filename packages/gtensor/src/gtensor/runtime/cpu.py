@@ -1,7 +1,7 @@
 """The ``cpu`` runtime: each op's host kernels compiled with the system C++ compiler, run natively.
 
 The module (``cpu_source``) is compiled with ``cpu_runtime.h`` into a shared library cached on
-disk like sim's (same compiler lookup and cache helpers, its own folder and flags: ``-O3
+disk like sim's (the same ``toolchain`` and cache helpers, its own folder and flags: ``-O3
 -march=native -ffp-contract=off``, no fast-math; the key also holds the host CPU's feature
 flags, since ``-march=native`` code only runs where it was built). Two doors lead in:
 
@@ -9,7 +9,8 @@ flags, since ``-march=native`` code only runs where it was built). Two doors lea
   ``KernelTable`` contract sim and cuda share (so a ``Recorder`` can wrap the cpu backend);
 * ``plan`` + ``Plan.run``: the eager fast path. An op's launches for one (shapes, attrs) are
   checked once and encoded as an int64 program; a call then passes only the arrays, by
-  object address, and C reads each array's data pointer (``gtcpu_exec``).
+  object address, and C reads each array's data pointer (``gtcpu_exec``, in ``cpu_exec.h``,
+  appended after the module's launchers).
 """
 
 from __future__ import annotations
@@ -18,7 +19,6 @@ import ctypes
 import hashlib
 import os
 import platform
-import subprocess
 import sys
 import threading
 from collections.abc import Callable, Sequence
@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 
 from gtensor.kernels import Kernel
-from gtensor.runtime import cache, sim
+from gtensor.runtime import cache, sim, toolchain
 from gtensor.runtime.args import KernelTable
 
 CXX_FLAGS = (
@@ -44,6 +44,7 @@ CXX_FLAGS = (
     "-pthread",
 )
 HEADER_PATH = Path(__file__).with_name("cpu_runtime.h")
+EXEC_PATH = Path(__file__).with_name("cpu_exec.h")  # the plan interpreter, after the launchers
 THREADS_ENV = "GTENSOR_CPU_THREADS"
 
 _LOADED: dict[str, tuple[ctypes.CDLL, Any]] = {}
@@ -84,86 +85,6 @@ def _launcher(index: int, kernel: Kernel) -> tuple[str, str]:
             f"gtcpu_call_{name}")
 
 
-_EXEC = """\
-static long long gtcpu_data_offset = 16;
-extern "C" void gtcpu_set_data_offset(long long off) { gtcpu_data_offset = off; }
-extern "C" long long gtcpu_set_parallel_work(long long work)
-{
-    const long long old = gtcpu::PARALLEL_WORK;
-    if (work > 0) gtcpu::PARALLEL_WORK = work;
-    return old;
-}
-
-// plan = [slots, nbytes[slots], launches, then per launch: kernel index, nargs,
-// nargs x (kind, value)]; kind 0: value is a slot (an array object) whose data pointer is
-// passed; 1: the value itself. The last slot is the output: it must not overlap an input.
-// Status: 0 ok, 1 a bad plan, 2 the output overlaps an input.
-extern "C" int gtcpu_exec(const long long* plan, const void* const* objs, long long nobjs)
-{
-    const long long slots = *plan++;
-    const long long* nbytes = plan;
-    plan += slots;
-    if (slots != nobjs || slots > 64) return 1;
-    char* data[64];
-    for (long long i = 0; i < slots; ++i)
-        std::memcpy(&data[i], (const char*)objs[i] + gtcpu_data_offset, sizeof data[i]);
-    const long long o = slots - 1;
-    for (long long i = 0; i < o; ++i)
-        if (nbytes[i] > 0 && nbytes[o] > 0 && data[i] < data[o] + nbytes[o] &&
-            data[o] < data[i] + nbytes[i])
-            return 2;
-    gtcpu::FpEnv env;
-    const long long launches = *plan++;
-    for (long long l = 0; l < launches; ++l) {
-        const long long index = *plan++, nargs = *plan++;
-        long long store[16];
-        void* argv[16];
-        if (index < 0 || index >= GTCPU_NKERNELS || nargs > 16) return 1;
-        for (long long i = 0; i < nargs; ++i) {
-            const long long kind = *plan++, value = *plan++;
-            if (kind == 0) {
-                if (value < 0 || value >= slots) return 1;
-                std::memcpy(&store[i], &data[value], sizeof store[i]);
-            } else {
-                store[i] = value;
-            }
-            argv[i] = &store[i];
-        }
-        const int status = GTCPU_CALLS[index](argv);
-        if (status) return status;
-    }
-    return 0;
-}
-
-#ifdef GTCPU_PYTHON
-// run(plan, *arrays) -> status: the eager door without ctypes (METH_FASTCALL, GIL released).
-static PyObject* gtcpu_py_run(PyObject*, PyObject* const* args, Py_ssize_t nargs)
-{
-    if (nargs < 1) {
-        PyErr_SetString(PyExc_TypeError, "run(plan, *arrays): missing the plan");
-        return NULL;
-    }
-    const long long* plan = (const long long*)PyLong_AsVoidPtr(args[0]);
-    if (plan == NULL) {
-        if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "run: null plan");
-        return NULL;
-    }
-    int status;
-    Py_BEGIN_ALLOW_THREADS
-    status = gtcpu_exec(plan, (const void* const*)(args + 1), (long long)(nargs - 1));
-    Py_END_ALLOW_THREADS
-    return PyLong_FromLong(status);
-}
-
-static PyMethodDef gtcpu_methods[] = {
-    {"run", (PyCFunction)(void (*)(void))gtcpu_py_run, METH_FASTCALL,
-     "run(plan, *arrays) -> status"},
-    {NULL, NULL, 0, NULL}};
-static struct PyModuleDef gtcpu_module = {PyModuleDef_HEAD_INIT, "gtensor_cpu_module", NULL, -1,
-                                          gtcpu_methods};
-extern "C" PyObject* PyInit_gtensor_cpu_module(void) { return PyModule_Create(&gtcpu_module); }
-#endif
-"""
 PY_MODULE = "gtensor_cpu_module"
 
 
@@ -183,35 +104,29 @@ def translation_unit(source: str, kernels: Sequence[Kernel]) -> str:
     table = ", ".join(name for _, name in parts)
     return (
         "#ifdef GTCPU_PYTHON\n#define PY_SSIZE_T_CLEAN\n#include <Python.h>\n#endif\n"
-        f"{sim.header_text(HEADER_PATH)}\n"
+        f"{toolchain.header_text(HEADER_PATH)}\n"
         '#line 1 "module.cpp"\n'
         f"{source}\n"
         '#line 1 "launchers.cpp"\n'
         + "".join(text for text, _ in parts)
         + f"static int (*const GTCPU_CALLS[])(void**) = {{{table}}};\n"
         f"static const long long GTCPU_NKERNELS = {len(parts)};\n"
-        + _EXEC
+        + toolchain.header_text(EXEC_PATH)
     )
 
 
 def build(source: str, kernels: Sequence[Kernel]) -> tuple[str, Path]:
     """Compile (or find, verified, in the disk cache) the cpu module; returns (key, .so path)."""
-    command = sim.compiler_command()
+    command = toolchain.compiler_command()
     tu = translation_unit(source, kernels)
-    ident = sim._compiler_identity(tuple(command))
+    ident = toolchain.compiler_identity(tuple(command))
     flags = (*CXX_FLAGS, *_python_flags())
     key = hashlib.sha256("\0".join([tu, ident, " ".join(flags), _host_identity(), sys.version])
                          .encode()).hexdigest()
 
-    def compile_to(src: Path, out: Path) -> None:
-        proc = subprocess.run([*command, *flags, "-x", "c++", str(src), "-o", str(out)],
-                              capture_output=True, text=True, check=False)
-        if proc.returncode != 0:
-            raise RuntimeError(f"cpu: compiling the kernel module failed (source kept at "
-                               f"{src}):\n{proc.stderr}")
-
-    return key, cache.library("cpu", key, tu, compile_to,
-                              f"{len(kernels)} cpu kernels (native host code, g++)")
+    return key, cache.library(
+        "cpu", key, tu, lambda src, out: toolchain.compile_shared("cpu", command, flags, src, out),
+        f"{len(kernels)} cpu kernels (native host code, g++)")
 
 
 def load(source: str, kernels: Sequence[Kernel]) -> tuple[ctypes.CDLL, Any]:

@@ -9,13 +9,8 @@ block and a ``void**`` argument vector (the cuLaunchKernel convention).
 from __future__ import annotations
 
 import ctypes
-import functools
 import hashlib
 import os
-import re
-import shlex
-import shutil
-import subprocess
 import tempfile
 import threading
 from collections.abc import Callable, Sequence
@@ -24,8 +19,9 @@ from pathlib import Path
 import numpy as np
 
 from gtensor.kernels import Kernel
-from gtensor.runtime import cache
+from gtensor.runtime import cache, toolchain
 from gtensor.runtime.args import KernelTable
+from gtensor.runtime.toolchain import compiler_command, header_text
 
 CXX_FLAGS = (
     "-O2",
@@ -36,10 +32,8 @@ CXX_FLAGS = (
     "-std=c++17",
     "-U_FORTIFY_SOURCE",
 )
-HEADER_PATH = Path(__file__).with_name("sim_runtime.h")
-# A runtime header's `#include "sibling.h"` (common_runtime.h): expanded into the text.
-_LOCAL_INCLUDE = re.compile(r'^#include "([\w.]+)"[^\n]*\n', re.M)
-_INSTALL_HINT = "install g++ (Debian/Ubuntu: apt-get install g++) or set CXX to a C++17 compiler"
+HEADER_PATH = Path(__file__).with_name("sim_runtime.h")  # its #include "common_runtime.h" is
+# expanded into the unit's text (``toolchain.header_text``); the compiler lookup is shared too
 _STATUS_MESSAGES = {
     1: "could not allocate fiber stacks (mmap failed)",
     2: "__syncthreads was called (from a helper function?) but the kernel body does not mention "
@@ -67,26 +61,6 @@ def cache_dir() -> Path:
     return cache.root() / "sim"
 
 
-def compiler_command() -> list[str]:
-    """The C++ compiler command: $CXX (may carry arguments) or g++, resolved on PATH."""
-    words = shlex.split(os.environ.get("CXX", "").strip() or "g++")
-    path = shutil.which(words[0])
-    if path is None:
-        raise RuntimeError(f"C++ compiler {words[0]!r} not found: {_INSTALL_HINT}")
-    return [path, *words[1:]]
-
-
-@functools.lru_cache(maxsize=8)
-def _compiler_identity(command: tuple[str, ...]) -> str:
-    """Compiler path plus its ``--version`` output (part of the cache key)."""
-    try:
-        proc = subprocess.run([*command, "--version"], capture_output=True, text=True, check=False)
-    except OSError as exc:
-        msg = f"cannot run C++ compiler {command[0]!r} ({exc}): {_INSTALL_HINT}"
-        raise RuntimeError(msg) from exc
-    return " ".join(command) + "\n" + proc.stdout
-
-
 def _launcher(kernel: Kernel, barrier: bool) -> str:
     """Generated ``extern "C"`` launcher unpacking ``void** args`` and running the grid."""
     unpack = "".join(
@@ -110,21 +84,6 @@ def _helpers_use_barrier(source: str, kernels: Sequence[Kernel]) -> bool:
     return "__syncthreads" in rest
 
 
-def header_text(path: Path) -> str:
-    """The runtime header at ``path`` as a translation unit holds it (sim's and cpu's): each
-    ``#include "x.h"`` of a header next to it replaced by that header's text, all marked with
-    ``#line``, so the unit compiles from anywhere and its hash (the cache key) covers them."""
-    text = path.read_text()
-    out, pos = [f'#line 1 "{path.name}"\n'], 0
-    for m in _LOCAL_INCLUDE.finditer(text):
-        resume = text.count("\n", 0, m.end()) + 1  # the line after the #include
-        out += [text[pos:m.start()], header_text(path.with_name(m.group(1))),
-                f'\n#line {resume} "{path.name}"\n']
-        pos = m.end()
-    out.append(text[pos:])
-    return "".join(out)
-
-
 def translation_unit(source: str, kernels: Sequence[Kernel]) -> str:
     """Header text + module source + one launcher per kernel."""
     all_barrier = _helpers_use_barrier(source, kernels)
@@ -140,16 +99,7 @@ def translation_unit(source: str, kernels: Sequence[Kernel]) -> str:
 
 def _run_compiler(command: list[str], src: Path, out: Path) -> None:
     """Compile ``src`` into the shared library ``out``; RuntimeError with stderr on failure."""
-    proc = subprocess.run(
-        [*command, *CXX_FLAGS, "-x", "c++", str(src), "-o", str(out)],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    if proc.returncode != 0:
-        raise RuntimeError(
-            f"sim: compiling the kernel module failed (source kept at {src}):\n{proc.stderr}"
-        )
+    toolchain.compile_shared("sim", command, CXX_FLAGS, src, out)
 
 
 def _write_atomic(path: Path, text: str) -> None:
@@ -164,7 +114,7 @@ def build(source: str, kernels: Sequence[Kernel]) -> tuple[str, Path]:
     """Compile (or find, verified, in the disk cache) the module; returns (key, .so path)."""
     command = compiler_command()
     tu = translation_unit(source, kernels)
-    ident = _compiler_identity(tuple(command))
+    ident = toolchain.compiler_identity(tuple(command))
     key = hashlib.sha256("\0".join([tu, ident, " ".join(CXX_FLAGS)]).encode()).hexdigest()
     return key, cache.library("sim", key, tu, lambda src, out: _run_compiler(command, src, out),
                               f"{len(kernels)} sim kernels (CUDA source on the CPU, g++)")

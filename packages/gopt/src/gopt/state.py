@@ -1,0 +1,143 @@
+"""An optimizer's state as host arrays: ``state_dict``, an all-or-nothing ``load_state_dict``,
+and ``save``/``load`` as .npz archives (no pickle). ``Optimizer``'s methods of those names call
+these; subclasses add their hyperparameters and host scalars through ``_hyper``/``_host_state``
+and check them in ``_check_hyper``/``_check_host``.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+from gtensor import files
+
+from . import checks
+
+if TYPE_CHECKING:
+    from .base import Optimizer
+
+
+def state_dict(opt: Optimizer, params: bool = True) -> dict[str, np.ndarray]:
+    """The optimizer's state as host numpy arrays (and the parameter values if ``params``)."""
+    tp = opt._tp
+    out: dict[str, np.ndarray] = {
+        "kind": np.array(opt.KIND), "t": np.array(opt._t, np.int64),
+        "dtype": np.array(tp.dtype.name),
+        "max_norm": np.array(math.nan if opt._max_norm is None else opt._max_norm),
+        "alpha": np.array([s.alpha for s in opt._slots], np.float64),
+    }
+    for k, v in opt._hyper().items():
+        out[f"hyper.{k}"] = np.array(v, np.float64)
+    for k, v in opt._host_state().items():
+        out[f"host.{k}"] = np.array(v, np.float64)
+    for i, s in enumerate(opt._slots):
+        checks.store_param("state_dict", tp, s.var)
+        for name in opt.STATE:
+            out[f"{name}.{i}"] = opt._be.to_numpy(s.state[name])
+        if params:
+            out[f"param.{i}"] = opt._be.to_numpy(tp.value(s.var))
+    return out
+
+def load_state_dict(opt: Optimizer, state: dict[str, Any]) -> None:
+    """Restore what ``state_dict`` returned (hyperparameters, t, buffers, parameter values).
+
+    Everything is checked first -- keys, kind, dtype, shapes, and every value against the
+    ranges the constructor enforces -- then applied at once: a refused state leaves the
+    optimizer exactly as it was.
+    """
+    where = f"{type(opt).__name__}.load_state_dict"
+    get = _getter(where, state)
+    kind, dtype = str(get("kind")), str(get("dtype"))
+    if kind != opt.KIND:
+        raise ValueError(f"{where}: the state is of a {kind!r} optimizer; expected "
+                         f"{opt.KIND!r}")
+    if dtype != opt._tp.dtype.name:
+        raise ValueError(f"{where}: the state holds {dtype} arrays; this tape is "
+                         f"{opt._tp.dtype.name}")
+    hyper = opt._check_hyper(where, {k: _scalar(where, f"hyper.{k}", get(f"hyper.{k}"))
+                                      for k in opt._hyper()})
+    host = opt._check_host(where, {k: _scalar(where, f"host.{k}", get(f"host.{k}"))
+                                    for k in opt._host_state()})
+    t = np.asarray(get("t"))
+    if t.shape != () or t.dtype.kind not in "iu" or int(t) < 0:
+        raise ValueError(f"{where}: t is {t!r}; expected an int >= 0")
+    m = _scalar(where, "max_norm", get("max_norm"))
+    if not math.isnan(m):
+        checks.real(where, "max_norm", m, low=0.0, low_open=True,
+                    expected="a finite real number > 0, or NaN for no clipping")
+    alpha = np.asarray(get("alpha"))
+    if alpha.shape != (len(opt._slots),) or alpha.dtype.kind != "f":
+        raise ValueError(f"{where}: the state has {alpha.size} parameters; this optimizer has "
+                         f"{len(opt._slots)} registered (register the same ones first)")
+    alphas = [checks.real(where, f"alpha[{i}]", float(a), low=0.0,
+                          expected="a finite real number >= 0") for i, a in enumerate(alpha)]
+    arrays: list[dict[str, Any]] = []
+    for i, s in enumerate(opt._slots):
+        checks.store_param(where, opt._tp, s.var)
+        names = list(opt.STATE) + (["param"] if f"param.{i}" in state else [])
+        got = {}
+        for name in names:
+            a = np.asarray(get(f"{name}.{i}"))
+            if a.shape != s.shape or a.dtype != opt._tp.dtype:
+                raise ValueError(f"{where}: {name}.{i} has shape {a.shape} and dtype "
+                                 f"{a.dtype}; expected {s.shape} and {opt._tp.dtype}")
+            got[name] = a
+        if "param" in got:  # onto the backend now: a store's set_value takes its arrays
+            got["param"] = opt._be.asarray(got["param"], dtype=opt._tp.dtype)
+        arrays.append(got)
+    clip_consts = None if math.isnan(m) else (opt._ws.scalar(m), opt._ws.scalar(1.0))
+    # everything checked and converted: now apply (nothing below can refuse)
+    opt._set_hyper(hyper)
+    opt._set_host_state(host)
+    opt._t = int(t)
+    opt._max_norm = None if math.isnan(m) else m
+    opt._clip_consts = clip_consts
+    for s, a, got in zip(opt._slots, alphas, arrays):
+        s.alpha = a
+        for name in opt.STATE:  # into the existing buffers: they never move
+            opt._be.write(s.state[name], got[name])
+        if "param" in got:
+            opt._tp.set_value(s.var, got["param"])
+    opt._configured()  # every configuration item may have moved
+
+
+def save(opt: Optimizer, path: Any, params: bool = True) -> None:
+    """Write ``state_dict(params)`` to exactly ``path`` (an .npz archive, no pickle).
+
+    Written to a temporary file in the same directory, flushed, fsynced and renamed into
+    place: a failed or interrupted save leaves the previous file intact.
+    """
+    files.write_atomic(path, lambda f: np.savez(f, **opt.state_dict(params)))
+
+def load(opt: Optimizer, path: Any) -> None:
+    """Read a file written by ``save`` (``allow_pickle=False``) into this optimizer."""
+    where = f"{type(opt).__name__}.load"
+    try:
+        with np.load(path, allow_pickle=False) as f:
+            if not hasattr(f, "files"):
+                raise ValueError("a single array, not an archive")
+            state = {k: f[k] for k in f.files}
+    except (ValueError, OSError, EOFError) as e:
+        if isinstance(e, FileNotFoundError):
+            raise
+        raise ValueError(f"{where}: {path} is not a checkpoint written by save() (an .npz "
+                         f"archive of arrays): {e}") from None
+    opt.load_state_dict(state)
+
+
+def _scalar(where: str, key: str, value: Any) -> float:
+    """A saved scalar as a float (TypeError naming the key otherwise)."""
+    a = np.asarray(value)
+    if a.shape != () or a.dtype.kind not in "iuf":
+        raise TypeError(f"{where}: {key} is {a!r}; expected a real number")
+    return float(a)
+
+
+def _getter(where: str, state: dict[str, Any]):
+    def get(key: str) -> Any:
+        if key not in state:
+            raise ValueError(f"{where}: the state has no entry {key!r}; expected what "
+                             "state_dict() returns")
+        return state[key]
+    return get
