@@ -175,15 +175,10 @@ def analyse(index: int, launch: Launch) -> Info:
         for param, b in info.reads:
             if b.shape != ():
                 info.oi[param] = np.arange(n)
-    elif kind == "zip":
+    elif kind == "zip":  # the form (gtensor.ops.forms.Zip) owns the geometry's layout
         n = int(args["n"])
-        g = _host(args["geom"])
-        rank = int(g[0])
-        shape, sa, sb = g[1:1 + rank], g[1 + rank:1 + 2 * rank], g[1 + 2 * rank:1 + 3 * rank]
-        c = _coords(np.arange(n), shape)
         info.n, info.oo = n, np.arange(n)
-        info.oi["a"] = sum((ci * s for ci, s in zip(c, sa)), np.zeros(n, np.int64))
-        info.oi["b"] = sum((ci * s for ci, s in zip(c, sb)), np.zeros(n, np.int64))
+        info.oi.update(k.form.index_maps(_host(args["geom"]), n))
     elif kind == "copy":
         n = int(args["n"])
         g = _host(args["geom"])

@@ -95,12 +95,8 @@ def _statement(info: Info, v: dict[str, str], i: str) -> str:
                if p.is_pointer and p.is_const]
         lits = [_lit(a[p.name], p.ctype) for p in k.params if not p.is_pointer and p.name != "n"]
         return f"{v[out]}[{i}] = {_fn(info)}({', '.join(ins + lits)});"
-    if kind == "zip":
-        g = v["geom"]
-        return (f"{{ const int rank = (int){g}[0]; long long rem = {i}, oa = 0, ob = 0;\n"
-                f"  for (int d = rank - 1; d >= 0; --d) {{ const long long c = rem % {g}[1 + d]; "
-                f"rem /= {g}[1 + d]; oa += c * {g}[1 + rank + d]; ob += c * {g}[1 + 2 * rank + d]; "
-                f"}}\n  {v['y']}[{i}] = {_fn(info)}({v['a']}[oa], {v['b']}[ob]); }}")
+    if kind == "zip":  # the same decode and call as the per-node kernel: its form's
+        return info.launch.kernel.form.statement(_fn(info), v, v["y"], i)
     if kind == "copy":
         g = v["geom"]
         return (f"{{ const int rank = (int){g}[0]; long long rem = {i}, oi = {g}[1 + 2 * rank], "

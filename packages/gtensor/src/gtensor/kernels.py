@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 # C types a kernel parameter may have. Pointer types carry the element dtype they accept.
 POINTER_DTYPES = {
@@ -108,7 +109,9 @@ class DeviceFn:
 class Kernel:
     """A ``__global__`` kernel: name, typed parameters and body text (CUDA dialect).
 
-    ``kind`` (one of ``KINDS``) says what it computes and ``calls`` the scalar functions
+    ``kind`` (one of ``KINDS``) says what it computes, ``form`` (where set) is the form object
+    that encodes and decodes its geometry (fusion reads index maps and statements from it),
+    and ``calls`` the scalar functions
     (``gtensor.scalar.dsl.ScalarFn``) and row helpers (``DeviceFn``) it computes with; the
     CUDA module collects its ``__device__`` functions from the kernels' ``calls``.
     ``barrier`` says whether the body calls ``__syncthreads``; the simulator runs such
@@ -120,6 +123,7 @@ class Kernel:
     body: str
     kind: str = "other"
     calls: tuple = ()
+    form: Any = None  # the kernel form object owning its geometry (``gtensor.ops.forms``)
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:

@@ -16,6 +16,7 @@ from ..dtypes import round_scalar
 from ..kernels import Kernel, params
 from ..scalar import transcendental as tr
 from ..scalar.dsl import F32, F64, ScalarFn, scalar_fn
+from .forms import ZIP2
 from .registry import Op, register
 
 BLOCK = 256
@@ -85,25 +86,6 @@ _SCALAR = Template("""\
     for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += step)
         y[i] = $FN(x[i], s);""")
 
-# geom = [rank, shape[rank], a_strides[rank], b_strides[rank]]; the output is contiguous.
-_ZIP = Template("""\
-    const int rank = (int)geom[0];
-    const long long* shape = geom + 1;
-    const long long* sa = geom + 1 + rank;
-    const long long* sb = geom + 1 + 2 * rank;
-    const long long step = (long long)gridDim.x * blockDim.x;
-    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += step) {
-        long long rem = i, oa = 0, ob = 0;
-        for (int d = rank - 1; d >= 0; --d) {
-            const long long c = rem % shape[d];
-            rem /= shape[d];
-            oa += c * sa[d];
-            ob += c * sb[d];
-        }
-        y[i] = $FN(a[oa], b[ob]);
-    }""")
-
-
 # CPU bodies (the cpu backend): the same parameters, plain loops over the same scalar functions;
 # contiguous rows run as simple loops the compiler vectorizes (lanes are independent outputs).
 _CPU_MAP = Template("""\
@@ -116,49 +98,34 @@ _CPU_SCALAR = Template("""\
         for (long long i = lo; i < hi; ++i) y[i] = $FN(x[i], s);
     });""")
 
-_CPU_ZIP = Template("""\
-    const int rank = (int)geom[0];
-    gtcpu::rows2(rank, geom + 1, geom + 1 + rank, 0, geom + 1 + 2 * rank, 0, 4,
-                 [=](long long r, long long oa, long long ob, long long len, long long ia,
-                     long long ib) {
-        $T* yr = y + r * len;
-        const $T* ar = a + oa;
-        const $T* br = b + ob;
-        if (ia == 1 && ib == 1) {
-            for (long long j = 0; j < len; ++j) yr[j] = $FN(ar[j], br[j]);
-        } else if (ia == 1 && ib == 0) {
-            const $T bv = br[0];
-            for (long long j = 0; j < len; ++j) yr[j] = $FN(ar[j], bv);
-        } else if (ia == 0 && ib == 1) {
-            const $T av = ar[0];
-            for (long long j = 0; j < len; ++j) yr[j] = $FN(av, br[j]);
-        } else {
-            for (long long j = 0; j < len; ++j) yr[j] = $FN(ar[j * ia], br[j * ib]);
-        }
-    });""")
-
-
-def _cpu_kernels(template: Template, cuda: Callable[[str], list[Kernel]],
+def _cpu_kernels(template: Template | None, cuda: Callable[[str], list[Kernel]],
                  fns: dict[str, ScalarFn]) -> Callable[[str], list[Kernel]]:
-    """CPU kernels with the names and parameters of ``cuda``'s, bodies from ``template``."""
+    """CPU kernels with the names and parameters of ``cuda``'s, bodies from ``template`` (or,
+    without one, from the kernel's form)."""
 
     def kernels(sfx: str) -> list[Kernel]:
-        body = template.substitute(FN=fns[sfx].cname, T=CTYPE[sfx])
-        return [Kernel(k.name, k.params, body) for k in cuda(sfx)]
+        out = []
+        for k in cuda(sfx):
+            body = (k.form.cpu_body(fns[sfx].cname, CTYPE[sfx]) if template is None
+                    else template.substitute(FN=fns[sfx].cname, T=CTYPE[sfx]))
+            out.append(Kernel(k.name, k.params, body, form=k.form))
+        return out
 
     return kernels
 
 
-# Each kernel form: its parameters ($T: the C type) and its body.
+# The one-input kernel forms: parameters ($T: the C type) and body; zip is forms.ZIP2.
 _FORMS = {
     "map": ("const $T* x, $T* y, long long n", _MAP),
     "scalar": ("const $T* x, $T* y, long long n, $T s", _SCALAR),
-    "zip": ("const $T* a, const $T* b, $T* y, long long n, const long long* geom", _ZIP),
 }
 
 
 def form_kernel(kind: str, kname: str, sfx: str, fn: ScalarFn) -> Kernel:
     """The CUDA kernel ``kname`` of form ``kind`` ("map", "scalar", "zip") over ``fn``."""
+    if kind == "zip":
+        return Kernel(kname, ZIP2.params((CTYPE[sfx],) * 2, CTYPE[sfx]),
+                      ZIP2.cuda_body(fn.cname), kind, (fn,), ZIP2)
     sig, body = _FORMS[kind]
     return Kernel(kname, params(Template(sig).substitute(T=CTYPE[sfx])),
                   body.substitute(FN=fn.cname), kind, (fn,))
@@ -209,17 +176,12 @@ def binary(name: str, fns: dict[str, ScalarFn], vjp=None, doc: str = "", inputs=
         if not n:
             return
         a, b = ins
-        dims, (sa, sb) = shapes.collapse(
-            out.shape,
-            shapes.broadcast_strides(a.shape, out.shape),
-            shapes.broadcast_strides(b.shape, out.shape),
-        )
-        geom = rt.geom((len(dims), *dims, *sa, *sb))
+        geom = rt.geom(ZIP2.geometry(out.shape, [a.shape, b.shape]))
         rt.launch(f"k_{name}_{suffix(out)}", grid_for(n), BLOCK, (a, b, out, n, geom))
 
     kernels = _form_kernels("zip", name, fns)
     return register(Op(name, inputs, (), infer, reference, kernels, launch, vjp, doc,
-                       cpu=_cpu_kernels(_CPU_ZIP, kernels, fns)))
+                       cpu=_cpu_kernels(None, kernels, fns)))
 
 
 def scalar_form(name: str, fns: dict[str, ScalarFn], vjp=None, doc: str = "") -> Op:

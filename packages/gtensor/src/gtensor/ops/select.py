@@ -46,14 +46,14 @@ def _ctype(t: str, sfx: str) -> str:
 def zip_op(name: str, in_types: tuple[str, ...], out_type: str, body: Callable, inputs: tuple,
            vjp=None, doc: str = "") -> Op:
     """An elementwise op of any arity on the ``Zip`` form: its scalar body and input types."""
-    form = Zip(len(inputs))
+    form = Zip(tuple(inputs))
     fns = _fns(name, in_types, out_type, body)
 
     def kernel(sfx: str, cpu: bool) -> Kernel:
         fn = fns[sfx]
         ps = form.params(tuple(_ctype(t, sfx) for t in in_types), _ctype(out_type, sfx))
         text = form.cpu_body(fn.cname) if cpu else form.cuda_body(fn.cname)
-        return Kernel(f"k_{name}_{sfx}", ps, text, "select", (fn,))
+        return Kernel(f"k_{name}_{sfx}", ps, text, "select", (fn,), form)
 
     def infer(shapes_: tuple, attrs: dict) -> tuple[tuple, dict]:
         out = shapes_[0]
