@@ -273,3 +273,16 @@ def test_grad_is_zero_where_no_param_upstream(bname):
         assert host(tp, tp.grad(h)).tolist() == [[0.0] * 3] * 2
         assert host(tp, tp.grad(c)).tolist() == [[0.0] * 3] * 2
         assert tp.grad_at(h.index) is None and tp.grad_at(c.index) is None
+
+
+def test_every_registered_op_has_its_gtape_function():
+    """One function per gtensor op, named as the op (the optimizer's fused updates run inside
+    gopt, and fill is how a tape seeds its backward: they have no gtape function)."""
+
+
+    internal = {"adam_m", "adam_v", "adam_p", "sgd_p", "fill"}
+    missing = sorted(n for n in gtensor.REGISTRY if n not in internal
+                     and not callable(getattr(g, n, None)))
+    assert not missing, f"gtensor ops without a gtape function: {missing}"
+    assert all(n in g.__all__ for n in gtensor.REGISTRY if n not in internal)
+    assert internal <= set(gtensor.REGISTRY)
