@@ -280,28 +280,16 @@ def _along_ref(x, ids, *, axis, ignore):
     return np.where(keep, out, x.dtype.type(0.0))
 
 
-_ALONG = Template("""\
-    const long long step = (long long)gridDim.x * blockDim.x;
-    for (long long o = (long long)blockIdx.x * blockDim.x + threadIdx.x; o < n; o += step) {
+# one output of take_along_axis / of its backward; the CUDA kernels walk the outputs with a
+# grid-stride loop, the cpu kernels split them across threads
+_ALONG_ONE = """\
         const long long b = o % B, a = o / (B * K);
         long long i = ids[o];
         if (has_ignore && i == ignore) { y[o] = ($T)0; continue; }
         if (i < 0) i += N;
         y[o] = (i >= 0 && i < N) ? x[(a * N + i) * B + b] : $NAN;
-    }""")
-_CPU_ALONG = Template("""\
-    gtcpu::parallel_for(n, 2, [=](long long lo, long long hi) {
-        for (long long o = lo; o < hi; ++o) {
-            const long long b = o % B, a = o / (B * K);
-            long long i = ids[o];
-            if (has_ignore && i == ignore) { y[o] = ($T)0; continue; }
-            if (i < 0) i += N;
-            y[o] = (i >= 0 && i < N) ? x[(a * N + i) * B + b] : $NAN;
-        }
-    });""")
-_ALONG_GRAD = Template("""\
-    const long long step = (long long)gridDim.x * blockDim.x;
-    for (long long o = (long long)blockIdx.x * blockDim.x + threadIdx.x; o < n; o += step) {
+"""
+_ALONG_GRAD_ONE = """\
         const long long b = o % B, i = (o / B) % N, a = o / (B * N);
         $T acc = ($T)0;
         bool first = true;
@@ -315,25 +303,29 @@ _ALONG_GRAD = Template("""\
             first = false;
         }
         y[o] = acc;
-    }""")
-_CPU_ALONG_GRAD = Template("""\
-    gtcpu::parallel_for(n, K + 1, [=](long long lo, long long hi) {
+"""
+_GRID_LOOP = """\
+    const long long step = (long long)gridDim.x * blockDim.x;
+    for (long long o = (long long)blockIdx.x * blockDim.x + threadIdx.x; o < n; o += step) {
+$ONE    }"""
+_CPU_LOOP = """\
+    gtcpu::parallel_for(n, $COST, [=](long long lo, long long hi) {
         for (long long o = lo; o < hi; ++o) {
-            const long long b = o % B, i = (o / B) % N, a = o / (B * N);
-            $T acc = ($T)0;
-            bool first = true;
-            for (long long k = 0; k < K; ++k) {
-                const long long p = (a * K + k) * B + b;
-                long long d = ids[p];
-                if (has_ignore && d == ignore) continue;
-                if (d < 0) d += N;
-                if (d != i) continue;
-                acc = first ? g[p] : $ADD(acc, g[p]);
-                first = false;
-            }
-            y[o] = acc;
-        }
-    });""")
+$ONE        }
+    });"""
+
+
+def _loop(template: str, one: str, cost: str = "2") -> Template:
+    """A kernel body: ``one`` output's statements inside a CUDA or cpu loop over outputs."""
+    indent = "    " if template is _CPU_LOOP else ""
+    body = "".join(indent + line + "\n" for line in one.splitlines())
+    return Template(template.replace("$ONE", body).replace("$COST", cost))
+
+
+_ALONG = _loop(_GRID_LOOP, _ALONG_ONE)
+_CPU_ALONG = _loop(_CPU_LOOP, _ALONG_ONE)
+_ALONG_GRAD = _loop(_GRID_LOOP, _ALONG_GRAD_ONE)
+_CPU_ALONG_GRAD = _loop(_CPU_LOOP, _ALONG_GRAD_ONE, "K + 1")
 
 
 def _along_kernels(name: str, cuda: Template, cpu_t: Template, cpu: bool, first: str):

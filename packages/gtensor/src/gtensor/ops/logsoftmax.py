@@ -24,17 +24,18 @@ from ..scalar.dsl import float_literal
 from .elementwise import ADD, CTYPE, EXP, LOG, MUL, SUB, suffix
 from .reduce import serial_sum
 from .registry import Op, register
-from .softmax import _CPU_ROWS, _ROWS, ROW_THREADS, _fns, _infer_axis, _launch_rows, row_geometry
+from .softmax import (
+    _CPU_ROWS,
+    _ROWS,
+    ROW_MAX_TREE,
+    ROW_THREADS,
+    _fns,
+    _infer_axis,
+    _launch_rows,
+    row_geometry,
+)
 
-_ROW_MAX = """\
-        $T mx = xr[(t < R ? t : 0) * B];
-        for (long long r = t + nt; r < R; r += nt) mx = $MAX(mx, xr[r * B]);
-        buf[t] = mx;
-        __syncthreads();
-        for (int h = nt / 2; h > 0; h >>= 1) {
-            if (t < h) buf[t] = $MAX(buf[t], buf[t + h]);
-            __syncthreads();
-        }
+_ROW_MAX = ROW_MAX_TREE + """\
         mx = $ADD(buf[0], ($T)0);
 """
 

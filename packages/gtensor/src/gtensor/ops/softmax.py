@@ -40,9 +40,9 @@ $BODY
         __syncthreads();
     }""")
 
-_SOFTMAX = Template("""\
-        const $T* xr = x + base;
-        $T* yr = y + base;
+# The row max of a block-per-row kernel: each thread's strided max, then a shared-memory tree
+# (leaves the max in buf[0]); log_softmax and logsumexp use it too.
+ROW_MAX_TREE = """\
         $T mx = xr[(t < R ? t : 0) * B];
         for (long long r = t + nt; r < R; r += nt) mx = $MAX(mx, xr[r * B]);
         buf[t] = mx;
@@ -51,6 +51,12 @@ _SOFTMAX = Template("""\
             if (t < h) buf[t] = $MAX(buf[t], buf[t + h]);
             __syncthreads();
         }
+"""
+
+_SOFTMAX = Template("""\
+        const $T* xr = x + base;
+        $T* yr = y + base;
+""" + ROW_MAX_TREE + """\
         mx = buf[0];
         for (long long r = t; r < R; r += nt) yr[r * B] = $EXP($SUB(xr[r * B], mx));
         __syncthreads();
