@@ -131,7 +131,6 @@ def _test_env(backend: str) -> dict[str, str]:
     env = {"GRAD_TEST_BACKEND": backend}
     if os.environ.get("CI"):
         env["HYPOTHESIS_PROFILE"] = "ci"
-        env["PYTEST_ADDOPTS"] = "--hypothesis-seed=0"  # the ci profile's fixed examples
     return env
 
 

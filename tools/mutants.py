@@ -513,7 +513,6 @@ def environment(tmp: Path, run: Run) -> dict[str, str]:
     env["GTENSOR_CACHE_DIR"] = str(tmp / ".gtensor-cache")
     env["GRAD_TEST_BACKEND"] = run.backend
     env["HYPOTHESIS_PROFILE"] = "ci"
-    env["PYTEST_ADDOPTS"] = "--hypothesis-seed=0"  # the ci profile's fixed examples
     env.pop("GTENSOR_SIM_SCHEDULE", None)
     env.update(dict(run.env))
     return env

@@ -152,7 +152,7 @@ def load_hypothesis_profiles() -> None:
     from hypothesis import HealthCheck, settings
 
     slow = [HealthCheck.too_slow]
-    # ci: reproducible through a fixed seed (nox passes --hypothesis-seed=0 under CI) and an
+    # ci: reproducible through a fixed seed (what pytest's --hypothesis-seed=0 sets) and an
     # example database that keeps nothing. NOTE: not derandomize=True: it implies
     # database=None, and with a None database hypothesis (6.155) re-walks a chain of settings
     # that grows by one per test, so a process running ~950 @given tests dies of RecursionError.
@@ -161,4 +161,10 @@ def load_hypothesis_profiles() -> None:
     settings.register_profile("dev", max_examples=15, deadline=None, suppress_health_check=slow)
     settings.register_profile("oracle", max_examples=300, deadline=None,
                               suppress_health_check=slow)
-    settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "dev"))
+    profile = os.environ.get("HYPOTHESIS_PROFILE", "dev")
+    settings.load_profile(profile)
+    if profile == "ci":
+        from hypothesis import core
+
+        if core.global_force_seed is None:  # an explicit --hypothesis-seed wins
+            core.global_force_seed = 0
