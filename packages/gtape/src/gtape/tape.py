@@ -1,13 +1,17 @@
-"""The Tape: flat node storage, eager forward through gtensor, ownership, mark/reset."""
+"""The Tape: eager recording through gtensor, backward entry, mark/reset, zeroing replay.
+
+It composes the node table (``nodes``: the parallel lists) and the freshness checks
+(``freshness``: parameter clocks, stale Var errors, the growth warning), mixed in so the
+recording hot path reads the lists directly.
+"""
 
 from __future__ import annotations
 
 import itertools
 import math
-import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any
 
 import gtensor
 import numpy as np
@@ -17,17 +21,16 @@ from gtensor.recording import record, recordable
 
 from . import backward as _backward
 from .convert import into_backend, to_backend, typed_dtype
-from .leaves import CONST, PARAM, Leaf
+from .freshness import GROWTH_WARNING_AFTER, Freshness, TapeGrowthWarning
+from .leaves import CONST, PARAM
+from .nodes import Node, NodeTable
 from .passes import BackwardPasses
 from .recording import Recording
-from .var import StaleVarError, Var
+from .var import Var
+
+__all__ = ["GROWTH_WARNING_AFTER", "Mark", "Node", "Tape", "TapeGrowthWarning"]
 
 _tape_ids = itertools.count(1)
-GROWTH_WARNING_AFTER = 8  # backward calls on an ever longer tape without a reset_to
-
-
-class TapeGrowthWarning(UserWarning):
-    """Episodes pile up on a tape: backward after backward with no ``reset_to`` in between."""
 
 
 @dataclass(frozen=True)
@@ -39,28 +42,7 @@ class Mark:
     serial: int  # serial number of node length-1 (-1 for an empty tape)
 
 
-class Node(NamedTuple):
-    """A read-only description of one node (for replay / emission packages and debugging)."""
-
-    index: int
-    op: Op | Leaf  # a gtensor Op, or gtape.PARAM / gtape.CONST for leaves
-    inputs: tuple[int, ...]
-    attrs: dict
-    shape: tuple[int, ...]
-    requires_grad: bool
-
-    @property
-    def name(self) -> str:
-        """The op's name, or "param" / "const"."""
-        return self.op.name
-
-    @property
-    def is_leaf(self) -> bool:
-        """True for params and consts."""
-        return isinstance(self.op, Leaf)
-
-
-class Tape:
+class Tape(NodeTable, Freshness):
     """A define-by-run tape: every op runs eagerly on a gtensor backend and appends one node."""
 
     def __init__(self, backend: str | gtensor.Backend = "numpy", dtype: Any = "float64") -> None:
@@ -77,34 +59,15 @@ class Tape:
                             "(native byte order)")
         self._dtype = dt
         self._id = next(_tape_ids)
-        self._serials = itertools.count()
         self._closed = False
-        # flat storage: one entry per node in each list (parallel arrays)
-        self._op: list[Op | Leaf] = []  # an Op, or PARAM / CONST for leaves
-        self._inputs: list[tuple[int, ...]] = []
-        self._attrs: list[dict] = []
-        self._shape: list[tuple[int, ...]] = []
-        self._req: list[bool] = []
-        self._serial: list[int] = []
-        self._values: list[Any] = []
-        self._grads: list[Any] = []  # None where no gradient is stored
-        # buffers kept across reset_to, by node index, reused through ``out=``
-        self._vcache: list[Any] = []
+        self._init_table()
+        self._init_freshness()
         self._gcache: dict[int, Any] = {}  # persistent gradient buffers of params
         self._passes = BackwardPasses(self._be)  # backward passes (replayed when repeated)
         self._zeroing = Recording("reset_to's gradient zeroing")  # keyed by the buffers
         self._last_backward = {"vjps": 0, "reductions": 0, "accumulations": 0, "param_copies": 0}
-        # staleness: a clock ticks at every set_value; each node remembers the clock it was
-        # recorded at, each param the clock of its last write
-        self._clock = 0
-        self._node_clock: list[int] = []
-        self._written: dict[int, int] = {}
-        self._last_write = -1
         self._backwards = 0  # successful backward calls (optimizers refuse stale gradients)
-        self._growth: list[int] = []  # tape lengths at the backward calls since the last reset
-        self._warned_growth = False
         self._next_adjust: Any = None  # adjust_next_backward's hook, for the next pass only
-        self._dropped_params: dict[int, int] = {}  # serial -> index of params reset_to dropped
         self._grad_loss: int | None = None  # the loss of the last backward (None after reset)
         self._grad_vars: tuple[int, dict] | None = None  # create_graph backward's gradient Vars
         self._names: dict[int, tuple[int, str]] = {}  # const node -> (serial, name): ``const``
@@ -124,9 +87,6 @@ class Tape:
     def closed(self) -> bool:
         """True once ``close`` released every buffer."""
         return self._closed
-
-    def __len__(self) -> int:
-        return len(self._op)
 
     def __repr__(self) -> str:
         state = "closed" if self._closed else f"{len(self)} nodes"
@@ -193,8 +153,7 @@ class Tape:
             raise ValueError(f"set_value: param node {p.index} has shape {shape}; got "
                              f"{describe(x)}; expected the same shape")
         self._be.copy(src, out=buf)
-        self._clock += 1
-        self._written[p.index] = self._last_write = self._clock
+        self._note_write(p.index)
 
     # ---------------------------------------------------------------- reading
     def value(self, v: Var) -> Any:
@@ -230,8 +189,7 @@ class Tape:
             i = v.index
         else:
             i = self._check_index(v, "node")
-        return Node(i, self._op[i], self._inputs[i], dict(self._attrs[i]), self._shape[i],
-                    self._req[i])
+        return self._node_at(i)
 
     def nodes(self) -> list[Node]:
         """Descriptions of every node, in tape order."""
@@ -319,45 +277,6 @@ class Tape:
         """Successful ``backward`` calls so far (an optimizer refuses a step without a new one)."""
         return self._backwards
 
-    def _check_fresh(self, loss: int) -> None:
-        """Refuse gradients of a forward whose parameter values were overwritten since."""
-        last = self._last_write
-        # NOTE: clocks never decrease along the tape, so only a prefix can be stale
-        stale = 0
-        while stale <= loss and self._node_clock[stale] < last:
-            stale += 1
-        if not any(not isinstance(self._op[k], Leaf) for k in range(stale)):
-            return
-        needed = [False] * (loss + 1)  # the loss's ancestors: only their values matter
-        needed[loss] = True
-        for k in range(loss, -1, -1):
-            if needed[k]:
-                for j in self._inputs[k]:
-                    needed[j] = True
-        for k in range(stale):
-            if not needed[k] or isinstance(self._op[k], Leaf):
-                continue
-            for j in self._inputs[k]:
-                if self._op[j] is PARAM and self._written.get(j, -1) > self._node_clock[k]:
-                    raise RuntimeError(
-                        f"backward: parameter node {j} was overwritten (set_value or an "
-                        f"optimizer step) after node {k} ({self._op[k].name}) used it in the "
-                        "forward; the gradients would belong to neither value. Record the "
-                        "episode again after the update (reset_to(mark), then rebuild the loss)")
-
-    def _note_growth(self) -> None:
-        """Warn once when episodes pile up on the tape (backward after backward, no reset)."""
-        if self._growth and len(self) <= self._growth[-1]:
-            self._growth = []
-        self._growth.append(len(self))
-        if len(self._growth) >= GROWTH_WARNING_AFTER and not self._warned_growth:
-            self._warned_growth = True
-            warnings.warn(
-                f"the tape has grown to {len(self)} nodes over {len(self._growth)} backward "
-                "calls without reset_to: every episode stays recorded (memory and time grow "
-                "with each step). Take mark = tp.mark() after registering the params and call "
-                "tp.reset_to(mark) after each step", TapeGrowthWarning, stacklevel=3)
-
     def mark(self) -> Mark:
         """The current position; ``reset_to`` it drops every later node."""
         self._check_open("mark")
@@ -377,9 +296,7 @@ class Tape:
             raise ValueError(f"reset_to: {mark!r} points past nodes already dropped by an "
                              "earlier reset_to; take a new mark")
         self._note_dropped_params(n)
-        for lst in (self._op, self._inputs, self._attrs, self._shape, self._req, self._serial,
-                    self._node_clock, self._values, self._grads):
-            del lst[n:]
+        self._truncate(n)
         self._grad_loss = self._grad_vars = None
         grads, ops, params = self._grads, self._op, []
         for i in range(n):
@@ -395,21 +312,9 @@ class Tape:
         from .episode import Episode
         return Episode(self)
 
-    def _note_dropped_params(self, n: int) -> None:
-        """Remember the params a reset to length ``n`` drops (their Vars' errors name it)."""
-        if PARAM not in self._op[n:]:  # the common case, at C speed: an episode of op nodes
-            return
-        for i in range(n, len(self._op)):
-            if self._op[i] is PARAM:
-                if len(self._dropped_params) >= 4096:
-                    self._dropped_params.clear()
-                self._dropped_params[self._serial[i]] = i
-
     def close(self) -> None:
         """Release every value and gradient buffer (device memory included); idempotent."""
-        for lst in (self._op, self._inputs, self._attrs, self._shape, self._req, self._serial,
-                    self._node_clock, self._values, self._grads, self._vcache):
-            lst.clear()
+        self._clear_table()
         self._gcache.clear()
         self._passes.clear()
         self._zeroing.clear()
@@ -469,62 +374,10 @@ class Tape:
         grad_path = op.out_type == FLOAT and any([req[j] for j in idx])
         return self._append(op, tuple(idx), norm, value, grad_path)
 
-    def _append(self, op: Op | Leaf, inputs: tuple, attrs: dict, value: Any, req: bool,
-                grad: Any = None) -> Var:
-        i = len(self._op)
-        serial = next(self._serials)
-        self._op.append(op)
-        self._inputs.append(inputs)
-        self._attrs.append(attrs)
-        self._shape.append(tuple(value.shape))
-        self._req.append(req)
-        self._serial.append(serial)
-        self._node_clock.append(self._clock)
-        self._values.append(value)
-        self._grads.append(grad)
-        if i < len(self._vcache):
-            self._vcache[i] = value
-        else:
-            self._vcache.append(value)
-        return Var(self, i, serial)
-
-    def _var(self, i: int) -> Var:
-        return Var(self, i, self._serial[i])
-
     # ---------------------------------------------------------------- checks (internal)
-    def _check_open(self, where: str) -> None:
-        if self._closed:
-            raise RuntimeError(f"{where}: the tape is closed; its values and gradients were "
-                               "released")
-
-    def _alive(self, v: Var) -> bool:
-        i = v.index
-        return not self._closed and i < len(self._serial) and self._serial[i] == v._serial
-
-    def _check_var(self, v: Any, where: str) -> None:
-        if not isinstance(v, Var):
-            raise TypeError(f"{where}: expected a Var, got {describe(v)}")
-        if v.tape is not self:
-            raise ValueError(f"{where}: the Var belongs to another tape")
-        if self._closed:
-            raise StaleVarError(f"{where}: the Var's tape is closed; its values and gradients "
-                                "were released")
-        if not self._alive(v) and v._serial in self._dropped_params:
-            from .episode import dropped_param_message
-            raise StaleVarError(dropped_param_message(where, v.index))
-        if not self._alive(v):
-            raise StaleVarError(f"{where}: the Var of node {v.index} was dropped by reset_to "
-                                "(its node and buffers now belong to a later episode); use the "
-                                "Vars of the current episode")
-
     def _node_field(self, v: Var, field: str) -> Any:
         self._check_var(v, field)
-        i = v.index
-        if field == "shape":
-            return self._shape[i]
-        if field == "requires_grad":
-            return self._req[i]
-        return self._op[i].name
+        return self._field_at(v.index, field)
 
     def _check_index(self, i: Any, where: str) -> int:
         self._check_open(where)
