@@ -1,7 +1,7 @@
 """What the step benchmarks share: the rung-1 AE problem, the tape's training-step loop body,
 the captured (replayed) AE step and the AE loss in PyTorch.
 
-Imported by bench_ae_step.py, bench_replay_step.py and bench_lora_step.py (each puts the
+Imported by ae_engines.py, ae_facts.py, bench_replay_step.py and bench_lora_step.py (each puts the
 packages on ``sys.path`` before importing this module).
 """
 
@@ -60,7 +60,7 @@ def captured_step(device: str, whole: bool = True, fused: bool = False) -> Make:
     """The AE step captured once from a numpy tape (``ggpu_replay.capture``) and replayed on
     ``device``: each step sets the minibatch, runs forward, backward and the program's Adam
     (as one ``prog.step`` when ``whole``, else node by node), and reads the loss back; with
-    ``fused`` the program is first fused by ggpu-fuse."""
+    ``fused`` the program is first fused by ggpu-fuse. The program is ``step.program``."""
     def make(dtype: str, hidden: tuple[int, ...] = model.HIDDEN) -> Step:
         from ggpu_replay import capture
 
@@ -85,6 +85,7 @@ def captured_step(device: str, whole: bool = True, fused: bool = False) -> Make:
                 prog.backward()
                 opt.step()
             return prog.loss()
+        step.program = prog  # type: ignore[attr-defined]  # for the reports' counts
         return step
     return make
 

@@ -43,7 +43,8 @@ from _common import (  # noqa: E402
     problem,
     torch_ae_loss,
 )
-from bench_ae_step import round_robin, tape_step, torch_step  # noqa: E402
+from _timing import round_robin  # noqa: E402
+from ae_engines import tape_step, torch_step  # noqa: E402
 from gdemos import model  # noqa: E402
 from ggpu_fuse import fuse  # noqa: E402
 from ggpu_replay import capture  # noqa: E402
