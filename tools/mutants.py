@@ -240,6 +240,8 @@ RECORDING_MUTANTS = [
 TR = f"{GT}/src/gtensor/scalar/transcendental.py"
 _OVERRIDDEN = "the clamp only feeds lanes that a later where() overrides"
 EQUIVALENT: dict[str, str] = {
+    f"{GT}/src/gtensor/ops/logsoftmax.py:186:11:1":
+        "logsumexp's backward: the kept shape is a tuple concatenation (associative)",
     f"{TR}:207:63:0": f"exp: clamp at -745.25; {_OVERRIDDEN} (x < EXP_U_THRESHOLD -> +0)",
     f"{TR}:289:22:0": f"expm1: NaN lanes replaced by 0.0 or -0.0; {_OVERRIDDEN} (NaN -> x + x)",
     f"{TR}:290:48:0": f"expm1: clamp at -45; {_OVERRIDDEN} (x <= -38.8 -> -1)",
