@@ -115,10 +115,10 @@ def test_step_is_all_or_nothing(bname, kind, monkeypatch):
     before = _full(opt)
     real = opt._update
 
-    def fail_on_second(i, *a, **k):
+    def fail_on_second(be, ws_, i, *a, **k):
         if i == 1:
             raise MemoryError("out of device memory (injected)")
-        return real(i, *a, **k)
+        return real(be, ws_, i, *a, **k)
 
     monkeypatch.setattr(opt, "_update", fail_on_second)
     with pytest.raises(MemoryError, match="injected"):

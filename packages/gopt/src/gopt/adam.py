@@ -15,6 +15,7 @@ from gtensor import describe
 
 from . import checks
 from .base import Optimizer, Slot
+from .workspace import Workspace
 
 
 def adam_lr_t(lr: float, b1_pow: float, b2_pow: float) -> float:
@@ -71,9 +72,9 @@ class Adam(Optimizer):
         self._lr_t = adam_lr_t(self._lr, self._b1_pow, self._b2_pow)
         self._ws.put("adam_lr_t", self._lr_t)
 
-    def _update(self, i: int, slot: Slot, p: Any, g: Any, scale: Any,
+    def _update(self, be: Any, ws: Workspace, i: int, slot: Slot, p: Any, g: Any, scale: Any,
                 clip: bool) -> tuple[Any, dict[str, Any]]:
-        be, ws, shape, a = self._be, self._ws, slot.shape, slot.alpha
+        shape, a = slot.shape, slot.alpha
         m, v = slot.state["m"], slot.state["v"]
         # m <- b1*m + (1-b1)*gk; v <- b2*v + (1-b2)*(gk*gk); gk = g (* scale) (+ alpha*p)
         m_new = be.adam_m(m, g, p, scale, self._b1, a, clip, out=ws(("adam_m", i), shape))

@@ -29,6 +29,7 @@ import gtape
 from . import checks
 from .adam import Adam
 from .base import Slot
+from .workspace import Workspace
 
 
 class AdamW(Adam):
@@ -68,9 +69,9 @@ class AdamW(Adam):
         self._ws.put("adamw_step", self._lr_t)
         self._ws.put("adamw_bc2", math.sqrt(1.0 - self._b2_pow))
 
-    def _update(self, i: int, slot: Slot, p: Any, g: Any, scale: Any,
+    def _update(self, be: Any, ws: Workspace, i: int, slot: Slot, p: Any, g: Any, scale: Any,
                 clip: bool) -> tuple[Any, dict[str, Any]]:
-        be, ws, shape, a = self._be, self._ws, slot.shape, slot.alpha
+        shape, a = slot.shape, slot.alpha
         m, v = slot.state["m"], slot.state["v"]
         m_new = be.adam_m(m, g, p, scale, self._b1, a, clip, out=ws(("adam_m", i), shape))
         v_new = be.adam_v(v, g, p, scale, self._b2, a, clip, out=ws(("adam_v", i), shape))

@@ -241,17 +241,19 @@ class Optimizer:
         gtensor's fused update ops (``adam_m``, ``adam_v``, ``adam_p``; ``sgd_p``), which apply
         the clip scale and the L2 term to the gradient inside, in gopt's order.
         """
-        self._commit_params(self._device_update())
+        self._commit_params(self._device_update(self._be, self._ws))
 
     def _commit_params(self, new: list[Any]) -> None:
         """Copy each parameter's new value into the store (the step's last writes)."""
         for s, p_new in zip(self._slots, new):
             self._tp.set_value(s.var, p_new)
 
-    def _device_update(self) -> list[Any]:
+    def _device_update(self, be: Any, ws: Workspace) -> list[Any]:
         """Every parameter's new value into workspace buffers, then the state committed (by
-        copies into the state buffers); returns the new values, for the caller to commit."""
-        tp, ws = self._tp, self._ws
+        copies into the state buffers), all as ops of backend ``be`` on workspace ``ws`` (the
+        optimizer's own, or a recording view of them); returns the new values, for the caller
+        to commit."""
+        tp = self._tp
         grads = [tp.grad(s.var) for s in self._slots]
         clip = self._clip_consts is not None
         if clip:
@@ -260,12 +262,12 @@ class Optimizer:
             self._last_norm = norm
         else:
             scale = ws("no_clip", ())  # a 0-d placeholder: the no-clip kernels never read it
-        new = [self._update(i, s, tp.value(s.var), g, scale, clip)
+        new = [self._update(be, ws, i, s, tp.value(s.var), g, scale, clip)
                for i, (s, g) in enumerate(zip(self._slots, grads))]
         # commit: nothing above wrote a parameter or a state buffer; now only copies do
         for s, (_, state_new) in zip(self._slots, new):
             for name, buf in state_new.items():
-                self._be.copy(buf, out=s.state[name])
+                be.copy(buf, out=s.state[name])
         return [p_new for p_new, _ in new]
 
     def _replays(self) -> bool:
@@ -290,13 +292,9 @@ class Optimizer:
         self._commit_params(held[1])
 
     def _update_on(self, be: Any) -> list[Any]:
-        """``_device_update`` with its ops (and new workspace buffers) on backend ``be``."""
-        inner = self._be
-        self._be, self._ws.be = be, be
-        try:
-            return self._device_update()
-        finally:
-            self._be, self._ws.be = inner, inner
+        """``_device_update`` with its ops (and new workspace buffers) on backend ``be`` (a
+        recording backend): an explicit argument, nothing of the optimizer swapped."""
+        return self._device_update(be, self._ws.on(be))
 
     @property
     def last_norm(self) -> float | None:
@@ -308,11 +306,11 @@ class Optimizer:
     def _begin_step(self) -> None:
         """Host-side per-step scalars (after t has advanced), written with ``be.write``."""
 
-    def _update(self, i: int, slot: Slot, p: Any, g: Any, scale: Any,
+    def _update(self, be: Any, ws: Workspace, i: int, slot: Slot, p: Any, g: Any, scale: Any,
                 clip: bool) -> tuple[Any, dict[str, Any]]:
-        """Parameter ``i``'s new value and new state buffers (all workspace buffers), from its
-        value, its raw gradient and the clip scale (a 0-d array, used when ``clip``); writes
-        neither the parameter nor its state."""
+        """Parameter ``i``'s new value and new state buffers (all buffers of workspace ``ws``,
+        ops of backend ``be``), from its value, its raw gradient and the clip scale (a 0-d
+        array, used when ``clip``); writes neither the parameter nor its state."""
         raise NotImplementedError
 
     # ---------------------------------------------------------------- state

@@ -13,6 +13,7 @@ from typing import Any
 import gtape
 
 from .base import Optimizer, Slot
+from .workspace import Workspace
 
 
 class SGD(Optimizer):
@@ -29,9 +30,9 @@ class SGD(Optimizer):
     def _begin_step(self) -> None:
         self._ws.put("sgd_lr", self._lr)
 
-    def _update(self, i: int, slot: Slot, p: Any, g: Any, scale: Any,
+    def _update(self, be: Any, ws: Workspace, i: int, slot: Slot, p: Any, g: Any, scale: Any,
                 clip: bool) -> tuple[Any, dict[str, Any]]:
-        be, ws, shape = self._be, self._ws, slot.shape
+        shape = slot.shape
         gk = g
         if clip:  # gk = g * scale
             gk = be.mul(g, scale, out=ws(("sgd_gk", i), shape))

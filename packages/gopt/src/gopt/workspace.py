@@ -23,6 +23,13 @@ class Workspace:
             buf = self._bufs[k] = self.be.zeros(shape, self.dtype)
         return buf
 
+    def on(self, be: gtensor.Backend) -> Workspace:
+        """The same buffers seen through backend ``be`` (a recording view of this backend):
+        new buffers made through the view are kept here too."""
+        view = Workspace.__new__(Workspace)
+        view.be, view.dtype, view._bufs = be, self.dtype, self._bufs
+        return view
+
     def scalar(self, value: float) -> Any:
         """A fresh 0-d backend array holding ``value`` rounded once to the dtype."""
         return self.be.asarray(value, dtype=self.dtype)
