@@ -71,10 +71,7 @@ for _b in ("numpy", "sim", "cuda", "cpu"):
 
 # graphs gemit declares it cannot emit (name -> why): any other NotImplementedError from emit
 # fails the test, and a graph listed here that emits fails too (the list must stay true)
-UNEMITTABLE: dict[str, str] = {
-    "embedding_where_cross_entropy": "int64 ids and labels, bool masks: gemit emits float "
-                                     "buffers only (issue 23's follow-up)",
-}
+UNEMITTABLE: dict[str, str] = {}  # none since gemit emits int64 / bool data (issue 23)
 
 
 @engine("emit-c", "numpy")

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from gemit import emit_cuda
 from gemit.cuda import compile_check
-from gemit_testutil import emit, flat, tape_run
+from gemit_testutil import emit, flat, flat_ids, tape_run
 from gtensor import testing
 from gtensor.runtime.compile_check import available_compiler
 from test_emit_models import MODELS
@@ -25,7 +25,8 @@ def test_compiles_for_sm90(dtype: str) -> None:
     _needs_compiler()
     for build, make in MODELS.values():
         p, x = make(np.random.default_rng(0))
-        compile_check(emit(build, p, x, dtype, emit_cuda), "grad", dtype)
+        compile_check(emit(build, p, x, dtype, emit_cuda), "grad", dtype,
+                      n_ids=flat_ids(x).size)  # the classifier: int64 example_ids
 
 
 def test_softmax_kernel_loses_block_sharing() -> None:
@@ -60,10 +61,14 @@ def test_gpu_bitwise(model: str, dtype: str) -> None:
     r = np.random.default_rng(11)
     examples = [make(r) for _ in range(64)]
     p0 = [np.asarray(a, dtype) for a in examples[0][0]]
-    xs = [[np.asarray(a, dtype) for a in x] for _, x in examples]
+    xs = [[a if a.dtype == np.int64 else np.asarray(a, dtype) for a in map(np.asarray, x)]
+          for _, x in examples]
     src = emit(build, p0, xs[0], dtype, emit_cuda)
-    fn = CudaBatchGrad(src, "grad", dtype, flat(p0, dtype).size, flat(xs[0], dtype).size)
-    losses, grads = fn(flat(p0, dtype), np.stack([flat(x, dtype) for x in xs]))
+    n_ids = flat_ids(xs[0]).size
+    fn = CudaBatchGrad(src, "grad", dtype, flat(p0, dtype).size, flat(xs[0], dtype).size,
+                       n_ids)
+    ids = np.stack([flat_ids(x) for x in xs]) if n_ids else None
+    losses, grads = fn(flat(p0, dtype), np.stack([flat(x, dtype) for x in xs]), ids)
     losses, grads = cp.asnumpy(losses), cp.asnumpy(grads)
     for k, x in enumerate(xs):
         want_l, want_g = tape_run(build, p0, x, dtype, backend="numpy")

@@ -25,6 +25,19 @@ def _mlp(w1, b1, w2, b2, x, y):
     return g.neg(g.sum(y * g.log(g.softmax(z, axis=-1))))  # cross-entropy against one-hot y
 
 
+def _classifier(e, w, x, ids, label):
+    """An embedding bag and a where-gated linear layer under cross-entropy: int64 token ids
+    and label are per-example inputs (example_ids)."""
+    h = g.sum(g.embedding(e, ids), axis=0, keepdims=True) + x  # (1, 4)
+    z = h @ w
+    return g.cross_entropy(g.where(g.greater(z, -1.0), z, g.muls(z, 0.5)), label)
+
+
+def _classifier_data(r):
+    return ([r.normal(size=(9, 4)), r.normal(size=(4, 3))],
+            [r.normal(size=(1, 4)), r.integers(0, 9, size=3), r.integers(0, 3, size=1)])
+
+
 def _linear_data(r):
     return ([r.normal(size=(D, 1)), r.normal(size=(1,))],
             [r.normal(size=(1, D)), r.normal(size=(1, 1))])
@@ -42,7 +55,7 @@ def _mlp_data(r):
 
 
 MODELS = {"linear": (_linear, _linear_data), "logistic": (_logistic, _logistic_data),
-          "mlp": (_mlp, _mlp_data)}
+          "mlp": (_mlp, _mlp_data), "classifier": (_classifier, _classifier_data)}
 
 
 @pytest.mark.parametrize("dtype", ["float64", "float32"])
@@ -95,3 +108,29 @@ def test_param_the_loss_does_not_reach_gets_zeros() -> None:
         return [r.normal(size=3), r.normal(size=(2, 2))], [r.normal(size=3)]
 
     assert check_examples(build, make, "float64", n=5) == 5
+
+
+def test_example_ids_batch_and_refusals() -> None:
+    """A function with int64 inputs: GradFn.batch with an ids row per example is the
+    per-example call; ids missing, of the wrong dtype or shape are refused by name."""
+    from gemit import compile_c
+    from gemit_testutil import emit, flat, flat_ids
+
+    r = np.random.default_rng(9)
+    p, x0 = _classifier_data(r)
+    src = emit(_classifier, p, x0, "float64")
+    assert "const double *example, const long long *example_ids, double *grad_out)" in src
+    fn = compile_c(src, "grad", "float64", flat(p, "f8").size, flat(x0, "f8").size, n_ids=4)
+    xs = [_classifier_data(r)[1] for _ in range(20)]
+    rows, ids = np.stack([flat(x, "f8") for x in xs]), np.stack([flat_ids(x) for x in xs])
+    losses, grads = fn.batch(flat(p, "f8"), rows, ids)
+    for k in range(20):
+        lk, gk = fn(flat(p, "f8"), rows[k], ids[k])
+        assert losses[k].tobytes() == lk.tobytes() and grads[k].tobytes() == gk.tobytes()
+    assert len(set(losses.tolist())) > 1  # the ids are inputs, not baked
+    with pytest.raises(ValueError, match=r"ids is None; expected int64 of shape \(4,\)"):
+        fn(flat(p, "f8"), rows[0])
+    with pytest.raises(ValueError, match="ids is int32"):
+        fn(flat(p, "f8"), rows[0], ids[0].astype(np.int32))
+    with pytest.raises(ValueError, match=r"expected int64 of shape \(20, 4\)"):
+        fn.batch(flat(p, "f8"), rows, ids[:, :3])

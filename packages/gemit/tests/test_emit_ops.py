@@ -11,12 +11,33 @@ import zlib
 import gtape as g
 import numpy as np
 import pytest
-from gemit_testutil import check_examples
+from gemit_testutil import _record, check_examples
 from gtensor.ops import REGISTRY
 
 
 def _n(*shape: int):
     return lambda r: r.normal(size=shape)
+
+
+def _d(*shape: int):  # a few discrete values, so that ties and equalities occur
+    return lambda r: r.integers(-2, 3, size=shape).astype(np.float64)
+
+
+def _ids(lo: int, hi: int, *shape: int):  # per-example int64 inputs (example_ids)
+    return lambda r: r.integers(lo, hi, size=shape, dtype=np.int64)
+
+
+def _mask(*shape: int):  # a per-example bool input (example_ids, nonzero = true)
+    return lambda r: r.random(shape) < 0.5
+
+
+def _cmp(op):  # a comparison's bool result as where's condition
+    return lambda w, x: g.sum(g.where(op(w, x), w * x, g.neg(w)) * x)
+
+
+# baked typed leaves (neither params nor inputs): int64 / bool constant tables
+MASK = np.array([[True, False, True, True], [False, False, True, False]])
+IDS = np.array([[3, 0], [3, -1]], dtype=np.int64)
 
 
 def _sq1(x):  # positive, away from zero: x*x + 1
@@ -76,15 +97,44 @@ CASES = {
                     lambda w, x, y: g.sum(g.log_softmax(w * x, axis=-1) * y)),
     "logsumexp": ([_n(3, 4)], [_n(3, 4), _n(3)],
                   lambda w, x, y: g.sum(g.logsumexp(w * x, axis=1) * y)),
+    # typed inputs and results: int64 ids / labels and bool masks
+    "where": ([_n(3, 4)], [_n(3, 4), _mask(3, 4)],
+              lambda w, x, m: g.sum(g.where(m, w * x, g.neg(w)) * x)),
+    "where_baked_mask": ([_n(2, 4)], [_n(2, 4)],
+                         lambda w, x: g.sum(g.where(MASK, w, x) * w)),
+    "greater": ([_d(3, 4)], [_d(4)], _cmp(g.greater)),
+    "greater_equal": ([_d(3, 4)], [_d(4)], _cmp(g.greater_equal)),
+    "less": ([_d(3, 4)], [_d(4)], _cmp(g.less)),
+    "less_equal": ([_d(3, 4)], [_d(4)], _cmp(g.less_equal)),
+    "equal": ([_d(3, 4)], [_d(4)], _cmp(g.equal)),
+    "not_equal": ([_d(3, 4)], [_d(4)], _cmp(g.not_equal)),
+    "take": ([_n(5, 3)], [_n(6, 3), _ids(-5, 5, 6)],
+             lambda w, x, i: g.sum(g.take(w, i, axis=0) * x)),
+    "take_axis1_2d_ids": ([_n(3, 4)], [_n(3, 2, 2), _ids(0, 4, 2, 2)],
+                          lambda w, x, i: g.sum(g.take(w, i, axis=1) * x)),
+    "take_baked_ids": ([_n(3, 4)], [_n(3, 2, 2)],
+                       lambda w, x: g.sum(g.take(w, IDS, axis=1) * x)),
+    "embedding": ([_n(7, 3)], [_n(4, 3), _ids(0, 7, 4)],
+                  lambda e, x, i: g.sum(g.tanh(g.embedding(e, i)) * x)),
+    "take_grad": ([_n(6, 3)], [_n(6, 3), _n(5, 3), _ids(0, 5, 6)],
+                  lambda w, x, y, i: g.sum(g.take_grad(w * x, i, 5, 0) * y)),
+    "take_along_axis": ([_n(3, 5)], [_n(3, 5), _ids(0, 5, 3, 2)],
+                        lambda w, x, i: g.sum(g.take_along_axis(w * x, i, -1) * w[:, :2])),
+    "take_along_axis_ignore": ([_n(3, 5)], [_n(3, 5), _ids(-1, 5, 3, 1)],
+                               lambda w, x, i: g.sum(g.take_along_axis(w * x, i, -1, -1))),
+    "take_along_axis_grad": ([_n(3, 1)], [_n(3, 5), _ids(0, 5, 3, 1)],
+                             lambda w, y, i: g.sum(g.take_along_axis_grad(w, i, 5, 1) * y)),
+    "argmax": ([_n(4, 2)], [_d(3, 4), _n(3, 2)],
+               lambda w, x, y: g.sum(g.take(w, g.argmax(x, axis=-1), axis=0) * y)),
+    "index_weight": ([_n(3)], [_d(3, 4)],
+                     lambda w, x: g.sum(g.index_weight(g.argmax(x, axis=-1), 1) * w)),
+    "cross_entropy": ([_n(4, 3)], [_n(1, 4), _ids(0, 3, 1)],
+                      lambda w, x, y: g.cross_entropy(x @ w, y)),
+    "cross_entropy_ignore": ([_n(4, 3)], [_n(2, 4), lambda r: r.choice([0, 1, 2, -100], 2)],
+                             lambda w, x, y: g.cross_entropy(x @ w, y, ignore_index=-100)),
 }
 # the optimizer's fused updates run on the optimizer's side, never inside a loss
 NOT_IN_LOSSES = {"adam_m", "adam_v", "adam_p", "sgd_p"}
-# ops with int64 / bool inputs or results: the emitted program holds float buffers only, so
-# gemit refuses them with NotImplementedError (test_typed_ops_are_refused) until it gains typed
-# inputs (issue 23's follow-up)
-TYPED = {name for name, op in REGISTRY.items() if op.typed}
-
-
 
 def recorded_ops(case: str) -> set[str]:
     """The ops row ``case`` runs -- its forward and the tape's backward of it -- as the numpy
@@ -103,9 +153,8 @@ def recorded_ops(case: str) -> set[str]:
     NumpyBackend._execute = spy
     try:
         with g.Tape("numpy") as tp:
-            ps = [tp.param(m(rng)) for m in pm]
-            xs = [tp.const(m(rng)) for m in xm]
-            tp.backward(build(*ps, *xs))
+            _, _, loss = _record(tp, build, [m(rng) for m in pm], [m(rng) for m in xm])
+            tp.backward(loss)
     finally:
         NumpyBackend._execute = real
     return seen
@@ -126,22 +175,9 @@ def test_op_bitwise(case: str, dtype: str) -> None:
 def test_every_registered_op_has_a_row() -> None:
     """A new op needs a row here (it will most likely just work: the emitter reads kernels)."""
     covered = set().union(*(recorded_ops(case) for case in CASES))
-    missing = sorted(set(REGISTRY) - covered - NOT_IN_LOSSES - TYPED)
+    missing = sorted(set(REGISTRY) - covered - NOT_IN_LOSSES)
     assert not missing, f"ops without an emit test row: {missing}"
     assert not covered & NOT_IN_LOSSES, "an optimizer op inside a loss row"
-
-
-def test_typed_ops_are_refused() -> None:
-    """A loss reading int64 labels is refused by name, never emitted wrong."""
-    import numpy as np
-    from gemit import emit_c
-
-    tp = g.Tape("numpy")
-    w = tp.param(np.ones((3, 4)))
-    x = tp.const(np.ones((2, 3)))
-    loss = g.cross_entropy(x @ w, [1, 3])
-    with pytest.raises(NotImplementedError, match="reads int64 data"):
-        emit_c(tp, loss, [w], [x])
 
 
 def test_special_values_pass_through() -> None:

@@ -47,3 +47,23 @@ def test_float32_tape_emits_float_code() -> None:
         src = emit_c(tp, g.sum(g.tanh(w * x)), params=[w], inputs=[x], name="g32")
     assert "float g32(const float *params, const float *example, float *grad_out)" in src
     assert "double" not in src.split("float g32(")[-1]
+
+
+def test_typed_locals_and_tables_keep_the_float_signature() -> None:
+    """int64 / bool intermediates are typed local arrays and baked ids a typed constant table;
+    with no typed leaf among the inputs the signature keeps its three arguments."""
+    from gemit.render import literal
+
+    with g.Tape() as tp:
+        w, x = tp.param(np.ones((3, 4))), tp.const(np.ones((3, 4)))
+        picked = g.take(w, np.array([2, -1, 0]), axis=0)  # ids given as data: baked
+        rows = g.take(w, g.argmax(x, axis=-1), axis=0)  # an int64 intermediate
+        loss = g.sum(g.where(g.greater(x, 0.5), picked, rows))  # a bool intermediate
+        src = emit_c(tp, loss, params=[w], inputs=[x])
+    assert "double grad(const double *params, const double *example, double *grad_out)" in src
+    assert "example_ids" not in src
+    assert re.search(r"\n    long long ix\d+\[3\] = \{0\};", src)  # argmax's result
+    assert re.search(r"\n    bool mk\d+\[12\] = \{0\};", src)  # greater's mask
+    assert "const long long k[3] = {2LL, -1LL, 0LL};" in src
+    assert literal(-2**63, "long long") == "(-9223372036854775807LL - 1)"
+    assert literal(np.True_, "bool") == "true"

@@ -40,9 +40,14 @@ def device_functions(kernels: list[Kernel]) -> str:
 
 
 def literal(x: object, ctype: str) -> str:
-    """An exact C literal of a kernel scalar argument of type ``ctype``."""
+    """An exact C literal of a kernel scalar argument (or table entry) of type ``ctype``."""
+    if ctype == "bool":
+        return "true" if bool(x) else "false"
     if ctype in ("long long", "int"):
-        return f"{int(x)}LL" if ctype == "long long" else str(int(x))
+        v = int(x)
+        if v == -2**63:  # -9223372036854775808LL is unary minus on an out-of-range literal
+            return "(-9223372036854775807LL - 1)"
+        return f"{v}LL" if ctype == "long long" else str(v)
     if ctype == "double":
         v = float(np.float64(x))
         if np.isfinite(v):
@@ -59,30 +64,43 @@ def _kernel_function(k: Kernel, qualifier: str, per_thread: bool) -> str:
     return f"{qualifier} void gemit_{k.name}({k.signature()})\n{{\n{GEOMETRY}{body}\n}}\n"
 
 
+# local array name prefix and C element type (None: the program's float type) per Ref kind
+_LOCAL = {"buf": ("b", None), "ibuf": ("ix", "long long"), "mbuf": ("mk", "bool")}
+
+
 def _arg(a: object, ctype: str) -> str:
     if isinstance(a, Ref):
-        base = f"b{a.index}" if a.kind == "buf" else f"g{a.index}"
+        base = f"g{a.index}" if a.kind == "geom" else f"{_LOCAL[a.kind][0]}{a.index}"
         return base if a.offset == 0 else f"{base} + {a.offset}"
     return literal(a, ctype)
 
 
 def _body(prog: Program, t: str, node_names: dict) -> list[str]:
     lines = []
-    for i, size in enumerate(prog.sizes):
-        lines.append(f"    {t} b{i}[{max(size, 1)}] = {{0}};")
+    for kind, sizes in (("buf", prog.sizes), ("ibuf", prog.isizes), ("mbuf", prog.msizes)):
+        pre, ct = _LOCAL[kind]
+        for i, size in enumerate(sizes):
+            lines.append(f"    {ct or t} {pre}{i}[{max(size, 1)}] = {{0}};")
     for i, g in enumerate(prog.geoms):
         vals = ", ".join(f"{int(v)}LL" for v in g)
         lines.append(f"    const long long g{i}[{max(len(g), 1)}] = {{{vals or '0'}}};")
-    for buf, (off, data) in sorted(prog.baked.items()):
-        vals = ", ".join(literal(v, t) for v in data)
+    for (kind, buf), (off, data) in sorted(prog.baked.items()):
+        pre, ct = _LOCAL[kind]
+        vals = ", ".join(literal(v, ct or t) for v in data)
         lines.append("    {  /* a leaf that is neither a param nor an input: its value */")
-        lines.append(f"        const {t} k[{max(len(data), 1)}] = {{{vals or '0'}}};")
-        lines.append(f"        for (int i = 0; i < {len(data)}; ++i) b{buf}[{off} + i] = k[i];")
+        lines.append(f"        const {ct or t} k[{max(len(data), 1)}] = {{{vals or '0'}}};")
+        lines.append(f"        for (int i = 0; i < {len(data)}; ++i) "
+                     f"{pre}{buf}[{off} + i] = k[i];")
         lines.append("    }")
     for vec, slots in (("params", prog.params), ("example", prog.inputs)):
         for s in slots:
             lines.append(f"    for (int i = 0; i < {s.size}; ++i) "
                          f"b{s.buf}[{s.offset} + i] = {vec}[{s.start} + i];")
+    for s in prog.ids:  # int64 inputs as given; a bool input is true where its id is nonzero
+        pre = _LOCAL[s.kind][0]
+        val = f"example_ids[{s.start} + i]" + (" != 0" if s.kind == "mbuf" else "")
+        lines.append(f"    for (int i = 0; i < {s.size}; ++i) "
+                     f"{pre}{s.buf}[{s.offset} + i] = {val};")
     last = object()
     for c in prog.calls:
         if c.node != last:
@@ -98,9 +116,11 @@ def _body(prog: Program, t: str, node_names: dict) -> list[str]:
 
 
 def signature(prog: Program, name: str) -> str:
-    """``T name(const T *params, const T *example, T *grad_out)``."""
+    """``T name(const T *params, const T *example, T *grad_out)``; an episode with int64 / bool
+    inputs takes them as ``const long long *example_ids`` after ``example``."""
     t = CTYPE[prog.dtype]
-    return f"{t} {name}(const {t} *params, const {t} *example, {t} *grad_out)"
+    ids = ", const long long *example_ids" if prog.ids else ""
+    return f"{t} {name}(const {t} *params, const {t} *example{ids}, {t} *grad_out)"
 
 
 def render(prog: Program, name: str, target: str, header: str, node_names: dict) -> str:
