@@ -123,3 +123,22 @@ def test_cross_entropy_steps_reuse_the_label_buffer(bname):
         ref = g.cross_entropy(fresh.const(np.eye(3)) @ fw, np.array(labels))
         fresh.backward(ref)
         assert ref.item() == value and np.array_equal(fresh.grad(fw), grad)
+
+
+def test_typed_consts_and_a_refreshable_embedding(bname):
+    """tp.const(ids, dtype="int64") keeps ids as int64 (refused for floats); take on it."""
+    tp = g.Tape(bname)
+    E = tp.param(np.arange(12.0).reshape(4, 3))
+    ids = tp.const(np.array([3, 0, 3]), name="ids", dtype="int64")
+    assert ids.dtype == np.int64 and tp.name_of(ids) == "ids"
+    assert g.embedding(E, ids).numpy().tolist() == [[9, 10, 11], [0, 1, 2], [9, 10, 11]]
+    mask = tp.const(np.array([True, False, True]), dtype="bool")
+    assert mask.dtype == np.bool_
+    n = len(tp.nodes())
+    with pytest.raises(TypeError, match="expected integer indices"):
+        tp.const(np.array([0.5]), dtype="int64")
+    with pytest.raises(TypeError, match="expected a bool mask"):
+        tp.const(np.array([1, 0]), dtype="bool")
+    with pytest.raises(TypeError, match="float data takes the tape's dtype"):
+        tp.const(np.ones(2), dtype="float32")
+    assert len(tp.nodes()) == n

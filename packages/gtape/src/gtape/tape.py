@@ -16,7 +16,7 @@ from typing import Any
 import gtensor
 import numpy as np
 from gtensor import Op, describe
-from gtensor.dtypes import FLOAT, TYPE_DTYPES
+from gtensor.dtypes import BOOL, FLOAT, INT, TYPE_DTYPES
 from gtensor.recording import record, recordable
 
 from . import backward as _backward
@@ -112,19 +112,30 @@ class Tape(NodeTable, Freshness):
             self._zero(buf)
         return self._append(PARAM, (), {}, value, True, grad=buf)
 
-    def const(self, x: Any, name: str | None = None) -> Var:
+    def const(self, x: Any, name: str | None = None, dtype: Any = None) -> Var:
         """Register a constant (no gradient flows into it); ``x`` is copied in (tape dtype).
 
         In a mark/reset loop the copy goes into the buffer the node at this index had in the
         previous episode (same shape), so a minibatch input has one stable home. ``name``
         (optional) names the input, e.g. in a captured program's ``inputs`` (``name_of``).
+        ``dtype="int64"`` / ``"bool"`` keeps index / mask data as such (integers, bools only:
+        never rounded); the default is the tape's float dtype.
         """
         self._check_open("const")
         if name is not None and (not isinstance(name, str) or not name):
             raise TypeError(f"const: name is {describe(name)}; expected a non-empty str or None")
+        dt = self._dtype
+        if dtype is not None:
+            want = gtensor.dtypes.normalize(dtype, "const", typed=True)
+            if want in gtensor.dtypes.TYPED_DTYPES:
+                kind = INT if want == gtensor.dtypes.INDEX else BOOL
+                dt = typed_dtype(x, kind, "const")
+            elif want != self._dtype:
+                raise TypeError(f"const: dtype {want.name} differs from the tape's "
+                                f"{self._dtype.name}; float data takes the tape's dtype")
         i = len(self)
         buf = self._vcache[i] if i < len(self._vcache) else None
-        value = into_backend(self._be, x, self._dtype, "const", buf)
+        value = into_backend(self._be, x, dt, "const", buf)
         v = self._append(CONST, (), {}, value, False)
         if name is not None:
             self._names[i] = (v.serial, name)
