@@ -142,3 +142,12 @@ def test_typed_consts_and_a_refreshable_embedding(bname):
     with pytest.raises(TypeError, match="float data takes the tape's dtype"):
         tp.const(np.ones(2), dtype="float32")
     assert len(tp.nodes()) == n
+
+
+def test_cross_entropy_ignore_index_type(bname):
+    tp = g.Tape(bname)
+    z = tp.param(np.zeros((2, 3)))
+    for bad in (True, "x", 1.0):
+        with pytest.raises(TypeError, match="ignore_index must be an int or None"):
+            g.cross_entropy(z, [0, 1], ignore_index=bad)
+    assert g.cross_entropy(z, [0, 1], ignore_index=np.int64(1)).item() > 0

@@ -232,3 +232,20 @@ def test_take_grad_order_is_the_position_order(be):
     g2 = np.array([1e-16, 1e-16, 1.0, 5.0])
     got2 = be.to_numpy(be.take_grad(be.asarray(g2), be.asarray(ids, dtype="int64"), 2, 0))
     assert got2[0] == 1e-16 + 1e-16 + 1.0 and got2[0] > 1.0
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=["f64", "f32"])
+def test_comparisons_are_ieee(be, dtype):
+    """Each comparison against Python's own operator on every pair of special values (NaN
+    false except !=, +0.0 == -0.0, infinities ordered)."""
+    import operator
+
+    vals = np.array([0.0, -0.0, 1.0, -1.0, np.inf, -np.inf, np.nan, 5e-324, 1.5], dtype)
+    a, b = np.meshgrid(vals, vals, indexing="ij")
+    ba, bb = be.asarray(a), be.asarray(b)
+    for name, fn in (("greater", operator.gt), ("greater_equal", operator.ge),
+                     ("less", operator.lt), ("less_equal", operator.le),
+                     ("equal", operator.eq), ("not_equal", operator.ne)):
+        want = np.array([[fn(float(x), float(y)) for y in vals] for x in vals])
+        got = be.to_numpy(getattr(be, name)(ba, bb))
+        assert got.dtype == np.bool_ and np.array_equal(got, want), name
