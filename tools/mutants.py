@@ -241,6 +241,13 @@ RECORDING_MUTANTS = [
 TR = f"{GT}/src/gtensor/scalar/transcendental.py"
 _OVERRIDDEN = "the clamp only feeds lanes that a later where() overrides"
 EQUIVALENT: dict[str, str] = {
+    f"{GT}/src/gtensor/ops/select.py:80:70:0":
+        "the cpu kernels given the CUDA body: the same arithmetic per output (cpu runs it as "
+        "one grid), only not split across threads",
+    f"{TP}/src/gtape/losses.py:53:30:0": "bce's z >= -0.0 is z >= +0.0 (IEEE: -0 == +0)",
+    f"{TP}/src/gtape/losses.py:54:38:0":
+        "bce's margin for z < 0: +-0.0 - z*y differ only in a zero's sign, which adding the "
+        "soft term (> 0) removes",
     f"{GT}/src/gtensor/ops/logsoftmax.py:186:11:1":
         "logsumexp's backward: the kept shape is a tuple concatenation (associative)",
     f"{TR}:207:63:0": f"exp: clamp at -745.25; {_OVERRIDDEN} (x < EXP_U_THRESHOLD -> +0)",
