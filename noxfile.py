@@ -215,7 +215,8 @@ def lora_oracle(session: nox.Session) -> None:
 def docs(session: nox.Session) -> None:
     """Every ```python block of the READMEs and docs/ runs as written."""
     _install(session, _packages(), {})
-    session.install("pytest>=8", "scikit-learn>=1.3")  # the gtape README's digits classifier
+    # the gtape README's digits classifier; docs/tape.md's from_torch example
+    session.install("pytest>=8", "scikit-learn>=1.3", TORCH)
     session.run("pytest", "tests-docs", *session.posargs, env=_test_env("numpy"))
 
 
