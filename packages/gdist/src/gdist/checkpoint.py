@@ -86,14 +86,5 @@ def save(t: Trainer, path: Any) -> None:
 def load(t: Trainer, path: Any) -> None:
     """A file written by ``save`` read (``allow_pickle=False``) into ``t``."""
     where = f"gdist.{type(t).__name__}.load"
-    try:
-        with np.load(path, allow_pickle=False) as f:
-            if not hasattr(f, "files"):
-                raise ValueError("a single array, not an archive")
-            state = {k: f[k] for k in f.files}
-    except (ValueError, OSError, EOFError) as e:
-        if isinstance(e, FileNotFoundError):
-            raise
-        raise ValueError(f"{where}: {path} is not a checkpoint written by save() (an .npz "
-                         f"archive of arrays): {e}") from None
+    state = files.read_npz(path, where)
     load_state_dict(t, state)

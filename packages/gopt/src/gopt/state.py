@@ -113,16 +113,7 @@ def save(opt: Optimizer, path: Any, params: bool = True) -> None:
 def load(opt: Optimizer, path: Any) -> None:
     """Read a file written by ``save`` (``allow_pickle=False``) into this optimizer."""
     where = f"{type(opt).__name__}.load"
-    try:
-        with np.load(path, allow_pickle=False) as f:
-            if not hasattr(f, "files"):
-                raise ValueError("a single array, not an archive")
-            state = {k: f[k] for k in f.files}
-    except (ValueError, OSError, EOFError) as e:
-        if isinstance(e, FileNotFoundError):
-            raise
-        raise ValueError(f"{where}: {path} is not a checkpoint written by save() (an .npz "
-                         f"archive of arrays): {e}") from None
+    state = files.read_npz(path, where)
     opt.load_state_dict(state)
 
 

@@ -51,3 +51,20 @@ def _fsync_dir(directory: Path) -> None:
         pass
     finally:
         os.close(fd)
+
+
+def read_npz(path: Any, where: str) -> dict:
+    """Every array of the .npz archive at ``path``, read without pickle. A file that is not
+    such an archive raises ValueError naming ``where``; a missing file FileNotFoundError."""
+    import numpy as np
+
+    try:
+        with np.load(path, allow_pickle=False) as f:
+            if not hasattr(f, "files"):
+                raise ValueError("a single array, not an archive")
+            return {k: f[k] for k in f.files}
+    except (ValueError, OSError, EOFError) as e:
+        if isinstance(e, FileNotFoundError):
+            raise
+        raise ValueError(f"{where}: {path} is not a checkpoint written by save() (an .npz "
+                         f"archive of arrays): {e}") from None

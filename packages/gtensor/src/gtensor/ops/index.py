@@ -437,9 +437,8 @@ def _argmax_ref(x, *, axis):
     return np.argmax(x, axis=axis).astype(np.int64)
 
 
-_ARGMAX = """\
-    const long long step = (long long)gridDim.x * blockDim.x;
-    for (long long o = (long long)blockIdx.x * blockDim.x + threadIdx.x; o < n; o += step) {
+# one output of argmax (a serial scan of its row)
+_ARGMAX_ONE = """\
         const long long a = o / B, b = o % B;
         const long long base = a * R * B + b;
         long long best = 0;
@@ -450,22 +449,9 @@ _ARGMAX = """\
             else if (v > x[base + best * B]) best = r;
         }
         y[o] = best;
-    }"""
-_CPU_ARGMAX = """\
-    gtcpu::parallel_for(n, R, [=](long long lo, long long hi) {
-        for (long long o = lo; o < hi; ++o) {
-            const long long a = o / B, b = o % B;
-            const long long base = a * R * B + b;
-            long long best = 0;
-            bool nan = x[base] != x[base];
-            for (long long r = 1; r < R && !nan; ++r) {
-                const auto v = x[base + r * B];
-                if (v != v) { best = r; nan = true; }
-                else if (v > x[base + best * B]) best = r;
-            }
-            y[o] = best;
-        }
-    });"""
+"""
+_ARGMAX = _loop(_GRID_LOOP, _ARGMAX_ONE).template
+_CPU_ARGMAX = _loop(_CPU_LOOP, _ARGMAX_ONE, "R").template
 
 
 def _argmax_kernels(cpu: bool):
