@@ -241,7 +241,7 @@ RECORDING_MUTANTS = [
 TR = f"{GT}/src/gtensor/scalar/transcendental.py"
 _OVERRIDDEN = "the clamp only feeds lanes that a later where() overrides"
 EQUIVALENT: dict[str, str] = {
-    f"{GT}/src/gtensor/ops/select.py:80:70:0":
+    f"{GT}/src/gtensor/ops/select.py:77:68:0":
         "the cpu kernels given the CUDA body: the same arithmetic per output (cpu runs it as "
         "one grid), only not split across threads",
     f"{TP}/src/gtape/losses.py:53:30:0": "bce's z >= -0.0 is z >= +0.0 (IEEE: -0 == +0)",
@@ -402,7 +402,7 @@ def _changes(node: ast.AST, compared: set[int]) -> list[tuple[str, callable]]:
 
 
 def _commutative_scalar_fn(func: ast.Attribute) -> bool:
-    """``ADD[sfx].numpy`` / ``MUL[sfx].numpy``: scalar functions whose arguments commute."""
+    """``ADD[ft].numpy`` / ``MUL[ft].numpy``: scalar functions whose arguments commute."""
     v = func.value
     return (func.attr == "numpy" and isinstance(v, ast.Subscript)
             and isinstance(v.value, ast.Name) and v.value.id in ("ADD", "MUL"))

@@ -210,8 +210,9 @@ _ALONG_IDS = np.array([[0, 0], [3, 1], [2, 3]])
 
 
 def _our_exp(x: np.ndarray) -> np.ndarray:
-    from gtensor.ops.elementwise import EXP, suffix
-    return EXP[suffix(x)].numpy(x)
+    from gtensor.dtypes import float_type
+    from gtensor.ops.elementwise import EXP
+    return EXP[float_type(x)].numpy(x)
 
 
 def _scatter_rows(G: np.ndarray, ids: np.ndarray, n: int) -> np.ndarray:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import gtensor
 import numpy as np
 import pytest
+from gtensor.dtypes import F64
 from gtensor.recording import Recorder
 from gtensor.runtime import cpu as cpu_runtime
 from gtensor.testing import bits_equal, first_difference
@@ -92,10 +93,11 @@ def test_kernel_door_and_recorder(cpu):
     """The KernelTable door (checked launches) and a Recorder over the cpu backend."""
     x = cpu.asarray([0.5, -1.0, 2.0])
     y = cpu.empty((3,), np.float64)
-    cpu.launch("k_exp_f64", 1, 1, (x, y, 3))
+    k_exp = gtensor.REGISTRY["exp"].kernel_set(F64, cpu=True).only
+    cpu.launch(k_exp, 1, 1, (x, y, 3))
     assert bits_equal(cpu.to_numpy(y), cpu.to_numpy(cpu.exp(x)))
     with pytest.raises(TypeError, match="expects dtype float64"):
-        cpu.launch("k_exp_f64", 1, 1, (x.astype(np.float32), y, 3))
+        cpu.launch(k_exp, 1, 1, (x.astype(np.float32), y, 3))
     rec = Recorder(cpu)
     with rec.recording() as launches:
         z = rec.tanh(x)

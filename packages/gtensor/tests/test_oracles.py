@@ -11,6 +11,7 @@ import itertools
 import numpy as np
 import pytest
 from cases import arrays, loop_sum
+from gtensor.dtypes import float_type
 from gtensor.ops.elementwise import EXP
 from gtensor.testing import bits_equal, first_difference
 from hypothesis import given
@@ -43,7 +44,7 @@ def loop_matmul(a, b):
 def loop_softmax(x, axis):
     """Per row: max, e = exp(x - max) with our exp, serial sum, divide."""
     T = _scalar(x.dtype)
-    exp = EXP["f64" if x.dtype == np.float64 else "f32"]
+    exp = EXP[float_type(x)]
     xm = np.moveaxis(x, axis, -1)
     out = np.zeros_like(xm)
     for idx in itertools.product(*[range(d) for d in xm.shape[:-1]]):
@@ -157,7 +158,7 @@ def loop_log_softmax(x, axis):
     from gtensor.ops.elementwise import LOG
 
     T = _scalar(x.dtype)
-    sfx = "f64" if x.dtype == np.float64 else "f32"
+    ft = float_type(x)
     xm = np.moveaxis(x, axis, -1)
     out = np.zeros_like(xm)
     with np.errstate(all="ignore"):
@@ -168,11 +169,11 @@ def loop_log_softmax(x, axis):
                 m = v if (v > m or v != v) else m
             m = m + T(0.0)
             d = [v - m for v in row]
-            e = [T(EXP[sfx].numpy(np.asarray(v, x.dtype))) for v in d]
+            e = [T(EXP[ft].numpy(np.asarray(v, x.dtype))) for v in d]
             s = e[0]
             for v in e[1:]:
                 s = s + v
-            ls = T(LOG[sfx].numpy(np.asarray(s, x.dtype)))
+            ls = T(LOG[ft].numpy(np.asarray(s, x.dtype)))
             out[idx] = [v - ls for v in d]
     return np.moveaxis(out, -1, axis)
 

@@ -8,6 +8,7 @@ import gtensor
 import pytest
 from cases import CASES
 from gtensor.cuda_source import module_kernels, module_source
+from gtensor.dtypes import FLOATS
 
 # the backward helpers (relu_grad, ..., maximum_mask, take_grad, ...) have rules too: double
 # backward; comparisons, argmax and index_weight give int64 / bool (no gradient)
@@ -33,15 +34,16 @@ def test_op_is_fully_defined(name):
     op = gtensor.REGISTRY[name]
     assert callable(op.reference) and callable(op.infer) and callable(op.launch)
     names = {k.name for k in module_kernels()}
-    for sfx in ("f64", "f32"):
-        kernels = op.kernels(sfx)
-        assert kernels, f"{name} has no {sfx} kernel"
+    for ft in FLOATS:
+        kernels = op.kernel_set(ft).kernels
+        assert kernels, f"{name} has no {ft.name} kernel"
         for k in kernels:
             assert k.name in names
-            assert k.name.endswith(sfx)
+            assert k.name.endswith(ft.suffix)
         # the cpu backend's host kernels: same names and parameters (one launch drives both)
         assert op.cpu is not None, f"{name} has no cpu kernels (Op.cpu)"
-        assert [(k.name, k.params) for k in op.cpu(sfx)] == [(k.name, k.params) for k in kernels]
+        assert [(k.name, k.params) for k in op.kernel_set(ft, cpu=True).kernels] == [
+            (k.name, k.params) for k in kernels]
     assert any(c.op == name for c in CASES), f"{name} has no row in tests/cases.py"
     assert op.differentiable == (name not in NON_DIFFERENTIABLE)
     assert op.doc, f"{name} has no one-line description"
@@ -70,11 +72,11 @@ def test_kernels_say_what_they_are(name):
     them); elementwise ops compute with exactly one scalar function."""
     from gtensor.kernels import KINDS
 
-    for sfx in ("f64", "f32"):
-        for k in gtensor.REGISTRY[name].kernels(sfx):
+    for ft in FLOATS:
+        for k in gtensor.REGISTRY[name].kernel_set(ft).kernels:
             assert k.kind in KINDS and k.kind != "other", f"{k.name}: kind {k.kind}"
             if k.kind in ("map", "scalar", "zip"):
-                assert len(k.calls) == 1 and k.calls[0].cname.endswith(sfx)
+                assert len(k.calls) == 1 and k.calls[0].cname.endswith(ft.suffix)
                 assert k.calls[0].cname in k.body
             if k.kind in ("matmul", "reduce", "rows"):
                 names = [getattr(fn, "cname", None) or fn.name for fn in k.calls]
@@ -103,7 +105,7 @@ def test_typed_inputs_are_declared(name):
     if op.variadic:
         return
     want = {dtypes.FLOAT: None, dtypes.INT: "int64", dtypes.BOOL: "bool"}
-    for k in op.kernels("f64"):
+    for k in op.kernel_set(dtypes.F64).kernels:
         data = [p for p in k.params if p.is_pointer and p.is_const and not p.is_geometry]
         if len(data) != len(op.inputs):
             continue  # kernels that take a different array list (the optimizer updates)

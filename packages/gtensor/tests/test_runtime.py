@@ -142,7 +142,7 @@ def test_tree_sum_matches_numpy_bitwise(mod: SimModule, nthreads: int) -> None:
     x = rng.standard_normal(n) * 10.0 ** rng.integers(-8, 8, n)
     nblocks = -(-n // nthreads)
     out = np.full(nblocks, np.nan)
-    mod.launch("tree_sum", nblocks, nthreads, [x, out, n])
+    mod.launch(mod.kernel("tree_sum"), nblocks, nthreads, [x, out, n])
     np.testing.assert_array_equal(out, tree_sum_ref(x, nthreads))
 
 
@@ -158,7 +158,7 @@ def test_barriers_with_3d_blocks_and_early_return(mod, grid, block, active) -> N
     nb, nt = int(g.prod()), int(b.prod())
     x = np.arange(nb * nt, dtype=np.int64) * 7 + 3
     out = np.full(nb * nt, -1.0)
-    mod.launch("reverse3d", grid, block, [x, out, active])
+    mod.launch(mod.kernel("reverse3d"), grid, block, [x, out, active])
     want = np.full((nb, nt), -1.0)
     want[:, :active] = x.reshape(nb, nt)[:, active - 1 :: -1]
     np.testing.assert_array_equal(out.reshape(nb, nt), want)
@@ -170,7 +170,7 @@ def test_grid_and_block_indices(mod: SimModule, grid, block) -> None:
     b = (tuple(block) if isinstance(block, tuple) else (block,)) + (1,) * 3
     g, b = g[:3], b[:3]
     out = np.full(int(np.prod(g) * np.prod(b)), -1.0)
-    mod.launch("index3d", grid, block, [out])
+    mod.launch(mod.kernel("index3d"), grid, block, [out])
     bz, by, bx, tz, ty, tx = np.meshgrid(
         *(np.arange(n) for n in (g[2], g[1], g[0], b[2], b[1], b[0])), indexing="ij"
     )
@@ -185,7 +185,7 @@ def test_plain_kernel_float32(mod: SimModule) -> None:
     y = rng.standard_normal(n).astype(np.float32)
     a = np.float32(1.7)
     want = a * x + y
-    mod.launch("axpy32", -(-n // 128), 128, [x, y, a, n])
+    mod.launch(mod.kernel("axpy32"), -(-n // 128), 128, [x, y, a, n])
     np.testing.assert_array_equal(y, want)
 
 
@@ -196,7 +196,7 @@ def test_intrinsics_match_numpy(mod: SimModule) -> None:
     ll = np.zeros(n)
     f = np.zeros(2 * n, dtype=np.float32)
     with np.errstate(all="ignore"):
-        mod.launch("intrinsics", 2, 8, [x, out, ll, f, n])
+        mod.launch(mod.kernel("intrinsics"), 2, 8, [x, out, ll, f, n])
         o = out.reshape(n, 5)
         np.testing.assert_array_equal(o[:, 0], np.sqrt(np.abs(x)))
         np.testing.assert_array_equal(o[:, 1], np.rint(x))
@@ -217,7 +217,7 @@ def test_intrinsics_match_numpy(mod: SimModule) -> None:
 def test_barrier_in_helper_function_runs_on_fibers(mod: SimModule) -> None:
     x = np.arange(200, dtype=np.float64)
     out = np.zeros(200)
-    mod.launch("helper_barrier", 1, 200, [x, out])
+    mod.launch(mod.kernel("helper_barrier"), 1, 200, [x, out])
     np.testing.assert_array_equal(out, x[::-1])
 
 
@@ -233,7 +233,7 @@ def test_concurrent_launches_from_threads(mod: SimModule) -> None:
             x = rng.standard_normal(int(rng.integers(1, 5000)))
             nblocks = -(-len(x) // nthreads)
             out = np.zeros(nblocks)
-            mod.launch("tree_sum", nblocks, nthreads, [x, out, len(x)])
+            mod.launch(mod.kernel("tree_sum"), nblocks, nthreads, [x, out, len(x)])
             if not np.array_equal(out, tree_sum_ref(x, nthreads)):
                 return False
         return True
@@ -244,8 +244,8 @@ def test_concurrent_launches_from_threads(mod: SimModule) -> None:
 
 def test_zero_grid_is_noop(mod: SimModule) -> None:
     out = np.full(4, -1.0)
-    mod.launch("index3d", (0, 2), 4, [out])
-    mod.launch("index3d", 0, 4, [out])
+    mod.launch(mod.kernel("index3d"), (0, 2), 4, [out])
+    mod.launch(mod.kernel("index3d"), 0, 4, [out])
     assert (out == -1).all()
 
 
@@ -275,7 +275,7 @@ BAD_ARGS = [
 @pytest.mark.parametrize(("name", "args", "exc", "text"), BAD_ARGS)
 def test_bad_arguments_raise(mod: SimModule, name, args, exc, text) -> None:
     with pytest.raises(exc) as info:
-        mod.launch(name, 1, 4, args)
+        mod.launch(mod.kernel(name), 1, 4, args)
     assert name in str(info.value)
     assert text in str(info.value)
 
@@ -298,12 +298,22 @@ def test_double_param_rejects_float32_and_int() -> None:
 def test_bad_launch_dims(mod: SimModule, grid, block, exc) -> None:
     out = np.zeros(4096)
     with pytest.raises(exc, match="index3d"):
-        mod.launch("index3d", grid, block, [out])
+        mod.launch(mod.kernel("index3d"), grid, block, [out])
 
 
 def test_unknown_kernel(mod: SimModule) -> None:
+    """A launch names a Kernel the module holds: a name, or a kernel of another module, is
+    refused."""
     with pytest.raises(KeyError, match="nope"):
-        mod.launch("nope", 1, 1, [])
+        mod.kernel("nope")
+    with pytest.raises(TypeError, match="takes a Kernel object"):
+        mod.launch("index3d", 1, 1, [np.zeros(4096)])
+    other = Kernel("nope", params("double* y"), "    y[0] = 1.0;")
+    with pytest.raises(KeyError, match="no kernel 'nope'"):
+        mod.launch(other, 1, 1, [np.zeros(1)])
+    twin = Kernel("index3d", mod.kernel("index3d").params, "    /* other text */")
+    with pytest.raises(KeyError, match="a different kernel of that name"):
+        mod.launch(twin, 1, 1, [np.zeros(4096)])
 
 
 def test_disk_cache_is_reused(tmp_path, monkeypatch) -> None:
@@ -320,7 +330,7 @@ def test_disk_cache_is_reused(tmp_path, monkeypatch) -> None:
 
     monkeypatch.setattr(sim, "_run_compiler", no_compile)
     out = np.zeros(3)
-    SimModule(k.source(), [k]).launch("fill7", 1, 3, [out])
+    SimModule(k.source(), [k]).launch(k, 1, 3, [out])
     np.testing.assert_array_equal(out, [7, 8, 9])
     assert libs[0].stat().st_mtime_ns == mtime
     assert not list((tmp_path / "sim").glob("*.tmp"))
@@ -364,7 +374,7 @@ def test_mxcsr_ftz_does_not_change_results(mod: SimModule, tmp_path) -> None:
         ftz.set_ftz_daz()
         flushed = ftz.get_csr()
         assert flushed & 0x8040 == 0x8040
-        mod.launch("mul", 1, 2, [x, y, out])
+        mod.launch(mod.kernel("mul"), 1, 2, [x, y, out])
         assert ftz.get_csr() == flushed  # restored after the launch
     finally:
         ftz.set_csr(saved)

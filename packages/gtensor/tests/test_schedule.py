@@ -77,7 +77,7 @@ def mod() -> SimModule:
 
 def _rows(mod: SimModule, kernel: Kernel, x: np.ndarray) -> np.ndarray:
     y = np.full_like(x, np.nan)
-    mod.launch(kernel.name, x.shape[0], x.shape[1], (x, y))
+    mod.launch(kernel, x.shape[0], x.shape[1], (x, y))
     return y
 
 
@@ -111,7 +111,7 @@ def test_correct_row_kernel_same_bits_under_every_schedule(mod, monkeypatch):
 def _plain_order(mod: SimModule, grid: int, block: int) -> list[int]:
     n = grid * block
     log, cnt = np.full(n, -1.0), np.zeros(1)
-    mod.launch("plain_order", grid, block, (log, cnt))
+    mod.launch(mod.kernel("plain_order"), grid, block, (log, cnt))
     assert cnt[0] == n
     return [int(v) for v in log]
 
@@ -132,7 +132,7 @@ def test_barrier_free_threads_run_in_schedule_order(mod, monkeypatch):
 
 def _fiber_phases(mod: SimModule, block: int, phases: int) -> list[list[int]]:
     log, cnt = np.full(phases * block, -1.0), np.zeros(phases)
-    mod.launch("fiber_order", 1, block, (log, cnt, phases))
+    mod.launch(mod.kernel("fiber_order"), 1, block, (log, cnt, phases))
     return [[int(v) for v in log[p * block:(p + 1) * block]] for p in range(phases)]
 
 

@@ -11,6 +11,7 @@ import tempfile
 from pathlib import Path
 
 import numpy as np
+from gtensor.dtypes import float_type
 
 CFLAGS = ("-O2", "-ffp-contract=off", "-fno-fast-math", "-fPIC", "-shared", "-std=c99")
 
@@ -99,7 +100,7 @@ def batch_wrapper(name: str, dtype: object, n_params: int, n_example: int,
                   n_ids: int = 0) -> str:
     """C text of ``void {name}_batch(params, X, [I,] n, L, G)``: ``name`` on each row of X (and
     of the int64 ids I, where ``n_ids`` > 0) in turn."""
-    t = "double" if np.dtype(dtype) == np.float64 else "float"
+    t = float_type(dtype).ctype
     ids_param = "const long long *I, " if n_ids else ""
     ids_arg = f"I + i * {n_ids}LL, " if n_ids else ""
     return f"""

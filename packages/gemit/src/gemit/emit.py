@@ -19,7 +19,7 @@ from gtape.tape import Tape
 from gtape.trace import check_episode, check_var_of, trace
 from gtape.var import Var
 from gtensor import describe
-from gtensor.dtypes import TYPED_DTYPES
+from gtensor.dtypes import TYPED_DTYPES, float_type
 
 from .plan import plan
 from .render import render, signature
@@ -73,11 +73,11 @@ def _emit(where: str, tp: Tape, loss: Var, params: Sequence[Var], inputs: Sequen
 
 def _supported(where: str, tp: Tape, li: int) -> None:
     """NotImplementedError naming the first op up to the loss that has no kernel to emit."""
-    sfx = "f64" if tp.dtype == np.float64 else "f32"
+    ft = float_type(tp.dtype)
     for n in tp.nodes()[:li + 1]:
-        if not n.is_leaf and not n.op.kernels(sfx):
+        if not n.is_leaf and not n.op.kernel_set(ft):
             raise NotImplementedError(f"{where}: node {n.index} is op {n.name!r}, which has no "
-                                      f"{sfx} kernel; gemit emits only ops with kernels")
+                                      f"{ft.suffix} kernel; gemit emits only ops with kernels")
 
 
 def _leaves(where: str, tp: Tape, li: int, vs: Sequence[Var], what: str) -> list[int]:

@@ -7,13 +7,13 @@ import re
 
 import numpy as np
 from gtensor import cuda_source
+from gtensor.dtypes import float_type
 from gtensor.kernels import Kernel
 from gtensor.scalar.dsl import device_sources
 
 from .plan import Program, Ref
 from .prelude import C_PRELUDE, CUDA_CLOSE, CUDA_OPEN, GEOMETRY
 
-CTYPE = {np.dtype(np.float64): "double", np.dtype(np.float32): "float"}
 _CALLEE = re.compile(r"\bgt_\w+\b")
 _SHARED = re.compile(r"\b__shared__\s+")
 
@@ -118,14 +118,14 @@ def _body(prog: Program, t: str, node_names: dict) -> list[str]:
 def signature(prog: Program, name: str) -> str:
     """``T name(const T *params, const T *example, T *grad_out)``; an episode with int64 / bool
     inputs takes them as ``const long long *example_ids`` after ``example``."""
-    t = CTYPE[prog.dtype]
+    t = float_type(prog.dtype).ctype
     ids = ", const long long *example_ids" if prog.ids else ""
     return f"{t} {name}(const {t} *params, const {t} *example{ids}, {t} *grad_out)"
 
 
 def render(prog: Program, name: str, target: str, header: str, node_names: dict) -> str:
     """The full source for ``target`` ("c" or "cuda")."""
-    t = CTYPE[prog.dtype]
+    t = float_type(prog.dtype).ctype
     kernels = prog.kernels
     devs = device_functions(kernels)
     if target == "c":

@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+from gtensor.dtypes import BY_CTYPE, float_type
 from gtensor.kernels import GEOMETRY, Kernel, Param
-from gtensor.scalar.dsl import F32, F64, float_literal
 
 from .analysis import Info, address
 from .planner import Segment
@@ -22,7 +22,6 @@ from .planner import Segment
 ROW_THREADS = 128
 FLAT_BLOCK = 256
 MAX_GRID = 4096
-CTYPE = {np.dtype(np.float64): "double", np.dtype(np.float32): "float"}
 
 
 @dataclass
@@ -70,7 +69,7 @@ def _lit(value: Any, ctype: str) -> str:
     """An exact C literal of a scalar argument."""
     if ctype in ("long long", "int"):
         return f"({int(value)}LL)" if ctype == "long long" else f"({int(value)})"
-    return float_literal(float(value), F64 if ctype == "double" else F32)
+    return BY_CTYPE[ctype].literal(float(value))
 
 
 def _fn(info: Info, k: int = 0) -> str:
@@ -129,7 +128,7 @@ def _statement(info: Info, v: dict[str, str], i: str) -> str:
 def _ctype_of(info: Info) -> str:
     for p, val in zip(info.launch.kernel.params, info.launch.args):
         if p.is_pointer and not p.is_const:
-            return CTYPE[np.dtype(val.dtype)]
+            return float_type(val).ctype
     raise AssertionError(info.name)
 
 

@@ -135,7 +135,7 @@ class FusedProgram(Program):
                 units += [info.launch for info in seg.items]
                 continue
             g = by_segment[k]
-            checked = module.checked(g.kernel.name, g.grid, g.block, g.args)
+            checked = module.checked(g.kernel, g.grid, g.block, g.args)
             units.append(Launch(checked[0], checked[2], checked[3], tuple(checked[1]),
                                 f"fused {seg.cls}", module.bind(*checked)))
         return Fused(units, segments, rows, len(launches), seconds, module, tables)

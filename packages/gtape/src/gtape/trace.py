@@ -25,7 +25,6 @@ import gtensor
 import numpy as np
 from gtensor import describe
 from gtensor.backends.kernel_backend import KernelBackend
-from gtensor.ops.elementwise import SUFFIX
 from gtensor.recording import Launch, Recorder
 
 from . import backward as _backward
@@ -113,10 +112,10 @@ def trace(tp: Tape, loss: Var, backend: str | KernelBackend, dtype: Any = None,
                            "'cuda'")
     dt = np.dtype(tp.dtype if dtype is None else gtensor.dtypes.normalize(dtype, where))
     nodes = tp.nodes()[:li + 1]
-    sfx = SUFFIX[dt]
+    ft = gtensor.dtypes.float_type(dt)
     for n in nodes:
-        if not isinstance(n.op, Leaf) and not n.op.kernels(sfx):
-            raise CaptureError(f"{where}: node {n.index} ({n.name}) has no {sfx} kernel; an "
+        if not isinstance(n.op, Leaf) and not n.op.kernel_set(ft):
+            raise CaptureError(f"{where}: node {n.index} ({n.name}) has no {ft.suffix} kernel; an "
                                "engine can only replay ops with kernels")
     graph = _backward.Graph([n.op for n in nodes], [n.inputs for n in nodes],
                             [n.attrs for n in nodes], [n.shape for n in nodes],

@@ -8,11 +8,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from functools import cache
 
+from .dtypes import FLOATS
 from .kernels import DeviceFn, Kernel
 from .ops import REGISTRY
 from .scalar.dsl import ScalarFn, device_sources
-
-DTYPE_SUFFIXES = ("f64", "f32")
 
 _HEADER = """\
 // gtensor CUDA module (generated from gtensor's op definitions; do not edit).
@@ -26,8 +25,8 @@ def module_kernels() -> tuple[Kernel, ...]:
     """Every kernel of every op, for both dtypes, without duplicates (ops may share kernels)."""
     seen: dict[str, Kernel] = {}
     for op in REGISTRY.values():
-        for sfx in DTYPE_SUFFIXES:
-            for k in op.kernels(sfx):
+        for ft in FLOATS:
+            for k in op.kernel_set(ft).kernels:
                 if k.name in seen and seen[k.name].source() != k.source():
                     raise RuntimeError(f"kernel {k.name} is defined twice with different text")
                 seen[k.name] = k

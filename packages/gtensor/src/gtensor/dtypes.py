@@ -1,7 +1,8 @@
 """The element types of op inputs: floats (the tape's dtype), int64 indices, bool masks.
 
 A float dtype is one of the two supported widths; each is one ``FloatType`` object holding its
-numpy dtype, its kernel-name suffix and its C type, so no table elsewhere spells them again.
+numpy dtype, its kernel-name suffix, its C type and its C literals, so no table elsewhere
+spells them again; op kernel builders take one (``Op.kernels(F64)``).
 Index inputs are always int64 and mask inputs bool (one byte): ``INDEX`` and ``MASK``.
 """
 
@@ -11,26 +12,77 @@ from dataclasses import dataclass
 
 import numpy as np
 
+# The C type of every element type an op input or kernel parameter can have (kernel
+# signatures, the scalar language and the generated C of fusion and gemit all read it here).
+CTYPES = {np.dtype(np.float64): "double", np.dtype(np.float32): "float",
+          np.dtype(np.int64): "long long", np.dtype(np.bool_): "bool"}
 
-@dataclass(frozen=True)
+
+@dataclass(frozen=True, eq=False)
 class FloatType:
-    """One supported float width: numpy dtype, kernel suffix ("f64"), C type ("double")."""
+    """One supported float width: its numpy dtype, its kernel-name suffix ("f64", also the
+    scalar language's name of the dtype) and its C type ("double"); compares by identity
+    (there are exactly two: ``F64`` and ``F32``).
+
+    >>> F32.ctype, F32.suffix, F32.kernel("exp"), F32.literal(0.5)
+    ('float', 'f32', 'k_exp_f32', '(0x1.0000000000000p-1f)')
+    """
 
     np: np.dtype
     suffix: str
-    ctype: str
 
     @property
     def name(self) -> str:
         """The numpy name ("float64")."""
         return self.np.name
 
+    @property
+    def ctype(self) -> str:
+        """The C type ("double", "float")."""
+        return CTYPES[self.np]
 
-F64 = FloatType(np.dtype(np.float64), "f64", "double")
-F32 = FloatType(np.dtype(np.float32), "f32", "float")
+    @property
+    def type(self) -> type:
+        """The numpy scalar type (``np.float64``)."""
+        return self.np.type
+
+    def scalar(self, value: object) -> np.floating:
+        """``value`` as a numpy scalar of this dtype (numpy's one rounding of a Python float)."""
+        return self.np.type(value)
+
+    def kernel(self, base: str) -> str:
+        """The name of the ``__global__`` kernel ``base`` for this dtype: ``k_<base>_<sfx>``."""
+        return f"k_{base}_{self.suffix}"
+
+    def fn(self, base: str) -> str:
+        """The name of the ``__device__`` function ``base`` for this dtype: ``gt_<base>_<sfx>``."""
+        return f"gt_{base}_{self.suffix}"
+
+    def literal(self, value: float) -> str:
+        """An exact C literal of ``value`` rounded to this dtype: hex floats, NaN and the
+        infinities by their bit patterns."""
+        value = float(self.np.type(value))
+        if value != value:
+            return ("__longlong_as_double(0x7ff8000000000000LL)" if self.np.itemsize == 8
+                    else "__int_as_float(0x7fc00000)")
+        if value in (float("inf"), float("-inf")):
+            sign = "" if value > 0 else "-"
+            inf = ("__longlong_as_double(0x7ff0000000000000LL)" if self.np.itemsize == 8
+                   else "__int_as_float(0x7f800000)")
+            return f"({sign}{inf})"
+        text = float.hex(value)
+        return f"({text})" if self.np.itemsize == 8 else f"({text}f)"
+
+    def __repr__(self) -> str:
+        return f"<FloatType {self.name}>"
+
+
+F64 = FloatType(np.dtype(np.float64), "f64")
+F32 = FloatType(np.dtype(np.float32), "f32")
 FLOATS = (F64, F32)
 BY_SUFFIX = {t.suffix: t for t in FLOATS}
 BY_DTYPE = {t.np: t for t in FLOATS}
+BY_CTYPE = {t.ctype: t for t in FLOATS}
 
 SUPPORTED = ("float64", "float32")
 # dtype objects hash fast; ``dtype.name`` is slow on numpy 2, and this is on every op call
@@ -48,6 +100,11 @@ ARRAY_DTYPES = SUPPORTED_DTYPES | TYPED_DTYPES
 def float_type(dt: object) -> FloatType:
     """The ``FloatType`` of a float32/float64 dtype (or of an array's dtype)."""
     return BY_DTYPE[np.dtype(getattr(dt, "dtype", dt))]
+
+
+def of(x: np.ndarray) -> FloatType:
+    """The ``FloatType`` of a float array (the hot-path lookup: ``x.dtype`` only)."""
+    return BY_DTYPE[x.dtype]
 
 
 def normalize(dtype: object, where: str = "asarray", typed: bool = False) -> np.dtype:

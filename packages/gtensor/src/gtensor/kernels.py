@@ -2,20 +2,16 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from .dtypes import CTYPES as _ELEMENT_CTYPES
+from .dtypes import FloatType
+
 # C types a kernel parameter may have. Pointer types carry the element dtype they accept.
-POINTER_DTYPES = {
-    "const double*": "float64",
-    "double*": "float64",
-    "const float*": "float32",
-    "float*": "float32",
-    "const long long*": "int64",
-    "long long*": "int64",
-    "const bool*": "bool",
-    "bool*": "bool",
-}
+POINTER_DTYPES = {f"{const}{c}*": dt.name for dt, c in _ELEMENT_CTYPES.items()
+                  for const in ("const ", "")}
 SCALAR_TYPES = ("long long", "int", "double", "float")
 CTYPES = tuple(POINTER_DTYPES) + SCALAR_TYPES
 
@@ -151,3 +147,46 @@ def params(spec: str) -> tuple[Param, ...]:
         ctype, _, name = part.rpartition(" ")
         out.append(Param(ctype.strip(), name.strip()))
     return tuple(out)
+
+
+class KernelSet(Mapping):
+    """An op's kernels for one float dtype, the only kernels its ``launch`` can name.
+
+    Keyed by the kernel's base name (``k_<base>_<sfx>`` is keyed ``<base>``): an op's launch
+    writes ``rt.launch(ks["copy"], ...)`` or, with one kernel, ``ks.only``; a key that is not
+    among the op's declared kernels is a KeyError naming the op and what it has.
+    """
+
+    def __init__(self, owner: str, ft: FloatType, kernels: Sequence[Kernel]) -> None:
+        self.owner, self.ft = owner, ft
+        self.kernels = tuple(kernels)
+        self._by: dict[str, Kernel] = {}
+        end = f"_{ft.suffix}"
+        for k in self.kernels:
+            if not (k.name.startswith("k_") and k.name.endswith(end)):
+                raise ValueError(f"op {owner}: kernel {k.name!r} is not named k_<base>{end}")
+            self._by[k.name[2:-len(end)]] = k
+
+    def __getitem__(self, base: str) -> Kernel:
+        try:
+            return self._by[base]
+        except KeyError:
+            raise KeyError(f"op {self.owner}: no kernel {base!r} for {self.ft.name}; it "
+                           f"declares {sorted(self._by)}") from None
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._by)
+
+    def __len__(self) -> int:
+        return len(self._by)
+
+    @property
+    def only(self) -> Kernel:
+        """The op's one kernel (ValueError when it declares several)."""
+        if len(self.kernels) != 1:
+            raise ValueError(f"op {self.owner}: {len(self.kernels)} kernels for "
+                             f"{self.ft.name} ({sorted(self._by)}); name one")
+        return self.kernels[0]
+
+    def __repr__(self) -> str:
+        return f"<KernelSet of {self.owner} {self.ft.name}: {sorted(self._by)}>"

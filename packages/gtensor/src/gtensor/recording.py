@@ -56,6 +56,7 @@ class Recorder(ArraysOf, KernelBackend):
         super().__init__()
         self.inner = inner
         self.name = inner.name
+        self.uses_cpu_kernels = inner.uses_cpu_kernels
         self.tag: Any = None
         self._owned_geoms: dict[tuple, Any] = {}
         self._into: list[Launch] | None = None
@@ -79,9 +80,9 @@ class Recorder(ArraysOf, KernelBackend):
         """The inner backend's compiled module."""
         return self.inner.module
 
-    def launch(self, name: str, grid: Any, block: Any, args: Sequence[Any]) -> None:
+    def launch(self, kernel: Kernel, grid: Any, block: Any, args: Sequence[Any]) -> None:
         """Run the launch now and, while recording, keep it (prepared) for replay."""
-        kernel, values, g, b = self.module.checked(name, grid, block, args)
+        kernel, values, g, b = self.module.checked(kernel, grid, block, args)
         run = self.module.bind(kernel, values, g, b)
         if self._into is not None:
             self._into.append(Launch(kernel, g, b, tuple(values), self.tag, run))
@@ -110,7 +111,7 @@ def replayable(rec: Recorder, launches: Sequence[Launch]) -> Callable[[], None]:
     kept = tuple(launches)
     if rec.name == "cpu":
         module = rec.module
-        plan = module.plan([(x.kernel.name, x.grid, x.block, x.args) for x in kept], [])
+        plan = module.plan([(x.kernel, x.grid, x.block, x.args) for x in kept], [])
 
         def run_plan() -> None:
             status = module.run(plan.addr)

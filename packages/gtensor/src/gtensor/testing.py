@@ -57,11 +57,12 @@ def sim_map_module(fns: Sequence):
         pytest.skip("no C++ compiler: the sim runtime (and this check) needs g++ or $CXX")
     key = tuple(fns)
     if key not in _SIM_MAP_MODULES:
+        from .dtypes import BY_SUFFIX
         from .ops.elementwise import form_kernel
         from .runtime import SimModule
         from .scalar.dsl import device_sources
 
-        kernels = [form_kernel("map", f"map_{fn.cname}", fn.out_dt, fn) for fn in key]
+        kernels = [form_kernel("map", f"map_{fn.cname}", BY_SUFFIX[fn.out_dt], fn) for fn in key]
         source = device_sources(list(key)) + "\n" + "\n".join(k.source() for k in kernels)
         _SIM_MAP_MODULES[key] = SimModule(source, kernels)
     return _SIM_MAP_MODULES[key]
@@ -76,7 +77,8 @@ def assert_sim_map_matches(fns: Sequence, fn, x: np.ndarray) -> None:
     x = np.ascontiguousarray(x)
     want = fn.numpy(x)
     got = np.empty_like(x)
-    sim_map_module(fns).launch(f"map_{fn.cname}", grid_for(len(x)), BLOCK, (x, got, len(x)))
+    mod = sim_map_module(fns)
+    mod.launch(mod.kernel(f"map_{fn.cname}"), grid_for(len(x)), BLOCK, (x, got, len(x)))
     same = (want.view(f"u{want.itemsize}") == got.view(f"u{got.itemsize}")) | (
         np.isnan(want) & np.isnan(got))
     assert same.all(), (fn.cname, x[~same][:5], want[~same][:5], got[~same][:5])

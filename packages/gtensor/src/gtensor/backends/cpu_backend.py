@@ -7,6 +7,7 @@ from typing import Any
 
 import numpy as np
 
+from ..kernels import Kernel
 from ..ops import REGISTRY, Op
 from ..ops.registry import attr_key
 from .base import Backend
@@ -27,15 +28,15 @@ class _Planner:
 
     def __init__(self, be: CpuBackend) -> None:
         self.be = be
-        self.launches: list[tuple[str, Any, Any, tuple]] = []
+        self.launches: list[tuple[Kernel, Any, Any, tuple]] = []
 
     def geom(self, values: tuple) -> Any:
         """A geometry array (the plan keeps it alive)."""
         return self.be.geom(values)
 
-    def launch(self, name: str, grid: Any, block: Any, args: Sequence[Any]) -> None:
+    def launch(self, kernel: Kernel, grid: Any, block: Any, args: Sequence[Any]) -> None:
         """Keep the launch for the plan."""
-        self.launches.append((name, grid, block, tuple(args)))
+        self.launches.append((kernel, grid, block, tuple(args)))
 
 
 class CpuBackend(HostKernelBackend):
@@ -43,6 +44,7 @@ class CpuBackend(HostKernelBackend):
 
     name = "cpu"
     array_type = CpuArray
+    uses_cpu_kernels = True
 
     def __init__(self) -> None:
         super().__init__()
@@ -158,7 +160,7 @@ class CpuBackend(HostKernelBackend):
             out = np.empty(out_shape, dtype).view(CpuArray)
         module = self._module or self.module
         if not module.fast:
-            op.launch(self, inputs, out, **attrs)
+            op.launch(self, self.kernels_for(op, inputs, out), inputs, out, **attrs)
             return out
         try:
             key = self._plan_key(op, dtype, inputs, attrs)
@@ -193,5 +195,6 @@ class CpuBackend(HostKernelBackend):
         slots.append(np.empty(out.shape, out.dtype).view(CpuArray))
         planner = _Planner(self)
         with np.errstate(over="ignore"):  # a scalar attr rounds to +-inf in float32: defined
-            op.launch(planner, slots[:-1], slots[-1], **attrs)
+            op.launch(planner, self.kernels_for(op, slots[:-1], slots[-1]), slots[:-1],
+                      slots[-1], **attrs)
         return self.module.plan(planner.launches, slots)

@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 
 from ..cuda_source import module_kernels, module_source
+from ..kernels import Kernel, KernelSet
 from ..ops import Op
 from .base import Backend
 
@@ -18,6 +19,8 @@ GEOM_CACHE = 4096
 
 class KernelBackend(Backend):
     """Shared logic: lazy module build, geometry arrays, kernel launch."""
+
+    uses_cpu_kernels = False  # which of an op's kernels run here: Op.cpu (True) or Op.kernels
 
     def __init__(self) -> None:
         self._module = None
@@ -67,13 +70,19 @@ class KernelBackend(Backend):
                 self._geoms.popitem(last=False)
         return arr
 
-    def launch(self, name: str, grid: Any, block: Any, args: Sequence[Any]) -> None:
-        """Launch kernel ``name`` of the module (arguments are checked against its signature)."""
-        self.module.launch(name, grid, block, args)
+    def launch(self, kernel: Kernel, grid: Any, block: Any, args: Sequence[Any]) -> None:
+        """Launch ``kernel`` (an entry of the op's KernelSet) on the module (arguments are
+        checked against its signature)."""
+        self.module.launch(kernel, grid, block, args)
+
+    def kernels_for(self, op: Op, inputs: Sequence[Any], out: Any) -> KernelSet:
+        """The op's kernels a call on this backend launches: for the call's float dtype, its
+        cpu kernels on the cpu backend, its CUDA kernels on sim and cuda."""
+        return op.kernel_set(op.float_type(inputs, out), self.uses_cpu_kernels)
 
     def _execute(self, op: Op, inputs: list, out_shape: tuple, dtype: np.dtype,
                  attrs: dict, out: Any = None) -> Any:
         if out is None:
             out = self.empty(out_shape, dtype)
-        op.launch(self, inputs, out, **attrs)
+        op.launch(self, self.kernels_for(op, inputs, out), inputs, out, **attrs)
         return out

@@ -11,37 +11,27 @@ from string import Template
 
 import numpy as np
 
-from .. import shapes
-from ..dtypes import round_scalar
+from .. import dtypes, shapes
+from ..dtypes import F32, F64, FLOATS, FloatType, round_scalar
 from ..kernels import Kernel, params
 from ..scalar import transcendental as tr
-from ..scalar.dsl import F32, F64, ScalarFn, scalar_fn
+from ..scalar.dsl import ScalarFn, scalar_fn
 from .forms import ZIP2
 from .registry import Op, register
 
 BLOCK = 256
 MAX_GRID = 4096
-CTYPE = {"f64": "double", "f32": "float"}
-SUFFIX = {np.dtype(np.float64): "f64", np.dtype(np.float32): "f32"}
-NPDT = {"f64": np.float64, "f32": np.float32}
+of = dtypes.of  # an array's FloatType (the references pick their scalar function by it)
 
 
-def pair(name: str, arity: int, body: Callable) -> dict[str, ScalarFn]:
+def pair(name: str, arity: int, body: Callable) -> dict[FloatType, ScalarFn]:
     """The float64 and float32 scalar functions ``gt_<name>_f64/_f32`` of one body."""
-    return {
-        sfx: scalar_fn(f"gt_{name}_{sfx}", (dt,) * arity, dt)(body)
-        for sfx, dt in (("f64", F64), ("f32", F32))
-    }
+    return {ft: scalar_fn(ft.fn(name), (ft.suffix,) * arity, ft.suffix)(body) for ft in FLOATS}
 
 
 def grid_for(n: int) -> int:
     """Blocks of BLOCK threads for n elements, capped (kernels use grid-stride loops)."""
     return max(1, min(MAX_GRID, -(-n // BLOCK)))
-
-
-def suffix(x: np.ndarray) -> str:
-    """"f64" or "f32" for an array's dtype."""
-    return SUFFIX[x.dtype]
 
 
 # --------------------------------------------------------------------------- scalar functions
@@ -70,10 +60,10 @@ MAX_MASK = pair("max_mask", 2, lambda m, a, b: m.where((a > b) | m.isnan(a), m.c
 MIN = pair("min", 2, lambda m, a, b: m.where((a < b) | m.isnan(a), a, b))
 MIN_MASK = pair("min_mask", 2, lambda m, a, b: m.where((a < b) | m.isnan(a), m.const(1.0, a),
                                                        m.const(0.0, a)))
-EXP = {"f64": tr.EXP_F64, "f32": tr.EXP_F32}
-LOG = {"f64": tr.LOG_F64, "f32": tr.LOG_F32}
-TANH = {"f64": tr.TANH_F64, "f32": tr.TANH_F32}
-SIGMOID = {"f64": tr.SIGMOID_F64, "f32": tr.SIGMOID_F32}
+EXP = {F64: tr.EXP_F64, F32: tr.EXP_F32}
+LOG = {F64: tr.LOG_F64, F32: tr.LOG_F32}
+TANH = {F64: tr.TANH_F64, F32: tr.TANH_F32}
+SIGMOID = {F64: tr.SIGMOID_F64, F32: tr.SIGMOID_F32}
 
 # --------------------------------------------------------------------------- kernel templates
 _MAP = Template("""\
@@ -98,16 +88,16 @@ _CPU_SCALAR = Template("""\
         for (long long i = lo; i < hi; ++i) y[i] = $FN(x[i], s);
     });""")
 
-def _cpu_kernels(template: Template | None, cuda: Callable[[str], list[Kernel]],
-                 fns: dict[str, ScalarFn]) -> Callable[[str], list[Kernel]]:
+def _cpu_kernels(template: Template | None, cuda: Callable[[FloatType], list[Kernel]],
+                 fns: dict[FloatType, ScalarFn]) -> Callable[[FloatType], list[Kernel]]:
     """CPU kernels with the names and parameters of ``cuda``'s, bodies from ``template`` (or,
     without one, from the kernel's form)."""
 
-    def kernels(sfx: str) -> list[Kernel]:
+    def kernels(ft: FloatType) -> list[Kernel]:
         out = []
-        for k in cuda(sfx):
-            body = (k.form.cpu_body(fns[sfx].cname, CTYPE[sfx]) if template is None
-                    else template.substitute(FN=fns[sfx].cname, T=CTYPE[sfx]))
+        for k in cuda(ft):
+            body = (k.form.cpu_body(fns[ft].cname, ft.ctype) if template is None
+                    else template.substitute(FN=fns[ft].cname, T=ft.ctype))
             out.append(Kernel(k.name, k.params, body, form=k.form))
         return out
 
@@ -121,22 +111,22 @@ _FORMS = {
 }
 
 
-def form_kernel(kind: str, kname: str, sfx: str, fn: ScalarFn) -> Kernel:
+def form_kernel(kind: str, kname: str, ft: FloatType, fn: ScalarFn) -> Kernel:
     """The CUDA kernel ``kname`` of form ``kind`` ("map", "scalar", "zip") over ``fn``."""
     if kind == "zip":
-        return Kernel(kname, ZIP2.params((CTYPE[sfx],) * 2, CTYPE[sfx]),
+        return Kernel(kname, ZIP2.params((ft.ctype,) * 2, ft.ctype),
                       ZIP2.cuda_body(fn.cname), kind, (fn,), ZIP2)
     sig, body = _FORMS[kind]
-    return Kernel(kname, params(Template(sig).substitute(T=CTYPE[sfx])),
+    return Kernel(kname, params(Template(sig).substitute(T=ft.ctype)),
                   body.substitute(FN=fn.cname), kind, (fn,))
 
 
 def _form_kernels(kind: str, name: str,
-                  fns: dict[str, ScalarFn]) -> Callable[[str], list[Kernel]]:
-    """An op's kernels (``Op.kernels``): ``k_<name>_<sfx>`` of form ``kind`` over fns[sfx]."""
+                  fns: dict[FloatType, ScalarFn]) -> Callable[[FloatType], list[Kernel]]:
+    """An op's kernels (``Op.kernels``): ``k_<name>_<sfx>`` of form ``kind`` over fns[ft]."""
 
-    def kernels(sfx: str) -> list[Kernel]:
-        return [form_kernel(kind, f"k_{name}_{sfx}", sfx, fns[sfx])]
+    def kernels(ft: FloatType) -> list[Kernel]:
+        return [form_kernel(kind, ft.kernel(name), ft, fns[ft])]
 
     return kernels
 
@@ -146,45 +136,47 @@ def _same_shape(shapes_: tuple, attrs: dict) -> tuple[tuple, dict]:
     return shapes_[0], attrs
 
 
-def unary(name: str, fns: dict[str, ScalarFn], vjp=None, doc: str = "", inputs=("x",)) -> Op:
+def unary(name: str, fns: dict[FloatType, ScalarFn], vjp=None, doc: str = "",
+          inputs=("x",)) -> Op:
     """An op y = f(x) elementwise."""
 
     def reference(x: np.ndarray) -> np.ndarray:
-        return fns[suffix(x)].eval(x)
+        return fns[of(x)].eval(x)
 
-    def launch(rt, ins, out) -> None:
+    def launch(rt, ks, ins, out) -> None:
         n = out.size
         if n:
-            rt.launch(f"k_{name}_{suffix(out)}", grid_for(n), BLOCK, (ins[0], out, n))
+            rt.launch(ks.only, grid_for(n), BLOCK, (ins[0], out, n))
 
     kernels = _form_kernels("map", name, fns)
     return register(Op(name, inputs, (), _same_shape, reference, kernels, launch, vjp, doc,
                        cpu=_cpu_kernels(_CPU_MAP, kernels, fns)))
 
 
-def binary(name: str, fns: dict[str, ScalarFn], vjp=None, doc: str = "", inputs=("a", "b")) -> Op:
+def binary(name: str, fns: dict[FloatType, ScalarFn], vjp=None, doc: str = "",
+           inputs=("a", "b")) -> Op:
     """An op y = f(a, b) elementwise, with numpy broadcasting."""
 
     def infer(shapes_: tuple, attrs: dict) -> tuple[tuple, dict]:
         return shapes.broadcast(name, shapes_[0], shapes_[1]), attrs
 
     def reference(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-        return fns[suffix(a)].eval(a, b)
+        return fns[of(a)].eval(a, b)
 
-    def launch(rt, ins, out) -> None:
+    def launch(rt, ks, ins, out) -> None:
         n = out.size
         if not n:
             return
         a, b = ins
         geom = rt.geom(ZIP2.geometry(out.shape, [a.shape, b.shape]))
-        rt.launch(f"k_{name}_{suffix(out)}", grid_for(n), BLOCK, (a, b, out, n, geom))
+        rt.launch(ks.only, grid_for(n), BLOCK, (a, b, out, n, geom))
 
     kernels = _form_kernels("zip", name, fns)
     return register(Op(name, inputs, (), infer, reference, kernels, launch, vjp, doc,
                        cpu=_cpu_kernels(None, kernels, fns)))
 
 
-def scalar_form(name: str, fns: dict[str, ScalarFn], vjp=None, doc: str = "") -> Op:
+def scalar_form(name: str, fns: dict[FloatType, ScalarFn], vjp=None, doc: str = "") -> Op:
     """An op y = f(x, s) with a Python scalar s, rounded once to the array's dtype (an integer
     exactly, never through float64 first)."""
 
@@ -196,13 +188,12 @@ def scalar_form(name: str, fns: dict[str, ScalarFn], vjp=None, doc: str = "") ->
         return shapes_[0], {"s": int(s) if isinstance(s, (int, np.integer)) else float(s)}
 
     def reference(x: np.ndarray, *, s: float) -> np.ndarray:
-        return fns[suffix(x)].eval(x, round_scalar(s, x.dtype))
+        return fns[of(x)].eval(x, round_scalar(s, x.dtype))
 
-    def launch(rt, ins, out, *, s: float) -> None:
+    def launch(rt, ks, ins, out, *, s: float) -> None:
         n = out.size
         if n:
-            rt.launch(f"k_{name}_{suffix(out)}", grid_for(n), BLOCK,
-                      (ins[0], out, n, round_scalar(s, out.dtype)))
+            rt.launch(ks.only, grid_for(n), BLOCK, (ins[0], out, n, round_scalar(s, out.dtype)))
 
     kernels = _form_kernels("scalar", name, fns)
     return register(Op(name, ("x",), ("s",), infer, reference, kernels, launch, vjp, doc,

@@ -31,18 +31,10 @@ import numpy as np
 
 from .. import dtypes, shapes
 from ..kernels import Kernel, params
-from ..scalar.dsl import float_literal
 from .elementwise import ADD, BLOCK, grid_for
 from .registry import Op, register
 
 F, IDS = dtypes.FLOAT, dtypes.INT
-_SFX = [t.suffix for t in dtypes.FLOATS]
-
-
-def _ft(sfx: str) -> dtypes.FloatType:
-    return dtypes.BY_SUFFIX[sfx]
-
-
 def _around(shape: tuple, axis: int) -> tuple[int, int, int]:
     return prod(shape[:axis]), shape[axis], prod(shape[axis + 1:])
 
@@ -110,22 +102,22 @@ _CPU_TAKE = Template("""\
 
 
 def _take_kernels(cpu: bool):
-    def kernels(sfx: str) -> list[Kernel]:
-        t = _ft(sfx).ctype
+    def kernels(ft: dtypes.FloatType) -> list[Kernel]:
+        t = ft.ctype
         sig = params(f"const {t}* x, const long long* ids, {t}* y, long long n, long long A, "
                      "long long N, long long J, long long B")
-        body = (_CPU_TAKE if cpu else _TAKE).substitute(T=t, NAN=float_literal(np.nan, sfx))
-        return [Kernel(f"k_take_{sfx}", sig, body, "gather")]
+        body = (_CPU_TAKE if cpu else _TAKE).substitute(T=t, NAN=ft.literal(np.nan))
+        return [Kernel(ft.kernel("take"), sig, body, "gather")]
 
     return kernels
 
 
-def _take_launch(rt, ins, out, *, axis):
+def _take_launch(rt, ks, ins, out, *, axis):
     x, ids = ins
     a, n, b = _around(x.shape, axis)
     total = out.size
     if total:
-        rt.launch(f"k_take_{dtypes.float_type(out).suffix}", grid_for(total), BLOCK,
+        rt.launch(ks.only, grid_for(total), BLOCK,
                   (x, ids, out, total, a, n, ids.size, b))
 
 
@@ -173,7 +165,7 @@ def _take_grad_ref(g, ids, *, n, axis):
     rank = np.arange(j) - np.repeat(starts, np.diff(np.r_[starts, j])) if j else starts
     occurrence = np.empty(j, np.int64)
     occurrence[order] = rank
-    add = ADD[dtypes.float_type(g).suffix]
+    add = ADD[dtypes.float_type(g)]
     for k in range(int(occurrence.max()) + 1 if j else 0):
         sel = np.flatnonzero(occurrence == k)
         dest = flat[sel]
@@ -223,23 +215,23 @@ _CPU_TAKE_GRAD = Template("""\
 
 
 def _take_grad_kernels(cpu: bool):
-    def kernels(sfx: str) -> list[Kernel]:
-        t = _ft(sfx).ctype
+    def kernels(ft: dtypes.FloatType) -> list[Kernel]:
+        t = ft.ctype
         sig = params(f"const {t}* g, const long long* ids, {t}* y, long long n, long long A, "
                      "long long N, long long J, long long B")
-        body = (_CPU_TAKE_GRAD if cpu else _TAKE_GRAD).substitute(T=t, ADD=ADD[sfx].cname)
-        return [Kernel(f"k_take_grad_{sfx}", sig, body, "scatter", (ADD[sfx],))]
+        body = (_CPU_TAKE_GRAD if cpu else _TAKE_GRAD).substitute(T=t, ADD=ADD[ft].cname)
+        return [Kernel(ft.kernel("take_grad"), sig, body, "scatter", (ADD[ft],))]
 
     return kernels
 
 
-def _take_grad_launch(rt, ins, out, *, n, axis):
+def _take_grad_launch(rt, ks, ins, out, *, n, axis):
     g, ids = ins
     a = prod(g.shape[:axis])
     b = prod(g.shape[axis + ids.ndim:])
     total = out.size
     if total:
-        rt.launch(f"k_take_grad_{dtypes.float_type(out).suffix}", grid_for(total), BLOCK,
+        rt.launch(ks.only, grid_for(total), BLOCK,
                   (g, ids, out, total, a, n, ids.size, b))
 
 
@@ -329,26 +321,26 @@ _CPU_ALONG_GRAD = _loop(_CPU_LOOP, _ALONG_GRAD_ONE, "K + 1")
 
 
 def _along_kernels(name: str, cuda: Template, cpu_t: Template, cpu: bool, first: str):
-    def kernels(sfx: str) -> list[Kernel]:
-        t = _ft(sfx).ctype
+    def kernels(ft: dtypes.FloatType) -> list[Kernel]:
+        t = ft.ctype
         sig = params(f"const {t}* {first}, const long long* ids, {t}* y, long long n, "
                      "long long A, long long N, long long K, long long B, long long ignore, "
                      "int has_ignore")
-        body = (cpu_t if cpu else cuda).substitute(T=t, NAN=float_literal(np.nan, sfx),
-                                                   ADD=ADD[sfx].cname)
+        body = (cpu_t if cpu else cuda).substitute(T=t, NAN=ft.literal(np.nan),
+                                                   ADD=ADD[ft].cname)
         grad = name.endswith("_grad")
-        return [Kernel(f"k_{name}_{sfx}", sig, body, "scatter" if grad else "gather",
-                       (ADD[sfx],) if grad else ())]
+        return [Kernel(ft.kernel(name), sig, body, "scatter" if grad else "gather",
+                       (ADD[ft],) if grad else ())]
 
     return kernels
 
 
-def _along_launch(rt, ins, out, *, axis, ignore):
+def _along_launch(rt, ks, ins, out, *, axis, ignore):
     x, ids = ins
     n = x.shape[axis]
     a, _, b = _around(x.shape, axis)
     if out.size:
-        rt.launch(f"k_take_along_axis_{dtypes.float_type(out).suffix}", grid_for(out.size),
+        rt.launch(ks.only, grid_for(out.size),
                   BLOCK, (x, ids, out, out.size, a, n, ids.shape[axis], b,
                           0 if ignore is None else ignore, int(ignore is not None)))
 
@@ -385,7 +377,7 @@ def _along_grad_ref(g, ids, *, n, axis, ignore):
     im = np.moveaxis(ids, axis, -1)
     out = np.zeros(gm.shape[:-1] + (n,), g.dtype)
     seen = np.zeros(out.shape, bool)
-    add = ADD[dtypes.float_type(g).suffix]
+    add = ADD[dtypes.float_type(g)]
     lead = np.indices(gm.shape[:-1]) if gm.ndim > 1 else ()
     for k in range(gm.shape[-1]):  # k ascending: the defined order
         d = im[..., k]
@@ -399,11 +391,11 @@ def _along_grad_ref(g, ids, *, n, axis, ignore):
     return np.moveaxis(out, -1, axis)
 
 
-def _along_grad_launch(rt, ins, out, *, n, axis, ignore):
+def _along_grad_launch(rt, ks, ins, out, *, n, axis, ignore):
     g, ids = ins
     a, k, b = _around(g.shape, axis)
     if out.size:
-        rt.launch(f"k_take_along_axis_grad_{dtypes.float_type(out).suffix}", grid_for(out.size),
+        rt.launch(ks.only, grid_for(out.size),
                   BLOCK, (g, ids, out, out.size, a, n, k, b, 0 if ignore is None else ignore,
                           int(ignore is not None)))
 
@@ -455,19 +447,19 @@ _CPU_ARGMAX = _loop(_CPU_LOOP, _ARGMAX_ONE, "R").template
 
 
 def _argmax_kernels(cpu: bool):
-    def kernels(sfx: str) -> list[Kernel]:
-        t = _ft(sfx).ctype
+    def kernels(ft: dtypes.FloatType) -> list[Kernel]:
+        t = ft.ctype
         sig = params(f"const {t}* x, long long* y, long long n, long long R, long long B")
-        return [Kernel(f"k_argmax_{sfx}", sig, _CPU_ARGMAX if cpu else _ARGMAX, "index")]
+        return [Kernel(ft.kernel("argmax"), sig, _CPU_ARGMAX if cpu else _ARGMAX, "index")]
 
     return kernels
 
 
-def _argmax_launch(rt, ins, out, *, axis):
+def _argmax_launch(rt, ks, ins, out, *, axis):
     (x,) = ins
     a, r, b = _around(x.shape, axis)
     if out.size:
-        rt.launch(f"k_argmax_{dtypes.float_type(x).suffix}", grid_for(out.size), BLOCK,
+        rt.launch(ks.only, grid_for(out.size), BLOCK,
                   (x, out, out.size, r, b))
 
 
@@ -501,18 +493,18 @@ _CPU_WEIGHT = """\
 
 
 def _weight_kernels(cpu: bool):
-    def kernels(sfx: str) -> list[Kernel]:
-        t = _ft(sfx).ctype
+    def kernels(ft: dtypes.FloatType) -> list[Kernel]:
+        t = ft.ctype
         sig = params(f"const long long* ids, {t}* y, long long n, long long ignore")
-        return [Kernel(f"k_index_weight_{sfx}", sig, _CPU_WEIGHT if cpu else _WEIGHT,
+        return [Kernel(ft.kernel("index_weight"), sig, _CPU_WEIGHT if cpu else _WEIGHT,
                        "index")]
 
     return kernels
 
 
-def _weight_launch(rt, ins, out, *, ignore, dtype):
+def _weight_launch(rt, ks, ins, out, *, ignore, dtype):
     if out.size:
-        rt.launch(f"k_index_weight_{dtypes.float_type(out).suffix}", grid_for(out.size), BLOCK,
+        rt.launch(ks.only, grid_for(out.size), BLOCK,
                   (ins[0], out, out.size, ignore))
 
 

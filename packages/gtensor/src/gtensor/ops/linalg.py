@@ -10,8 +10,9 @@ from string import Template
 
 import numpy as np
 
+from ..dtypes import FLOATS, FloatType
 from ..kernels import DeviceFn, Kernel, params
-from .elementwise import ADD, BLOCK, CTYPE, MUL, grid_for, suffix
+from .elementwise import ADD, BLOCK, MUL, grid_for
 from .registry import Op, register
 
 _MATMUL = Template("""\
@@ -40,10 +41,10 @@ __device__ __forceinline__ $T $NAME(const $T* a, long long as, const $T* b, long
     return acc;
 }
 """)
-DOT = {sfx: DeviceFn(f"gt_dot_{sfx}", _DOT.substitute(T=CTYPE[sfx], NAME=f"gt_dot_{sfx}",
-                                                      MUL=MUL[sfx].cname, ADD=ADD[sfx].cname),
-                     (MUL[sfx], ADD[sfx]))
-       for sfx in ("f64", "f32")}
+DOT = {ft: DeviceFn(ft.fn("dot"), _DOT.substitute(T=ft.ctype, NAME=ft.fn("dot"),
+                                                  MUL=MUL[ft].cname, ADD=ADD[ft].cname),
+                    (MUL[ft], ADD[ft]))
+       for ft in FLOATS}
 
 
 # CPU body: rows of c split across threads. Outputs are computed in register tiles (8, 4 or 1
@@ -154,17 +155,17 @@ _CPU_MATMUL = Template("""\
                             [=](long long lo, long long hi) { block(lo, hi, 0, panels); });""")
 
 
-def _cpu_kernels(sfx: str) -> list[Kernel]:
-    body = _CPU_MATMUL.substitute(T=CTYPE[sfx])
-    return [Kernel(k.name, k.params, body) for k in _kernels(sfx)]
+def _cpu_kernels(ft: FloatType) -> list[Kernel]:
+    body = _CPU_MATMUL.substitute(T=ft.ctype)
+    return [Kernel(k.name, k.params, body) for k in _kernels(ft)]
 
 
-def _kernels(sfx: str) -> list[Kernel]:
-    t = CTYPE[sfx]
+def _kernels(ft: FloatType) -> list[Kernel]:
+    t = ft.ctype
     sig = params(f"const {t}* a, const {t}* b, {t}* c, long long batch, long long m, "
                  "long long k, long long n")
-    body = _MATMUL.substitute(DOT=DOT[sfx].name)
-    return [Kernel(f"k_matmul_{sfx}", sig, body, "matmul", (DOT[sfx],))]
+    body = _MATMUL.substitute(DOT=DOT[ft].name)
+    return [Kernel(ft.kernel("matmul"), sig, body, "matmul", (DOT[ft],))]
 
 
 def serial_matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -213,14 +214,14 @@ def _infer_bmm(shapes_: tuple, attrs: dict) -> tuple[tuple, dict]:
     return (a[0], a[1], b[2]), attrs
 
 
-def _launch(rt, ins, out) -> None:
+def _launch(rt, ks, ins, out) -> None:
     a, b = ins
     if not out.size:
         return
     batch = a.shape[0] if a.ndim == 3 else 1
     m, k = a.shape[-2:]
     n = b.shape[-1]
-    rt.launch(f"k_matmul_{suffix(out)}", grid_for(out.size), BLOCK, (a, b, out, batch, m, k, n))
+    rt.launch(ks["matmul"], grid_for(out.size), BLOCK, (a, b, out, batch, m, k, n))
 
 
 def _matmul_vjp(be, g, ins, out, needs):

@@ -19,9 +19,9 @@ from string import Template
 
 import numpy as np
 
+from ..dtypes import FloatType
 from ..kernels import Kernel, params
-from ..scalar.dsl import float_literal
-from .elementwise import ADD, CTYPE, EXP, LOG, MUL, SUB, suffix
+from .elementwise import ADD, EXP, LOG, MUL, SUB, of
 from .reduce import serial_sum
 from .registry import Op, register
 from .softmax import (
@@ -113,22 +113,22 @@ _CPU_LOGSUMEXP = Template("""\
             y[row] = $ADD(sh, $LOG(s));""")
 
 
-def _f(sfx: str) -> dict[str, str]:
-    return {**_fns(sfx), "LOG": LOG[sfx].cname, "INF": float_literal(np.inf, sfx)}
+def _f(ft: FloatType) -> dict[str, str]:
+    return {**_fns(ft), "LOG": LOG[ft].cname, "INF": ft.literal(np.inf)}
 
 
 def _kernels(name: str, sig: str, cuda: Template, cpu_t: Template, calls, shared: bool):
-    def cuda_kernels(sfx: str) -> list[Kernel]:
-        t, f = CTYPE[sfx], _f(sfx)
+    def cuda_kernels(ft: FloatType) -> list[Kernel]:
+        t, f = ft.ctype, _f(ft)
         pre = f"    __shared__ {t} buf[{ROW_THREADS}];\n" if shared else ""
         body = _ROWS.substitute(f, BODY=cuda.substitute(f), SHARED=pre)
-        return [Kernel(f"k_{name}_{sfx}", params(Template(sig).substitute(T=t)), body, "rows",
-                       tuple(c[sfx] for c in calls))]
+        return [Kernel(ft.kernel(name), params(Template(sig).substitute(T=t)), body, "rows",
+                       tuple(c[ft] for c in calls))]
 
-    def cpu_kernels(sfx: str) -> list[Kernel]:
-        f = _f(sfx)
+    def cpu_kernels(ft: FloatType) -> list[Kernel]:
+        f = _f(ft)
         text = _CPU_ROWS.substitute(f, BODY=cpu_t.substitute(f))
-        return [Kernel(k.name, k.params, text) for k in cuda_kernels(sfx)]
+        return [Kernel(k.name, k.params, text) for k in cuda_kernels(ft)]
 
     return cuda_kernels, cpu_kernels
 
@@ -137,23 +137,23 @@ def _row_max(x: np.ndarray, axis: int) -> np.ndarray:
     """The row max (NaN-propagating) plus +0.0, kept as a size-1 axis."""
     with np.errstate(invalid="ignore"):
         m = np.max(x, axis=axis, keepdims=True)
-    return ADD[suffix(x)].numpy(m, x.dtype.type(0.0))
+    return ADD[of(x)].numpy(m, x.dtype.type(0.0))
 
 
 def _log_softmax_ref(x: np.ndarray, *, axis: int) -> np.ndarray:
     if not x.size:
         return x.copy()
-    sfx = suffix(x)
+    ft = of(x)
     m = _row_max(x, axis)
-    d = SUB[sfx].numpy(x, m)
-    s = np.expand_dims(serial_sum(EXP[sfx].numpy(d), (axis,)), axis)
-    return SUB[sfx].numpy(d, LOG[sfx].numpy(s))
+    d = SUB[ft].numpy(x, m)
+    s = np.expand_dims(serial_sum(EXP[ft].numpy(d), (axis,)), axis)
+    return SUB[ft].numpy(d, LOG[ft].numpy(s))
 
 
 def _log_softmax_grad_ref(g: np.ndarray, y: np.ndarray, *, axis: int) -> np.ndarray:
-    sfx = suffix(g)
+    ft = of(g)
     d = np.expand_dims(serial_sum(g, (axis,)), axis)
-    return SUB[sfx].numpy(g, MUL[sfx].numpy(EXP[sfx].numpy(y), d))
+    return SUB[ft].numpy(g, MUL[ft].numpy(EXP[ft].numpy(y), d))
 
 
 def _logsumexp_infer(shapes_: tuple, attrs: dict) -> tuple[tuple, dict]:
@@ -166,19 +166,19 @@ def _logsumexp_infer(shapes_: tuple, attrs: dict) -> tuple[tuple, dict]:
 
 
 def _logsumexp_ref(x: np.ndarray, *, axis: int) -> np.ndarray:
-    sfx = suffix(x)
+    ft = of(x)
     m = _row_max(x, axis)
     sh = np.where(np.isinf(m), x.dtype.type(0.0), m)
-    s = serial_sum(EXP[sfx].numpy(SUB[sfx].numpy(x, sh)), (axis,))
-    return ADD[sfx].numpy(np.squeeze(sh, axis), LOG[sfx].numpy(s))
+    s = serial_sum(EXP[ft].numpy(SUB[ft].numpy(x, sh)), (axis,))
+    return ADD[ft].numpy(np.squeeze(sh, axis), LOG[ft].numpy(s))
 
 
-def _logsumexp_launch(rt, ins, out, *, axis):
+def _logsumexp_launch(rt, ks, ins, out, *, axis):
     x = ins[0]
     a, r, b = row_geometry(x.shape, axis)
     if a * b == 0:
         return
-    _launch_rows(rt, f"k_logsumexp_{suffix(out)}", (x, out), x.shape, axis)
+    _launch_rows(rt, ks.only, (x, out), x.shape, axis)
 
 
 def _logsumexp_vjp(be, g, ins, out, needs, axis):
@@ -213,25 +213,24 @@ def _with_max(kernels):
     """Add the NaN-propagating max to a kernel's calls (the row max)."""
     from .elementwise import MAX
 
-    def wrapped(sfx: str) -> list[Kernel]:
-        return [Kernel(k.name, k.params, k.body, k.kind, (MAX[sfx], *k.calls))
-                for k in kernels(sfx)]
+    def wrapped(ft: FloatType) -> list[Kernel]:
+        return [Kernel(k.name, k.params, k.body, k.kind, (MAX[ft], *k.calls))
+                for k in kernels(ft)]
 
     return wrapped
 
 
 register(Op("log_softmax", ("x",), ("axis",), _infer_axis("log_softmax"), _log_softmax_ref,
             _with_max(_ls_cuda),
-            lambda rt, ins, out, *, axis: _launch_rows(
-                rt, f"k_log_softmax_{suffix(out)}", (ins[0], out), out.shape, axis),
+            lambda rt, ks, ins, out, *, axis: _launch_rows(
+                rt, ks.only, (ins[0], out), out.shape, axis),
             lambda be, g, ins, out, needs, axis: (be.log_softmax_grad(g, out, axis),),
             "(x - m) - log(serial sum exp(x - m)), m the row max: stable, along one axis",
             {"axis": -1}, cpu=_ls_cpu))
 register(Op("log_softmax_grad", ("g", "y"), ("axis",), _infer_axis("log_softmax_grad"),
             _log_softmax_grad_ref, _lsg_cuda,
-            lambda rt, ins, out, *, axis: _launch_rows(
-                rt, f"k_log_softmax_grad_{suffix(out)}", (ins[0], ins[1], out), out.shape,
-                axis),
+            lambda rt, ks, ins, out, *, axis: _launch_rows(
+                rt, ks.only, (ins[0], ins[1], out), out.shape, axis),
             _log_softmax_grad_vjp,
             "g - exp(y) * serial sum(g) along one axis (log_softmax's backward from y)",
             {"axis": -1}, cpu=_lsg_cpu))

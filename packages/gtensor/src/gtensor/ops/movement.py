@@ -13,8 +13,9 @@ from string import Template
 import numpy as np
 
 from .. import dtypes, shapes
+from ..dtypes import FloatType
 from ..kernels import Kernel, params
-from .elementwise import BLOCK, CTYPE, NPDT, grid_for, suffix
+from .elementwise import BLOCK, grid_for, of
 from .registry import Op, register
 
 # geom = [rank, shape[rank], in_strides[rank], in_offset, out_strides[rank], out_offset]
@@ -88,22 +89,23 @@ _CPU_FILL = """\
     });"""
 
 
-def _cpu_kernels(sfx: str) -> list[Kernel]:
-    copy_k, fill_k = _kernels(sfx)
+def _cpu_kernels(ft: FloatType) -> list[Kernel]:
+    copy_k, fill_k = _kernels(ft)
     return [Kernel(copy_k.name, copy_k.params, _CPU_COPY),
             Kernel(fill_k.name, fill_k.params, _CPU_FILL)]
 
 
-def _kernels(sfx: str) -> list[Kernel]:
-    t = CTYPE[sfx]
+def _kernels(ft: FloatType) -> list[Kernel]:
+    t = ft.ctype
     return [
-        Kernel(f"k_copy_{sfx}", params(f"const {t}* x, {t}* y, long long n, const long long* geom"),
+        Kernel(ft.kernel("copy"),
+               params(f"const {t}* x, {t}* y, long long n, const long long* geom"),
                _COPY.substitute(), "copy"),
-        Kernel(f"k_fill_{sfx}", params(f"{t}* y, long long n, {t} v"), _FILL, "fill"),
+        Kernel(ft.kernel("fill"), params(f"{t}* y, long long n, {t} v"), _FILL, "fill"),
     ]
 
 
-def copy_strided(rt, x, out, shape: tuple, in_strides: tuple, in_offset: int,
+def copy_strided(rt, ks, x, out, shape: tuple, in_strides: tuple, in_offset: int,
                  out_strides: tuple, out_offset: int) -> None:
     """Enqueue ``out[out_offset + c.out_strides] = x[in_offset + c.in_strides]`` over ``shape``."""
     n = shapes.size(shape)
@@ -111,19 +113,18 @@ def copy_strided(rt, x, out, shape: tuple, in_strides: tuple, in_offset: int,
         return
     dims, (si, so) = shapes.collapse(tuple(shape), tuple(in_strides), tuple(out_strides))
     geom = rt.geom((len(dims), *dims, *si, in_offset, *so, out_offset))
-    rt.launch(f"k_copy_{suffix(out)}", grid_for(n), BLOCK, (x, out, n, geom))
+    rt.launch(ks["copy"], grid_for(n), BLOCK, (x, out, n, geom))
 
 
-def fill(rt, out, value: float) -> None:
+def fill(rt, ks, out, value: float) -> None:
     """Enqueue ``out[:] = value``."""
     if out.size:
-        sfx = suffix(out)
-        rt.launch(f"k_fill_{sfx}", grid_for(out.size), BLOCK, (out, out.size, NPDT[sfx](value)))
+        rt.launch(ks["fill"], grid_for(out.size), BLOCK, (out, out.size, of(out).scalar(value)))
 
 
-def _copy_into(rt, x, out) -> None:
+def _copy_into(rt, ks, x, out) -> None:
     """Contiguous copy of x into out (same number of elements)."""
-    copy_strided(rt, x, out, (x.size,), (1,), 0, (1,), 0)
+    copy_strided(rt, ks, x, out, (x.size,), (1,), 0, (1,), 0)
 
 
 # --------------------------------------------------------------------------- copy / fill
@@ -132,7 +133,7 @@ def _same_shape(shapes_: tuple, attrs: dict) -> tuple[tuple, dict]:
 
 
 register(Op("copy", ("x",), (), _same_shape, lambda x: np.array(x, order="C", copy=True),
-            _kernels, lambda rt, ins, out: _copy_into(rt, ins[0], out),
+            _kernels, lambda rt, ks, ins, out: _copy_into(rt, ks, ins[0], out),
             lambda be, g, ins, out, needs: (g,), "an exact copy of x", cpu=_cpu_kernels))
 
 
@@ -153,7 +154,7 @@ def _fill_reference(*, shape: tuple, value: float, dtype) -> np.ndarray:
 
 
 register(Op("fill", (), ("shape", "value", "dtype"), _infer_fill, _fill_reference, _kernels,
-            lambda rt, ins, out, *, shape, value, dtype: fill(rt, out, value), None,
+            lambda rt, ks, ins, out, *, shape, value, dtype: fill(rt, ks, out, value), None,
             "an array of ``shape`` holding ``value`` rounded once to ``dtype``",
             {"dtype": "float64"}, cpu=_cpu_kernels))
 
@@ -174,10 +175,10 @@ def _infer_transpose(shapes_: tuple, attrs: dict) -> tuple[tuple, dict]:
     return tuple(shape[a] for a in axes), {"axes": axes}
 
 
-def _launch_transpose(rt, ins, out, *, axes: tuple) -> None:
+def _launch_transpose(rt, ks, ins, out, *, axes: tuple) -> None:
     x = ins[0]
     st = shapes.contiguous_strides(x.shape)
-    copy_strided(rt, x, out, out.shape, tuple(st[a] for a in axes), 0,
+    copy_strided(rt, ks, x, out, out.shape, tuple(st[a] for a in axes), 0,
                  shapes.contiguous_strides(out.shape), 0)
 
 
@@ -214,7 +215,7 @@ def _infer_reshape(shapes_: tuple, attrs: dict) -> tuple[tuple, dict]:
 
 register(Op("reshape", ("x",), ("shape",), _infer_reshape,
             lambda x, *, shape: np.array(x.reshape(shape), order="C"),
-            _kernels, lambda rt, ins, out, *, shape: _copy_into(rt, ins[0], out),
+            _kernels, lambda rt, ks, ins, out, *, shape: _copy_into(rt, ks, ins[0], out),
             lambda be, g, ins, out, needs, shape: (be.reshape(g, ins[0].shape),),
             "same elements in row-major order, new shape", cpu=_cpu_kernels))
 
@@ -244,10 +245,10 @@ def _slice_reference(x: np.ndarray, *, axis: int, start: int, stop: int) -> np.n
     return np.array(x[(slice(None),) * axis + (slice(start, stop),)], order="C")
 
 
-def _launch_slice(rt, ins, out, *, axis: int, start: int, stop: int) -> None:
+def _launch_slice(rt, ks, ins, out, *, axis: int, start: int, stop: int) -> None:
     x = ins[0]
     st = shapes.contiguous_strides(x.shape)
-    copy_strided(rt, x, out, out.shape, st, start * st[axis],
+    copy_strided(rt, ks, x, out, out.shape, st, start * st[axis],
                  shapes.contiguous_strides(out.shape), 0)
 
 
@@ -276,11 +277,11 @@ def _pad_reference(x: np.ndarray, *, axis: int, before: int, after: int) -> np.n
     return out
 
 
-def _launch_pad(rt, ins, out, *, axis: int, before: int, after: int) -> None:
+def _launch_pad(rt, ks, ins, out, *, axis: int, before: int, after: int) -> None:
     x = ins[0]
-    fill(rt, out, 0.0)
+    fill(rt, ks, out, 0.0)
     ost = shapes.contiguous_strides(out.shape)
-    copy_strided(rt, x, out, x.shape, shapes.contiguous_strides(x.shape), 0, ost,
+    copy_strided(rt, ks, x, out, x.shape, shapes.contiguous_strides(x.shape), 0, ost,
                  before * ost[axis])
 
 
@@ -308,11 +309,11 @@ def _infer_concat(shapes_: tuple, attrs: dict) -> tuple[tuple, dict]:
     return out, {"axis": axis}
 
 
-def _launch_concat(rt, ins, out, *, axis: int) -> None:
+def _launch_concat(rt, ks, ins, out, *, axis: int) -> None:
     ost = shapes.contiguous_strides(out.shape)
     at = 0
     for x in ins:
-        copy_strided(rt, x, out, x.shape, shapes.contiguous_strides(x.shape), 0, ost,
+        copy_strided(rt, ks, x, out, x.shape, shapes.contiguous_strides(x.shape), 0, ost,
                      at * ost[axis])
         at += x.shape[axis]
 
@@ -345,9 +346,9 @@ def _infer_broadcast_to(shapes_: tuple, attrs: dict) -> tuple[tuple, dict]:
     return target, {"shape": target}
 
 
-def _launch_broadcast_to(rt, ins, out, *, shape: tuple) -> None:
+def _launch_broadcast_to(rt, ks, ins, out, *, shape: tuple) -> None:
     x = ins[0]
-    copy_strided(rt, x, out, shape, shapes.broadcast_strides(x.shape, shape), 0,
+    copy_strided(rt, ks, x, out, shape, shapes.broadcast_strides(x.shape, shape), 0,
                  shapes.contiguous_strides(shape), 0)
 
 

@@ -23,9 +23,10 @@ from string import Template
 
 import numpy as np
 
+from ..dtypes import FLOATS, FloatType
 from ..kernels import Kernel, params
-from ..scalar.dsl import F32, F64, ScalarFn, scalar_fn
-from .elementwise import BLOCK, CTYPE, NPDT, grid_for, suffix
+from ..scalar.dsl import ScalarFn, scalar_fn
+from .elementwise import BLOCK, grid_for, of
 from .registry import Op, register
 
 
@@ -35,14 +36,20 @@ def _gk(m, g, p, scale, alpha, clip: bool, l2: bool):
     return gk + p * alpha if l2 else gk
 
 
-def _variants(name: str, arity: int, body) -> dict[tuple[str, bool, bool], ScalarFn]:
+def _variant(name: str, clip: bool, l2: bool) -> str:
+    """The base name of a clip/L2 variant: ``<name>[_c][_l]`` (its kernel and function)."""
+    return name + ("_c" if clip else "") + ("_l" if l2 else "")
+
+
+def _variants(name: str, arity: int, body) -> dict[tuple[FloatType, bool, bool], ScalarFn]:
     """``gt_<name>[_c][_l]_<sfx>`` for clip/L2 on or off, float64 and float32."""
     out = {}
-    for sfx, dt in (("f64", F64), ("f32", F32)):
+    for ft in FLOATS:
+        dt = ft.suffix
         for clip in (False, True):
             for l2 in (False, True):
-                tag = ("_c" if clip else "") + ("_l" if l2 else "")
-                out[(sfx, clip, l2)] = scalar_fn(f"gt_{name}{tag}_{sfx}", (dt,) * arity, dt)(
+                out[(ft, clip, l2)] = scalar_fn(ft.fn(_variant(name, clip, l2)), (dt,) * arity,
+                                                dt)(
                     lambda m_, *a, clip=clip, l2=l2: body(m_, clip, l2, *a))
     return out
 
@@ -61,9 +68,9 @@ ADAM_V = _variants("adam_v", 7, _adam_v)
 # (x, g, p, scale, lr, unused, alpha) -> new parameter
 SGD_P = _variants("sgd_p", 7, lambda m, clip, l2, x, g, p, scale, lr, unused, alpha:
                   x - _gk(m, g, p, scale, alpha, clip, l2) * lr)
-ADAM_P = {sfx: scalar_fn(f"gt_adam_p_{sfx}", (dt,) * 5, dt)(
+ADAM_P = {ft: scalar_fn(ft.fn("adam_p"), (ft.suffix,) * 5, ft.suffix)(
     lambda m, p, mo, v, lr_t, eps: p - (mo * lr_t) / (m.sqrt(v) + eps))
-    for sfx, dt in (("f64", F64), ("f32", F32))}
+    for ft in FLOATS}
 
 # y[i] = F(x[i], g[i], p[i], scale[0], k, c, alpha)
 _UPDATE = Template("""\
@@ -90,15 +97,15 @@ _CPU_ADAM_P = Template("""\
 
 
 def _update_kernels(name: str, fns: dict, template: Template, cpu: bool = False):
-    def kernels(sfx: str) -> list[Kernel]:
-        t = CTYPE[sfx]
+    def kernels(ft: FloatType) -> list[Kernel]:
+        t = ft.ctype
         sig = params(f"const {t}* x, const {t}* g, const {t}* p, const {t}* scale, {t}* y, "
                      f"long long n, {t} k, {t} c, {t} alpha")
         out = []
         for clip in (False, True):
             for l2 in (False, True):
-                fn = fns[(sfx, clip, l2)]
-                out.append(Kernel(f"k_{fn.cname[3:-4]}_{sfx}", sig,
+                fn = fns[(ft, clip, l2)]
+                out.append(Kernel(ft.kernel(_variant(name, clip, l2)), sig,
                                   template.substitute(T=t, FN=fn.cname),
                                   "elementwise", (fn,)))
         return out
@@ -107,12 +114,12 @@ def _update_kernels(name: str, fns: dict, template: Template, cpu: bool = False)
 
 
 def _adam_p_kernels(template: Template):
-    def kernels(sfx: str) -> list[Kernel]:
-        t = CTYPE[sfx]
+    def kernels(ft: FloatType) -> list[Kernel]:
+        t = ft.ctype
         sig = params(f"const {t}* p, const {t}* m, const {t}* v, const {t}* lr_t, {t}* y, "
                      f"long long n, {t} eps")
-        return [Kernel(f"k_adam_p_{sfx}", sig, template.substitute(T=t, FN=ADAM_P[sfx].cname),
-                       "elementwise", (ADAM_P[sfx],))]
+        return [Kernel(ft.kernel("adam_p"), sig, template.substitute(T=t, FN=ADAM_P[ft].cname),
+                       "elementwise", (ADAM_P[ft],))]
 
     return kernels
 
@@ -147,23 +154,20 @@ def _infer(op: str, scalars: int):
 def _update_op(name: str, fns: dict, coef: str, doc: str) -> Op:
     """adam_m / adam_v / sgd_p: (x, g, p, scale) -> y, attrs coef (beta or lr), alpha, clip."""
 
-    def pick(x, clip, alpha):
-        return fns[(suffix(x), clip, alpha != 0.0)]
-
     def host(x, k, alpha):
         """The scalar arguments, each rounded once to the dtype: k, 1 - k (float64), alpha."""
-        t = NPDT[suffix(x)]
-        return t(k), t(1.0 - k), t(alpha)
+        t = of(x)
+        return t.scalar(k), t.scalar(1.0 - k), t.scalar(alpha)
 
     def reference(x, g, p, scale, **a):
-        return pick(x, a["clip"], a["alpha"]).eval(x, g, p, scale, *host(x, a[coef], a["alpha"]))
+        fn = fns[(of(x), a["clip"], a["alpha"] != 0.0)]
+        return fn.eval(x, g, p, scale, *host(x, a[coef], a["alpha"]))
 
-    def launch(rt, ins, out, **a):
+    def launch(rt, ks, ins, out, **a):
         x = ins[0]
         if out.size:
-            fn = pick(x, a["clip"], a["alpha"])
-            rt.launch(f"k_{fn.cname[3:-4]}_{suffix(out)}", grid_for(out.size), BLOCK,
-                      (*ins, out, out.size, *host(x, a[coef], a["alpha"])))
+            rt.launch(ks[_variant(name, a["clip"], a["alpha"] != 0.0)], grid_for(out.size),
+                      BLOCK, (*ins, out, out.size, *host(x, a[coef], a["alpha"])))
 
     return register(Op(name, ("x", "g", "p", "scale"), (coef, "alpha", "clip"),
                        _infer(name, 1), reference, _update_kernels(name, fns, _UPDATE),
@@ -179,15 +183,13 @@ _update_op("sgd_p", SGD_P, "lr", "SGD's new parameter: x - gk * lr, gk = g (clip
 
 
 def _adam_p_reference(p, m, v, lr_t, *, eps):
-    sfx = suffix(p)
-    return ADAM_P[sfx].eval(p, m, v, lr_t, NPDT[sfx](eps))
+    ft = of(p)
+    return ADAM_P[ft].eval(p, m, v, lr_t, ft.scalar(eps))
 
 
-def _adam_p_launch(rt, ins, out, *, eps):
+def _adam_p_launch(rt, ks, ins, out, *, eps):
     if out.size:
-        sfx = suffix(out)
-        rt.launch(f"k_adam_p_{sfx}", grid_for(out.size), BLOCK,
-                  (*ins, out, out.size, NPDT[sfx](eps)))
+        rt.launch(ks.only, grid_for(out.size), BLOCK, (*ins, out, out.size, of(out).scalar(eps)))
 
 
 register(Op("adam_p", ("p", "m", "v", "lr_t"), ("eps",), _infer("adam_p", 1), _adam_p_reference,

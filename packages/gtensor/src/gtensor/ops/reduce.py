@@ -13,8 +13,9 @@ from string import Template
 import numpy as np
 
 from .. import shapes
+from ..dtypes import FLOATS, FloatType
 from ..kernels import DeviceFn, Kernel, params
-from .elementwise import ADD, BLOCK, CTYPE, DIV, NPDT, grid_for, suffix
+from .elementwise import ADD, BLOCK, DIV, grid_for, of
 from .registry import Op, register
 
 # geom = [ro, out_shape[ro], out_strides_in_x[ro], rr, red_shape[rr], red_strides_in_x[rr]],
@@ -58,9 +59,9 @@ __device__ __forceinline__ $T $NAME(const $T* x, long long base, long long nred,
     return acc;
 }
 """)
-SUM = {sfx: DeviceFn(f"gt_sum_{sfx}", _SUM.substitute(T=CTYPE[sfx], NAME=f"gt_sum_{sfx}",
-                                                      ADD=ADD[sfx].cname), (ADD[sfx],))
-       for sfx in ("f64", "f32")}
+SUM = {ft: DeviceFn(ft.fn("sum"), _SUM.substitute(T=ft.ctype, NAME=ft.fn("sum"),
+                                                  ADD=ADD[ft].cname), (ADD[ft],))
+       for ft in FLOATS}
 
 
 # CPU body, same geometry. Each output slot is still one serial sum in row-major order, first
@@ -102,18 +103,18 @@ _CPU_REDUCE = Template(_GEOM + """\
     });""")
 
 
-def _cpu_kernels(sfx: str) -> list[Kernel]:
-    body = _CPU_REDUCE.substitute(T=CTYPE[sfx], ADD=ADD[sfx].cname, DIV=DIV[sfx].cname,
-                                  SUM=SUM[sfx].name)
-    return [Kernel(k.name, k.params, body) for k in _kernels(sfx)]
+def _cpu_kernels(ft: FloatType) -> list[Kernel]:
+    body = _CPU_REDUCE.substitute(T=ft.ctype, ADD=ADD[ft].cname, DIV=DIV[ft].cname,
+                                  SUM=SUM[ft].name)
+    return [Kernel(k.name, k.params, body) for k in _kernels(ft)]
 
 
-def _kernels(sfx: str) -> list[Kernel]:
-    t = CTYPE[sfx]
+def _kernels(ft: FloatType) -> list[Kernel]:
+    t = ft.ctype
     sig = params(f"const {t}* x, {t}* y, long long nout, long long nred, int mean, {t} count, "
                  "const long long* geom")
-    body = _REDUCE.substitute(T=t, SUM=SUM[sfx].name, DIV=DIV[sfx].cname)
-    return [Kernel(f"k_reduce_{sfx}", sig, body, "reduce", (SUM[sfx], DIV[sfx]))]
+    body = _REDUCE.substitute(T=t, SUM=SUM[ft].name, DIV=DIV[ft].cname)
+    return [Kernel(ft.kernel("reduce"), sig, body, "reduce", (SUM[ft], DIV[ft]))]
 
 
 def serial_sum(x: np.ndarray, axes: tuple[int, ...]) -> np.ndarray:
@@ -135,7 +136,7 @@ def _reduced_axes(op: str, ndim: int, axis) -> tuple[int, ...]:
     return (shapes.normalize_axis(op, axis, ndim),)
 
 
-def _launch_reduce(rt, x, out, axes: tuple[int, ...], mean: bool) -> None:
+def _launch_reduce(rt, ks, x, out, axes: tuple[int, ...], mean: bool) -> None:
     """Enqueue the reduce kernel summing ``x`` over ``axes`` into contiguous ``out``."""
     nout = out.size
     if not nout:
@@ -148,9 +149,8 @@ def _launch_reduce(rt, x, out, axes: tuple[int, ...], mean: bool) -> None:
     if nred == 0:
         rdims, rst = (), ()
     geom = rt.geom((len(odims), *odims, *ost, len(rdims), *rdims, *rst))
-    sfx = suffix(out)
-    rt.launch(f"k_reduce_{sfx}", grid_for(nout), BLOCK,
-              (x, out, nout, nred, int(mean), NPDT[sfx](nred), geom))
+    rt.launch(ks["reduce"], grid_for(nout), BLOCK,
+              (x, out, nout, nred, int(mean), of(out).scalar(nred), geom))
 
 
 # --------------------------------------------------------------------------- sum / mean
@@ -179,15 +179,15 @@ def _mean_reference(x: np.ndarray, *, axis, keepdims: bool) -> np.ndarray:
     axes = _reduced_axes("mean", x.ndim, axis)
     n = shapes.size([x.shape[i] for i in axes])
     s = _sum_reference(x, axis=axis, keepdims=keepdims)
-    return DIV[suffix(x)].numpy(s, NPDT[suffix(x)](n))
+    return DIV[of(x)].numpy(s, of(x).scalar(n))
 
 
-def _launch_sum(rt, ins, out, *, axis, keepdims: bool) -> None:
-    _launch_reduce(rt, ins[0], out, _reduced_axes("sum", ins[0].ndim, axis), False)
+def _launch_sum(rt, ks, ins, out, *, axis, keepdims: bool) -> None:
+    _launch_reduce(rt, ks, ins[0], out, _reduced_axes("sum", ins[0].ndim, axis), False)
 
 
-def _launch_mean(rt, ins, out, *, axis, keepdims: bool) -> None:
-    _launch_reduce(rt, ins[0], out, _reduced_axes("mean", ins[0].ndim, axis), True)
+def _launch_mean(rt, ks, ins, out, *, axis, keepdims: bool) -> None:
+    _launch_reduce(rt, ks, ins[0], out, _reduced_axes("mean", ins[0].ndim, axis), True)
 
 
 def _keepdims_shape(x_shape: tuple, axis) -> tuple:
@@ -238,8 +238,8 @@ def _sum_to_reference(x: np.ndarray, *, shape: tuple) -> np.ndarray:
     return serial_sum(x, sum_to_axes(x.shape, shape)).reshape(shape)
 
 
-def _launch_sum_to(rt, ins, out, *, shape: tuple) -> None:
-    _launch_reduce(rt, ins[0], out, sum_to_axes(ins[0].shape, shape), False)
+def _launch_sum_to(rt, ks, ins, out, *, shape: tuple) -> None:
+    _launch_reduce(rt, ks, ins[0], out, sum_to_axes(ins[0].shape, shape), False)
 
 
 register(Op("sum_to", ("x",), ("shape",), _infer_sum_to, _sum_to_reference, _kernels,

@@ -9,20 +9,23 @@ from typing import Any
 
 import numpy as np
 
-from ..dtypes import BOOL, FLOAT, INT, TYPE_DTYPES
-from ..kernels import Kernel
+from .. import dtypes
+from ..dtypes import BOOL, FLOAT, INT, TYPE_DTYPES, FloatType
+from ..kernels import Kernel, KernelSet
 
 # infer(shapes, attrs) -> (out_shape, normalized attrs); raises ValueError/TypeError naming the op.
 Infer = Callable[[tuple, dict], tuple[tuple, dict]]
 # reference(*numpy arrays, **attrs) -> numpy array: the definition, in numpy.
 Reference = Callable[..., Any]
-# launch(rt, inputs, out, **attrs): enqueue the op's kernels on a kernel runtime (sim or cuda).
+# launch(rt, ks, inputs, out, **attrs): enqueue the op's kernels on a kernel runtime (sim, cpu
+# or cuda); ``ks`` is the op's ``KernelSet`` for the call's float dtype (its CUDA kernels on
+# sim and cuda, its cpu kernels on cpu) and ``rt.launch`` takes one of them.
 Launch = Callable[..., None]
 # vjp(be, g, inputs, out, needs, **attrs) -> one gradient (or None) per input, written only in
 # backend ops; gradients may have the broadcast output shape (the tape reduces them once).
 Vjp = Callable[..., tuple]
-# kernels(dtype_suffix) -> the __global__ kernels of this op for one dtype ("f64" or "f32").
-Kernels = Callable[[str], list[Kernel]]
+# kernels(ft) -> the __global__ kernels of this op for one float dtype (``dtypes.F64``/``F32``).
+Kernels = Callable[[FloatType], list[Kernel]]
 
 INFER_CACHE = 4096  # shape-rule results kept per op (cleared when full)
 
@@ -67,6 +70,28 @@ class Op:
         # typed: some input or the result is not the op's float dtype (the checked path)
         object.__setattr__(self, "typed", any(t != FLOAT for t in self.types)
                            or self.out_type != FLOAT)
+        object.__setattr__(self, "_sets", {})
+
+    def kernel_set(self, ft: FloatType, cpu: bool = False) -> KernelSet:
+        """The op's kernels for ``ft`` (its cpu kernels with ``cpu``), built once: the very
+        Kernel objects the modules compile and ``launch`` receives."""
+        key = (ft, cpu)
+        ks = self._sets.get(key)
+        if ks is None:
+            make = self.cpu if cpu else self.kernels
+            made = [_intern(k, cpu) for k in (make(ft) if make else ())]
+            ks = self._sets[key] = KernelSet(self.name, ft, made)
+        return ks
+
+    def float_type(self, inputs: Any, out: Any) -> FloatType:
+        """The float dtype a call's kernels are chosen by: the result's when it is a float,
+        else the first float input's (a comparison, argmax)."""
+        if self.out_type == FLOAT:
+            return dtypes.BY_DTYPE[out.dtype]
+        for i, x in enumerate(inputs):
+            if self.input_type(i) == FLOAT:
+                return dtypes.BY_DTYPE[x.dtype]
+        raise TypeError(f"op {self.name}: no float input or result to choose kernels by")
 
     def result_dtype(self, inputs: Any, attrs: dict) -> np.dtype:
         """The dtype of the result on ``inputs`` (arrays) with normalized ``attrs``: int64 /
@@ -149,6 +174,17 @@ def _memoized(infer: Infer) -> Infer:
 
 
 REGISTRY: dict[str, Op] = {}
+_KERNELS: dict[tuple[str, bool], Kernel] = {}  # (name, cpu) -> the one Kernel object
+
+
+def _intern(k: Kernel, cpu: bool) -> Kernel:
+    """The one object of kernel ``k`` (ops sharing a kernel, like the movement ops' copy, get
+    the same object); RuntimeError when a name is defined twice with different text."""
+    have = _KERNELS.setdefault((k.name, cpu), k)
+    if have is not k and have.source() != k.source():
+        raise RuntimeError(f"{'cpu ' if cpu else ''}kernel {k.name} is defined twice with "
+                           "different text")
+    return have
 
 
 def register(op: Op) -> Op:

@@ -18,29 +18,26 @@ from collections.abc import Callable
 import numpy as np
 
 from .. import dtypes, shapes
+from ..dtypes import FloatType
 from ..kernels import Kernel
 from ..scalar.dsl import BOOL, ScalarFn, scalar_fn
 from .elementwise import BLOCK, grid_for
 from .forms import Zip
 from .registry import Op, register
 
-_SFX = {t.suffix: t for t in dtypes.FLOATS}
-_DSL = {"f64": "f64", "f32": "f32"}  # the scalar language's names of the float dtypes
-
 
 def _fns(name: str, in_types: tuple[str, ...], out_type: str,
-         body: Callable) -> dict[str, ScalarFn]:
+         body: Callable) -> dict[FloatType, ScalarFn]:
     """``gt_<name>_<sfx>`` per float dtype; FLOAT slots take the float, BOOL slots bool."""
-    def dt(t: str, sfx: str) -> str:
-        return BOOL if t == dtypes.BOOL else _DSL[sfx]
+    def dt(t: str, ft: FloatType) -> str:
+        return BOOL if t == dtypes.BOOL else ft.suffix
 
-    return {sfx: scalar_fn(f"gt_{name}_{sfx}", tuple(dt(t, sfx) for t in in_types),
-                           dt(out_type, sfx))(body)
-            for sfx in _SFX}
+    return {ft: scalar_fn(ft.fn(name), tuple(dt(t, ft) for t in in_types), dt(out_type, ft))(body)
+            for ft in dtypes.FLOATS}
 
 
-def _ctype(t: str, sfx: str) -> str:
-    return "bool" if t == dtypes.BOOL else _SFX[sfx].ctype
+def _ctype(t: str, ft: FloatType) -> str:
+    return dtypes.CTYPES[dtypes.MASK] if t == dtypes.BOOL else ft.ctype
 
 
 def zip_op(name: str, in_types: tuple[str, ...], out_type: str, body: Callable, inputs: tuple,
@@ -49,11 +46,11 @@ def zip_op(name: str, in_types: tuple[str, ...], out_type: str, body: Callable, 
     form = Zip(tuple(inputs))
     fns = _fns(name, in_types, out_type, body)
 
-    def kernel(sfx: str, cpu: bool) -> Kernel:
-        fn = fns[sfx]
-        ps = form.params(tuple(_ctype(t, sfx) for t in in_types), _ctype(out_type, sfx))
+    def kernel(ft: FloatType, cpu: bool) -> Kernel:
+        fn = fns[ft]
+        ps = form.params(tuple(_ctype(t, ft) for t in in_types), _ctype(out_type, ft))
         text = form.cpu_body(fn.cname) if cpu else form.cuda_body(fn.cname)
-        return Kernel(f"k_{name}_{sfx}", ps, text, "select", (fn,), form)
+        return Kernel(ft.kernel(name), ps, text, "select", (fn,), form)
 
     def infer(shapes_: tuple, attrs: dict) -> tuple[tuple, dict]:
         out = shapes_[0]
@@ -61,23 +58,23 @@ def zip_op(name: str, in_types: tuple[str, ...], out_type: str, body: Callable, 
             out = shapes.broadcast(name, out, s)
         return out, attrs
 
-    def float_sfx(arrays: tuple) -> str:
+    def float_of(arrays: tuple) -> FloatType:
         for t, a in zip(in_types, arrays):
             if t == dtypes.FLOAT:
-                return dtypes.float_type(a).suffix
+                return dtypes.float_type(a)
         raise AssertionError(f"{name}: no float input")
 
     def reference(*arrays: np.ndarray) -> np.ndarray:
-        return fns[float_sfx(arrays)].eval(*arrays)
+        return fns[float_of(arrays)].eval(*arrays)
 
-    def launch(rt, ins, out) -> None:
+    def launch(rt, ks, ins, out) -> None:
         n = out.size
         if n:
             geom = rt.geom(form.geometry(out.shape, [a.shape for a in ins]))
-            rt.launch(f"k_{name}_{float_sfx(ins)}", grid_for(n), BLOCK, (*ins, out, n, geom))
+            rt.launch(ks.only, grid_for(n), BLOCK, (*ins, out, n, geom))
 
-    return register(Op(name, inputs, (), infer, reference, lambda sfx: [kernel(sfx, False)],
-                       launch, vjp, doc, cpu=lambda sfx: [kernel(sfx, True)],
+    return register(Op(name, inputs, (), infer, reference, lambda ft: [kernel(ft, False)],
+                       launch, vjp, doc, cpu=lambda ft: [kernel(ft, True)],
                        types=in_types, out_type=out_type))
 
 

@@ -19,8 +19,9 @@ from string import Template
 import numpy as np
 
 from .. import shapes
+from ..dtypes import FloatType
 from ..kernels import Kernel, params
-from .elementwise import ADD, CTYPE, DIV, EXP, MAX, MUL, SUB, suffix
+from .elementwise import ADD, DIV, EXP, MAX, MUL, SUB, of
 from .reduce import serial_sum
 from .registry import Op, register
 
@@ -113,34 +114,34 @@ _CPU_SOFTMAX_GRAD = Template("""\
 
 
 def _cpu_kernels(cuda, body: Template):
-    def kernels(sfx: str) -> list[Kernel]:
-        f = _fns(sfx)
+    def kernels(ft: FloatType) -> list[Kernel]:
+        f = _fns(ft)
         text = _CPU_ROWS.substitute(f, BODY=body.substitute(f))
-        return [Kernel(k.name, k.params, text) for k in cuda(sfx)]
+        return [Kernel(k.name, k.params, text) for k in cuda(ft)]
 
     return kernels
 
 
-def _fns(sfx: str) -> dict[str, str]:
-    return {"T": CTYPE[sfx], "NT": str(ROW_THREADS), "MAX": MAX[sfx].cname,
-            "EXP": EXP[sfx].cname, "SUB": SUB[sfx].cname, "ADD": ADD[sfx].cname,
-            "DIV": DIV[sfx].cname, "MUL": MUL[sfx].cname}
+def _fns(ft: FloatType) -> dict[str, str]:
+    return {"T": ft.ctype, "NT": str(ROW_THREADS), "MAX": MAX[ft].cname,
+            "EXP": EXP[ft].cname, "SUB": SUB[ft].cname, "ADD": ADD[ft].cname,
+            "DIV": DIV[ft].cname, "MUL": MUL[ft].cname}
 
 
-def _softmax_kernels(sfx: str) -> list[Kernel]:
-    t, f = CTYPE[sfx], _fns(sfx)
+def _softmax_kernels(ft: FloatType) -> list[Kernel]:
+    t, f = ft.ctype, _fns(ft)
     body = _ROWS.substitute(f, BODY=_SOFTMAX.substitute(f),
                             SHARED=f"    __shared__ {t} buf[{ROW_THREADS}];\n")
     sig = params(f"const {t}* x, {t}* y, long long A, long long R, long long B")
-    return [Kernel(f"k_softmax_{sfx}", sig, body, "rows",
-                   (MAX[sfx], EXP[sfx], SUB[sfx], ADD[sfx], DIV[sfx]))]
+    return [Kernel(ft.kernel("softmax"), sig, body, "rows",
+                   (MAX[ft], EXP[ft], SUB[ft], ADD[ft], DIV[ft]))]
 
 
-def _softmax_grad_kernels(sfx: str) -> list[Kernel]:
-    t, f = CTYPE[sfx], _fns(sfx)
+def _softmax_grad_kernels(ft: FloatType) -> list[Kernel]:
+    t, f = ft.ctype, _fns(ft)
     body = _ROWS.substitute(f, BODY=_SOFTMAX_GRAD.substitute(f), SHARED="")
     sig = params(f"const {t}* g, const {t}* y, {t}* out, long long A, long long R, long long B")
-    return [Kernel(f"k_softmax_grad_{sfx}", sig, body, "rows", (MUL[sfx], ADD[sfx], SUB[sfx]))]
+    return [Kernel(ft.kernel("softmax_grad"), sig, body, "rows", (MUL[ft], ADD[ft], SUB[ft]))]
 
 
 def row_geometry(shape: tuple, axis: int) -> tuple[int, int, int]:
@@ -156,7 +157,7 @@ def _row_threads(r: int) -> int:
     return nt
 
 
-def _launch_rows(rt, kernel: str, arrays: tuple, shape: tuple, axis: int) -> None:
+def _launch_rows(rt, kernel: Kernel, arrays: tuple, shape: tuple, axis: int) -> None:
     a, r, b = row_geometry(shape, axis)
     if a * r * b == 0:
         return
@@ -176,18 +177,18 @@ def _infer_axis(op: str):
 
 
 def _softmax_reference(x: np.ndarray, *, axis: int) -> np.ndarray:
-    sfx = suffix(x)
+    ft = of(x)
     with np.errstate(invalid="ignore"):
         m = np.max(x, axis=axis, keepdims=True) if x.size else x
-    e = EXP[sfx].numpy(SUB[sfx].numpy(x, m))
+    e = EXP[ft].numpy(SUB[ft].numpy(x, m))
     s = np.expand_dims(serial_sum(e, (axis,)), axis)
-    return DIV[sfx].numpy(e, s)
+    return DIV[ft].numpy(e, s)
 
 
 def _softmax_grad_reference(g: np.ndarray, y: np.ndarray, *, axis: int) -> np.ndarray:
-    sfx = suffix(g)
-    d = np.expand_dims(serial_sum(MUL[sfx].numpy(g, y), (axis,)), axis)
-    return MUL[sfx].numpy(y, SUB[sfx].numpy(g, d))
+    ft = of(g)
+    d = np.expand_dims(serial_sum(MUL[ft].numpy(g, y), (axis,)), axis)
+    return MUL[ft].numpy(y, SUB[ft].numpy(g, d))
 
 
 def _softmax_grad_vjp(be, g, ins, out, needs, axis):
@@ -204,15 +205,15 @@ def _softmax_grad_vjp(be, g, ins, out, needs, axis):
 
 register(Op("softmax", ("x",), ("axis",), _infer_axis("softmax"), _softmax_reference,
             _softmax_kernels,
-            lambda rt, ins, out, *, axis: _launch_rows(
-                rt, f"k_softmax_{suffix(out)}", (ins[0], out), out.shape, axis),
+            lambda rt, ks, ins, out, *, axis: _launch_rows(
+                rt, ks.only, (ins[0], out), out.shape, axis),
             lambda be, g, ins, out, needs, axis: (be.softmax_grad(g, out, axis),),
             "exp(x - max) / serial sum, along one axis", {"axis": -1},
             cpu=_cpu_kernels(_softmax_kernels, _CPU_SOFTMAX)))
 register(Op("softmax_grad", ("g", "y"), ("axis",), _infer_axis("softmax_grad"),
             _softmax_grad_reference, _softmax_grad_kernels,
-            lambda rt, ins, out, *, axis: _launch_rows(
-                rt, f"k_softmax_grad_{suffix(out)}", (ins[0], ins[1], out), out.shape, axis),
+            lambda rt, ks, ins, out, *, axis: _launch_rows(
+                rt, ks.only, (ins[0], ins[1], out), out.shape, axis),
             _softmax_grad_vjp,
             "y * (g - serial sum(g * y)) along one axis (softmax's backward from y)",
             {"axis": -1}, cpu=_cpu_kernels(_softmax_grad_kernels, _CPU_SOFTMAX_GRAD)))

@@ -155,31 +155,48 @@ class KernelTable:
         except KeyError:
             raise KeyError(f"no kernel {name!r} in module; have {sorted(self._kernels)}") from None
 
+    def resolve(self, kernel: Kernel) -> Kernel:
+        """The module's own ``kernel`` (the one it compiled): the very object, or one equal to
+        it; TypeError for a name, KeyError for a kernel the module does not hold."""
+        if not isinstance(kernel, Kernel):
+            raise TypeError(f"{type(self).__name__}: launch takes a Kernel object (an op's "
+                            f"KernelSet entry), got {kernel!r}")
+        have = self._kernels.get(kernel.name)
+        if have is kernel:
+            return have
+        if have is None:
+            raise KeyError(f"no kernel {kernel.name!r} in module; have {sorted(self._kernels)}")
+        if have != kernel:
+            raise KeyError(f"kernel {kernel.name!r}: the module holds a different kernel of "
+                           "that name (other parameters or text)")
+        return have
+
     def _is_array(self, value: object) -> bool:
         """Whether ``value`` is an array this module's kernels can take."""
         raise NotImplementedError
 
-    def checked(self, name: str, grid, block, args: Sequence) -> tuple[Kernel, list, Dims, Dims]:
+    def checked(self, kernel: Kernel, grid, block,
+                args: Sequence) -> tuple[Kernel, list, Dims, Dims]:
         """The kernel, its marshalled arguments and the launch dims, all checked."""
-        kernel = self.kernel(name)
+        kernel = self.resolve(kernel)
         values = check_args(kernel, args, self._is_array, self.array_kind)
         g, b = check_launch_dims(kernel, grid, block)
         return kernel, values, g, b
 
-    def launch(self, name: str, grid: int | tuple[int, ...], block: int | tuple[int, ...],
+    def launch(self, kernel: Kernel, grid: int | tuple[int, ...], block: int | tuple[int, ...],
                args: Sequence) -> None:
-        """Run kernel ``name`` over ``grid`` x ``block`` threads: on sim and cpu it returns when
+        """Run ``kernel`` over ``grid`` x ``block`` threads: on sim and cpu it returns when
         the kernel finished, on cuda it is enqueued on cupy's current stream."""
-        self.prepare(name, grid, block, args)()
+        self.prepare(kernel, grid, block, args)()
 
-    def prepare(self, name: str, grid: int | tuple[int, ...], block: int | tuple[int, ...],
+    def prepare(self, kernel: Kernel, grid: int | tuple[int, ...], block: int | tuple[int, ...],
                 args: Sequence) -> Callable[[], None]:
         """Check and marshal one launch once; the returned callable runs it (again and again).
 
         The callable keeps the argument arrays alive and reads them where they are, so a
         replayed launch sees whatever was written into them since.
         """
-        return self.bind(*self.checked(name, grid, block, args))
+        return self.bind(*self.checked(kernel, grid, block, args))
 
     def bind(self, kernel: Kernel, values: list, g: Dims, b: Dims) -> Callable[[], None]:
         """The runnable launch of already checked arguments (see ``checked``); a launch over an

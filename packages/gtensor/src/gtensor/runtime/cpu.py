@@ -244,18 +244,18 @@ class CpuModule(KernelTable):
         return run
 
     # ---------------------------------------------------------------- the eager fast path
-    def plan(self, launches: Sequence[tuple[str, object, object, Sequence]],
+    def plan(self, launches: Sequence[tuple[Kernel, object, object, Sequence]],
              slots: Sequence[np.ndarray]) -> Plan:
-        """Check ``launches`` (name, grid, block, args) once and encode them as a Plan.
+        """Check ``launches`` (kernel, grid, block, args) once and encode them as a Plan.
 
         An array argument that is ``slots[k]`` (by identity) becomes "the k-th array of each
         run"; any other array (a geometry array) is kept alive and passed by address.
         """
         words: list[int] = [len(slots), *[s.nbytes for s in slots], len(launches)]
         keep: list = []
-        for name, grid, block, args in launches:
-            kernel, values, _, _ = self.checked(name, grid, block, args)
-            words += [self._index[name], len(values)]
+        for kernel, grid, block, args in launches:
+            kernel, values, _, _ = self.checked(kernel, grid, block, args)
+            words += [self._index[kernel.name], len(values)]
             for param, value in zip(kernel.params, values):
                 if param.is_pointer:
                     slot = next((k for k, s in enumerate(slots) if s is value), None)

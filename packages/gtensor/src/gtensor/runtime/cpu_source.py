@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from functools import cache
 
-from ..cuda_source import DTYPE_SUFFIXES, device_functions, device_text
+from ..cuda_source import device_functions, device_text
+from ..dtypes import FLOATS
 from ..kernels import Kernel
 from ..ops import REGISTRY
 
@@ -30,8 +31,8 @@ def cpu_kernels() -> tuple[Kernel, ...]:
     for op in REGISTRY.values():
         if op.cpu is None:
             continue
-        for sfx in DTYPE_SUFFIXES:
-            for k in op.cpu(sfx):
+        for ft in FLOATS:
+            for k in op.kernel_set(ft, cpu=True).kernels:
                 if k.name in seen and seen[k.name].source() != k.source():
                     raise RuntimeError(f"cpu kernel {k.name} is defined twice with different "
                                        "text")

@@ -86,15 +86,18 @@ class CudaModule(KernelTable):
 
     def _check_subnormals(self) -> None:
         """Fail loudly if float32 subnormals are flushed (an FTZ build would change bits)."""
-        name = "k_mul_f32"
-        if name not in self._kernels:
+        from gtensor.dtypes import F32
+        from gtensor.ops import get
+
+        kernel = get("mul").kernel_set(F32).only
+        if self._kernels.get(kernel.name) is not kernel:
             return
         cp = self._cp
         host = np.array([1e-45, -3e-39], dtype=np.float32)
         one = cp.asarray(np.ones(1, dtype=np.float32))
         out = cp.empty(2, dtype=cp.float32)
         geom = cp.asarray(np.array([1, 2, 1, 0], dtype=np.int64))  # rank 1, strides 1 and 0
-        self.launch(name, 1, 2, (cp.asarray(host), one, out, 2, geom))
+        self.launch(kernel, 1, 2, (cp.asarray(host), one, out, 2, geom))
         # NOTE: compared as bits on the host: a cupy comparison kernel would itself flush
         if not np.array_equal(cp.asnumpy(out).view(np.uint32), host.view(np.uint32)):
             raise RuntimeError("cuda backend: float32 subnormals are flushed to zero by this "

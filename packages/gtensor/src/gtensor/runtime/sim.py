@@ -20,7 +20,7 @@ import numpy as np
 
 from gtensor.kernels import Kernel
 from gtensor.runtime import cache, toolchain
-from gtensor.runtime.args import KernelTable
+from gtensor.runtime.args import SCALAR_NUMPY, KernelTable
 from gtensor.runtime.toolchain import compiler_command, header_text
 
 CXX_FLAGS = (
@@ -39,12 +39,8 @@ _STATUS_MESSAGES = {
     2: "__syncthreads was called (from a helper function?) but the kernel body does not mention "
     "it, so it ran without fibers; call __syncthreads in the kernel body itself",
 }
-_CTYPES = {
-    "long long": ctypes.c_longlong,
-    "int": ctypes.c_int,
-    "double": ctypes.c_double,
-    "float": ctypes.c_float,
-}
+# a scalar parameter's ctypes box: the ctypes type of the numpy type it is marshalled as
+_BOXES = {c: np.ctypeslib.as_ctypes_type(t) for c, t in SCALAR_NUMPY.items()}
 
 _LOADED: dict[str, ctypes.CDLL] = {}
 _LOAD_LOCK = threading.Lock()
@@ -129,7 +125,7 @@ def ctypes_argv(kernel: Kernel, values: list) -> tuple[ctypes.Array, list]:
         if param.is_pointer:
             boxes.append(ctypes.c_void_p(value.ctypes.data))
         else:
-            boxes.append(_CTYPES[param.ctype](value.item()))
+            boxes.append(_BOXES[param.ctype](value.item()))
     argv = (ctypes.c_void_p * max(len(boxes), 1))(*(ctypes.addressof(x) for x in boxes))
     return argv, boxes
 

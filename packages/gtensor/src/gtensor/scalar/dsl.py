@@ -22,9 +22,13 @@ from typing import Any
 
 import numpy as np
 
-F64, F32, I64, BOOL = "f64", "f32", "i64", "bool"
-CTYPE = {F64: "double", F32: "float", I64: "long long", BOOL: "bool"}
-NPTYPE = {F64: np.float64, F32: np.float32, I64: np.int64, BOOL: np.bool_}
+from .. import dtypes
+
+# The scalar language's dtypes: the float ones are named by their ``FloatType.suffix``.
+F64, F32, I64, BOOL = dtypes.F64.suffix, dtypes.F32.suffix, "i64", "bool"
+_NP = {F64: dtypes.F64.np, F32: dtypes.F32.np, I64: dtypes.INDEX, BOOL: dtypes.MASK}
+CTYPE = {dt: dtypes.CTYPES[npdt] for dt, npdt in _NP.items()}
+NPTYPE = {dt: npdt.type for dt, npdt in _NP.items()}
 
 
 # --------------------------------------------------------------------------- numpy mode
@@ -115,21 +119,9 @@ _BINOPS_FLOAT = {
 
 
 def float_literal(value: float, dt: str) -> str:
-    """An exact C literal of ``value`` rounded to dtype ``dt`` ("f64" or "f32"): hex floats,
-    NaN and infinities by their bit patterns."""
-    if dt == F32:
-        value = float(np.float32(value))
-    if value != value:
-        if dt == F64:
-            return "__longlong_as_double(0x7ff8000000000000LL)"
-        return "__int_as_float(0x7fc00000)"
-    if value in (float("inf"), float("-inf")):
-        sign = "" if value > 0 else "-"
-        inf = ("__longlong_as_double(0x7ff0000000000000LL)" if dt == F64
-               else "__int_as_float(0x7f800000)")
-        return f"({sign}{inf})"
-    text = float.hex(value)
-    return f"({text}f)" if dt == F32 else f"({text})"
+    """An exact C literal of ``value`` rounded to dtype ``dt`` ("f64" or "f32"):
+    ``FloatType.literal``."""
+    return dtypes.BY_SUFFIX[dt].literal(value)
 
 
 @dataclass
