@@ -12,82 +12,18 @@
 
 from __future__ import annotations
 
-from . import nn
+from . import nn, ops
 from .episode import EpisodeError
 from .higher import grad
 from .leaves import CONST, PARAM, Leaf
 from .losses import bce_with_logits, cross_entropy, mse
-from .ops import (
-    abs,
-    add,
-    adds,
-    apply,
-    argmax,
-    bmm,
-    broadcast_to,
-    clip,
-    concat,
-    copy,
-    div,
-    embedding,
-    equal,
-    exp,
-    greater,
-    greater_equal,
-    index_weight,
-    less,
-    less_equal,
-    log,
-    log_softmax,
-    log_softmax_grad,
-    logsumexp,
-    matmul,
-    maximum,
-    maximum_mask,
-    mean,
-    minimum,
-    minimum_mask,
-    mul,
-    muls,
-    neg,
-    not_equal,
-    pad,
-    relu,
-    relu_grad,
-    reshape,
-    sigmoid,
-    sigmoid_grad,
-    slice,
-    softmax,
-    softmax_grad,
-    sqrt,
-    sub,
-    sum,
-    sum_to,
-    take,
-    take_along_axis,
-    take_along_axis_grad,
-    take_grad,
-    tanh,
-    tanh_grad,
-    transpose,
-    where,
-)
+from .ops import *  # noqa: F403  (one function per gtensor op: gtape.ops.__all__)
 from .tape import Mark, Node, Tape, TapeGrowthWarning
 from .var import StaleVarError, Var
 
 __version__ = "0.1.0"
 __all__ = [
     "CONST", "EpisodeError", "Leaf", "Mark", "Node", "PARAM", "StaleVarError", "Tape",
-    "TapeGrowthWarning", "Var", "__version__",
-    "abs", "add", "adds", "apply", "bce_with_logits", "bmm", "copy", "cross_entropy", "nn",
-    "broadcast_to", "concat", "div", "exp", "grad", "log", "matmul", "maximum", "maximum_mask",
-    "mean",
-    "mse", "mul", "muls", "neg",
-    "pad", "relu", "relu_grad", "reshape", "sigmoid", "sigmoid_grad", "slice", "softmax",
-    "softmax_grad", "sqrt", "sub", "sum", "sum_to", "tanh", "tanh_grad", "transpose",
-    "argmax", "clip", "embedding", "equal", "greater", "greater_equal", "index_weight", "less",
-    "less_equal", "log_softmax", "log_softmax_grad", "logsumexp", "minimum", "minimum_mask",
-    "not_equal",
-    "take", "take_along_axis", "take_along_axis_grad", "take_grad", "where",
+    "TapeGrowthWarning", "Var", "__version__", "bce_with_logits", "cross_entropy", "grad", "mse",
+    "nn", *ops.__all__,
 ]

@@ -10,10 +10,19 @@ from collections.abc import Sequence
 from typing import Any
 
 from gtensor import Op, describe
+from gtensor.ops.optim import UPDATE_OPS
 
 from .var import Var
 
 Operand = Any  # a Var, or data converted to a const: ndarray, backend array, list, number
+
+# The gtensor ops with no function here, each with its reason; every other op has one, named
+# as the op, its inputs and attrs as the op declares them (``gtape.surface`` checks it).
+INTERNAL = {
+    **{name: "a fused optimizer update: gopt runs it on parameter buffers, not on Vars"
+       for name in UPDATE_OPS},
+    "fill": "how a tape seeds its backward and zeroes gradients (Tape.const makes constants)",
+}
 
 
 def apply(name: Op | str, operands: Sequence[Operand], **attrs: Any) -> Var:
@@ -321,3 +330,8 @@ def log_softmax_grad(g: Operand, y: Operand, axis: int = -1) -> Var:
 def logsumexp(x: Operand, axis: int = -1) -> Var:
     """``m + log(serial sum exp(x - m))`` along ``axis`` (m the row max, +0.0 if infinite)."""
     return apply("logsumexp", (x,), axis=axis)
+
+
+__all__ = [name for name, fn in list(globals().items())  # the public functions above
+           if callable(fn) and getattr(fn, "__module__", None) == __name__
+           and not name.startswith("_")]
