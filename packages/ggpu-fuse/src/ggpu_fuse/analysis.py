@@ -164,31 +164,16 @@ def analyse(index: int, launch: Launch) -> Info:
     out = buffer(args[writes[0]]) if writes else Buffer(0, 0, (), 0)
     info = Info(index, launch, k.kind, args, out, reads, 0)
     kind = k.kind
-    if kind in ("map", "scalar", "fill"):
-        n = int(args["n"])
-        info.n, info.oo = n, np.arange(n)
-        if kind != "fill":
-            info.oi["x"] = np.arange(n)
+    if k.form is not None and kind in FUSABLE:  # the form owns its geometry's layout
+        info.n, info.oo, oi = k.form.index_maps(
+            {p.name: _host(v) if p.is_geometry else v for p, v in zip(k.params, launch.args)})
+        info.oi.update(oi)
     elif kind == "elementwise":  # array inputs at i (0-d ones at 0: read whole)
         n = int(args["n"])
         info.n, info.oo = n, np.arange(n)
         for param, b in info.reads:
             if b.shape != ():
                 info.oi[param] = np.arange(n)
-    elif kind == "zip":  # the form (gtensor.ops.forms.Zip) owns the geometry's layout
-        n = int(args["n"])
-        info.n, info.oo = n, np.arange(n)
-        info.oi.update(k.form.index_maps(_host(args["geom"]), n))
-    elif kind == "copy":
-        n = int(args["n"])
-        g = _host(args["geom"])
-        rank = int(g[0])
-        shape, si = g[1:1 + rank], g[1 + rank:1 + 2 * rank]
-        ioff, so, ooff = int(g[1 + 2 * rank]), g[2 + 2 * rank:2 + 3 * rank], int(g[2 + 3 * rank])
-        c = _coords(np.arange(n), shape)
-        info.n = n
-        info.oi["x"] = ioff + sum((ci * s for ci, s in zip(c, si)), np.zeros(n, np.int64))
-        info.oo = ooff + sum((ci * s for ci, s in zip(c, so)), np.zeros(n, np.int64))
     elif kind == "reduce":
         nout, nred = int(args["nout"]), int(args["nred"])
         g = _host(args["geom"])

@@ -81,28 +81,17 @@ def _fn(info: Info, k: int = 0) -> str:
 def _statement(info: Info, v: dict[str, str], i: str) -> str:
     """One iteration ``i`` of the launch (its per-node kernel's body, for that index)."""
     a, kind, t = info.args, info.kind, _ctype_of(info)
-    if kind == "map":
-        return f"{v['y']}[{i}] = {_fn(info)}({v['x']}[{i}]);"
-    if kind == "scalar":
-        return f"{v['y']}[{i}] = {_fn(info)}({v['x']}[{i}], {_lit(a['s'], t)});"
-    if kind == "fill":
-        return f"{v['y']}[{i}] = {_lit(a['v'], t)};"
+    k = info.launch.kernel
+    if k.form is not None:  # the same decode and call as the per-node kernel: its form's
+        ctypes = {p.name: p.ctype for p in k.params}
+        fn = _fn(info) if k.calls else None
+        return k.form.statement(fn, v, i, lambda name: _lit(a[name], ctypes[name]))
     if kind == "elementwise":
-        k = info.launch.kernel
         out = next(p.name for p in k.params if p.is_pointer and not p.is_const)
         ins = [f"{v[p.name]}[{'0' if info.args[p.name].shape == () else i}]" for p in k.params
                if p.is_pointer and p.is_const]
         lits = [_lit(a[p.name], p.ctype) for p in k.params if not p.is_pointer and p.name != "n"]
         return f"{v[out]}[{i}] = {_fn(info)}({', '.join(ins + lits)});"
-    if kind == "zip":  # the same decode and call as the per-node kernel: its form's
-        return info.launch.kernel.form.statement(_fn(info), v, v["y"], i)
-    if kind == "copy":
-        g = v["geom"]
-        return (f"{{ const int rank = (int){g}[0]; long long rem = {i}, oi = {g}[1 + 2 * rank], "
-                f"oo = {g}[2 + 3 * rank];\n  for (int d = rank - 1; d >= 0; --d) {{ "
-                f"const long long c = rem % {g}[1 + d]; rem /= {g}[1 + d]; "
-                f"oi += c * {g}[1 + rank + d]; oo += c * {g}[2 + 2 * rank + d]; }}\n"
-                f"  {v['y']}[oo] = {v['x']}[oi]; }}")
     if kind == "reduce":
         g = v["geom"]
         return (f"{{ const int ro = (int){g}[0]; const long long* oshape = {g} + 1; "

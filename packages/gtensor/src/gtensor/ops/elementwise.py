@@ -7,16 +7,15 @@ The scalar function's text is both the numpy reference and the CUDA ``__device__
 from __future__ import annotations
 
 from collections.abc import Callable
-from string import Template
 
 import numpy as np
 
 from .. import dtypes, shapes
 from ..dtypes import F32, F64, FLOATS, FloatType, round_scalar
-from ..kernels import Kernel, params
+from ..kernels import Kernel
 from ..scalar import transcendental as tr
 from ..scalar.dsl import ScalarFn, scalar_fn
-from .forms import ZIP2
+from .forms import MAP, SCALAR, ZIP2
 from .registry import Op, register
 
 BLOCK = 256
@@ -65,60 +64,26 @@ LOG = {F64: tr.LOG_F64, F32: tr.LOG_F32}
 TANH = {F64: tr.TANH_F64, F32: tr.TANH_F32}
 SIGMOID = {F64: tr.SIGMOID_F64, F32: tr.SIGMOID_F32}
 
-# --------------------------------------------------------------------------- kernel templates
-_MAP = Template("""\
-    const long long step = (long long)gridDim.x * blockDim.x;
-    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += step)
-        y[i] = $FN(x[i]);""")
-
-_SCALAR = Template("""\
-    const long long step = (long long)gridDim.x * blockDim.x;
-    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += step)
-        y[i] = $FN(x[i], s);""")
-
-# CPU bodies (the cpu backend): the same parameters, plain loops over the same scalar functions;
-# contiguous rows run as simple loops the compiler vectorizes (lanes are independent outputs).
-_CPU_MAP = Template("""\
-    gtcpu::parallel_for(n, 4, [=](long long lo, long long hi) {
-        for (long long i = lo; i < hi; ++i) y[i] = $FN(x[i]);
-    });""")
-
-_CPU_SCALAR = Template("""\
-    gtcpu::parallel_for(n, 4, [=](long long lo, long long hi) {
-        for (long long i = lo; i < hi; ++i) y[i] = $FN(x[i], s);
-    });""")
-
-def _cpu_kernels(template: Template | None, cuda: Callable[[FloatType], list[Kernel]],
+# --------------------------------------------------------------------------- kernels
+def _cpu_kernels(cuda: Callable[[FloatType], list[Kernel]],
                  fns: dict[FloatType, ScalarFn]) -> Callable[[FloatType], list[Kernel]]:
-    """CPU kernels with the names and parameters of ``cuda``'s, bodies from ``template`` (or,
-    without one, from the kernel's form)."""
+    """CPU kernels with the names and parameters of ``cuda``'s, bodies from their form."""
 
     def kernels(ft: FloatType) -> list[Kernel]:
-        out = []
-        for k in cuda(ft):
-            body = (k.form.cpu_body(fns[ft].cname, ft.ctype) if template is None
-                    else template.substitute(FN=fns[ft].cname, T=ft.ctype))
-            out.append(Kernel(k.name, k.params, body, form=k.form))
-        return out
+        return [Kernel(k.name, k.params, k.form.cpu_body(fns[ft].cname, ft.ctype), form=k.form)
+                for k in cuda(ft)]
 
     return kernels
 
 
-# The one-input kernel forms: parameters ($T: the C type) and body; zip is forms.ZIP2.
-_FORMS = {
-    "map": ("const $T* x, $T* y, long long n", _MAP),
-    "scalar": ("const $T* x, $T* y, long long n, $T s", _SCALAR),
-}
+FORMS = {"map": MAP, "scalar": SCALAR, "zip": ZIP2}  # kernel kind -> its form
 
 
 def form_kernel(kind: str, kname: str, ft: FloatType, fn: ScalarFn) -> Kernel:
     """The CUDA kernel ``kname`` of form ``kind`` ("map", "scalar", "zip") over ``fn``."""
-    if kind == "zip":
-        return Kernel(kname, ZIP2.params((ft.ctype,) * 2, ft.ctype),
-                      ZIP2.cuda_body(fn.cname), kind, (fn,), ZIP2)
-    sig, body = _FORMS[kind]
-    return Kernel(kname, params(Template(sig).substitute(T=ft.ctype)),
-                  body.substitute(FN=fn.cname), kind, (fn,))
+    form = FORMS[kind]
+    ps = form.params((ft.ctype,) * 2, ft.ctype) if kind == "zip" else form.params(ft.ctype)
+    return Kernel(kname, ps, form.cuda_body(fn.cname), kind, (fn,), form)
 
 
 def _form_kernels(kind: str, name: str,
@@ -150,7 +115,7 @@ def unary(name: str, fns: dict[FloatType, ScalarFn], vjp=None, doc: str = "",
 
     kernels = _form_kernels("map", name, fns)
     return register(Op(name, inputs, (), _same_shape, reference, kernels, launch, vjp, doc,
-                       cpu=_cpu_kernels(_CPU_MAP, kernels, fns)))
+                       cpu=_cpu_kernels(kernels, fns)))
 
 
 def binary(name: str, fns: dict[FloatType, ScalarFn], vjp=None, doc: str = "",
@@ -173,7 +138,7 @@ def binary(name: str, fns: dict[FloatType, ScalarFn], vjp=None, doc: str = "",
 
     kernels = _form_kernels("zip", name, fns)
     return register(Op(name, inputs, (), infer, reference, kernels, launch, vjp, doc,
-                       cpu=_cpu_kernels(None, kernels, fns)))
+                       cpu=_cpu_kernels(kernels, fns)))
 
 
 def scalar_form(name: str, fns: dict[FloatType, ScalarFn], vjp=None, doc: str = "") -> Op:
@@ -197,7 +162,7 @@ def scalar_form(name: str, fns: dict[FloatType, ScalarFn], vjp=None, doc: str = 
 
     kernels = _form_kernels("scalar", name, fns)
     return register(Op(name, ("x",), ("s",), infer, reference, kernels, launch, vjp, doc,
-                       cpu=_cpu_kernels(_CPU_SCALAR, kernels, fns)))
+                       cpu=_cpu_kernels(kernels, fns)))
 
 
 # --------------------------------------------------------------------------- the ops

@@ -7,21 +7,160 @@ statement a generated (fused) kernel runs for one output (``statement``: fusion'
 An op built on a form declares only its scalar function and its input types; its kernels carry
 the form (``Kernel.form``), so nothing else re-derives the layout.
 
-``Zip(names)``: ``y[i] = f(x0[o0(i)], ..., x{n-1}[o{n-1}(i)])`` over the broadcast output
-shape, the inputs' element types free (float of the op's dtype, int64, bool) and the result's
-too. geom = [rank, shape[rank], strides of x0[rank], ..., strides of x{n-1}[rank]] (axes
-collapsed where they can be); the output is contiguous. The binary elementwise ops (add, mul,
-maximum, ...) are ``Zip(("a", "b"))``; where and the comparisons ``Zip`` of their inputs.
+Every form answers the same questions: ``params`` (the kernel's parameters), ``cuda_body`` /
+``cpu_body`` (its loops around the op's scalar function), ``index_maps(args)`` (for a recorded
+launch's arguments, geometry as host int64: the iterations n, the output element each writes
+and the input elements each reads) and ``statement(fn, arrays, i, lit)`` (one iteration in a
+generated kernel; ``lit(param)`` is the exact C literal of a scalar argument).
+
+``Map(extra)``: ``y[i] = f(x[i], *extra)`` for i < n (``MAP``: unary ops; ``SCALAR``: with a
+host scalar ``s``, adds/muls). ``Fill``: ``y[i] = v``. ``Copy``: ``y[oo(i)] = x[oi(i)]``,
+geom = [rank, shape[rank], in strides[rank], in offset, out strides[rank], out offset] (the
+movement ops). ``Zip(names)``: ``y[i] = f(x0[o0(i)], ..., x{n-1}[o{n-1}(i)])`` over the
+broadcast output shape, the inputs' element types free (float of the op's dtype, int64, bool)
+and the result's too. geom = [rank, shape[rank], strides of x0[rank], ..., strides of
+x{n-1}[rank]] (axes collapsed where they can be); the output is contiguous. The binary
+elementwise ops (add, mul, maximum, ...) are ``Zip(("a", "b"))``; where and the comparisons
+``Zip`` of their inputs.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 
 from .. import shapes
-from ..kernels import Param
+from ..kernels import Param, params
+
+Lit = Callable[[str], str] | None  # a scalar parameter's name -> its exact C literal
+
+
+def _ctype_params(spec: str, ctype: str) -> tuple[Param, ...]:
+    return params(spec.replace("$T", ctype))
+
+
+_GRID_LOOP = ("    const long long step = (long long)gridDim.x * blockDim.x;\n"
+              "    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; "
+              "i += step)")
+
+
+@dataclass(frozen=True)
+class Map:
+    """``y[i] = f(x[i], *extra)`` for i < n: one input read where the output is written."""
+
+    extra: tuple[str, ...] = ()  # host scalar parameters passed to f after x[i] ("s")
+
+    def params(self, ctype: str) -> tuple[Param, ...]:
+        """Kernel parameters: x, y, n, then the scalars (of the float type)."""
+        return _ctype_params("const $T* x, $T* y, long long n"
+                             + "".join(f", $T {e}" for e in self.extra), ctype)
+
+    def _call(self, fn: str, x: str, extra: tuple[str, ...]) -> str:
+        return f"{fn}({', '.join((x, *extra))})"
+
+    def cuda_body(self, fn: str) -> str:
+        """The CUDA/sim body: a grid-stride loop."""
+        return f"{_GRID_LOOP}\n        y[i] = {self._call(fn, 'x[i]', self.extra)};"
+
+    def cpu_body(self, fn: str, ctype: str | None = None) -> str:
+        """The cpu body: a plain loop over [lo, hi) the compiler vectorizes, split across
+        threads."""
+        return ("    gtcpu::parallel_for(n, 4, [=](long long lo, long long hi) {\n"
+                f"        for (long long i = lo; i < hi; ++i) y[i] = "
+                f"{self._call(fn, 'x[i]', self.extra)};\n    }});")
+
+    def index_maps(self, args: dict) -> tuple[int, np.ndarray, dict[str, np.ndarray]]:
+        """Iteration i writes y[i] and reads x[i]."""
+        n = int(args["n"])
+        return n, np.arange(n), {"x": np.arange(n)}
+
+    def statement(self, fn: str, arrays: dict[str, str], i: str, lit: Lit = None) -> str:
+        """One iteration in a generated kernel (scalars as exact literals)."""
+        x = f"{arrays['x']}[{i}]"
+        return f"{arrays['y']}[{i}] = {self._call(fn, x, tuple(lit(e) for e in self.extra))};"
+
+
+@dataclass(frozen=True)
+class Fill:
+    """``y[i] = v`` for i < n (a host scalar of the float type)."""
+
+    def params(self, ctype: str) -> tuple[Param, ...]:
+        """Kernel parameters: y, n, v."""
+        return _ctype_params("$T* y, long long n, $T v", ctype)
+
+    def cuda_body(self, fn: str | None = None) -> str:
+        """The CUDA/sim body: a grid-stride loop."""
+        return f"{_GRID_LOOP}\n        y[i] = v;"
+
+    def cpu_body(self, fn: str | None = None, ctype: str | None = None) -> str:
+        """The cpu body."""
+        return ("    gtcpu::parallel_for(n, 1, [=](long long lo, long long hi) {\n"
+                "        for (long long i = lo; i < hi; ++i) y[i] = v;\n    });")
+
+    def index_maps(self, args: dict) -> tuple[int, np.ndarray, dict[str, np.ndarray]]:
+        """Iteration i writes y[i] and reads nothing."""
+        n = int(args["n"])
+        return n, np.arange(n), {}
+
+    def statement(self, fn: str | None, arrays: dict[str, str], i: str, lit: Lit = None) -> str:
+        """One iteration in a generated kernel."""
+        return f"{arrays['y']}[{i}] = {lit('v')};"
+
+
+@dataclass(frozen=True)
+class Copy:
+    """``y[oo(i)] = x[oi(i)]`` over a strided shape (see the module doc for geom)."""
+
+    def params(self, ctype: str) -> tuple[Param, ...]:
+        """Kernel parameters: x, y, n, geom."""
+        return _ctype_params("const $T* x, $T* y, long long n, const long long* geom", ctype)
+
+    def geometry(self, shape: tuple, in_strides: tuple, in_offset: int, out_strides: tuple,
+                 out_offset: int) -> tuple[int, ...]:
+        """The geom values of one launch (axes collapsed where they can be)."""
+        dims, (si, so) = shapes.collapse(tuple(shape), tuple(in_strides), tuple(out_strides))
+        return (len(dims), *dims, *si, in_offset, *so, out_offset)
+
+    def cuda_body(self, fn: str | None = None) -> str:
+        """The CUDA/sim body: each output decoded from the geometry."""
+        return _COPY
+
+    def cpu_body(self, fn: str | None = None, ctype: str | None = None) -> str:
+        """The cpu body: innermost rows (and transposed tiles) across threads."""
+        return _CPU_COPY
+
+    def index_maps(self, args: dict) -> tuple[int, np.ndarray, dict[str, np.ndarray]]:
+        """Iteration i reads x[oi(i)] and writes y[oo(i)]."""
+        n = int(args["n"])
+        g = np.asarray(args["geom"], dtype=np.int64)
+        rank = int(g[0])
+        shape, si = g[1:1 + rank], g[1 + rank:1 + 2 * rank]
+        ioff, so, ooff = int(g[1 + 2 * rank]), g[2 + 2 * rank:2 + 3 * rank], int(g[2 + 3 * rank])
+        c = _coords(np.arange(n), shape)
+        oi = ioff + sum((ci * s for ci, s in zip(c, si)), np.zeros(n, np.int64))
+        oo = ooff + sum((ci * s for ci, s in zip(c, so)), np.zeros(n, np.int64))
+        return n, oo, {"x": oi}
+
+    def statement(self, fn: str | None, arrays: dict[str, str], i: str, lit: Lit = None) -> str:
+        """One iteration in a generated kernel: the same decode as the kernel's."""
+        g = arrays["geom"]
+        return (f"{{ const int rank = (int){g}[0]; long long rem = {i}, oi = {g}[1 + 2 * rank], "
+                f"oo = {g}[2 + 3 * rank];\n  for (int d = rank - 1; d >= 0; --d) {{ "
+                f"const long long c = rem % {g}[1 + d]; rem /= {g}[1 + d]; "
+                f"oi += c * {g}[1 + rank + d]; oo += c * {g}[2 + 2 * rank + d]; }}\n"
+                f"  {arrays['y']}[oo] = {arrays['x']}[oi]; }}")
+
+
+def _coords(i: np.ndarray, shape: np.ndarray) -> list[np.ndarray]:
+    """Row-major coordinates of flat indices ``i`` over ``shape`` (as the kernels decode)."""
+    out = []
+    rem = i.copy()
+    for d in range(len(shape) - 1, -1, -1):
+        out.append(rem % shape[d])
+        rem = rem // shape[d]
+    return out[::-1]
 
 
 @dataclass(frozen=True)
@@ -93,19 +232,21 @@ class Zip:
             "        }",
             "    });"])
 
-    def statement(self, fn: str, arrays: dict[str, str], out: str, i: str) -> str:
+    def statement(self, fn: str, arrays: dict[str, str], i: str, lit: Lit = None) -> str:
         """One output ``i`` of a recorded launch inside a generated kernel: the same decode and
         the same call, on the generated kernel's array names (``arrays``: param -> name; the
         geometry under "geom")."""
-        g = arrays["geom"]
+        g, out = arrays["geom"], arrays["y"]
         lines = [f"{{ const int rank = (int){g}[0];",
                  *self._offsets("  ", i, g, self._offs()),
                  f"  {out}[{i}] = {self._call(fn, tuple(arrays[nm] for nm in self.names))}; }}"]
         return "\n".join(lines)
 
-    def index_maps(self, geom: np.ndarray, n: int) -> dict[str, np.ndarray]:
-        """For a recorded launch of ``n`` outputs: each input's flat offset per output."""
-        g = np.asarray(geom, dtype=np.int64)
+    def index_maps(self, args: dict) -> tuple[int, np.ndarray, dict[str, np.ndarray]]:
+        """For a recorded launch: its n outputs, each written at i, and each input's flat
+        offset per output."""
+        n = int(args["n"])
+        g = np.asarray(args["geom"], dtype=np.int64)
         rank = int(g[0])
         shape = g[1:1 + rank]
         rem = np.arange(n, dtype=np.int64)
@@ -115,7 +256,7 @@ class Zip:
             rem = rem // shape[d]
             for k, name in enumerate(self.names):
                 offs[name] += c * g[1 + (k + 1) * rank + d]
-        return offs
+        return n, np.arange(n), offs
 
 
 # two float inputs on the cpu: gtcpu::rows2 walks the innermost rows of the broadcast shape
@@ -141,3 +282,68 @@ _CPU_ROWS2 = """\
     });"""
 
 ZIP2 = Zip(("a", "b"))  # the binary elementwise ops' form
+
+
+# geom = [rank, shape[rank], in_strides[rank], in_offset, out_strides[rank], out_offset]
+_COPY = """\
+    const int rank = (int)geom[0];
+    const long long* shape = geom + 1;
+    const long long* si = geom + 1 + rank;
+    const long long ioff = geom[1 + 2 * rank];
+    const long long* so = geom + 2 + 2 * rank;
+    const long long ooff = geom[2 + 3 * rank];
+    const long long step = (long long)gridDim.x * blockDim.x;
+    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += step) {
+        long long rem = i, oi = ioff, oo = ooff;
+        for (int d = rank - 1; d >= 0; --d) {
+            const long long c = rem % shape[d];
+            rem /= shape[d];
+            oi += c * si[d];
+            oo += c * so[d];
+        }
+        y[oo] = x[oi];
+    }"""
+
+# CPU bodies: the same geometry walked one innermost row at a time (rows across threads).
+_CPU_COPY = """\
+    const int rank = (int)geom[0];
+    const long long* shape = geom + 1;
+    const long long* s1 = geom + 1 + rank;
+    const long long* s2 = geom + 2 + 2 * rank;
+    if (rank >= 2 && s1[rank - 2] == 1 && s1[rank - 1] != 1 && s2[rank - 1] == 1) {
+        // the last two axes swapped (a transpose): TB x TB tiles, so that the strided reads of
+        // one tile share cache lines and pages instead of touching a new one per element
+        constexpr long long TB = 32;
+        const long long R = shape[rank - 2], C = shape[rank - 1];
+        const long long si = s1[rank - 1], so = s2[rank - 2];
+        const long long bands = (R + TB - 1) / TB;
+        long long planes = 1;
+        for (int d = 0; d < rank - 2; ++d) planes *= shape[d];
+        gtcpu::parallel_for(planes * bands, TB * C, [=](long long lo, long long hi) {
+            for (long long t = lo; t < hi; ++t) {
+                long long o1 = geom[1 + 2 * rank], o2 = geom[2 + 3 * rank];
+                gtcpu::offsets2(rank - 2, shape, s1, s2, t / bands, o1, o2);
+                const long long r0 = t % bands * TB, r1 = r0 + TB < R ? r0 + TB : R;
+                for (long long c0 = 0; c0 < C; c0 += TB) {
+                    const long long c1 = c0 + TB < C ? c0 + TB : C;
+                    for (long long r = r0; r < r1; ++r)
+                        for (long long c = c0; c < c1; ++c) y[o2 + r * so + c] = x[o1 + r + c * si];
+                }
+            }
+        });
+        return;
+    }
+    gtcpu::rows2(rank, shape, s1, geom[1 + 2 * rank], s2, geom[2 + 3 * rank], 1,
+                 [=](long long, long long oi, long long oo, long long len, long long si,
+                     long long so) {
+        if (si == 1 && so == 1) {
+            for (long long j = 0; j < len; ++j) y[oo + j] = x[oi + j];
+        } else {
+            for (long long j = 0; j < len; ++j) y[oo + j * so] = x[oi + j * si];
+        }
+    });"""
+
+MAP = Map()  # the unary elementwise ops' form
+SCALAR = Map(("s",))  # adds, muls: a host scalar after x[i]
+FILL = Fill()
+COPY = Copy()  # the movement ops' form

@@ -1,108 +1,31 @@
 """Movement ops: copy, fill, transpose, reshape, slice, pad, concat, broadcast_to (no arithmetic).
 
-All of them run one strided-copy kernel (and a fill kernel for fill and pad); every result is a
-new C-contiguous array. ``copy`` and ``fill`` are the writes a training step makes outside the
+All of them run one strided-copy kernel (and a fill kernel for fill and pad): the ``Copy`` and
+``Fill`` forms of ``ops/forms.py``, which own their geometry; every result is a new C-contiguous
+array. ``copy`` and ``fill`` are the writes a training step makes outside the
 arithmetic (gradient zeroing, the backward seed, parameter updates): as ops they go through the
 same kernel door as everything else, so a capture of the step sees them.
 """
 
 from __future__ import annotations
 
-from string import Template
-
 import numpy as np
 
 from .. import dtypes, shapes
 from ..dtypes import FloatType
-from ..kernels import Kernel, params
+from ..kernels import Kernel
 from .elementwise import BLOCK, grid_for, of
+from .forms import COPY, FILL
 from .registry import Op, register
-
-# geom = [rank, shape[rank], in_strides[rank], in_offset, out_strides[rank], out_offset]
-_COPY = Template("""\
-    const int rank = (int)geom[0];
-    const long long* shape = geom + 1;
-    const long long* si = geom + 1 + rank;
-    const long long ioff = geom[1 + 2 * rank];
-    const long long* so = geom + 2 + 2 * rank;
-    const long long ooff = geom[2 + 3 * rank];
-    const long long step = (long long)gridDim.x * blockDim.x;
-    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += step) {
-        long long rem = i, oi = ioff, oo = ooff;
-        for (int d = rank - 1; d >= 0; --d) {
-            const long long c = rem % shape[d];
-            rem /= shape[d];
-            oi += c * si[d];
-            oo += c * so[d];
-        }
-        y[oo] = x[oi];
-    }""")
-
-_FILL = """\
-    const long long step = (long long)gridDim.x * blockDim.x;
-    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += step)
-        y[i] = v;"""
-
-
-# CPU bodies: the same geometry walked one innermost row at a time (rows across threads).
-_CPU_COPY = """\
-    const int rank = (int)geom[0];
-    const long long* shape = geom + 1;
-    const long long* s1 = geom + 1 + rank;
-    const long long* s2 = geom + 2 + 2 * rank;
-    if (rank >= 2 && s1[rank - 2] == 1 && s1[rank - 1] != 1 && s2[rank - 1] == 1) {
-        // the last two axes swapped (a transpose): TB x TB tiles, so that the strided reads of
-        // one tile share cache lines and pages instead of touching a new one per element
-        constexpr long long TB = 32;
-        const long long R = shape[rank - 2], C = shape[rank - 1];
-        const long long si = s1[rank - 1], so = s2[rank - 2];
-        const long long bands = (R + TB - 1) / TB;
-        long long planes = 1;
-        for (int d = 0; d < rank - 2; ++d) planes *= shape[d];
-        gtcpu::parallel_for(planes * bands, TB * C, [=](long long lo, long long hi) {
-            for (long long t = lo; t < hi; ++t) {
-                long long o1 = geom[1 + 2 * rank], o2 = geom[2 + 3 * rank];
-                gtcpu::offsets2(rank - 2, shape, s1, s2, t / bands, o1, o2);
-                const long long r0 = t % bands * TB, r1 = r0 + TB < R ? r0 + TB : R;
-                for (long long c0 = 0; c0 < C; c0 += TB) {
-                    const long long c1 = c0 + TB < C ? c0 + TB : C;
-                    for (long long r = r0; r < r1; ++r)
-                        for (long long c = c0; c < c1; ++c) y[o2 + r * so + c] = x[o1 + r + c * si];
-                }
-            }
-        });
-        return;
-    }
-    gtcpu::rows2(rank, shape, s1, geom[1 + 2 * rank], s2, geom[2 + 3 * rank], 1,
-                 [=](long long, long long oi, long long oo, long long len, long long si,
-                     long long so) {
-        if (si == 1 && so == 1) {
-            for (long long j = 0; j < len; ++j) y[oo + j] = x[oi + j];
-        } else {
-            for (long long j = 0; j < len; ++j) y[oo + j * so] = x[oi + j * si];
-        }
-    });"""
-
-_CPU_FILL = """\
-    gtcpu::parallel_for(n, 1, [=](long long lo, long long hi) {
-        for (long long i = lo; i < hi; ++i) y[i] = v;
-    });"""
 
 
 def _cpu_kernels(ft: FloatType) -> list[Kernel]:
-    copy_k, fill_k = _kernels(ft)
-    return [Kernel(copy_k.name, copy_k.params, _CPU_COPY),
-            Kernel(fill_k.name, fill_k.params, _CPU_FILL)]
+    return [Kernel(k.name, k.params, k.form.cpu_body(), form=k.form) for k in _kernels(ft)]
 
 
 def _kernels(ft: FloatType) -> list[Kernel]:
-    t = ft.ctype
-    return [
-        Kernel(ft.kernel("copy"),
-               params(f"const {t}* x, {t}* y, long long n, const long long* geom"),
-               _COPY.substitute(), "copy"),
-        Kernel(ft.kernel("fill"), params(f"{t}* y, long long n, {t} v"), _FILL, "fill"),
-    ]
+    return [Kernel(ft.kernel("copy"), COPY.params(ft.ctype), COPY.cuda_body(), "copy", form=COPY),
+            Kernel(ft.kernel("fill"), FILL.params(ft.ctype), FILL.cuda_body(), "fill", form=FILL)]
 
 
 def copy_strided(rt, ks, x, out, shape: tuple, in_strides: tuple, in_offset: int,
@@ -111,8 +34,7 @@ def copy_strided(rt, ks, x, out, shape: tuple, in_strides: tuple, in_offset: int
     n = shapes.size(shape)
     if not n:
         return
-    dims, (si, so) = shapes.collapse(tuple(shape), tuple(in_strides), tuple(out_strides))
-    geom = rt.geom((len(dims), *dims, *si, in_offset, *so, out_offset))
+    geom = rt.geom(COPY.geometry(shape, in_strides, in_offset, out_strides, out_offset))
     rt.launch(ks["copy"], grid_for(n), BLOCK, (x, out, n, geom))
 
 
