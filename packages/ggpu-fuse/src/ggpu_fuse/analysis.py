@@ -56,16 +56,6 @@ def _host(a: Any) -> np.ndarray:
                       dtype=np.int64)
 
 
-def _coords(i: np.ndarray, shape: np.ndarray) -> list[np.ndarray]:
-    """Row-major coordinates of flat indices ``i`` over ``shape`` (as the kernels decode)."""
-    out = []
-    rem = i.copy()
-    for d in range(len(shape) - 1, -1, -1):
-        out.append(rem % shape[d])
-        rem = rem // shape[d]
-    return out[::-1]
-
-
 @dataclass
 class Info:
     """One launch, analysed."""
@@ -165,32 +155,17 @@ def analyse(index: int, launch: Launch) -> Info:
     info = Info(index, launch, k.kind, args, out, reads, 0)
     kind = k.kind
     if k.form is not None and kind in FUSABLE:  # the form owns its geometry's layout
-        info.n, info.oo, oi = k.form.index_maps(
+        acc = k.form.index_maps(
             {p.name: _host(v) if p.is_geometry else v for p, v in zip(k.params, launch.args)})
-        info.oi.update(oi)
+        info.n, info.oo = acc.n, acc.oo
+        info.oi.update(acc.oi)
+        info.ranges.update(acc.ranges)
     elif kind == "elementwise":  # array inputs at i (0-d ones at 0: read whole)
         n = int(args["n"])
         info.n, info.oo = n, np.arange(n)
         for param, b in info.reads:
             if b.shape != ():
                 info.oi[param] = np.arange(n)
-    elif kind == "reduce":
-        nout, nred = int(args["nout"]), int(args["nred"])
-        g = _host(args["geom"])
-        ro = int(g[0])
-        oshape, ostride = g[1:1 + ro], g[1 + ro:1 + 2 * ro]
-        rr = int(g[1 + 2 * ro])
-        rshape, rstride = g[2 + 2 * ro:2 + 2 * ro + rr], g[2 + 2 * ro + rr:2 + 2 * ro + 2 * rr]
-        c = _coords(np.arange(nout), oshape)
-        base = sum((ci * s for ci, s in zip(c, ostride)), np.zeros(nout, np.int64))
-        if nred:
-            rc = _coords(np.arange(nred), rshape)
-            roff = sum((ci * s for ci, s in zip(rc, rstride)), np.zeros(nred, np.int64))
-            lo, hi = int(roff.min()), int(roff.max())
-        else:
-            lo = hi = 0
-        info.n, info.oo = nout, np.arange(nout)
-        info.ranges["x"] = (base + lo, base + hi)
     elif kind == "matmul":
         info.n = int(args["batch"]) * int(args["m"]) * int(args["n"])
     return info

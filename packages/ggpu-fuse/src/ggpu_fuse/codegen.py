@@ -82,26 +82,16 @@ def _statement(info: Info, v: dict[str, str], i: str) -> str:
     """One iteration ``i`` of the launch (its per-node kernel's body, for that index)."""
     a, kind, t = info.args, info.kind, _ctype_of(info)
     k = info.launch.kernel
-    if k.form is not None:  # the same decode and call as the per-node kernel: its form's
-        ctypes = {p.name: p.ctype for p in k.params}
-        fn = _fn(info) if k.calls else None
-        return k.form.statement(fn, v, i, lambda name: _lit(a[name], ctypes[name]))
+    if k.form is not None:  # the same decode and calls as the per-node kernel: its form's
+        scalars = {p.name: _lit(a[p.name], p.ctype) for p in k.params if not p.is_pointer}
+        calls = tuple(_fn(info, j) for j in range(len(k.calls)))
+        return k.form.statement(calls, v, i, scalars, t)
     if kind == "elementwise":
         out = next(p.name for p in k.params if p.is_pointer and not p.is_const)
         ins = [f"{v[p.name]}[{'0' if info.args[p.name].shape == () else i}]" for p in k.params
                if p.is_pointer and p.is_const]
         lits = [_lit(a[p.name], p.ctype) for p in k.params if not p.is_pointer and p.name != "n"]
         return f"{v[out]}[{i}] = {_fn(info)}({', '.join(ins + lits)});"
-    if kind == "reduce":
-        g = v["geom"]
-        return (f"{{ const int ro = (int){g}[0]; const long long* oshape = {g} + 1; "
-                f"const long long* ostride = {g} + 1 + ro; const int rr = (int){g}[1 + 2 * ro];\n"
-                f"  long long rem = {i}, base = 0;\n  for (int d = ro - 1; d >= 0; --d) {{ "
-                f"base += (rem % oshape[d]) * ostride[d]; rem /= oshape[d]; }}\n"
-                f"  const {t} acc = {_fn(info, 0)}({v['x']}, base, {_lit(a['nred'], 'long long')}, "
-                f"rr, {g} + 2 + 2 * ro, {g} + 2 + 2 * ro + rr);\n"
-                f"  {v['y']}[{i}] = {_lit(a['mean'], 'int')} ? "
-                f"{_fn(info, 1)}(acc, {_lit(a['count'], t)}) : acc; }}")
     if kind == "matmul":
         m, k, n = (int(a[x]) for x in ("m", "k", "n"))
         # row i_ of a, column j_ of b; a transposed operand is read in place from its source

@@ -9,9 +9,11 @@ the form (``Kernel.form``), so nothing else re-derives the layout.
 
 Every form answers the same questions: ``params`` (the kernel's parameters), ``cuda_body`` /
 ``cpu_body`` (its loops around the op's scalar function), ``index_maps(args)`` (for a recorded
-launch's arguments, geometry as host int64: the iterations n, the output element each writes
-and the input elements each reads) and ``statement(fn, arrays, i, lit)`` (one iteration in a
-generated kernel; ``lit(param)`` is the exact C literal of a scalar argument).
+launch's arguments, geometry as host int64: an ``Access``, the iterations n, the output element
+each writes and the input elements each reads) and ``statement(calls, arrays, i, scalars,
+ctype)`` (one iteration in a generated kernel: ``calls`` the names of the kernel's
+``Kernel.calls``, ``arrays`` its array parameters' names there, ``scalars`` the exact C literals
+of its scalar arguments, ``ctype`` its float C type).
 
 ``Map(extra)``: ``y[i] = f(x[i], *extra)`` for i < n (``MAP``: unary ops; ``SCALAR``: with a
 host scalar ``s``, adds/muls). ``Fill``: ``y[i] = v``. ``Copy``: ``y[oo(i)] = x[oi(i)]``,
@@ -26,15 +28,26 @@ elementwise ops (add, mul, maximum, ...) are ``Zip(("a", "b"))``; where and the 
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from string import Template
 
 import numpy as np
 
 from .. import shapes
 from ..kernels import Param, params
 
-Lit = Callable[[str], str] | None  # a scalar parameter's name -> its exact C literal
+
+@dataclass
+class Access:
+    """What the iterations of one recorded launch touch (``index_maps``): ``n`` iterations;
+    iteration i writes output element ``oo[i]``, reads ``oi[param][i]`` of each input it
+    reads at one element, and elements ``ranges[param][0][i]..[1][i]`` of each it reads
+    across a range (a reduction's positions)."""
+
+    n: int
+    oo: np.ndarray
+    oi: dict[str, np.ndarray] = field(default_factory=dict)
+    ranges: dict[str, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)
 
 
 def _ctype_params(spec: str, ctype: str) -> tuple[Param, ...]:
@@ -71,15 +84,17 @@ class Map:
                 f"        for (long long i = lo; i < hi; ++i) y[i] = "
                 f"{self._call(fn, 'x[i]', self.extra)};\n    }});")
 
-    def index_maps(self, args: dict) -> tuple[int, np.ndarray, dict[str, np.ndarray]]:
+    def index_maps(self, args: dict) -> Access:
         """Iteration i writes y[i] and reads x[i]."""
         n = int(args["n"])
-        return n, np.arange(n), {"x": np.arange(n)}
+        return Access(n, np.arange(n), {"x": np.arange(n)})
 
-    def statement(self, fn: str, arrays: dict[str, str], i: str, lit: Lit = None) -> str:
+    def statement(self, calls: tuple[str, ...], arrays: dict[str, str], i: str,
+                  scalars: dict[str, str], ctype: str) -> str:
         """One iteration in a generated kernel (scalars as exact literals)."""
         x = f"{arrays['x']}[{i}]"
-        return f"{arrays['y']}[{i}] = {self._call(fn, x, tuple(lit(e) for e in self.extra))};"
+        extra = tuple(scalars[e] for e in self.extra)
+        return f"{arrays['y']}[{i}] = {self._call(calls[0], x, extra)};"
 
 
 @dataclass(frozen=True)
@@ -99,14 +114,15 @@ class Fill:
         return ("    gtcpu::parallel_for(n, 1, [=](long long lo, long long hi) {\n"
                 "        for (long long i = lo; i < hi; ++i) y[i] = v;\n    });")
 
-    def index_maps(self, args: dict) -> tuple[int, np.ndarray, dict[str, np.ndarray]]:
+    def index_maps(self, args: dict) -> Access:
         """Iteration i writes y[i] and reads nothing."""
         n = int(args["n"])
-        return n, np.arange(n), {}
+        return Access(n, np.arange(n))
 
-    def statement(self, fn: str | None, arrays: dict[str, str], i: str, lit: Lit = None) -> str:
+    def statement(self, calls: tuple[str, ...], arrays: dict[str, str], i: str,
+                  scalars: dict[str, str], ctype: str) -> str:
         """One iteration in a generated kernel."""
-        return f"{arrays['y']}[{i}] = {lit('v')};"
+        return f"{arrays['y']}[{i}] = {scalars['v']};"
 
 
 @dataclass(frozen=True)
@@ -131,7 +147,7 @@ class Copy:
         """The cpu body: innermost rows (and transposed tiles) across threads."""
         return _CPU_COPY
 
-    def index_maps(self, args: dict) -> tuple[int, np.ndarray, dict[str, np.ndarray]]:
+    def index_maps(self, args: dict) -> Access:
         """Iteration i reads x[oi(i)] and writes y[oo(i)]."""
         n = int(args["n"])
         g = np.asarray(args["geom"], dtype=np.int64)
@@ -141,9 +157,10 @@ class Copy:
         c = _coords(np.arange(n), shape)
         oi = ioff + sum((ci * s for ci, s in zip(c, si)), np.zeros(n, np.int64))
         oo = ooff + sum((ci * s for ci, s in zip(c, so)), np.zeros(n, np.int64))
-        return n, oo, {"x": oi}
+        return Access(n, oo, {"x": oi})
 
-    def statement(self, fn: str | None, arrays: dict[str, str], i: str, lit: Lit = None) -> str:
+    def statement(self, calls: tuple[str, ...], arrays: dict[str, str], i: str,
+                  scalars: dict[str, str], ctype: str) -> str:
         """One iteration in a generated kernel: the same decode as the kernel's."""
         g = arrays["geom"]
         return (f"{{ const int rank = (int){g}[0]; long long rem = {i}, oi = {g}[1 + 2 * rank], "
@@ -151,6 +168,70 @@ class Copy:
                 f"const long long c = rem % {g}[1 + d]; rem /= {g}[1 + d]; "
                 f"oi += c * {g}[1 + rank + d]; oo += c * {g}[2 + 2 * rank + d]; }}\n"
                 f"  {arrays['y']}[oo] = {arrays['x']}[oi]; }}")
+
+
+@dataclass(frozen=True)
+class Reduce:
+    """``y[o] = sum(x over the reduced positions of o)`` (then ``/ count`` if ``mean``), one
+    serial sum per output by the op's sum helper; geom = [ro, out shape[ro], out strides in
+    x[ro], rr, reduced shape[rr], reduced strides in x[rr]] (axes collapsed)."""
+
+    def params(self, ctype: str) -> tuple[Param, ...]:
+        """Kernel parameters: x, y, nout, nred, mean, count, geom."""
+        return _ctype_params("const $T* x, $T* y, long long nout, long long nred, int mean, "
+                             "$T count, const long long* geom", ctype)
+
+    def geometry(self, x_shape: tuple, axes: tuple[int, ...]) -> tuple[int, tuple[int, ...]]:
+        """(nred, geom values) of a contiguous x reduced over ``axes``."""
+        st = shapes.contiguous_strides(x_shape)
+        kept = [i for i in range(len(x_shape)) if i not in axes]
+        odims, (ost,) = shapes.collapse(tuple(x_shape[i] for i in kept),
+                                        tuple(st[i] for i in kept))
+        rdims, (rst,) = shapes.collapse(tuple(x_shape[i] for i in axes),
+                                        tuple(st[i] for i in axes))
+        nred = shapes.size([x_shape[i] for i in axes])
+        if nred == 0:
+            rdims, rst = (), ()
+        return nred, (len(odims), *odims, *ost, len(rdims), *rdims, *rst)
+
+    def cuda_body(self, sum_fn: str, div_fn: str, ctype: str) -> str:
+        """The CUDA/sim body: each output decoded, then the sum helper (and the division)."""
+        return _REDUCE.substitute(T=ctype, SUM=sum_fn, DIV=div_fn)
+
+    def cpu_body(self, sum_fn: str, div_fn: str, add_fn: str, ctype: str) -> str:
+        """The cpu body: column and row sums vectorized across outputs, else the helper."""
+        return _CPU_REDUCE.substitute(T=ctype, ADD=add_fn, DIV=div_fn, SUM=sum_fn)
+
+    def index_maps(self, args: dict) -> Access:
+        """Output o reads x from base(o) + the lowest to base(o) + the highest reduced offset."""
+        nout, nred = int(args["nout"]), int(args["nred"])
+        g = np.asarray(args["geom"], dtype=np.int64)
+        ro = int(g[0])
+        oshape, ostride = g[1:1 + ro], g[1 + ro:1 + 2 * ro]
+        rr = int(g[1 + 2 * ro])
+        rshape, rstride = g[2 + 2 * ro:2 + 2 * ro + rr], g[2 + 2 * ro + rr:2 + 2 * ro + 2 * rr]
+        c = _coords(np.arange(nout), oshape)
+        base = sum((ci * s for ci, s in zip(c, ostride)), np.zeros(nout, np.int64))
+        if nred:
+            rc = _coords(np.arange(nred), rshape)
+            roff = sum((ci * s for ci, s in zip(rc, rstride)), np.zeros(nred, np.int64))
+            lo, hi = int(roff.min()), int(roff.max())
+        else:
+            lo = hi = 0
+        return Access(nout, np.arange(nout), ranges={"x": (base + lo, base + hi)})
+
+    def statement(self, calls: tuple[str, ...], arrays: dict[str, str], i: str,
+                  scalars: dict[str, str], ctype: str) -> str:
+        """One output in a generated kernel: the kernel's decode, the same helper calls."""
+        g, v, t = arrays["geom"], arrays, ctype
+        return (f"{{ const int ro = (int){g}[0]; const long long* oshape = {g} + 1; "
+                f"const long long* ostride = {g} + 1 + ro; const int rr = (int){g}[1 + 2 * ro];\n"
+                f"  long long rem = {i}, base = 0;\n  for (int d = ro - 1; d >= 0; --d) {{ "
+                f"base += (rem % oshape[d]) * ostride[d]; rem /= oshape[d]; }}\n"
+                f"  const {t} acc = {calls[0]}({v['x']}, base, {scalars['nred']}, "
+                f"rr, {g} + 2 + 2 * ro, {g} + 2 + 2 * ro + rr);\n"
+                f"  {v['y']}[{i}] = {scalars['mean']} ? "
+                f"{calls[1]}(acc, {scalars['count']}) : acc; }}")
 
 
 def _coords(i: np.ndarray, shape: np.ndarray) -> list[np.ndarray]:
@@ -232,17 +313,18 @@ class Zip:
             "        }",
             "    });"])
 
-    def statement(self, fn: str, arrays: dict[str, str], i: str, lit: Lit = None) -> str:
+    def statement(self, calls: tuple[str, ...], arrays: dict[str, str], i: str,
+                  scalars: dict[str, str], ctype: str) -> str:
         """One output ``i`` of a recorded launch inside a generated kernel: the same decode and
         the same call, on the generated kernel's array names (``arrays``: param -> name; the
         geometry under "geom")."""
-        g, out = arrays["geom"], arrays["y"]
+        fn, g, out = calls[0], arrays["geom"], arrays["y"]
         lines = [f"{{ const int rank = (int){g}[0];",
                  *self._offsets("  ", i, g, self._offs()),
                  f"  {out}[{i}] = {self._call(fn, tuple(arrays[nm] for nm in self.names))}; }}"]
         return "\n".join(lines)
 
-    def index_maps(self, args: dict) -> tuple[int, np.ndarray, dict[str, np.ndarray]]:
+    def index_maps(self, args: dict) -> Access:
         """For a recorded launch: its n outputs, each written at i, and each input's flat
         offset per output."""
         n = int(args["n"])
@@ -256,7 +338,7 @@ class Zip:
             rem = rem // shape[d]
             for k, name in enumerate(self.names):
                 offs[name] += c * g[1 + (k + 1) * rank + d]
-        return n, np.arange(n), offs
+        return Access(n, np.arange(n), offs)
 
 
 # two float inputs on the cpu: gtcpu::rows2 walks the innermost rows of the broadcast shape
@@ -347,3 +429,67 @@ MAP = Map()  # the unary elementwise ops' form
 SCALAR = Map(("s",))  # adds, muls: a host scalar after x[i]
 FILL = Fill()
 COPY = Copy()  # the movement ops' form
+
+
+# geom = [ro, out_shape[ro], out_strides_in_x[ro], rr, red_shape[rr], red_strides_in_x[rr]],
+# read the same way by the CUDA and the CPU body.
+_GEOM = """\
+    const int ro = (int)geom[0];
+    const long long* oshape = geom + 1;
+    const long long* ostride = geom + 1 + ro;
+    const int rr = (int)geom[1 + 2 * ro];
+    const long long* rshape = geom + 2 + 2 * ro;
+    const long long* rstride = geom + 2 + 2 * ro + rr;
+"""
+
+_REDUCE = Template(_GEOM + """\
+    const long long step = (long long)gridDim.x * blockDim.x;
+    for (long long o = (long long)blockIdx.x * blockDim.x + threadIdx.x; o < nout; o += step) {
+        long long rem = o, base = 0;
+        for (int d = ro - 1; d >= 0; --d) {
+            base += (rem % oshape[d]) * ostride[d];
+            rem /= oshape[d];
+        }
+        const $T acc = $SUM(x, base, nred, rr, rshape, rstride);
+        y[o] = mean ? $DIV(acc, count) : acc;
+    }""")
+
+# CPU body, same geometry. Each output slot is still one serial sum in row-major order, first
+# element first. Two layouts get loops the compiler vectorizes across output slots: a column
+# sum (one reduced axis outside one contiguous kept axis: y[o] = x[o], then y[o] = y[o] +
+# x[r*rs + o] for r ascending) and a row sum over a contiguous run; the rest is the CUDA body's
+# serial sum (the SUM device function).
+_CPU_REDUCE = Template(_GEOM + """\
+    if (ro == 1 && rr == 1 && ostride[0] == 1 && nred > 0) {
+        const long long rs = rstride[0];
+        gtcpu::parallel_for(nout, nred, [=](long long lo, long long hi) {
+            for (long long o = lo; o < hi; ++o) y[o] = x[o];
+            for (long long r = 1; r < nred; ++r) {
+                const $T* xr = x + r * rs;
+                for (long long o = lo; o < hi; ++o) y[o] = $ADD(y[o], xr[o]);
+            }
+            if (mean)
+                for (long long o = lo; o < hi; ++o) y[o] = $DIV(y[o], count);
+        });
+        return;
+    }
+    gtcpu::parallel_for(nout, nred, [=](long long lo, long long hi) {
+        for (long long o = lo; o < hi; ++o) {
+            long long rem = o, base = 0;
+            for (int d = ro - 1; d >= 0; --d) {
+                base += (rem % oshape[d]) * ostride[d];
+                rem /= oshape[d];
+            }
+            $T acc = ($T)0;
+            if (rr == 1 && rstride[0] == 1) {
+                const $T* xr = x + base;
+                if (nred > 0) acc = xr[0];
+                for (long long r = 1; r < nred; ++r) acc = $ADD(acc, xr[r]);
+            } else {
+                acc = $SUM(x, base, nred, rr, rshape, rstride);
+            }
+            y[o] = mean ? $DIV(acc, count) : acc;
+        }
+    });""")
+
+REDUCE = Reduce()  # sum, mean, sum_to

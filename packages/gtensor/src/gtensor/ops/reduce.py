@@ -14,32 +14,10 @@ import numpy as np
 
 from .. import shapes
 from ..dtypes import FLOATS, FloatType
-from ..kernels import DeviceFn, Kernel, params
+from ..kernels import DeviceFn, Kernel
 from .elementwise import ADD, BLOCK, DIV, grid_for, of
+from .forms import REDUCE
 from .registry import Op, register
-
-# geom = [ro, out_shape[ro], out_strides_in_x[ro], rr, red_shape[rr], red_strides_in_x[rr]],
-# read the same way by the CUDA and the CPU body.
-_GEOM = """\
-    const int ro = (int)geom[0];
-    const long long* oshape = geom + 1;
-    const long long* ostride = geom + 1 + ro;
-    const int rr = (int)geom[1 + 2 * ro];
-    const long long* rshape = geom + 2 + 2 * ro;
-    const long long* rstride = geom + 2 + 2 * ro + rr;
-"""
-
-_REDUCE = Template(_GEOM + """\
-    const long long step = (long long)gridDim.x * blockDim.x;
-    for (long long o = (long long)blockIdx.x * blockDim.x + threadIdx.x; o < nout; o += step) {
-        long long rem = o, base = 0;
-        for (int d = ro - 1; d >= 0; --d) {
-            base += (rem % oshape[d]) * ostride[d];
-            rem /= oshape[d];
-        }
-        const $T acc = $SUM(x, base, nred, rr, rshape, rstride);
-        y[o] = mean ? $DIV(acc, count) : acc;
-    }""")
 
 # One output of a reduction: the serial sum, first element first, over the reduced positions
 # (geometry rshape/rstride from ``base``); the per-node kernel and fused kernels both call it.
@@ -64,57 +42,15 @@ SUM = {ft: DeviceFn(ft.fn("sum"), _SUM.substitute(T=ft.ctype, NAME=ft.fn("sum"),
        for ft in FLOATS}
 
 
-# CPU body, same geometry. Each output slot is still one serial sum in row-major order, first
-# element first. Two layouts get loops the compiler vectorizes across output slots: a column
-# sum (one reduced axis outside one contiguous kept axis: y[o] = x[o], then y[o] = y[o] +
-# x[r*rs + o] for r ascending) and a row sum over a contiguous run; the rest is the CUDA body's
-# serial sum (the SUM device function).
-_CPU_REDUCE = Template(_GEOM + """\
-    if (ro == 1 && rr == 1 && ostride[0] == 1 && nred > 0) {
-        const long long rs = rstride[0];
-        gtcpu::parallel_for(nout, nred, [=](long long lo, long long hi) {
-            for (long long o = lo; o < hi; ++o) y[o] = x[o];
-            for (long long r = 1; r < nred; ++r) {
-                const $T* xr = x + r * rs;
-                for (long long o = lo; o < hi; ++o) y[o] = $ADD(y[o], xr[o]);
-            }
-            if (mean)
-                for (long long o = lo; o < hi; ++o) y[o] = $DIV(y[o], count);
-        });
-        return;
-    }
-    gtcpu::parallel_for(nout, nred, [=](long long lo, long long hi) {
-        for (long long o = lo; o < hi; ++o) {
-            long long rem = o, base = 0;
-            for (int d = ro - 1; d >= 0; --d) {
-                base += (rem % oshape[d]) * ostride[d];
-                rem /= oshape[d];
-            }
-            $T acc = ($T)0;
-            if (rr == 1 && rstride[0] == 1) {
-                const $T* xr = x + base;
-                if (nred > 0) acc = xr[0];
-                for (long long r = 1; r < nred; ++r) acc = $ADD(acc, xr[r]);
-            } else {
-                acc = $SUM(x, base, nred, rr, rshape, rstride);
-            }
-            y[o] = mean ? $DIV(acc, count) : acc;
-        }
-    });""")
-
-
 def _cpu_kernels(ft: FloatType) -> list[Kernel]:
-    body = _CPU_REDUCE.substitute(T=ft.ctype, ADD=ADD[ft].cname, DIV=DIV[ft].cname,
-                                  SUM=SUM[ft].name)
-    return [Kernel(k.name, k.params, body) for k in _kernels(ft)]
+    body = REDUCE.cpu_body(SUM[ft].name, DIV[ft].cname, ADD[ft].cname, ft.ctype)
+    return [Kernel(k.name, k.params, body, form=k.form) for k in _kernels(ft)]
 
 
 def _kernels(ft: FloatType) -> list[Kernel]:
-    t = ft.ctype
-    sig = params(f"const {t}* x, {t}* y, long long nout, long long nred, int mean, {t} count, "
-                 "const long long* geom")
-    body = _REDUCE.substitute(T=t, SUM=SUM[ft].name, DIV=DIV[ft].cname)
-    return [Kernel(ft.kernel("reduce"), sig, body, "reduce", (SUM[ft], DIV[ft]))]
+    body = REDUCE.cuda_body(SUM[ft].name, DIV[ft].cname, ft.ctype)
+    return [Kernel(ft.kernel("reduce"), REDUCE.params(ft.ctype), body, "reduce",
+                   (SUM[ft], DIV[ft]), REDUCE)]
 
 
 def serial_sum(x: np.ndarray, axes: tuple[int, ...]) -> np.ndarray:
@@ -141,16 +77,9 @@ def _launch_reduce(rt, ks, x, out, axes: tuple[int, ...], mean: bool) -> None:
     nout = out.size
     if not nout:
         return
-    st = shapes.contiguous_strides(x.shape)
-    kept = [i for i in range(x.ndim) if i not in axes]
-    odims, (ost,) = shapes.collapse(tuple(x.shape[i] for i in kept), tuple(st[i] for i in kept))
-    rdims, (rst,) = shapes.collapse(tuple(x.shape[i] for i in axes), tuple(st[i] for i in axes))
-    nred = shapes.size([x.shape[i] for i in axes])
-    if nred == 0:
-        rdims, rst = (), ()
-    geom = rt.geom((len(odims), *odims, *ost, len(rdims), *rdims, *rst))
+    nred, geom = REDUCE.geometry(x.shape, axes)
     rt.launch(ks["reduce"], grid_for(nout), BLOCK,
-              (x, out, nout, nred, int(mean), of(out).scalar(nred), geom))
+              (x, out, nout, nred, int(mean), of(out).scalar(nred), rt.geom(geom)))
 
 
 # --------------------------------------------------------------------------- sum / mean
