@@ -160,12 +160,6 @@ def analyse(index: int, launch: Launch) -> Info:
         info.n, info.oo = acc.n, acc.oo
         info.oi.update(acc.oi)
         info.ranges.update(acc.ranges)
-    elif kind == "elementwise":  # array inputs at i (0-d ones at 0: read whole)
-        n = int(args["n"])
-        info.n, info.oo = n, np.arange(n)
-        for param, b in info.reads:
-            if b.shape != ():
-                info.oi[param] = np.arange(n)
     elif kind == "matmul":
         info.n = int(args["batch"]) * int(args["m"]) * int(args["n"])
     return info

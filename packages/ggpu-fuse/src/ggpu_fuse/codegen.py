@@ -86,12 +86,6 @@ def _statement(info: Info, v: dict[str, str], i: str) -> str:
         scalars = {p.name: _lit(a[p.name], p.ctype) for p in k.params if not p.is_pointer}
         calls = tuple(_fn(info, j) for j in range(len(k.calls)))
         return k.form.statement(calls, v, i, scalars, t)
-    if kind == "elementwise":
-        out = next(p.name for p in k.params if p.is_pointer and not p.is_const)
-        ins = [f"{v[p.name]}[{'0' if info.args[p.name].shape == () else i}]" for p in k.params
-               if p.is_pointer and p.is_const]
-        lits = [_lit(a[p.name], p.ctype) for p in k.params if not p.is_pointer and p.name != "n"]
-        return f"{v[out]}[{i}] = {_fn(info)}({', '.join(ins + lits)});"
     if kind == "matmul":
         m, k, n = (int(a[x]) for x in ("m", "k", "n"))
         # row i_ of a, column j_ of b; a transposed operand is read in place from its source

@@ -234,6 +234,56 @@ class Reduce:
                 f"{calls[1]}(acc, {scalars['count']}) : acc; }}")
 
 
+@dataclass(frozen=True)
+class Pointwise:
+    """``y[i] = f(a0[i], ..., s0, ..., h0, ...)`` for i < n: array inputs read at i, 0-d array
+    inputs (``at0``: a device scalar such as Adam's lr_t) read once at 0, then host scalars
+    (``scalars``) -- the fused optimizer updates (kind ``elementwise``)."""
+
+    arrays: tuple[str, ...]  # the array inputs, in call order
+    at0: tuple[tuple[str, str], ...] = ()  # (0-d array input, its local) read at 0
+    scalars: tuple[str, ...] = ()  # host scalars of the float type, after the arrays
+    grain: int = 8  # the cpu body's parallel_for grain
+
+    def params(self, ctype: str) -> tuple[Param, ...]:
+        """Kernel parameters: the inputs, y, n, the host scalars."""
+        ins = "".join(f"const $T* {a}, " for a in self.arrays)
+        return _ctype_params(ins + "$T* y, long long n" + "".join(
+            f", $T {s}" for s in self.scalars), ctype)
+
+    def _args(self, i: str) -> str:
+        local = dict(self.at0)
+        return ", ".join([*(local.get(a, f"{a}[{i}]") for a in self.arrays), *self.scalars])
+
+    def _head(self, ctype: str) -> str:
+        return "".join(f"    const {ctype} {loc} = {a}[0];\n" for a, loc in self.at0)
+
+    def cuda_body(self, fn: str, ctype: str) -> str:
+        """The CUDA/sim body: the 0-d inputs read once, then a grid-stride loop."""
+        return f"{self._head(ctype)}{_GRID_LOOP}\n        y[i] = {fn}({self._args('i')});"
+
+    def cpu_body(self, fn: str, ctype: str) -> str:
+        """The cpu body: the same call in a loop split across threads."""
+        return (f"{self._head(ctype)}    gtcpu::parallel_for(n, {self.grain}, "
+                "[=](long long lo, long long hi) {\n"
+                f"        for (long long i = lo; i < hi; ++i) y[i] = {fn}({self._args('i')});"
+                "\n    });")
+
+    def index_maps(self, args: dict) -> Access:
+        """Iteration i writes y[i] and reads every array input at i (the 0-d ones whole)."""
+        n = int(args["n"])
+        zero_d = {a for a, _ in self.at0}
+        return Access(n, np.arange(n), {a: np.arange(n) for a in self.arrays if a not in zero_d})
+
+    def statement(self, calls: tuple[str, ...], arrays: dict[str, str], i: str,
+                  scalars: dict[str, str], ctype: str) -> str:
+        """One iteration in a generated kernel (host scalars as exact literals)."""
+        zero_d = {a for a, _ in self.at0}
+        ins = [f"{arrays[a]}[{'0' if a in zero_d else i}]" for a in self.arrays]
+        ins += [scalars[s] for s in self.scalars]
+        return f"{arrays['y']}[{i}] = {calls[0]}({', '.join(ins)});"
+
+
 def _coords(i: np.ndarray, shape: np.ndarray) -> list[np.ndarray]:
     """Row-major coordinates of flat indices ``i`` over ``shape`` (as the kernels decode)."""
     out = []
@@ -493,3 +543,7 @@ _CPU_REDUCE = Template(_GEOM + """\
     });""")
 
 REDUCE = Reduce()  # sum, mean, sum_to
+# the fused optimizer updates: y[i] = F(x[i], g[i], p[i], scale[0], k, c, alpha) and
+# y[i] = gt_adam_p(p[i], m[i], v[i], lr_t[0], eps)
+UPDATE = Pointwise(("x", "g", "p", "scale"), (("scale", "sc"),), ("k", "c", "alpha"))
+ADAM_P = Pointwise(("p", "m", "v", "lr_t"), (("lr_t", "lr"),), ("eps",))

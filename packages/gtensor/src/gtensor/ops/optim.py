@@ -19,14 +19,14 @@ hand computations), in one launch instead of about twelve.
 
 from __future__ import annotations
 
-from string import Template
-
 import numpy as np
 
 from ..dtypes import FLOATS, FloatType
-from ..kernels import Kernel, params
+from ..kernels import Kernel
 from ..scalar.dsl import ScalarFn, scalar_fn
 from .elementwise import BLOCK, grid_for, of
+from .forms import ADAM_P as FORM_ADAM_P
+from .forms import UPDATE
 from .registry import Op, register
 
 
@@ -72,54 +72,26 @@ ADAM_P = {ft: scalar_fn(ft.fn("adam_p"), (ft.suffix,) * 5, ft.suffix)(
     lambda m, p, mo, v, lr_t, eps: p - (mo * lr_t) / (m.sqrt(v) + eps))
     for ft in FLOATS}
 
-# y[i] = F(x[i], g[i], p[i], scale[0], k, c, alpha)
-_UPDATE = Template("""\
-    const $T sc = scale[0];
-    const long long step = (long long)gridDim.x * blockDim.x;
-    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += step)
-        y[i] = $FN(x[i], g[i], p[i], sc, k, c, alpha);""")
-_CPU_UPDATE = Template("""\
-    const $T sc = scale[0];
-    gtcpu::parallel_for(n, 8, [=](long long lo, long long hi) {
-        for (long long i = lo; i < hi; ++i) y[i] = $FN(x[i], g[i], p[i], sc, k, c, alpha);
-    });""")
-# y[i] = gt_adam_p(p[i], m[i], v[i], lr_t[0], eps)
-_ADAM_P = Template("""\
-    const $T lr = lr_t[0];
-    const long long step = (long long)gridDim.x * blockDim.x;
-    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += step)
-        y[i] = $FN(p[i], m[i], v[i], lr, eps);""")
-_CPU_ADAM_P = Template("""\
-    const $T lr = lr_t[0];
-    gtcpu::parallel_for(n, 8, [=](long long lo, long long hi) {
-        for (long long i = lo; i < hi; ++i) y[i] = $FN(p[i], m[i], v[i], lr, eps);
-    });""")
-
-
-def _update_kernels(name: str, fns: dict, template: Template, cpu: bool = False):
+def _update_kernels(name: str, fns: dict, cpu: bool = False):
     def kernels(ft: FloatType) -> list[Kernel]:
-        t = ft.ctype
-        sig = params(f"const {t}* x, const {t}* g, const {t}* p, const {t}* scale, {t}* y, "
-                     f"long long n, {t} k, {t} c, {t} alpha")
+        body = UPDATE.cpu_body if cpu else UPDATE.cuda_body
         out = []
         for clip in (False, True):
             for l2 in (False, True):
                 fn = fns[(ft, clip, l2)]
-                out.append(Kernel(ft.kernel(_variant(name, clip, l2)), sig,
-                                  template.substitute(T=t, FN=fn.cname),
-                                  "elementwise", (fn,)))
+                out.append(Kernel(ft.kernel(_variant(name, clip, l2)), UPDATE.params(ft.ctype),
+                                  body(fn.cname, ft.ctype), "elementwise", (fn,), UPDATE))
         return out
 
     return kernels
 
 
-def _adam_p_kernels(template: Template):
+def _adam_p_kernels(cpu: bool = False):
     def kernels(ft: FloatType) -> list[Kernel]:
-        t = ft.ctype
-        sig = params(f"const {t}* p, const {t}* m, const {t}* v, const {t}* lr_t, {t}* y, "
-                     f"long long n, {t} eps")
-        return [Kernel(ft.kernel("adam_p"), sig, template.substitute(T=t, FN=ADAM_P[ft].cname),
-                       "elementwise", (ADAM_P[ft],))]
+        body = (FORM_ADAM_P.cpu_body if cpu else FORM_ADAM_P.cuda_body)(ADAM_P[ft].cname,
+                                                                          ft.ctype)
+        return [Kernel(ft.kernel("adam_p"), FORM_ADAM_P.params(ft.ctype), body, "elementwise",
+                       (ADAM_P[ft],), FORM_ADAM_P)]
 
     return kernels
 
@@ -170,9 +142,9 @@ def _update_op(name: str, fns: dict, coef: str, doc: str) -> Op:
                       BLOCK, (*ins, out, out.size, *host(x, a[coef], a["alpha"])))
 
     return register(Op(name, ("x", "g", "p", "scale"), (coef, "alpha", "clip"),
-                       _infer(name, 1), reference, _update_kernels(name, fns, _UPDATE),
+                       _infer(name, 1), reference, _update_kernels(name, fns),
                        launch, None, doc, {"alpha": 0.0, "clip": False},
-                       cpu=_update_kernels(name, fns, _CPU_UPDATE)))
+                       cpu=_update_kernels(name, fns, cpu=True)))
 
 
 _update_op("adam_m", ADAM_M, "beta",
@@ -193,8 +165,8 @@ def _adam_p_launch(rt, ks, ins, out, *, eps):
 
 
 register(Op("adam_p", ("p", "m", "v", "lr_t"), ("eps",), _infer("adam_p", 1), _adam_p_reference,
-            _adam_p_kernels(_ADAM_P), _adam_p_launch, None,
+            _adam_p_kernels(), _adam_p_launch, None,
             "Adam's new parameter: p - (m * lr_t) / (sqrt(v) + eps), lr_t a 0-d array",
-            cpu=_adam_p_kernels(_CPU_ADAM_P)))
+            cpu=_adam_p_kernels(cpu=True)))
 
 UPDATE_OPS = ("adam_m", "adam_v", "adam_p", "sgd_p")
