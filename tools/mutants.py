@@ -139,7 +139,7 @@ TEXT_MUTANTS = [
      "            total = s;\n        }", "softmax: barrier after the sum removed"),
     (f"{GT}/src/gtensor/ops/softmax.py", "for (int h = nt / 2; h > 0; h >>= 1)",
      "for (int h = nt / 2; h > 1; h >>= 1)", "softmax: max tree stops one level early"),
-    (f"{GT}/src/gtensor/ops/softmax.py", "$BODY\n        __syncthreads();", "$BODY",
+    (f"{GT}/src/gtensor/ops/forms.py", "$BODY\n        __syncthreads();", "$BODY",
      "softmax rows: barrier between rows of one block removed"),
     (f"{GT}/src/gtensor/ops/linalg.py", "acc = $MUL(a[0], b[0]);",
      "acc = $ADD(($T)0, $MUL(a[0], b[0]));", "matmul kernel: accumulator starts at +0.0"),

@@ -195,7 +195,7 @@ def test_op_kernels_same_bits_under_every_schedule(simbe, case, data, monkeypatc
 def test_row_kernels_with_more_rows_than_blocks(simbe, op, monkeypatch):
     """More rows than MAX_ROW_BLOCKS: a block runs several rows (the barrier between rows)."""
     import gtensor
-    from gtensor.ops.softmax import MAX_ROW_BLOCKS
+    from gtensor.ops.forms import MAX_ROW_BLOCKS
 
     ref = gtensor.backend("numpy")
     rng = np.random.default_rng(41)

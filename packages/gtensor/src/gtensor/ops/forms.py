@@ -29,6 +29,7 @@ elementwise ops (add, mul, maximum, ...) are ``Zip(("a", "b"))``; where and the 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from math import prod
 from string import Template
 
 import numpy as np
@@ -282,6 +283,55 @@ class Pointwise:
         ins = [f"{arrays[a]}[{'0' if a in zero_d else i}]" for a in self.arrays]
         ins += [scalars[s] for s in self.scalars]
         return f"{arrays['y']}[{i}] = {calls[0]}({', '.join(ins)});"
+
+
+ROW_THREADS = 128  # threads of a row block (at most; a power of two)
+MAX_ROW_BLOCKS = 4096
+
+
+def row_geometry(shape: tuple, axis: int) -> tuple[int, int, int]:
+    """(A, R, B): rows before the axis, the axis length, elements after it."""
+    return prod(shape[:axis]), shape[axis], prod(shape[axis + 1:])
+
+
+@dataclass(frozen=True)
+class Rows:
+    """A block per row: the rows along one axis of (A, R, B) (row r's R elements B apart,
+    starting at ``base``), each block running the op's own row body (softmax, log_softmax,
+    logsumexp and their backward helpers). Rows keep their own launch: fusion does not read
+    into them."""
+
+    ins: tuple[str, ...]
+    outs: tuple[str, ...]
+
+    def params(self, ctype: str) -> tuple[Param, ...]:
+        """Kernel parameters: the inputs, the outputs, A, R, B."""
+        return _ctype_params("".join(f"const $T* {a}, " for a in self.ins)
+                             + "".join(f"$T* {a}, " for a in self.outs)
+                             + "long long A, long long R, long long B", ctype)
+
+    @staticmethod
+    def shared_buffer(ctype: str) -> str:
+        """The declaration of the row max tree's shared buffer (``buf``)."""
+        return f"    __shared__ {ctype} buf[{ROW_THREADS}];\n"
+
+    def launch(self, shape: tuple, axis: int) -> tuple[int, int, tuple[int, int, int]] | None:
+        """(grid, block, (A, R, B)) of the rows of ``shape`` along ``axis`` (None: empty)."""
+        a, r, b = row_geometry(shape, axis)
+        if a * r * b == 0:
+            return None
+        nt = 1
+        while nt < min(r, ROW_THREADS):
+            nt *= 2
+        return min(a * b, MAX_ROW_BLOCKS), nt, (a, r, b)
+
+    def cuda_body(self, body: str, ctype: str, shared: str = "") -> str:
+        """The CUDA/sim body: ``body`` for each row of the block's grid-stride rows."""
+        return _ROWS.substitute(T=ctype, BODY=body, SHARED=shared)
+
+    def cpu_body(self, body: str) -> str:
+        """The cpu body: rows split across threads, each row by one thread in order."""
+        return _CPU_ROWS.substitute(BODY=body)
 
 
 def _coords(i: np.ndarray, shape: np.ndarray) -> list[np.ndarray]:
@@ -547,3 +597,27 @@ REDUCE = Reduce()  # sum, mean, sum_to
 # y[i] = gt_adam_p(p[i], m[i], v[i], lr_t[0], eps)
 UPDATE = Pointwise(("x", "g", "p", "scale"), (("scale", "sc"),), ("k", "c", "alpha"))
 ADAM_P = Pointwise(("p", "m", "v", "lr_t"), (("lr_t", "lr"),), ("eps",))
+
+
+_ROWS = Template("""\
+$SHARED    __shared__ $T total;
+    const long long rows = A * B;
+    const int t = threadIdx.x, nt = blockDim.x;
+    for (long long row = blockIdx.x; row < rows; row += gridDim.x) {
+        const long long base = (row / B) * R * B + row % B;
+$BODY
+        __syncthreads();
+    }""")
+
+# CPU bodies: rows split across threads, each row run by one thread in the defined order (the
+# max left to right; the serial sums first element first). Row r's elements are B apart.
+_CPU_ROWS = Template("""\
+    gtcpu::parallel_for(A * B, R * 8, [=](long long lo, long long hi) {
+        for (long long row = lo; row < hi; ++row) {
+            const long long base = (row / B) * R * B + row % B;
+$BODY
+        }
+    });""")
+
+XY_ROWS = Rows(("x",), ("y",))  # softmax, log_softmax, logsumexp
+GY_ROWS = Rows(("g", "y"), ("out",))  # their backward helpers

@@ -20,20 +20,12 @@ from string import Template
 import numpy as np
 
 from ..dtypes import FloatType
-from ..kernels import Kernel, params
+from ..kernels import Kernel
 from .elementwise import ADD, EXP, LOG, MUL, SUB, of
+from .forms import GY_ROWS, XY_ROWS, Rows, row_geometry
 from .reduce import serial_sum
 from .registry import Op, register
-from .softmax import (
-    _CPU_ROWS,
-    _ROWS,
-    ROW_MAX_TREE,
-    ROW_THREADS,
-    _fns,
-    _infer_axis,
-    _launch_rows,
-    row_geometry,
-)
+from .softmax import ROW_MAX_TREE, _fns, _infer_axis, _launch_rows
 
 _ROW_MAX = ROW_MAX_TREE + """\
         mx = $ADD(buf[0], ($T)0);
@@ -117,18 +109,17 @@ def _f(ft: FloatType) -> dict[str, str]:
     return {**_fns(ft), "LOG": LOG[ft].cname, "INF": ft.literal(np.inf)}
 
 
-def _kernels(name: str, sig: str, cuda: Template, cpu_t: Template, calls, shared: bool):
+def _kernels(name: str, form: Rows, cuda: Template, cpu_t: Template, calls, shared: bool):
     def cuda_kernels(ft: FloatType) -> list[Kernel]:
         t, f = ft.ctype, _f(ft)
-        pre = f"    __shared__ {t} buf[{ROW_THREADS}];\n" if shared else ""
-        body = _ROWS.substitute(f, BODY=cuda.substitute(f), SHARED=pre)
-        return [Kernel(ft.kernel(name), params(Template(sig).substitute(T=t)), body, "rows",
-                       tuple(c[ft] for c in calls))]
+        pre = form.shared_buffer(t) if shared else ""
+        body = form.cuda_body(cuda.substitute(f), t, pre)
+        return [Kernel(ft.kernel(name), form.params(t), body, "rows",
+                       tuple(c[ft] for c in calls), form)]
 
     def cpu_kernels(ft: FloatType) -> list[Kernel]:
-        f = _f(ft)
-        text = _CPU_ROWS.substitute(f, BODY=cpu_t.substitute(f))
-        return [Kernel(k.name, k.params, text) for k in cuda_kernels(ft)]
+        text = form.cpu_body(cpu_t.substitute(_f(ft)))
+        return [Kernel(k.name, k.params, text, form=form) for k in cuda_kernels(ft)]
 
     return cuda_kernels, cpu_kernels
 
@@ -200,13 +191,11 @@ def _log_softmax_grad_vjp(be, gg, ins, out, needs, axis):
 
 
 _SM_CALLS = (EXP, SUB, ADD, LOG)
-_ls_cuda, _ls_cpu = _kernels("log_softmax", "const $T* x, $T* y, long long A, long long R, "
-                             "long long B", _LOG_SOFTMAX, _CPU_LOG_SOFTMAX, _SM_CALLS, True)
-_lsg_cuda, _lsg_cpu = _kernels("log_softmax_grad", "const $T* g, const $T* y, $T* out, "
-                               "long long A, long long R, long long B", _LOG_SOFTMAX_GRAD,
+_ls_cuda, _ls_cpu = _kernels("log_softmax", XY_ROWS, _LOG_SOFTMAX, _CPU_LOG_SOFTMAX, _SM_CALLS,
+                             True)
+_lsg_cuda, _lsg_cpu = _kernels("log_softmax_grad", GY_ROWS, _LOG_SOFTMAX_GRAD,
                                _CPU_LOG_SOFTMAX_GRAD, (EXP, SUB, ADD, MUL), False)
-_lse_cuda, _lse_cpu = _kernels("logsumexp", "const $T* x, $T* y, long long A, long long R, "
-                               "long long B", _LOGSUMEXP, _CPU_LOGSUMEXP, _SM_CALLS, True)
+_lse_cuda, _lse_cpu = _kernels("logsumexp", XY_ROWS, _LOGSUMEXP, _CPU_LOGSUMEXP, _SM_CALLS, True)
 
 
 def _with_max(kernels):
@@ -214,7 +203,7 @@ def _with_max(kernels):
     from .elementwise import MAX
 
     def wrapped(ft: FloatType) -> list[Kernel]:
-        return [Kernel(k.name, k.params, k.body, k.kind, (MAX[ft], *k.calls))
+        return [Kernel(k.name, k.params, k.body, k.kind, (MAX[ft], *k.calls), k.form)
                 for k in kernels(ft)]
 
     return wrapped

@@ -13,33 +13,20 @@ serial sums on thread 0 (the sum order is the definition, so it is not a tree).
 
 from __future__ import annotations
 
-from math import prod
 from string import Template
 
 import numpy as np
 
 from .. import shapes
 from ..dtypes import FloatType
-from ..kernels import Kernel, params
+from ..kernels import Kernel
 from .elementwise import ADD, DIV, EXP, MAX, MUL, SUB, of
+from .forms import GY_ROWS, ROW_THREADS, XY_ROWS
 from .reduce import serial_sum
 from .registry import Op, register
 
-ROW_THREADS = 128
-MAX_ROW_BLOCKS = 4096
-
 # MAX (elementwise.py): NaN-propagating max; here only where the order of comparisons cannot
 # matter (see above).
-
-_ROWS = Template("""\
-$SHARED    __shared__ $T total;
-    const long long rows = A * B;
-    const int t = threadIdx.x, nt = blockDim.x;
-    for (long long row = blockIdx.x; row < rows; row += gridDim.x) {
-        const long long base = (row / B) * R * B + row % B;
-$BODY
-        __syncthreads();
-    }""")
 
 # The row max of a block-per-row kernel: each thread's strided max, then a shared-memory tree
 # (leaves the max in buf[0]); log_softmax and logsumexp use it too.
@@ -84,16 +71,6 @@ _SOFTMAX_GRAD = Template("""\
         for (long long r = t; r < R; r += nt) outr[r * B] = $MUL(yr[r * B], $SUB(gr[r * B], d));""")
 
 
-# CPU bodies: rows split across threads, each row run by one thread in the defined order (the
-# max left to right; the serial sums first element first). Row r's elements are B apart.
-_CPU_ROWS = Template("""\
-    gtcpu::parallel_for(A * B, R * 8, [=](long long lo, long long hi) {
-        for (long long row = lo; row < hi; ++row) {
-            const long long base = (row / B) * R * B + row % B;
-$BODY
-        }
-    });""")
-
 _CPU_SOFTMAX = Template("""\
             const $T* xr = x + base;
             $T* yr = y + base;
@@ -116,8 +93,8 @@ _CPU_SOFTMAX_GRAD = Template("""\
 def _cpu_kernels(cuda, body: Template):
     def kernels(ft: FloatType) -> list[Kernel]:
         f = _fns(ft)
-        text = _CPU_ROWS.substitute(f, BODY=body.substitute(f))
-        return [Kernel(k.name, k.params, text) for k in cuda(ft)]
+        return [Kernel(k.name, k.params, k.form.cpu_body(body.substitute(f)), form=k.form)
+                for k in cuda(ft)]
 
     return kernels
 
@@ -130,38 +107,25 @@ def _fns(ft: FloatType) -> dict[str, str]:
 
 def _softmax_kernels(ft: FloatType) -> list[Kernel]:
     t, f = ft.ctype, _fns(ft)
-    body = _ROWS.substitute(f, BODY=_SOFTMAX.substitute(f),
-                            SHARED=f"    __shared__ {t} buf[{ROW_THREADS}];\n")
-    sig = params(f"const {t}* x, {t}* y, long long A, long long R, long long B")
-    return [Kernel(ft.kernel("softmax"), sig, body, "rows",
-                   (MAX[ft], EXP[ft], SUB[ft], ADD[ft], DIV[ft]))]
+    body = XY_ROWS.cuda_body(_SOFTMAX.substitute(f), t, XY_ROWS.shared_buffer(t))
+    return [Kernel(ft.kernel("softmax"), XY_ROWS.params(t), body, "rows",
+                   (MAX[ft], EXP[ft], SUB[ft], ADD[ft], DIV[ft]), XY_ROWS)]
 
 
 def _softmax_grad_kernels(ft: FloatType) -> list[Kernel]:
     t, f = ft.ctype, _fns(ft)
-    body = _ROWS.substitute(f, BODY=_SOFTMAX_GRAD.substitute(f), SHARED="")
-    sig = params(f"const {t}* g, const {t}* y, {t}* out, long long A, long long R, long long B")
-    return [Kernel(ft.kernel("softmax_grad"), sig, body, "rows", (MUL[ft], ADD[ft], SUB[ft]))]
-
-
-def row_geometry(shape: tuple, axis: int) -> tuple[int, int, int]:
-    """(A, R, B): rows before the axis, the axis length, elements after it."""
-    return prod(shape[:axis]), shape[axis], prod(shape[axis + 1:])
-
-
-def _row_threads(r: int) -> int:
-    """Threads per row block: a power of two, at most ROW_THREADS."""
-    nt = 1
-    while nt < min(r, ROW_THREADS):
-        nt *= 2
-    return nt
+    body = GY_ROWS.cuda_body(_SOFTMAX_GRAD.substitute(f), t)
+    return [Kernel(ft.kernel("softmax_grad"), GY_ROWS.params(t), body, "rows",
+                   (MUL[ft], ADD[ft], SUB[ft]), GY_ROWS)]
 
 
 def _launch_rows(rt, kernel: Kernel, arrays: tuple, shape: tuple, axis: int) -> None:
-    a, r, b = row_geometry(shape, axis)
-    if a * r * b == 0:
-        return
-    rt.launch(kernel, min(a * b, MAX_ROW_BLOCKS), _row_threads(r), (*arrays, a, r, b))
+    """Enqueue a block-per-row kernel over the rows of ``shape`` along ``axis`` (its form's
+    geometry and launch dims)."""
+    launch = kernel.form.launch(shape, axis)
+    if launch is not None:
+        grid, block, geom = launch
+        rt.launch(kernel, grid, block, (*arrays, *geom))
 
 
 def _infer_axis(op: str):
