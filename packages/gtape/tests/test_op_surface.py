@@ -63,3 +63,26 @@ def test_stub_types_inputs_by_their_declared_types():
     assert "def take(x: FloatOperand, ids: IndexOperand, axis: int = 0) -> Var:" in text
     for name in sorted(set(gtensor.REGISTRY) - set(ops.INTERNAL)):
         assert f"\ndef {name}(" in text
+
+
+def test_an_op_without_a_function_gets_one_from_the_registry():
+    """An op defined only in gtensor is still a gtape function (its inputs, attrs, defaults and
+    doc from the registry), computing what the written one computes, bit for bit."""
+    import numpy as np
+
+    made = {n: ops._from_registry(gtensor.REGISTRY[n]) for n in ("maximum", "sum", "concat",
+                                                                 "index_weight")}
+    for n, fn in made.items():
+        assert fn.__name__ == n and fn.from_registry and fn.__doc__
+    assert str(inspect.signature(made["sum"])) == "(x, axis=None, keepdims=False) -> 'Var'"
+    tp = g.Tape()
+    a = tp.param(np.array([1.0, -0.0, 3.0]))
+    b = tp.const(np.array([0.0, 0.0, np.nan]))
+    for got, want in ((made["maximum"](a, b), g.maximum(a, b)),
+                      (made["sum"](a, keepdims=True), g.sum(a, keepdims=True)),
+                      (made["concat"]([a, b], 0), g.concat([a, b], 0))):
+        assert got.numpy().tobytes() == want.numpy().tobytes()
+    ids = tp.const(np.array([2, -1, 0]), dtype="int64")
+    w = made["index_weight"](ids, -1)
+    assert w.numpy().tobytes() == g.index_weight(ids, -1).numpy().tobytes()
+    assert w.numpy().dtype == np.float64

@@ -6,10 +6,11 @@ Vars' tape under the conversion rule of ``gtape.convert``. At least one operand 
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Sequence
 from typing import Any
 
-from gtensor import Op, describe
+from gtensor import REGISTRY, Op, describe
 from gtensor.ops.optim import UPDATE_OPS
 
 from .var import Var
@@ -17,7 +18,8 @@ from .var import Var
 Operand = Any  # a Var, or data converted to a const: ndarray, backend array, list, number
 
 # The gtensor ops with no function here, each with its reason; every other op has one, named
-# as the op, its inputs and attrs as the op declares them (``gtape.surface`` checks it).
+# as the op, its inputs and attrs as the op declares them (``gtape.surface`` checks it): written
+# below where it converts or documents more, else made from the registry (``_from_registry``).
 INTERNAL = {
     **{name: "a fused optimizer update: gopt runs it on parameter buffers, not on Vars"
        for name in UPDATE_OPS},
@@ -332,6 +334,47 @@ def logsumexp(x: Operand, axis: int = -1) -> Var:
     return apply("logsumexp", (x,), axis=axis)
 
 
-__all__ = [name for name, fn in list(globals().items())  # the public functions above
+# ---------------------------------------------------------------- the rest, from the registry
+def _from_registry(op: Op) -> Any:
+    """The gtape function of an op defined only in gtensor: its inputs (a list for a variadic
+    op) then its attrs, with the op's defaults and its one-line doc; the tape's dtype is passed
+    for a ``dtype`` attr."""
+    P = inspect.Parameter
+    ins = ["xs"] if op.variadic else list(op.inputs)
+    params = [P(n, P.POSITIONAL_OR_KEYWORD) for n in ins]
+    attrs = [a for a in op.attrs if a != "dtype"]
+    kind = P.POSITIONAL_OR_KEYWORD
+    for a in attrs:  # a required attr after a defaulted one: keyword-only from there on
+        if a in op.defaults:
+            params.append(P(a, kind, default=op.defaults[a]))
+        else:
+            kind = P.KEYWORD_ONLY if any(p.default is not P.empty for p in params) else kind
+            params.append(P(a, kind))
+    sig = inspect.Signature(params, return_annotation="Var")
+
+    def fn(*args: Any, **kwargs: Any) -> Var:
+        bound = sig.bind(*args, **kwargs)
+        bound.apply_defaults()
+        got = bound.arguments
+        operands = tuple(got["xs"]) if op.variadic else tuple(got[n] for n in ins)
+        extra = {a: got[a] for a in attrs}
+        if "dtype" in op.attrs:
+            tape = next((x.tape for x in operands if isinstance(x, Var)), None)
+            extra["dtype"] = tape.dtype if tape is not None else None
+        return apply(op.name, operands, **extra)
+
+    fn.__name__ = fn.__qualname__ = op.name
+    fn.__module__ = __name__
+    fn.__doc__ = op.doc[:1].upper() + op.doc[1:] + "." if op.doc else f"The gtensor op {op.name}."
+    fn.__signature__ = sig
+    fn.from_registry = True
+    return fn
+
+
+for _name, _op in REGISTRY.items():
+    if _name not in globals() and _name not in INTERNAL:
+        globals()[_name] = _from_registry(_op)
+
+__all__ = [name for name, fn in list(globals().items())  # the public functions
            if callable(fn) and getattr(fn, "__module__", None) == __name__
            and not name.startswith("_")]
