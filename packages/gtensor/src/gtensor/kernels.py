@@ -66,7 +66,10 @@ class Param:
         return self.ctype.startswith("const ")
 
 
-# What a kernel computes (``Kernel.kind``), so that engines above (fusion) can read it:
+# What a kernel computes (``Kernel.kind``), so that engines above (fusion) can read it; the
+# layout of each geometry is owned by the kernel's form (``Kernel.form``, ops/forms.py: Map
+# for map and scalar, Zip for zip and select, Copy, Fill, Reduce, Rows, Pointwise for
+# elementwise), which also gives fusion its index maps and statements:
 #   map     y[i] = f(x[i])                        for i < n;            calls = (f,)
 #   scalar  y[i] = f(x[i], s)                     for i < n;            calls = (f,)
 #   zip     y[i] = f(a[oa(i)], b[ob(i)])          geom: rank, shape, a strides, b strides
