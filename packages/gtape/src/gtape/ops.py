@@ -25,6 +25,9 @@ INTERNAL = {
        for name in UPDATE_OPS},
     "fill": "how a tape seeds its backward and zeroes gradients (Tape.const makes constants)",
 }
+# parameters of a gtape function that are neither inputs nor attrs of its op, with the reason
+# (e.g. a bias the function adds with its own op)
+EXTRA_PARAMS: dict[str, dict[str, str]] = {}
 
 
 def apply(name: Op | str, operands: Sequence[Operand], **attrs: Any) -> Var:

@@ -2,7 +2,9 @@
 
 Every registry op is either a function of ``gtape.ops`` named as the op, whose array inputs
 are named and ordered as the op's inputs and whose other parameters are the op's attrs (same
-order, same defaults), or listed in ``gtape.ops.INTERNAL`` with the reason it has none.
+order; where both give a default, the same one) -- plus the parameters ``gtape.ops.EXTRA_PARAMS``
+lists with their reasons (a bias the function adds itself) -- or listed in
+``gtape.ops.INTERNAL`` with the reason it has none.
 ``mismatches()`` lists every way the two disagree (the tests require none); ``render_stub()``
 is the text of ``ops.pyi`` (``python tools/gen_stubs.py`` writes it; a test checks the
 committed file is current), whose input annotations come from the op's declared input types.
@@ -49,6 +51,7 @@ IndexOperand = Var | np.ndarray | int | Sequence[Any]
 MaskOperand = Var | np.ndarray | bool | Sequence[Any]
 
 INTERNAL: dict[str, str]
+EXTRA_PARAMS: dict[str, dict[str, str]]
 __all__: list[str]
 '''
 
@@ -70,6 +73,10 @@ def _split(op: Op, fn: FunctionType) -> tuple[list, list]:
 def mismatches() -> list[str]:
     """Every disagreement between the registry and ``gtape.ops`` (empty when they agree)."""
     fns, out = functions(), []
+    for name, params in ops.EXTRA_PARAMS.items():
+        if name not in fns or not all(params.values()):
+            out.append(f"EXTRA_PARAMS names {name!r}: not a gtape.ops function, or a parameter "
+                       "without a reason")
     for name, reason in ops.INTERNAL.items():
         if name not in REGISTRY:
             out.append(f"INTERNAL names {name!r}, which is not a gtensor op")
@@ -89,16 +96,17 @@ def mismatches() -> list[str]:
         if tuple(p.name for p in ins) != want_ins:
             out.append(f"{name}: inputs {[p.name for p in ins]}; the op's are {list(want_ins)}")
         want_attrs = tuple(a for a in op.attrs if a not in TAPE_ATTRS)
+        extra = ops.EXTRA_PARAMS.get(name, {})
+        rest = [p for p in rest if p.name not in extra]
         if tuple(p.name for p in rest) != want_attrs:
             out.append(f"{name}: parameters {[p.name for p in rest]} after the inputs; the "
                        f"op's attrs are {list(want_attrs)}")
             continue
-        for p in rest:
+        for p in rest:  # where both give a default, the same one
             has = p.default is not inspect.Parameter.empty
-            if (p.name in op.defaults) != has or (has and p.default != op.defaults[p.name]):
-                out.append(f"{name}: attr {p.name} defaults to "
-                           f"{p.default if has else 'nothing'} in gtape, to "
-                           f"{op.defaults.get(p.name, 'nothing')} in the op")
+            if has and p.name in op.defaults and p.default != op.defaults[p.name]:
+                out.append(f"{name}: attr {p.name} defaults to {p.default!r} in gtape, to "
+                           f"{op.defaults[p.name]!r} in the op")
         if p_bad := [p.name for p in ins if p.default is not inspect.Parameter.empty]:
             out.append(f"{name}: inputs {p_bad} have defaults")
     if sorted(ops.__all__) != sorted(fns):
