@@ -18,8 +18,8 @@ from __future__ import annotations
 
 import inspect
 import textwrap
+import types
 from pathlib import Path
-from types import FunctionType
 
 from gtensor import REGISTRY, Op
 from gtensor.dtypes import BOOL, FLOAT, INT
@@ -56,14 +56,14 @@ __all__: list[str]
 '''
 
 
-def functions() -> dict[str, FunctionType]:
+def functions() -> dict[str, types.FunctionType]:
     """The public functions of ``gtape.ops``, in source order."""
-    fns = [f for n, f in vars(ops).items() if isinstance(f, FunctionType)
+    fns = [f for n, f in vars(ops).items() if isinstance(f, types.FunctionType)
            and f.__module__ == ops.__name__ and not n.startswith("_")]
     return {f.__name__: f for f in sorted(fns, key=lambda f: f.__code__.co_firstlineno)}
 
 
-def _split(op: Op, fn: FunctionType) -> tuple[list, list]:
+def _split(op: Op, fn: types.FunctionType) -> tuple[list, list]:
     """The function's parameters for the op's array inputs and those for its attrs."""
     ps = list(inspect.signature(fn).parameters.values())
     n = 1 if op.variadic else len(op.inputs)
@@ -124,7 +124,7 @@ def _param(p: inspect.Parameter, annotation: str | None = None) -> str:
     return text
 
 
-def _stub(fn: FunctionType) -> str:
+def _stub(fn: types.FunctionType) -> str:
     """One ``def`` of the stub: a registry op's inputs annotated by their declared types."""
     op = REGISTRY.get(fn.__name__)
     ps = list(inspect.signature(fn).parameters.values())
@@ -155,6 +155,16 @@ def _stub(fn: FunctionType) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _aliases() -> str:
+    """gtape.ops's own type aliases (``IntPair = int | tuple[int, int]``), as it spells them."""
+    lines = [f"{name} = {value!r}" for name, value in vars(ops).items()
+             if isinstance(value, (types.UnionType, types.GenericAlias))
+             and not name.startswith("_")]
+    return "".join(line + "\n" for line in lines)
+
+
 def render_stub() -> str:
     """The text of ``gtape/ops.pyi``."""
-    return _HEADER + "\n\n" + "\n\n".join(_stub(fn) for fn in functions().values())
+    aliases = _aliases()
+    return (_HEADER + (aliases and "\n" + aliases) + "\n\n"
+            + "\n\n".join(_stub(fn) for fn in functions().values()))
