@@ -25,6 +25,9 @@ INTERNAL = {
        for name in UPDATE_OPS},
     "fill": "how a tape seeds its backward and zeroes gradients (Tape.const makes constants)",
 }
+# attrs a gtape function does not take: the tape supplies them
+TAPE_ATTRS = {"dtype": "the tape's float dtype (the function passes it)",
+              "inner": "the tape's inner-product contract (the tape fills it in)"}
 # parameters of a gtape function that are neither inputs nor attrs of its op, with the reason
 # (e.g. a bias the function adds with its own op)
 EXTRA_PARAMS: dict[str, dict[str, str]] = {}
@@ -345,7 +348,7 @@ def _from_registry(op: Op) -> Any:
     P = inspect.Parameter
     ins = ["xs"] if op.variadic else list(op.inputs)
     params = [P(n, P.POSITIONAL_OR_KEYWORD) for n in ins]
-    attrs = [a for a in op.attrs if a != "dtype"]
+    attrs = [a for a in op.attrs if a not in TAPE_ATTRS]
     kind = P.POSITIONAL_OR_KEYWORD
     for a in attrs:  # a required attr after a defaulted one: keyword-only from there on
         if a in op.defaults:

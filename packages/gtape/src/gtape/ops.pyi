@@ -16,6 +16,7 @@ IndexOperand = Var | np.ndarray | int | Sequence[Any]
 MaskOperand = Var | np.ndarray | bool | Sequence[Any]
 
 INTERNAL: dict[str, str]
+TAPE_ATTRS: dict[str, str]
 EXTRA_PARAMS: dict[str, dict[str, str]]
 __all__: list[str]
 

@@ -27,8 +27,6 @@ from gtensor.dtypes import BOOL, FLOAT, INT
 from . import ops
 
 STUB_PATH = Path(ops.__file__).with_suffix(".pyi")
-# attrs the tape supplies itself (not parameters of the gtape function)
-TAPE_ATTRS = {"dtype": "the tape's float dtype"}
 # the stub's annotation of an input of each declared type
 INPUT_ANNOTATION = {FLOAT: "FloatOperand", INT: "IndexOperand", BOOL: "MaskOperand"}
 
@@ -51,6 +49,7 @@ IndexOperand = Var | np.ndarray | int | Sequence[Any]
 MaskOperand = Var | np.ndarray | bool | Sequence[Any]
 
 INTERNAL: dict[str, str]
+TAPE_ATTRS: dict[str, str]
 EXTRA_PARAMS: dict[str, dict[str, str]]
 __all__: list[str]
 '''
@@ -95,7 +94,7 @@ def mismatches() -> list[str]:
         want_ins = ("xs",) if op.variadic else op.inputs
         if tuple(p.name for p in ins) != want_ins:
             out.append(f"{name}: inputs {[p.name for p in ins]}; the op's are {list(want_ins)}")
-        want_attrs = tuple(a for a in op.attrs if a not in TAPE_ATTRS)
+        want_attrs = tuple(a for a in op.attrs if a not in ops.TAPE_ATTRS)
         extra = ops.EXTRA_PARAMS.get(name, {})
         rest = [p for p in rest if p.name not in extra]
         if tuple(p.name for p in rest) != want_attrs:
