@@ -1,0 +1,186 @@
+"""gtensor.fma (the numpy reference's exact fused multiply-add) against an exact rational
+oracle: Python fractions, rounded to nearest-even by integer arithmetic written here (never
+through a float operation), on random bit patterns and every edge class."""
+
+from __future__ import annotations
+
+import math
+from fractions import Fraction
+
+import numpy as np
+import pytest
+from gtensor.fma import fma
+
+# (significand bits, minimum exponent of a normal, maximum exponent, bit type)
+FORMATS = {np.float64: (53, -1022, 1023, np.uint64), np.float32: (24, -126, 127, np.uint32)}
+
+
+def _round(x: Fraction, dt) -> float:
+    """x rounded to nearest-even in format dt (subnormals, overflow to inf); x != 0."""
+    p, emin, emax, _ = FORMATS[dt]
+    mag = abs(x)
+    e = mag.numerator.bit_length() - mag.denominator.bit_length()  # 2^e <= mag < 2^(e+2)
+    while Fraction(2) ** e > mag:
+        e -= 1
+    while Fraction(2) ** (e + 1) <= mag:
+        e += 1
+    q = max(e, emin) - (p - 1)  # exponent of the last significand bit
+    n = round(mag / Fraction(2) ** q)  # half to even
+    if n >= 2 ** p:
+        n //= 2
+        q += 1  # (n was exactly 2^p, even: no second rounding)
+    if n and q + p - 1 > emax:
+        return math.inf if x > 0 else -math.inf
+    r = math.ldexp(n, q) if n else 0.0  # exact: n < 2^p
+    return r if x > 0 else -r
+
+
+def oracle(a: float, b: float, c: float, dt) -> float:
+    """IEEE 754 fma(a, b, c) in format dt, from the exact rational value."""
+    if math.isnan(a) or math.isnan(b) or math.isnan(c):
+        return math.nan
+    if math.isinf(a) or math.isinf(b):
+        if a == 0 or b == 0:
+            return math.nan
+        s = math.copysign(1.0, a) * math.copysign(1.0, b)
+        if math.isinf(c) and math.copysign(1.0, c) != s:
+            return math.nan
+        return s * math.inf
+    if math.isinf(c):
+        return c
+    x = Fraction(a) * Fraction(b) + Fraction(c)
+    if x == 0:
+        neg_ab = (math.copysign(1.0, a) * math.copysign(1.0, b) < 0) and (a * 0 == 0)
+        both_neg_zero = (a == 0 or b == 0) and neg_ab and c == 0 and math.copysign(1.0, c) < 0
+        return -0.0 if both_neg_zero else 0.0
+    return _round(x, dt)
+
+
+def _same(got: np.ndarray, want: list, dt) -> np.ndarray:
+    """Elementwise bitwise equality, NaN by class."""
+    w = np.array(want, dtype=dt)
+    bt = FORMATS[dt][3]
+    return (got.view(bt) == w.view(bt)) | (np.isnan(got) & np.isnan(w))
+
+
+def _check(a, b, c, dt) -> None:
+    got = fma(a, b, c)
+    want = [oracle(float(x), float(y), float(z), dt) for x, y, z in zip(a, b, c)]
+    ok = _same(got, want, dt)
+    bad = np.nonzero(~ok)[0][:5]
+    assert ok.all(), [(a[i], b[i], c[i], got[i], want[i]) for i in bad]
+
+
+def _random_bits(rng, n, dt) -> np.ndarray:
+    bt = FORMATS[dt][3]
+    return rng.integers(0, np.iinfo(bt).max, n, dtype=bt, endpoint=True).view(dt)
+
+
+DTYPES = [np.float64, np.float32]
+
+
+@pytest.mark.parametrize("dt", DTYPES)
+def test_random_bit_patterns(dt):
+    rng = np.random.default_rng(1)
+    n = 3000
+    a, b, c = (_random_bits(rng, n, dt) for _ in range(3))
+    _check(a, b, c, dt)
+
+
+@pytest.mark.parametrize("dt", DTYPES)
+def test_cancellation_and_close_magnitudes(dt):
+    """c close to -a*b (massive cancellation), and c within a few binades of a*b (the
+    rounding of the sum decides the last bit)."""
+    rng = np.random.default_rng(2)
+    n = 3000
+    a = rng.standard_normal(n).astype(dt)
+    b = rng.standard_normal(n).astype(dt)
+    p = (a.astype(np.float64) * b.astype(np.float64)).astype(dt)
+    scale = np.ldexp(1.0, rng.integers(-60, 5, n)).astype(dt)
+    c = np.where(rng.random(n) < 0.5, -p, (-p * (1 + scale)).astype(dt)).astype(dt)
+    _check(a, b, c, dt)
+    # c = -RN(a*b): the result is the product's rounding error, exactly
+    _check(a, b, -p, dt)
+
+
+@pytest.mark.parametrize("dt", DTYPES)
+def test_subnormal_products_and_results(dt):
+    """Products and results in (and near) the subnormal range, and tiny c against large a*b."""
+    rng = np.random.default_rng(3)
+    _, emin, emax, _ = FORMATS[dt]
+    n = 2000
+    ma = (rng.random(n) + 0.5).astype(dt)
+    mb = (rng.random(n) + 0.5).astype(dt)
+    ea = rng.integers(emin - 10, emin // 2 + 5, n)
+    eb = rng.integers(emin // 2 - 30, 20, n)
+    a = np.ldexp(ma, ea).astype(dt)
+    b = np.ldexp(mb, eb).astype(dt)
+    c = np.ldexp((rng.random(n) - 0.5).astype(dt), rng.integers(emin - 60, emin + 60, n)).astype(dt)
+    _check(a, b, c, dt)
+    # results crossing the normal/subnormal boundary: c = -RN(a*b) + a few ulps
+    p = (a.astype(np.float64) * b.astype(np.float64)).astype(dt)
+    c2 = np.nextafter(-p, np.where(rng.random(n) < 0.5, np.inf, -np.inf).astype(dt))
+    _check(a, b, c2.astype(dt), dt)
+    # c far below a*b (only its sign decides a tie), and far above (the result is c)
+    big = np.full(n, 2.0 ** (emax - 2), dt)
+    _check(a, b, big, dt)
+    _check(np.ones(n, dt), np.full(n, 1 + 2.0 ** -(FORMATS[dt][0] - 1), dt),
+           np.ldexp(np.ones(n, dt), rng.integers(emin - 20, emin, n)).astype(dt), dt)
+
+
+@pytest.mark.parametrize("dt", DTYPES)
+def test_ties_broken_by_tiny_c(dt):
+    """a*b exactly halfway between two floats: a c of either sign, far smaller, decides."""
+    p, emin, _, _ = FORMATS[dt]
+    one = dt(1.0)
+    h = dt(1.0 + 2.0 ** -(p // 2 + 1))  # h*h = 1 + 2^-(p//2) + 2^-(2(p//2+1)): not a tie
+    a = np.array([1 + 2.0 ** -(p - 1), 3.0, h], dt)
+    b = np.array([1 + 2.0 ** -(p - 1), 1 + 2.0 ** -(p - 1), h], dt)
+    # 3 * (1 + 2^-(p-1)) = 3 + 3 * 2^-(p-1): 3*2^-(p-1) is 1.5 ulp of the result binade
+    for tiny in (2.0 ** (emin - p + 1), 2.0 ** -400 if dt is np.float64 else 2.0 ** -140):
+        for s in (1.0, -1.0):
+            c = np.full(3, dt(s * tiny))
+            _check(a, b, c, dt)
+    _check(np.array([one]), np.array([one]), np.array([dt(2.0 ** -p)]), dt)
+
+
+@pytest.mark.parametrize("dt", DTYPES)
+def test_special_values_and_zero_signs(dt):
+    """Every combination of the special classes: +-0, +-1, +-subnormal, +-max, +-inf, NaN."""
+    tiny = np.finfo(dt).smallest_subnormal
+    big = np.finfo(dt).max
+    vals = np.array([0.0, -0.0, 1.0, -1.0, tiny, -tiny, big, -big, np.inf, -np.inf, np.nan,
+                     1.5, -3.25, np.finfo(dt).tiny], dt)
+    a, b, c = (x.ravel() for x in np.meshgrid(vals, vals, vals, indexing="ij"))
+    _check(a, b, c, dt)
+
+
+@pytest.mark.parametrize("dt", DTYPES)
+def test_overflow(dt):
+    """Products past the largest float, pulled back (or not) by c; exact sums at the edge."""
+    big = np.finfo(dt).max
+    rng = np.random.default_rng(4)
+    n = 1000
+    a = (big / (1 + rng.random(n))).astype(dt)
+    b = (1 + 2 * rng.random(n)).astype(dt)
+    c = (-big * rng.random(n)).astype(dt)
+    _check(a, b, c, dt)
+    _check(a, b, -c, dt)
+
+
+def test_broadcasting_and_dtype_refusal():
+    x = np.arange(6, dtype=np.float64).reshape(2, 3)
+    got = fma(x, np.float64(2.0), np.zeros((1, 3)))
+    assert got.shape == (2, 3) and got.tobytes() == (x * 2).tobytes()
+    with pytest.raises(TypeError, match="fma: a, b and c must share one dtype"):
+        fma(x, x.astype(np.float32), x)
+
+
+@pytest.mark.skipif(not hasattr(math, "fma"),
+                    reason="math.fma needs Python >= 3.13 (this interpreter has none)")
+def test_against_math_fma():
+    rng = np.random.default_rng(5)
+    a, b, c = (_random_bits(rng, 5000, np.float64) for _ in range(3))
+    got = fma(a, b, c)
+    want = [math.fma(x, y, z) for x, y, z in zip(a.tolist(), b.tolist(), c.tolist())]
+    assert _same(got, want, np.float64).all()
