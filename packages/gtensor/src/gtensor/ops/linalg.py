@@ -1,7 +1,13 @@
 """Inner products: matmul (2-D) and bmm (3-D, batch first).
 
-Definition: ``c[i,j] = a[i,0]*b[0,j]``, then ``c[i,j] = c[i,j] + a[i,k]*b[k,j]`` for k ascending,
-each product and each sum rounded separately (no FMA); an empty inner dimension gives +0.0.
+Two contracts, chosen by the ``inner`` attr (a tape sets it from ``Tape.inner``):
+
+* ``"plain"`` (the default): ``c[i,j] = a[i,0]*b[0,j]``, then ``c[i,j] = c[i,j] + a[i,k]*b[k,j]``
+  for k ascending, each product and each sum rounded separately (no FMA);
+* ``"fma"``: ``c[i,j] = +0.0``, then ``c[i,j] = fma(a[i,k], b[k,j], c[i,j])`` for k ascending:
+  one IEEE fused multiply-add (a single rounding) per term (``gtensor.fma`` in numpy).
+
+An empty inner dimension gives +0.0 under both.
 """
 
 from __future__ import annotations
@@ -10,6 +16,7 @@ from string import Template
 
 import numpy as np
 
+from ..fma import fma
 from ..kernels import DeviceFn, Kernel, params
 from .elementwise import ADD, BLOCK, CTYPE, MUL, grid_for, suffix
 from .registry import Op, register
@@ -45,12 +52,33 @@ DOT = {sfx: DeviceFn(f"gt_dot_{sfx}", _DOT.substitute(T=CTYPE[sfx], NAME=f"gt_do
                      (MUL[sfx], ADD[sfx]))
        for sfx in ("f64", "f32")}
 
+# The fma contract's chain: acc = +0.0, then one fused multiply-add per k (CUDA's __fma_rn /
+# __fmaf_rn; the host runtimes map them to std::fma, a single rounding on every target).
+_DOT_FMA = Template("""\
+__device__ __forceinline__ $T $NAME(const $T* a, long long as, const $T* b, long long bs,
+                                     long long k)
+{
+    $T acc = ($T)0;
+    for (long long kk = 0; kk < k; ++kk)
+        acc = $FMA(a[kk * as], b[kk * bs], acc);
+    return acc;
+}
+""")
+_FMA_INTRINSIC = {"f64": "__fma_rn", "f32": "__fmaf_rn"}
+DOT_FMA = {sfx: DeviceFn(f"gt_dot_fma_{sfx}",
+                         _DOT_FMA.substitute(T=CTYPE[sfx], NAME=f"gt_dot_fma_{sfx}",
+                                             FMA=_FMA_INTRINSIC[sfx]))
+           for sfx in ("f64", "f32")}
+INNER = ("plain", "fma")  # the inner-product contracts (the ``inner`` attr's values)
+
 
 # CPU body: rows of c split across threads. Outputs are computed in register tiles (8, 4 or 1
 # rows x SIMD lanes of columns, gtcpu::Vec); every output keeps its own k-ascending chain: acc =
 # a[i,0]*b[0,j], then acc = acc + a[i,k]*b[k,j], each lane's product and sum rounded (the
-# vector form of MUL and ADD; no FMA). Tiles only decide which independent outputs are
-# computed side by side, never the order within one; leftover columns use narrower vectors.
+# vector form of MUL and ADD; no FMA) -- or, under the fma contract, acc = fma(a[i,k], b[k,j],
+# acc) from acc = +0.0 (gtcpu::vfma: one fused multiply-add per lane, vfmadd on x86). Tiles
+# only decide which independent outputs are computed side by side, never the order within one;
+# leftover columns use narrower vectors.
 # Each k x 2L column panel of b is first copied (exactly) into a contiguous buffer, so the
 # tiles stream it at unit stride whatever n is.
 _CPU_MATMUL = Template("""\
@@ -67,14 +95,14 @@ _CPU_MATMUL = Template("""\
         V acc[R][NV];
         for (int v = 0; v < NV; ++v) {
             const V bv = gtcpu::vload<V>(bp + v * N);
-            for (int r = 0; r < R; ++r) acc[r][v] = ar[r * k] * bv;
+            for (int r = 0; r < R; ++r) acc[r][v] = $FIRST;
         }
         for (long long kk = 1; kk < k; ++kk) {
             V bv[NV];
             for (int v = 0; v < NV; ++v) bv[v] = gtcpu::vload<V>(bp + kk * PW + v * N);
             for (int r = 0; r < R; ++r) {
                 const T av = ar[r * k + kk];
-                for (int v = 0; v < NV; ++v) acc[r][v] = acc[r][v] + av * bv[v];
+                for (int v = 0; v < NV; ++v) acc[r][v] = $NEXT;
             }
         }
         for (int r = 0; r < R; ++r)
@@ -154,25 +182,50 @@ _CPU_MATMUL = Template("""\
                             [=](long long lo, long long hi) { block(lo, hi, 0, panels); });""")
 
 
+# the register tiles' chain steps per contract: the first term (k = 0) and every next one
+_CPU_STEPS = {"plain": ("ar[r * k] * bv", "acc[r][v] + av * bv[v]"),
+              "fma": ("gtcpu::vfma(ar[r * k], bv, V{})", "gtcpu::vfma(av, bv[v], acc[r][v])")}
+
+
 def _cpu_kernels(sfx: str) -> list[Kernel]:
-    body = _CPU_MATMUL.substitute(T=CTYPE[sfx])
-    return [Kernel(k.name, k.params, body) for k in _kernels(sfx)]
+    out = []
+    for inner, k in zip(INNER, _kernels(sfx)):
+        first, nxt = _CPU_STEPS[inner]
+        body = _CPU_MATMUL.substitute(T=CTYPE[sfx], FIRST=first, NEXT=nxt)
+        out.append(Kernel(k.name, k.params, body))
+    return out
+
+
+def kernel_name(inner: str, sfx: str) -> str:
+    """The matmul kernel of contract ``inner`` for dtype suffix ``sfx``."""
+    return f"k_matmul_{sfx}" if inner == "plain" else f"k_matmul_{inner}_{sfx}"
+
+
+def fma_contract_text(kernels: tuple[Kernel, ...]) -> list[str]:
+    """The texts of the fma contract among ``kernels`` (its kernels' sources, its ``gt_dot_fma``
+    helpers): the only text of a module that may name a fused multiply-add."""
+    names = {kernel_name("fma", sfx) for sfx in DOT_FMA}
+    return ([k.source() for k in kernels if k.name in names]
+            + [fn.text for fn in DOT_FMA.values()])
 
 
 def _kernels(sfx: str) -> list[Kernel]:
     t = CTYPE[sfx]
     sig = params(f"const {t}* a, const {t}* b, {t}* c, long long batch, long long m, "
                  "long long k, long long n")
-    body = _MATMUL.substitute(DOT=DOT[sfx].name)
-    return [Kernel(f"k_matmul_{sfx}", sig, body, "matmul", (DOT[sfx],))]
+    return [Kernel(kernel_name(inner, sfx), sig, _MATMUL.substitute(DOT=dot[sfx].name),
+                   "matmul", (dot[sfx],))
+            for inner, dot in zip(INNER, (DOT, DOT_FMA))]
 
 
-def serial_matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+def serial_matmul(a: np.ndarray, b: np.ndarray, inner: str = "plain") -> np.ndarray:
     """(..., m, k) @ (..., k, n) with the serial inner-product order; the numpy definition.
 
-    Vectorized over every output element, serial over k: step k is one IEEE multiply of
-    column k of ``a`` by row k of ``b`` (MUL's ``a * b``) and one IEEE add into the
-    accumulator (ADD's ``acc + p``), written in place to keep the loop cheap.
+    Vectorized over every output element, serial over k: under ``inner="plain"`` step k is
+    one IEEE multiply of column k of ``a`` by row k of ``b`` (MUL's ``a * b``) and one IEEE
+    add into the accumulator (ADD's ``acc + p``), written in place to keep the loop cheap;
+    under ``inner="fma"`` it is one exact fused multiply-add into an accumulator that
+    starts at +0.0 (``gtensor.fma.fma``).
     """
     k = a.shape[-1]
     out_shape = a.shape[:-1] + b.shape[-1:]
@@ -180,6 +233,8 @@ def serial_matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
         return np.zeros(out_shape, a.dtype)
     cols = np.moveaxis(a, -1, 0)[..., None]  # cols[k]: (..., m, 1)
     rows = np.moveaxis(b, -2, 0)[..., None, :]  # rows[k]: (..., 1, n)
+    if inner == "fma":
+        return _fma_chain(cols, rows, np.broadcast_shapes(out_shape, cols[0].shape))
     with np.errstate(all="ignore"):
         acc = np.multiply(cols[0], rows[0])
         prod = np.empty_like(acc)
@@ -189,7 +244,23 @@ def serial_matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return acc
 
 
+def _fma_chain(cols: np.ndarray, rows: np.ndarray, shape: tuple) -> np.ndarray:
+    """acc = +0.0, then acc = fma(cols[k], rows[k], acc) for k ascending."""
+    acc = np.zeros(shape, cols.dtype)
+    for kk in range(cols.shape[0]):
+        acc = fma(cols[kk], rows[kk], acc)
+    return acc
+
+
+def _check_inner(op: str, attrs: dict) -> None:
+    inner = attrs.get("inner", "plain")
+    if not isinstance(inner, str) or inner not in INNER:
+        raise ValueError(f"{op}: inner is {inner!r}; expected one of {INNER} (the "
+                         "inner-product contract)")
+
+
 def _infer_matmul(shapes_: tuple, attrs: dict) -> tuple[tuple, dict]:
+    _check_inner("matmul", attrs)
     a, b = shapes_
     if len(a) != 2 or len(b) != 2:
         raise ValueError(f"matmul: expected 2-D operands, got a {a} and b {b} "
@@ -201,6 +272,7 @@ def _infer_matmul(shapes_: tuple, attrs: dict) -> tuple[tuple, dict]:
 
 
 def _infer_bmm(shapes_: tuple, attrs: dict) -> tuple[tuple, dict]:
+    _check_inner("bmm", attrs)
     a, b = shapes_
     if len(a) != 3 or len(b) != 3:
         raise ValueError(f"bmm: expected 3-D operands (batch, rows, cols), got a {a} and b {b}")
@@ -213,29 +285,33 @@ def _infer_bmm(shapes_: tuple, attrs: dict) -> tuple[tuple, dict]:
     return (a[0], a[1], b[2]), attrs
 
 
-def _launch(rt, ins, out) -> None:
+def _launch(rt, ins, out, inner="plain") -> None:
     a, b = ins
     if not out.size:
         return
     batch = a.shape[0] if a.ndim == 3 else 1
     m, k = a.shape[-2:]
     n = b.shape[-1]
-    rt.launch(f"k_matmul_{suffix(out)}", grid_for(out.size), BLOCK, (a, b, out, batch, m, k, n))
+    rt.launch(kernel_name(inner, suffix(out)), grid_for(out.size), BLOCK,
+              (a, b, out, batch, m, k, n))
 
 
-def _matmul_vjp(be, g, ins, out, needs):
+# each backward inner product under the forward's contract
+def _matmul_vjp(be, g, ins, out, needs, inner="plain"):
     a, b = ins
-    return (be.matmul(g, be.transpose(b)) if needs[0] else None,
-            be.matmul(be.transpose(a), g) if needs[1] else None)
+    return (be.matmul(g, be.transpose(b), inner=inner) if needs[0] else None,
+            be.matmul(be.transpose(a), g, inner=inner) if needs[1] else None)
 
 
-def _bmm_vjp(be, g, ins, out, needs):
+def _bmm_vjp(be, g, ins, out, needs, inner="plain"):
     a, b = ins
-    return (be.bmm(g, be.transpose(b, (0, 2, 1))) if needs[0] else None,
-            be.bmm(be.transpose(a, (0, 2, 1)), g) if needs[1] else None)
+    return (be.bmm(g, be.transpose(b, (0, 2, 1)), inner=inner) if needs[0] else None,
+            be.bmm(be.transpose(a, (0, 2, 1)), g, inner=inner) if needs[1] else None)
 
 
-register(Op("matmul", ("a", "b"), (), _infer_matmul, serial_matmul, _kernels, _launch,
-            _matmul_vjp, "(m, k) @ (k, n), serial inner products", cpu=_cpu_kernels))
-register(Op("bmm", ("a", "b"), (), _infer_bmm, serial_matmul, _kernels, _launch, _bmm_vjp,
-            "(b, m, k) @ (b, k, n), serial inner products per batch", cpu=_cpu_kernels))
+register(Op("matmul", ("a", "b"), ("inner",), _infer_matmul, serial_matmul, _kernels, _launch,
+            _matmul_vjp, "(m, k) @ (k, n), serial inner products", {"inner": "plain"},
+            cpu=_cpu_kernels))
+register(Op("bmm", ("a", "b"), ("inner",), _infer_bmm, serial_matmul, _kernels, _launch,
+            _bmm_vjp, "(b, m, k) @ (b, k, n), serial inner products per batch",
+            {"inner": "plain"}, cpu=_cpu_kernels))

@@ -53,6 +53,16 @@ static __forceinline__ void vstore(S* p, V v) {
 }
 template <int N>
 using Int = std::integral_constant<int, N>;
+// a * b + c with one rounding in every lane (a broadcast): std::fma per lane, which GCC and
+// Clang turn into one vfmadd of the whole vector under -march=native (an explicit fused
+// multiply-add: -ffp-contract=off still keeps every other a * b + c unfused)
+template <class V, class S>
+static __forceinline__ V vfma(S a, V b, V c) {
+    constexpr int N = sizeof(V) / sizeof(S);
+    V r;
+    for (int i = 0; i < N; ++i) r[i] = std::fma(a, (S)b[i], (S)c[i]);
+    return r;
+}
 
 // ---- threads ---------------------------------------------------------------------------------
 // Work (in multiply-adds or element operations) below which a launch stays on one thread:
