@@ -12,7 +12,7 @@ from fma_oracle import FORMATS, oracle
 from gtensor.fma import fma
 
 
-def _same(got: np.ndarray, want: list, dt) -> np.ndarray:
+def _same(got: np.ndarray, want, dt) -> np.ndarray:
     """Elementwise bitwise equality, NaN by class."""
     w = np.array(want, dtype=dt)
     bt = FORMATS[dt][3]
@@ -21,6 +21,20 @@ def _same(got: np.ndarray, want: list, dt) -> np.ndarray:
 
 def _check(a, b, c, dt) -> None:
     got = fma(a, b, c)
+    _check_got(got, a, b, c, dt)
+    # the matmul chain: step 0 puts c in the accumulator exactly (c * 1 + 0), step 1 is the fma
+    # (its unscaled fast step where the operands are in range)
+    from gtensor.fma import fma_chain
+
+    one = np.ones_like(a)
+    cols, rows = np.stack([c, a])[..., None], np.stack([one, b])[..., None]
+    chained = fma_chain(cols, rows, (a.size, 1))[:, 0]
+    zero_c = (c == 0) & (np.signbit(c))  # -0.0 cannot be put in an accumulator starting at +0
+    keep = ~zero_c
+    _check_got(chained[keep], a[keep], b[keep], c[keep], dt)
+
+
+def _check_got(got, a, b, c, dt) -> None:
     want = [oracle(float(x), float(y), float(z), dt) for x, y, z in zip(a, b, c)]
     ok = _same(got, want, dt)
     bad = np.nonzero(~ok)[0][:5]
@@ -140,3 +154,39 @@ def test_against_math_fma():
     got = fma(a, b, c)
     want = [math.fma(x, y, z) for x, y, z in zip(a.tolist(), b.tolist(), c.tolist())]
     assert _same(got, want, np.float64).all()
+
+
+def _chain_by_fma(cols, rows, shape):
+    acc = np.zeros(shape, cols.dtype)
+    for kk in range(cols.shape[0]):
+        acc = fma(cols[kk], rows[kk], acc)
+    return acc
+
+
+@pytest.mark.parametrize("case", ["normal", "zeros", "cancel", "huge_acc", "tiny", "special"])
+def test_fma_chain_is_the_fma_loop(case):
+    """The matmul chain's unscaled fast step gives fma's bits (zeros' signs included), and
+    falls back where operands or the accumulator leave its range."""
+    from gtensor.fma import fma_chain
+
+    rng = np.random.default_rng(6)
+    k, m, n = 9, 5, 7
+    a = rng.standard_normal((k, m, 1))
+    b = rng.standard_normal((k, 1, n))
+    if case == "zeros":
+        a[rng.random(a.shape) < 0.4] = 0.0
+        a[rng.random(a.shape) < 0.3] = -0.0
+        b[rng.random(b.shape) < 0.3] = -0.0
+    elif case == "cancel":
+        b[1::2] = -b[0::2][: b[1::2].shape[0]]
+        a[1::2] = a[0::2][: a[1::2].shape[0]] * (1 + 2.0 ** -40)
+    elif case == "huge_acc":
+        a *= 2.0 ** 440
+        b *= 2.0 ** 440
+    elif case == "tiny":
+        a[::2] *= 2.0 ** -500
+    elif case == "special":
+        a[3, 1, 0], b[5, 0, 2], a[6, 4, 0] = np.inf, np.nan, -np.inf
+    want = _chain_by_fma(a, b, (m, n))
+    got = fma_chain(a, b, (m, n))
+    assert _same(got, want.tolist(), np.float64).all(), (got, want)

@@ -138,3 +138,57 @@ def _fma64_exact(a: float, b: float, c: float) -> float:
     n = round(x * 2 ** 1074)  # half to even, on the subnormal grid
     r = float(Fraction(n, 2 ** 1074))  # n < 2^54: exact
     return r if r != 0 else (-0.0 if x < 0 else 0.0)
+
+
+# Operands whose nonzero magnitudes lie in [2^-450, 2^450] (and accumulators under 2^960) need
+# no scaling: every product is at least 2^-900 and its low part at least 2^-1006, so no
+# intermediate underflows (and every result, a multiple of 2^-1006, is normal or zero), and
+# neither the split nor any sum overflows.
+_SAFE_LO, _SAFE_HI, _ACC_HI = 2.0 ** -450, 2.0 ** 450, 2.0 ** 960
+
+
+def fma_chain(cols: np.ndarray, rows: np.ndarray, shape: tuple) -> np.ndarray:
+    """``acc = +0.0``, then ``acc = fma(cols[k], rows[k], acc)`` for k ascending (matmul's fma
+    contract; ``cols[k]`` and ``rows[k]`` broadcast to ``shape``).
+
+    float64 operands in the safe range run an unscaled two-product / two-sum / round-to-odd
+    step (the operands' splits computed once for every k); anything else, and any step whose
+    accumulator left the range, runs ``fma``.
+    """
+    acc = np.zeros(shape, cols.dtype)
+    if cols.dtype != np.float64 or not (_safe(cols) and _safe(rows)):
+        for kk in range(cols.shape[0]):
+            acc = fma(cols[kk], rows[kk], acc)
+        return acc
+    with np.errstate(all="ignore"):
+        ch, cl = _split(cols)
+        rh, rl = _split(rows)
+        uh, ul, t, th, tl, bb = (np.empty(shape) for _ in range(6))
+        for kk in range(cols.shape[0]):
+            if kk and not np.abs(acc).max(initial=0.0) < _ACC_HI:  # NaN fails too
+                acc = fma(cols[kk], rows[kk], acc)
+                continue
+            a, b, ah, al, bh, bl = cols[kk], rows[kk], ch[kk], cl[kk], rh[kk], rl[kk]
+            np.multiply(a, b, out=uh)
+            np.multiply(ah, bh, out=ul)
+            ul -= uh
+            ul += np.multiply(ah, bl, out=t)
+            ul += np.multiply(al, bh, out=t)
+            ul += np.multiply(al, bl, out=t)  # uh + ul == a * b exactly
+            np.add(acc, uh, out=th)  # two-sum: th + tl == acc + uh
+            np.subtract(th, acc, out=bb)
+            np.subtract(th, bb, out=tl)
+            np.subtract(acc, tl, out=tl)
+            np.subtract(uh, bb, out=t)
+            tl += t
+            s, e = _two_sum(tl, ul)  # s + e == tl + ul exactly
+            # RN(th + v). NOTE: no zero-sign fix-up is needed: acc starts at +0.0 and no result
+            # rounds to zero in this range, so acc (hence th) is never -0.0, and th + (+-0) is th
+            acc = th + _odd(s, e)
+    return acc
+
+
+def _safe(x: np.ndarray) -> bool:
+    """Every element zero or of magnitude in [_SAFE_LO, _SAFE_HI] (NaN and inf are not)."""
+    m = np.abs(x)
+    return bool(np.all((m == 0) | ((m >= _SAFE_LO) & (m <= _SAFE_HI))))

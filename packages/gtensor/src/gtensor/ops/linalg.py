@@ -16,7 +16,7 @@ from string import Template
 
 import numpy as np
 
-from ..fma import fma
+from ..fma import fma_chain
 from ..kernels import DeviceFn, Kernel, params
 from .elementwise import ADD, BLOCK, CTYPE, MUL, grid_for, suffix
 from .registry import Op, register
@@ -234,21 +234,13 @@ def serial_matmul(a: np.ndarray, b: np.ndarray, inner: str = "plain") -> np.ndar
     cols = np.moveaxis(a, -1, 0)[..., None]  # cols[k]: (..., m, 1)
     rows = np.moveaxis(b, -2, 0)[..., None, :]  # rows[k]: (..., 1, n)
     if inner == "fma":
-        return _fma_chain(cols, rows, np.broadcast_shapes(out_shape, cols[0].shape))
+        return fma_chain(cols, rows, np.broadcast_shapes(out_shape, cols[0].shape))
     with np.errstate(all="ignore"):
         acc = np.multiply(cols[0], rows[0])
         prod = np.empty_like(acc)
         for kk in range(1, k):
             np.multiply(cols[kk], rows[kk], out=prod)
             np.add(acc, prod, out=acc)
-    return acc
-
-
-def _fma_chain(cols: np.ndarray, rows: np.ndarray, shape: tuple) -> np.ndarray:
-    """acc = +0.0, then acc = fma(cols[k], rows[k], acc) for k ascending."""
-    acc = np.zeros(shape, cols.dtype)
-    for kk in range(cols.shape[0]):
-        acc = fma(cols[kk], rows[kk], acc)
     return acc
 
 
