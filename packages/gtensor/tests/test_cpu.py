@@ -30,10 +30,15 @@ def _calls(rng, dtype):
     e = rng.standard_normal((60, 71)).astype(dtype)
     f = rng.standard_normal((3, 60, 7)).astype(dtype)
     h = rng.standard_normal((2, 3, 33, 70)).astype(dtype)  # tiled transposes end mid-tile
+    # k past one k block (KC = 128) and rows past one row block (MC = 64 rows at k = 1100 f64)
+    p = rng.standard_normal((70, 1100)).astype(dtype)
+    q = rng.standard_normal((1100, 19)).astype(dtype)
     return [("matmul", (a, b), {}), ("bmm", (c, d), {}), ("exp", (e,), {}),
             ("matmul", (a[:21], b), {}),  # few rows, more panels than row tiles: panels split
             ("matmul", (a[:37], b), {"inner": "fma"}), ("bmm", (c, d), {"inner": "fma"}),
             ("matmul", (a[:21], b[:, :40]), {"inner": "fma"}),
+            ("matmul", (p, q), {}), ("matmul", (p, q), {"inner": "fma"}),
+            ("bmm", (p.reshape(2, 35, 1100), np.stack([q, q[::-1]])), {"inner": "fma"}),
             ("muls", (e,), {"s": 0.3}), ("add", (e, e[:1]), {}), ("mul", (e, e), {}),
             ("sum", (e,), {"axis": 0}), ("sum", (e,), {"axis": 1}), ("mean", (e,), {}),
             ("sum", (f,), {"axis": 1}), ("softmax", (e,), {"axis": 1}),

@@ -86,18 +86,33 @@ _CPU_MATMUL = Template("""\
     using gtcpu::Int;
     constexpr int L = 64 / sizeof(T);  // lanes of one 64-byte vector
     constexpr long long PW = 2 * L;    // width of a packed panel of b
+    // k runs in blocks of KC (a 16 KB slice of the panel stays in L1 across row tiles); an
+    // output's accumulator goes to c between blocks and comes back exactly, so its chain over
+    // k is the same one (k ascending, one accumulator)
+    constexpr long long KC = 16384 / (PW * (long long)sizeof(T));
+    // rows in blocks of MC (a multiple of 8): a block's rows of a (512 KB) stay in L2 while
+    // every panel of b passes (each panel is packed once per block)
+    const long long MC = 8 * (((524288 / (k * (long long)sizeof(T) + 1)) + 7) / 8);
     // R rows of c from row pointer ar (row stride k), panel columns from bp (row stride PW)
+    // (steps k0..k1 of the chain: k0 == 0 starts it, else it resumes from c)
     auto tile = [=](auto rows_, auto lanes_, auto nv_, const T* __restrict__ ar,
-                    const T* __restrict__ bp, T* __restrict__ cr) {
+                    const T* __restrict__ bp, T* __restrict__ cr, long long k0, long long k1) {
         constexpr int R = decltype(rows_)::value, N = decltype(lanes_)::value,
                       NV = decltype(nv_)::value;
         typedef typename gtcpu::Vec<T, N>::type V;
         V acc[R][NV];
-        for (int v = 0; v < NV; ++v) {
-            const V bv = gtcpu::vload<V>(bp + v * N);
-            for (int r = 0; r < R; ++r) acc[r][v] = $FIRST;
+        long long kk = k0;
+        if (k0 == 0) {
+            for (int v = 0; v < NV; ++v) {
+                const V bv = gtcpu::vload<V>(bp + v * N);
+                for (int r = 0; r < R; ++r) acc[r][v] = $FIRST;
+            }
+            kk = 1;
+        } else {
+            for (int r = 0; r < R; ++r)
+                for (int v = 0; v < NV; ++v) acc[r][v] = gtcpu::vload<V>(cr + r * n + v * N);
         }
-        for (long long kk = 1; kk < k; ++kk) {
+        for (; kk < k1; ++kk) {
             V bv[NV];
             for (int v = 0; v < NV; ++v) bv[v] = gtcpu::vload<V>(bp + kk * PW + v * N);
             for (int r = 0; r < R; ++r) {
@@ -110,62 +125,66 @@ _CPU_MATMUL = Template("""\
     };
     // rows r0.. (R of them), columns j..j1 of the panel starting at column j0 (packed in pk)
     auto cols = [=](auto rows_, long long r0, const T* pk, long long j0, long long j,
-                    long long j1) {
+                    long long j1, long long k0, long long k1) {
         const T* ar = a + r0 * k;
         T* cr = c + r0 * n;
         if (j + 2 * L <= j1) {
-            tile(rows_, Int<L>{}, Int<2>{}, ar, pk + (j - j0), cr + j);
+            tile(rows_, Int<L>{}, Int<2>{}, ar, pk + (j - j0), cr + j, k0, k1);
             j += 2 * L;
         }
         if (j + L <= j1) {
-            tile(rows_, Int<L>{}, Int<1>{}, ar, pk + (j - j0), cr + j);
+            tile(rows_, Int<L>{}, Int<1>{}, ar, pk + (j - j0), cr + j, k0, k1);
             j += L;
         }
         if (j + L / 2 <= j1) {
-            tile(rows_, Int<L / 2>{}, Int<1>{}, ar, pk + (j - j0), cr + j);
+            tile(rows_, Int<L / 2>{}, Int<1>{}, ar, pk + (j - j0), cr + j, k0, k1);
             j += L / 2;
         }
         if (j + L / 4 <= j1) {
-            tile(rows_, Int<L / 4>{}, Int<1>{}, ar, pk + (j - j0), cr + j);
+            tile(rows_, Int<L / 4>{}, Int<1>{}, ar, pk + (j - j0), cr + j, k0, k1);
             j += L / 4;
         }
         if (L >= 16 && j + L / 8 <= j1) {
-            tile(rows_, Int<(L >= 16 ? L / 8 : 1)>{}, Int<1>{}, ar, pk + (j - j0), cr + j);
+            tile(rows_, Int<(L >= 16 ? L / 8 : 1)>{}, Int<1>{}, ar, pk + (j - j0), cr + j, k0,
+                 k1);
             j += L / 8;
         }
-        for (; j < j1; ++j) tile(rows_, Int<1>{}, Int<1>{}, ar, pk + (j - j0), cr + j);
+        for (; j < j1; ++j) tile(rows_, Int<1>{}, Int<1>{}, ar, pk + (j - j0), cr + j, k0, k1);
     };
     const long long rows = batch * m;
     if (k == 0) {
         for (long long i = 0; i < rows * n; ++i) c[i] = (T)0;
         return;
     }
-    // column panels outside, rows inside: the packed k x 2L panel stays in cache across rows.
-    // Rows [lo, hi) of c against panels [p0, p1) of b, with a panel buffer of the caller's.
+    // row blocks outside, then column panels, then k blocks (the packed panel's KC x 2L slice
+    // stays in L1 across rows), rows inside. Rows [lo, hi) of c against panels [p0, p1) of b.
     auto block = [=](long long lo, long long hi, long long p0, long long p1) {
         T* pk = new T[k * PW];
+        for (long long rb = lo; rb < hi; rb += MC)  // row blocks: a's rows stay in L2
         for (long long j0 = p0 * PW; j0 < n && j0 < p1 * PW; j0 += PW) {
-            const long long j1 = j0 + PW < n ? j0 + PW : n;
-            long long packed = -1;  // the batch whose panel pk holds
-            long long r = lo;
-            while (r < hi) {
-                const long long bi = r / m;
-                if (bi != packed) {  // an exact copy of b[bi][:, j0:j1]
-                    const T* bb = b + bi * k * n + j0;
-                    for (long long kk = 0; kk < k; ++kk)
-                        for (long long j = 0; j < j1 - j0; ++j) pk[kk * PW + j] = bb[kk * n + j];
-                    packed = bi;
+            const long long j1 = j0 + PW < n ? j0 + PW : n, rbe = rb + MC < hi ? rb + MC : hi;
+            for (long long r0 = rb; r0 < rbe;) {  // the rows of one batch at a time
+                const long long bi = r0 / m, rend = rbe < (bi + 1) * m ? rbe : (bi + 1) * m;
+                const T* bb = b + bi * k * n + j0;  // an exact copy of b[bi][:, j0:j1]
+                for (long long kk = 0; kk < k; ++kk)
+                    for (long long j = 0; j < j1 - j0; ++j) pk[kk * PW + j] = bb[kk * n + j];
+                for (long long k0 = 0; k0 < k; k0 += KC) {
+                    const long long k1 = k0 + KC < k ? k0 + KC : k;
+                    long long r = r0;
+                    while (r < rend) {
+                        if (r + 8 <= rend) {
+                            cols(Int<8>{}, r, pk, j0, j0, j1, k0, k1);
+                            r += 8;
+                        } else if (r + 4 <= rend) {
+                            cols(Int<4>{}, r, pk, j0, j0, j1, k0, k1);
+                            r += 4;
+                        } else {
+                            cols(Int<1>{}, r, pk, j0, j0, j1, k0, k1);
+                            r += 1;
+                        }
+                    }
                 }
-                if (r + 8 <= hi && r % m + 8 <= m) {
-                    cols(Int<8>{}, r, pk, j0, j0, j1);
-                    r += 8;
-                } else if (r + 4 <= hi && r % m + 4 <= m) {
-                    cols(Int<4>{}, r, pk, j0, j0, j1);
-                    r += 4;
-                } else {
-                    cols(Int<1>{}, r, pk, j0, j0, j1);
-                    r += 1;
-                }
+                r0 = rend;
             }
         }
         delete[] pk;
