@@ -69,9 +69,10 @@ CHAINS = (16, 24, 30)  # independent accumulators tried (the best rate counts: t
 # the FMA pipes times their count decides how many chains it takes to keep them busy)
 
 
-def peak(dtype: str, seconds: float = 0.2, repeats: int = 5) -> dict[str, float]:
+def peak(dtype: str, seconds: float = 0.002, repeats: int = 80) -> dict[str, float]:
     """{"fma": MAC/s, "muladd": MAC/s} per thread for ``dtype``: the best over ``CHAINS``
-    and ``repeats`` (the host is shared: the best run is the least disturbed)."""
+    and ``repeats`` short runs (the host is shared: the best run is the least disturbed, and
+    a short one is likelier to run undisturbed -- as likely as one timed matmul call)."""
     lib = _library()
     sfx = "f64" if dtype == "float64" else "f32"
     lanes = 8 if sfx == "f64" else 16
@@ -81,7 +82,7 @@ def peak(dtype: str, seconds: float = 0.2, repeats: int = 5) -> dict[str, float]
         for chains in CHAINS:
             fn = getattr(lib, f"probe_{kind}_{sfx}_{chains}")
             fn.argtypes, fn.restype = [ctypes.c_longlong], ctypes.c_double
-            iters = 1 << 12
+            iters = 1 << 8
             while True:  # calibrate to about ``seconds``
                 t0 = time.perf_counter()
                 fn(iters)
@@ -90,10 +91,11 @@ def peak(dtype: str, seconds: float = 0.2, repeats: int = 5) -> dict[str, float]
                     break
                 iters *= 4
             iters = int(iters * seconds / dt)
-            for _ in range(repeats):
-                t0 = time.perf_counter()
+            for _ in range(repeats):  # thread CPU time, as bench_cpu_kernels --peak times
+                t0 = time.thread_time()
                 fn(iters)
-                best = max(best, iters * chains * lanes / (time.perf_counter() - t0))
+                dt = time.thread_time() - t0
+                best = max(best, iters * chains * lanes / dt) if dt > 0 else best
         out[kind] = best
     return out
 
