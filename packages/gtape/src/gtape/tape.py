@@ -44,7 +44,11 @@ class Mark:
 
 
 class Tape(NodeTable, Freshness):
-    """A define-by-run tape: every op runs eagerly on a gtensor backend and appends one node."""
+    """A define-by-run tape: every op runs eagerly on a gtensor backend and appends one node.
+
+    ``inner`` is the inner-product contract of every matmul / bmm recorded on it (forward,
+    backward, higher order): ``"plain"`` or ``"fma"`` (docs/semantics.md, "Inner products").
+    """
 
     def __init__(self, backend: str | gtensor.Backend = "numpy", dtype: Any = "float64",
                  inner: str = "plain") -> None:
