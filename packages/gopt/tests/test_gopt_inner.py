@@ -34,8 +34,9 @@ def test_state_names_the_contract_and_refuses_the_other(bname, tmp_path):
                           tp_plain.backend.to_numpy(tp_plain.value(w_plain)))
     opt.save(tmp_path / "fma.npz")
     before = tp_plain.backend.to_numpy(tp_plain.value(w_plain)).copy()
-    with pytest.raises(ValueError, match=r"Adam.load_state_dict: the state is of a run under the 'fma' "
-                                         r"inner-product contract; this tape's is 'plain'"):
+    with pytest.raises(ValueError, match=r"Adam.load_state_dict: the state is of a run under "
+                                         r"the 'fma' inner-product contract; this tape's is "
+                                         r"'plain'"):
         opt_plain.load(tmp_path / "fma.npz")
     assert bits_equal(tp_plain.backend.to_numpy(tp_plain.value(w_plain)), before)
     opt_plain.save(tmp_path / "plain.npz")
