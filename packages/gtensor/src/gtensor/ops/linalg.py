@@ -156,38 +156,49 @@ _CPU_MATMUL = Template("""\
         for (long long i = 0; i < rows * n; ++i) c[i] = (T)0;
         return;
     }
-    // row blocks outside, then column panels, then k blocks (the packed panel's KC x 2L slice
-    // stays in L1 across rows), rows inside. Rows [lo, hi) of c against panels [p0, p1) of b.
+    // Per batch: row blocks (a's rows stay in L2), column panels (each packed once, in the
+    // first row block), k blocks (the packed panel's KC x 2L slice stays in L1 across rows),
+    // rows inside. Rows [lo, hi) of c against panels [p0, p1) of b.
     auto block = [=](long long lo, long long hi, long long p0, long long p1) {
-        T* pk = new T[k * PW];
-        for (long long rb = lo; rb < hi; rb += MC)  // row blocks: a's rows stay in L2
-        for (long long j0 = p0 * PW; j0 < n && j0 < p1 * PW; j0 += PW) {
-            const long long j1 = j0 + PW < n ? j0 + PW : n, rbe = rb + MC < hi ? rb + MC : hi;
-            for (long long r0 = rb; r0 < rbe;) {  // the rows of one batch at a time
-                const long long bi = r0 / m, rend = rbe < (bi + 1) * m ? rbe : (bi + 1) * m;
-                const T* bb = b + bi * k * n + j0;  // an exact copy of b[bi][:, j0:j1]
-                for (long long kk = 0; kk < k; ++kk)
-                    for (long long j = 0; j < j1 - j0; ++j) pk[kk * PW + j] = bb[kk * n + j];
-                for (long long k0 = 0; k0 < k; k0 += KC) {
-                    const long long k1 = k0 + KC < k ? k0 + KC : k;
-                    long long r = r0;
-                    while (r < rend) {
-                        if (r + 8 <= rend) {
-                            cols(Int<8>{}, r, pk, j0, j0, j1, k0, k1);
-                            r += 8;
-                        } else if (r + 4 <= rend) {
-                            cols(Int<4>{}, r, pk, j0, j0, j1, k0, k1);
-                            r += 4;
-                        } else {
-                            cols(Int<1>{}, r, pk, j0, j0, j1, k0, k1);
-                            r += 1;
+        // every panel [p0, p1) of one batch's b, packed once, at its first use (panel p at
+        // (p - p0) * k * PW), in a buffer each thread keeps between launches (no page faults)
+        static thread_local std::vector<T> packed;
+        const size_t need = (size_t)((p1 - p0) * k * PW);
+        if (packed.size() < need) packed.resize(need);
+        T* pks = packed.data();
+        for (long long s0 = lo; s0 < hi;) {  // the rows of one batch at a time
+            const long long bi = s0 / m, send = hi < (bi + 1) * m ? hi : (bi + 1) * m;
+            for (long long rb = s0; rb < send; rb += MC) {  // row blocks: a's rows stay in L2
+                const long long rbe = rb + MC < send ? rb + MC : send;
+                for (long long p = p0; p < p1 && p * PW < n; ++p) {
+                    const long long j0 = p * PW, j1 = j0 + PW < n ? j0 + PW : n;
+                    T* pk = pks + (p - p0) * k * PW;
+                    if (rb == s0) {  // first use: an exact copy of b[bi][:, j0:j1]
+                        const T* bb = b + bi * k * n + j0;
+                        for (long long kk = 0; kk < k; ++kk)
+                            for (long long j = 0; j < j1 - j0; ++j)
+                                pk[kk * PW + j] = bb[kk * n + j];
+                    }
+                    for (long long k0 = 0; k0 < k; k0 += KC) {
+                        const long long k1 = k0 + KC < k ? k0 + KC : k;
+                        long long r = rb;
+                        while (r < rbe) {
+                            if (r + 8 <= rbe) {
+                                cols(Int<8>{}, r, pk, j0, j0, j1, k0, k1);
+                                r += 8;
+                            } else if (r + 4 <= rbe) {
+                                cols(Int<4>{}, r, pk, j0, j0, j1, k0, k1);
+                                r += 4;
+                            } else {
+                                cols(Int<1>{}, r, pk, j0, j0, j1, k0, k1);
+                                r += 1;
+                            }
                         }
                     }
                 }
-                r0 = rend;
             }
+            s0 = send;
         }
-        delete[] pk;
     };
     // Threads split the panels of one (batch-free) product when it has at least as many panels
     // as 8-row tiles: each panel is then packed by one thread, not by every thread; otherwise
