@@ -50,14 +50,17 @@ def sweep_table(sweep: dict) -> str:
     """The width sweep's table: one row per width and dtype."""
     lines = ["| hidden (w, w/2, w) | dtype | cpu tape (us) | torch eager (us) | tape vs torch | "
              "torch eager, 1 thread (us) | tape vs torch 1 thread | captured cpu step (us) | "
-             "JAX jit (us) | captured vs JAX |", "|---|---|" + "---:|" * 8]
+             "JAX jit (us) | captured vs JAX | cpu tape, fma (us) | fma tape vs torch | "
+             "captured, fma (us) | captured fma vs JAX |", "|---|---|" + "---:|" * 12]
     for w, by_dt in sweep.items():
         for dt in DTYPES:
             c = by_dt[dt]
             cells = [f"{w}, {w // 2}, {w}", dt, us(c["cpu"], n=True), us(c["torch"]),
                      ratio(c["cpu"], c["torch"]), us(c["torch1"]),
                      ratio(c["cpu"], c["torch1"]), us(c["captured"]), us(c["jax"]),
-                     ratio(c["captured"], c["jax"])]
+                     ratio(c["captured"], c["jax"]), us(c.get("cpu_fma")),
+                     ratio(c.get("cpu_fma"), c["torch"]), us(c.get("captured_fma")),
+                     ratio(c.get("captured_fma"), c["jax"])]
             lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 

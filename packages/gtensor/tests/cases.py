@@ -66,8 +66,10 @@ def _cases() -> list[Case]:
     for a, b in [((1, 1), (1, 1)), ((3, 5), (5, 2)), ((1, 7), (7, 1)), ((4, 1), (1, 3)),
                  ((2, 13), (13, 3)), ((3, 0), (0, 2))]:
         cases.append(Case("matmul", (a, b)))
+        cases.append(Case("matmul", (a, b), {"inner": "fma"}))
     for a, b in [((1, 1, 1), (1, 1, 1)), ((2, 3, 4), (2, 4, 5)), ((3, 1, 7), (3, 7, 2))]:
         cases.append(Case("bmm", (a, b)))
+        cases.append(Case("bmm", (a, b), {"inner": "fma"}))
     for s, axes in [((3, 5), None), ((1, 7), None), ((2, 3, 4), (0, 2, 1)),
                     ((2, 3, 4), (2, 0, 1)), ((2, 3, 4), None), ((7,), None)]:
         cases.append(Case("transpose", (s,), {} if axes is None else {"axes": axes}))

@@ -53,6 +53,9 @@ def _parser() -> argparse.ArgumentParser:
                         f"(default: {ae.AEConfig.seed})")
     a.add_argument("--dtype", choices=["float64", "float32"], default="float64",
                    help="the tape's dtype (default: float64)")
+    a.add_argument("--inner", choices=["plain", "fma"], default="plain",
+                   help="the inner-product contract of every matmul (default: plain; fma: "
+                        "one fused multiply-add per term, docs/semantics.md)")
     a.add_argument("--no-bars", action="store_true",
                    help="skip the bar checks (the MSE bar and scikit-learn's)")
     a.add_argument("--engine", choices=["tape", "replay", "fused"], default="tape",
@@ -97,7 +100,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                      f"got {args.backend}")
     if args.command == "ae":
         cfg = ae.AEConfig(backend=args.backend, dtype=args.dtype, seed=args.seed,
-                          epochs=args.epochs, engine=args.engine)
+                          epochs=args.epochs, engine=args.engine, inner=args.inner)
         ctl, cfg = _control(parser, args, cfg)
         run = rung_ae.run(cfg, args.out, progress=not args.no_progress, bars=not args.no_bars,
                           ctl=ctl)

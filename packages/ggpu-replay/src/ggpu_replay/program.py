@@ -56,6 +56,11 @@ class Program:
         return self._tape
 
     @property
+    def inner(self) -> str:
+        """The inner-product contract of every matmul / bmm launch (the tape's)."""
+        return self._tape.inner
+
+    @property
     def trace(self) -> Trace:
         """The traced episode: its nodes, device buffers and recorded launches."""
         return self._tr

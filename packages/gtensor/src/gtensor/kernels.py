@@ -76,7 +76,8 @@ class Param:
 #   copy    y[oo(i)] = x[oi(i)]                   geom: rank, shape, in strides, in offset,
 #                                                       out strides, out offset
 #   fill    y[i] = v                              for i < n
-#   matmul  c[b,i,j] = serial k of mul(a, b) summed with add, k ascending; calls = (mul, add)
+#   matmul  c[b,i,j] = the serial chain over k ascending of calls[0], the contract's row
+#           helper: gt_dot (mul, then add) or gt_dot_fma (fma from +0.0)
 #   reduce  y[o] = serial sum (add) over the positions of o, then div by count if mean;
 #           calls = (add, div)
 #   rows    a block-per-row kernel with its own body (softmax); calls = what it uses
