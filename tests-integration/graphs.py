@@ -91,6 +91,12 @@ def _classifier(v: dict) -> g.Var:
         g.minimum(z, v["s"]), 1)) + g.mean(sel * sel))
 
 
+def _norms(v: dict) -> g.Var:
+    """layer_norm then rms_norm (weights and a bias: their gradients are column sums)."""
+    h = g.layer_norm(v["x"] @ v["w"], v["gamma"], v["beta"])
+    return g.mse(g.rms_norm(g.tanh(h), v["r"]), v["t"])
+
+
 GRAPHS = [
     Graph("relu_softmax_mlp_mse",
           lambda r: {"w1": _n(r, 5, 8, scale=0.5), "b1": _n(r, 8, scale=0.25),
@@ -121,4 +127,9 @@ GRAPHS = [
           lambda r: {"E": _n(r, 7, 5), "W": _n(r, 5, 4, scale=3.0), "s": _n(r, 12, 4),
                      "thr": _n(r, 5, scale=0.1)},
           ("E", "W"), _classifier),
+    Graph("layer_norm_rms_norm",
+          lambda r: {"x": _n(r, 6, 5), "w": _n(r, 5, 7, scale=0.5), "gamma": 1.0 + _n(r, 7),
+                     "beta": _n(r, 7, scale=0.1), "r": 1.0 + _n(r, 7, scale=0.2),
+                     "t": _n(r, 6, 7)},
+          ("w", "gamma", "beta", "r"), _norms),
 ]

@@ -101,6 +101,9 @@ ROWS = [
         ((3, 4),)),
     Row("bce_with_logits", lambda z: g.bce_with_logits(z, np.array([[1.0, 0.0, 0.3]])),
         ((1, 3),), AWAY0),
+    Row("layer_norm", g.layer_norm, ((3, 5), (5,), (5,))),
+    Row("layer_norm_3d_plain", g.layer_norm, ((2, 2, 4),)),
+    Row("rms_norm", g.rms_norm, ((3, 5), (5,))),
 ]
 NONDIFF = {name for name, op in gtensor.REGISTRY.items() if not op.differentiable}
 

@@ -17,6 +17,7 @@ from .episode import EpisodeError
 from .higher import grad
 from .leaves import CONST, PARAM, Leaf
 from .losses import bce_with_logits, cross_entropy, mse
+from .norms import layer_norm, rms_norm
 from .ops import (
     abs,
     add,
@@ -90,4 +91,5 @@ __all__ = [
     "less_equal", "log_softmax", "log_softmax_grad", "logsumexp", "minimum", "minimum_mask",
     "not_equal",
     "take", "take_along_axis", "take_along_axis_grad", "take_grad", "where",
+    "layer_norm", "rms_norm",
 ]
