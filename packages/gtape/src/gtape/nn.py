@@ -24,15 +24,16 @@ import numpy as np
 
 from . import ops
 from .modules import Flatten, Identity, IncompatibleKeys, Module, ReLU, Sequential, Sigmoid, Tanh
+from .norm_layers import LayerNorm, RMSNorm
 from .state import load, save
 from .tape import Tape
 from .torch_interop import from_torch
 from .var import Var
 
 __all__ = [
-    "ACTIVATIONS", "INITS", "Flatten", "Identity", "IncompatibleKeys", "Linear", "MLP", "Module",
-    "ReLU", "Sequential", "Sigmoid", "Tanh", "from_torch", "kaiming_uniform", "load", "save",
-    "xavier_uniform",
+    "ACTIVATIONS", "INITS", "Flatten", "Identity", "IncompatibleKeys", "LayerNorm", "Linear",
+    "MLP", "Module", "RMSNorm", "ReLU", "Sequential", "Sigmoid", "Tanh", "from_torch",
+    "kaiming_uniform", "load", "save", "xavier_uniform",
 ]
 
 Seed = int | np.random.Generator
