@@ -12,7 +12,7 @@
 
 from __future__ import annotations
 
-from . import nn
+from . import nn, rng
 from .episode import EpisodeError
 from .higher import grad
 from .leaves import CONST, PARAM, Leaf
@@ -84,7 +84,7 @@ __all__ = [
     "abs", "add", "adds", "apply", "bce_with_logits", "bmm", "copy", "cross_entropy", "nn",
     "broadcast_to", "concat", "div", "exp", "grad", "log", "matmul", "maximum", "maximum_mask",
     "mean",
-    "mse", "mul", "muls", "neg",
+    "mse", "mul", "muls", "neg", "rng",
     "pad", "relu", "relu_grad", "reshape", "sigmoid", "sigmoid_grad", "slice", "softmax",
     "softmax_grad", "sqrt", "sub", "sum", "sum_to", "tanh", "tanh_grad", "transpose",
     "argmax", "clip", "embedding", "equal", "greater", "greater_equal", "index_weight", "less",
