@@ -74,3 +74,49 @@ def test_train_and_eval_reach_every_child():
     assert model[2][1].training
     with pytest.raises(TypeError, match="Sequential.train: mode is"):
         model.train("no")
+
+
+def _philox_uniform(key: g.rng.Key, shape, b: float) -> np.ndarray:
+    """numpy's own U(-b, b) from Philox(key): what uniform_init promises bit for bit."""
+    return np.random.Generator(np.random.Philox(key=key.seed)).uniform(-b, b, shape)
+
+
+def test_linear_with_a_key_draws_torchs_init_from_gtape_rng():
+    tp = g.Tape()
+    lin = g.nn.Linear(tp, 7, 3, key=g.rng.key(11))
+    kw, kb = g.rng.key(11).split(2)
+    b = 1.0 / np.sqrt(7)
+    assert lin.weight.shape == (3, 7) and lin.bias.shape == (3,)
+    assert lin.weight.numpy().tobytes() == _philox_uniform(kw, (3, 7), b).tobytes()
+    assert lin.bias.numpy().tobytes() == _philox_uniform(kb, (3,), b).tobytes()
+    same = g.nn.Linear(g.Tape("numpy", "float32"), 7, 3, key=11)  # an int seed is a key
+    assert same.weight.numpy().tobytes() == lin.weight.numpy().astype(np.float32).tobytes()
+    with pytest.raises(TypeError, match="Linear: key is"):
+        g.nn.Linear(tp, 2, 2, key="0")
+
+
+def test_embedding_is_torchs(bname):
+    tp = g.Tape(bname)
+    emb = g.nn.Embedding(tp, 6, 3, key=g.rng.key(2))
+    (kw,) = g.rng.key(2).split(1)
+    assert emb.weight.numpy().tobytes() == g.rng.normal(kw, (6, 3)).tobytes()
+    tm = torch.nn.Embedding(6, 3).double()
+    with torch.no_grad():
+        tm.weight.copy_(torch.from_numpy(emb.weight.numpy()))
+    ids = np.array([[0, 5, 5], [2, 0, 5]])
+    gy = np.random.default_rng(0).normal(size=(2, 3, 3))
+    y = emb(ids)
+    tp.backward(g.sum(y * gy))
+    ty = tm(torch.from_numpy(ids))
+    (ty * torch.from_numpy(gy)).sum().backward()
+    assert y.numpy().tobytes() == ty.detach().numpy().tobytes()  # a gather: exact
+    assert np.max(np.abs(tp.grad(emb.weight) - tm.weight.grad.numpy())) <= 1e-15
+    with pytest.raises(ValueError, match=r"Embedding: ids must lie in \[0, 6\)"):
+        emb(np.array([6]))
+    with pytest.raises(TypeError, match="Embedding: ids have dtype float64"):
+        emb(np.array([1.0]))
+
+
+def test_normal_init_is_standard_normal_in_distribution():
+    z = g.nn.normal_init(g.rng.key(0), (20000,))
+    assert abs(z.mean()) < 0.03 and abs(z.std() - 1.0) < 0.03
