@@ -55,6 +55,10 @@ from .ops import (
     relu,
     relu_grad,
     reshape,
+    rng_bits,
+    rng_fold,
+    rng_normal,
+    rng_uniform,
     sigmoid,
     sigmoid_grad,
     slice,
@@ -73,6 +77,7 @@ from .ops import (
     transpose,
     where,
 )
+from .rng import dropout
 from .tape import Mark, Node, Tape, TapeGrowthWarning
 from .var import StaleVarError, Var
 
@@ -90,4 +95,5 @@ __all__ = [
     "less_equal", "log_softmax", "log_softmax_grad", "logsumexp", "minimum", "minimum_mask",
     "not_equal",
     "take", "take_along_axis", "take_along_axis_grad", "take_grad", "where",
+    "dropout", "rng_bits", "rng_fold", "rng_normal", "rng_uniform",
 ]
