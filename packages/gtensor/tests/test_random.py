@@ -120,3 +120,37 @@ def test_refusals_name_the_op(be):
         be.rng_normal(k, shape=(2, -1), dtype="float64")
     with pytest.raises(TypeError, match="rng_fold: i must be an int"):
         be.rng_fold(k, i=-1)
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+def test_normal_is_box_muller_of_word_pairs(be, dtype):
+    """Element i from words 2i, 2i+1; within a few ulps of math's sqrt(-2 log u1) cos(2 pi u2)
+    (the exact bits are gtensor's own log and cos: the parity rows pin them)."""
+    import math
+
+    k = np.array([5, 6], dtype=np.int64)
+    z = be.to_numpy(be.rng_normal(be.asarray(k, dtype=np.int64), shape=(300,), dtype=dtype))
+    ref = rops._normal_ref(k, shape=(300,), dtype=np.dtype(dtype))
+    assert bits_equal(z, ref)
+    w = philox.words((5, 6), 600).reshape(300, 2)
+    tol = 1e-13 if dtype == "float64" else 1e-6
+    for i in range(300):
+        u1 = ((int(w[i, 0]) >> 11) + 1) * 2.0**-53
+        u2 = (int(w[i, 1]) >> 11) * 2.0**-53
+        want = math.sqrt(-2 * math.log(u1)) * math.cos(2 * math.pi * u2)
+        assert abs(float(z[i]) - want) <= tol * max(1.0, abs(want)), (i, z[i], want)
+
+
+def test_dropout_keeps_an_element_whose_uniform_equals_p(be):
+    """keep iff uniform >= p: p set to an element's own uniform keeps it; the next float64
+    above drops it."""
+    k = np.array([2024, 1], dtype=np.int64)
+    u = np.random.Generator(np.random.Philox(key=2024 + 2**64)).random(64)
+    j = int(np.argmin(np.abs(u - 0.5)))
+    x = be.asarray(np.ones(64))
+    kb = be.asarray(k, dtype=np.int64)
+    y = be.to_numpy(be.dropout(x, kb, p=float(u[j])))
+    assert y[j] == 1.0 / (1.0 - u[j])
+    y2 = be.to_numpy(be.dropout(x, kb, p=float(np.nextafter(u[j], 1.0))))
+    assert y2[j] == 0.0
+    assert np.array_equal(y != 0, u >= u[j]) and np.array_equal(y2 != 0, u > u[j])
