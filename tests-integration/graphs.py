@@ -97,6 +97,18 @@ def _norms(v: dict) -> g.Var:
     return g.mse(g.rms_norm(g.tanh(h), v["r"]), v["t"])
 
 
+def _dropout_noise(v: dict) -> g.Var:
+    """The random ops: dropout (mask from a key const), a key folded on the tape, uniform and
+    normal draws of the tape's dtype mixed into the loss."""
+    tp = v["x"].tape
+    kv = g.rng.key_input(tp, g.rng.key(2**90 + 2024))
+    h = g.relu(v["x"] @ v["w1"] + v["b1"])
+    h = g.dropout(h, 0.3, g.rng.fold(kv, 1))
+    noise = g.rng.normal(g.rng.fold(kv, 2), (16, 8)) * 0.1 + g.rng.uniform(kv, (8,))
+    h = g.dropout(h + noise, 0.5, g.rng.key(7))
+    return g.mse(h @ v["w2"], v["t"])
+
+
 GRAPHS = [
     Graph("relu_softmax_mlp_mse",
           lambda r: {"w1": _n(r, 5, 8, scale=0.5), "b1": _n(r, 8, scale=0.25),
@@ -132,4 +144,8 @@ GRAPHS = [
                      "beta": _n(r, 7, scale=0.1), "r": 1.0 + _n(r, 7, scale=0.2),
                      "t": _n(r, 6, 7)},
           ("w", "gamma", "beta", "r"), _norms),
+    Graph("dropout_rng_noise",
+          lambda r: {"w1": _n(r, 5, 8, scale=0.5), "b1": _n(r, 8, scale=0.25),
+                     "w2": _n(r, 8, 3, scale=0.3), "x": _n(r, 16, 5), "t": _n(r, 16, 3)},
+          ("w1", "b1", "w2"), _dropout_noise),
 ]

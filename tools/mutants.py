@@ -62,6 +62,9 @@ GOPT_RUN = Run((f"{OP}/tests/test_gopt_exact.py", f"{OP}/tests/test_pin_same_sha
                 f"{OP}/tests/test_gopt_errors.py", f"{OP}/tests/test_gopt_state.py"))
 DEMO_RUN = Run((f"{DM}/tests/test_verdicts.py", f"{DM}/tests/test_gdemos_cli.py"))
 
+RNG_RUN = Run((f"{TP}/tests/test_rng_host.py", f"{TP}/tests/test_rng_tape.py",
+               f"{GT}/tests/test_random.py"))
+
 TARGETS = [
     Target(f"{GT}/src/gtensor/ops/elementwise.py", ("*", "_div_vjp"),
            (Run((f"{GT}/tests/test_pin_scalar.py",)), VJP_RUN)),
@@ -116,6 +119,19 @@ TARGETS = [
            (Run((f"{GT}/tests/test_oracles.py",)), VJP_RUN, SIM_PARITY)),
     Target(f"{TP}/src/gtape/losses.py", ("cross_entropy", "bce_with_logits"),
            (Run((f"{TP}/tests/test_stable_losses.py", f"{TP}/tests/test_tape_nn.py")),)),
+    # issue 21's random numbers: Philox (the numpy definition), the transforms, dropout
+    Target(f"{GT}/src/gtensor/philox.py", ("mulhilo", "block", "counters", "words",
+                                           "key_words"),
+           (Run((f"{TP}/tests/test_rng_host.py", f"{GT}/tests/test_random.py")),),
+           constants=True),
+    Target(f"{GT}/src/gtensor/ops/random.py",
+           ("rng_uniform_f64", "rng_uniform_f32", "rng_normal_f64", "rng_normal_f32",
+            "check_shape", "check_p", "check_fold_index", "fold_words", "split_words",
+            "threshold", "scale", "_bits_ref", "_uniform_ref", "_normal_ref", "_fold_ref",
+            "_dropout_ref", "_dropout_vjp", "_dropout_launch", "_draw_launch", "_fold_launch"),
+           (RNG_RUN, VJP_RUN, Run((f"{GT}/tests/test_random.py",), "sim")), constants=True),
+    Target(f"{TP}/src/gtape/rng.py", ("key", "check_key", "dropout", "_draw", "_dtype", "fold"),
+           (RNG_RUN,)),
     Target(f"{DM}/src/gdemos/rung_ae.py", ("check_bars", "bar_word", "missed", "unchecked"),
            (DEMO_RUN,)),
     Target(f"{DM}/src/gdemos/ladder.py", ("status", "line", "run_ladder", "_ae"), (DEMO_RUN,)),
@@ -185,6 +201,45 @@ TEXT_MUTANTS = [
      "gopt: Adam's first moments share one buffer per shape"),
     (f"{OP}/src/gopt/gradients.py", 'ws(("sumsq", i), ())', 'ws("sumsq", ())',
      "gopt: the per-parameter sums of squares share one buffer"),
+]
+
+# The random ops' C text (gtensor.ops.random): the Philox helper and each kernel's statement,
+# guarded by the backend-vs-numpy tests of the random ops on sim and cpu.
+RNG_PY = f"{GT}/src/gtensor/ops/random.py"
+RNG_KERNEL_RUNS = (Run((f"{GT}/tests/test_random.py",), "sim"),
+                   Run((f"{GT}/tests/test_random.py",), "cpu"))
+RNG_MUTANTS = [
+    (RNG_PY, "(lh & 0xFFFFFFFFULL) + (hl & 0xFFFFFFFFULL)", "(lh & 0xFFFFFFFFULL)",
+     "philox: mulhi drops a middle partial product's carry"),
+    (RNG_PY, "return a_hi * b_hi + (lh >> 32) + (hl >> 32) + (mid >> 32);",
+     "return a_hi * b_hi + (lh >> 32) + (hl >> 32);", "philox: mulhi drops the low carry"),
+    (RNG_PY, "for (int r = 0; r < 10; ++r)", "for (int r = 0; r < 9; ++r)",
+     "philox: nine rounds"),
+    (RNG_PY, "k1 += 0xBB67AE8584CAA73BULL;", "k1 += 0x9E3779B97F4A7C15ULL;",
+     "philox: the second key word bumped by the first Weyl constant"),
+    (RNG_PY, "c0 = hi1 ^ c1 ^ k0; c1 = lo1; c2 = hi0 ^ c3 ^ k1; c3 = lo0;",
+     "c0 = hi0 ^ c1 ^ k0; c1 = lo1; c2 = hi1 ^ c3 ^ k1; c3 = lo0;",
+     "philox: the round's high words swapped"),
+    (RNG_PY, "(unsigned long long)(i >> 2) + 1ULL, 0ULL, w);",
+     "(unsigned long long)(i >> 2), 0ULL, w);", "philox stream: counter not bumped first"),
+    (RNG_PY, "return w[i & 3];", "return w[i & 1];", "philox stream: word index within block"),
+    (RNG_PY, "(unsigned long long)(o >> 1) + 1ULL, 0ULL, w);",
+     "(unsigned long long)(o >> 2) + 1ULL, 0ULL, w);", "normal kernel: wrong block per element"),
+    (RNG_PY, "const int j = (int)(o & 1) * 2;", "const int j = (int)(o & 1);",
+     "normal kernel: overlapping word pairs"),
+    (RNG_PY, "gt_philox_block(key, (unsigned long long)i, $FOLD_TAG, w);",
+     "gt_philox_block(key, (unsigned long long)i, 0ULL, w);",
+     "fold kernel: the fold tag missing (a draw's block)"),
+    (RNG_PY, "y[o] = a >= t ? $FN(x[o], s) : ($T)0;", "y[o] = a > t ? $FN(x[o], s) : ($T)0;",
+     "dropout kernel: uniform == p dropped"),
+    (RNG_PY, "y[o] = a >= t ? $FN(x[o], s) : ($T)0;",
+     "y[o] = a >= t ? $FN(x[o], s) : $FN(x[o], ($T)0);",
+     "dropout kernel: dropped elements x * 0 (NaN, -0 for specials)"),
+    (RNG_PY, "const long long a = (long long)(gt_philox_word(key, o) >> 11);",
+     "const long long a = (long long)(gt_philox_word(key, o) >> 12);",
+     "dropout kernel: 52-bit uniforms"),
+    (RNG_PY, 'UNIFORM_SHIFT = {F64: 11, F32: 40}', 'UNIFORM_SHIFT = {F64: 11, F32: 41}',
+     "uniform f32: 23 bits"),
 ]
 
 # The recording type (gtape.recording) and its users: a version not bumped, a dependency not
@@ -482,7 +537,8 @@ def text_mutants(root: Path) -> list[Mutant]:
     """The hand-written mutants of kernel sources and the simulator runtime."""
     out = []
     entries = [(*e, None, "text") for e in TEXT_MUTANTS] + [
-        (*e, RECORDING_RUNS, f"rec{k}") for k, e in enumerate(RECORDING_MUTANTS)]
+        (*e, RECORDING_RUNS, f"rec{k}") for k, e in enumerate(RECORDING_MUTANTS)] + [
+        (*e, RNG_KERNEL_RUNS, f"rng{k}") for k, e in enumerate(RNG_MUTANTS)]
     for path, old, new, what, guard, tag in entries:
         text = (root / path).read_text()
         if old not in text:

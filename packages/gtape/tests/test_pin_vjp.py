@@ -304,6 +304,20 @@ ROWS += [
         ew(lambda q, e: q * e, np.broadcast_to(G[:, None], S),
            _our_exp(ew(lambda a, m: a - m, i[0], np.broadcast_to(y[:, None], S))))]),
 ]
+_DROP_KEY = 2**77 + 12345  # dropout's pinned row: the mask from numpy's own Philox
+
+
+def _dropout_vjp(G: np.ndarray, p: float, dt: str) -> np.ndarray:
+    """G * float(1/(1-p)) where numpy's Generator(Philox(key)).random() >= p, else +0.0."""
+    u = np.random.Generator(np.random.Philox(key=_DROP_KEY)).random(G.size).reshape(G.shape)
+    s = _T(dt)(1.0 / (1.0 - p))
+    return ew(lambda q, keep: q * s if keep else type(q)(0.0), G, u >= p)
+
+
+ROWS += [
+    Row("dropout", lambda x: g.dropout(x, 0.375, g.rng.key(_DROP_KEY)), (S,),
+        lambda i, y, G, dt: [_dropout_vjp(G, 0.375, dt)]),
+]
 COVERED = {r.name.split("_axis0")[0].split("_axis1")[0].split("_keepdims")[0].split("_head")[0]
            for r in ROWS}
 

@@ -99,6 +99,7 @@ ROWS = [
     Row("minimum_mask", lambda a, b: g.minimum_mask(a, b) * a, ((3, 4), (3, 4))),
     Row("cross_entropy_ignore", lambda z: g.cross_entropy(z, [1, -100, 3], ignore_index=-100),
         ((3, 4),)),
+    Row("dropout", lambda x: g.dropout(x, 0.4, g.rng.key(99)), ((4, 5),)),
     Row("bce_with_logits", lambda z: g.bce_with_logits(z, np.array([[1.0, 0.0, 0.3]])),
         ((1, 3),), AWAY0),
     Row("layer_norm", g.layer_norm, ((3, 5), (5,), (5,))),

@@ -31,6 +31,8 @@ class Row:
 
 _IDS = np.array([2, 0, 2, 1, 2])
 _ALONG = np.array([[0, 0], [3, 1], [2, 3]])
+# dropout's mask for key 31, p = 0.4, from numpy's own Philox (the torch side multiplies by it)
+_DROP_KEEP = np.random.Generator(np.random.Philox(key=31)).random(12).reshape(3, 4) >= 0.4
 
 
 def _sm_grad(gg, y, axis):
@@ -103,6 +105,9 @@ ROWS = [
     Row("take_along_axis_grad", lambda a: g.take_along_axis_grad(a * a, _ALONG, 4, 1),
         lambda a: T.zeros(3, 4, dtype=a.dtype).scatter_add(1, T.from_numpy(_ALONG), a * a),
         ((3, 2),), ("take_along_axis_grad", "take_along_axis")),
+    Row("dropout", lambda x: g.dropout(x * x, 0.4, g.rng.key(31)),
+        lambda x: x * x * T.from_numpy(_DROP_KEEP).to(x.dtype) * (1.0 / (1.0 - 0.4)), ((3, 4),),
+        ("dropout",)),
     Row("log_softmax", lambda x: g.log_softmax(x, axis=1), lambda x: T.log_softmax(x, 1),
         ((3, 4),), ("log_softmax", "log_softmax_grad")),
     Row("log_softmax_grad", lambda a, y: g.log_softmax_grad(a, y, axis=-1),
@@ -113,7 +118,8 @@ ROWS = [
 ]
 # no rule: no input is trained (the optimizer's updates) or the result is int64 / bool
 NOT_COVERED = {"fill", "adam_m", "adam_v", "adam_p", "sgd_p", "greater", "greater_equal", "less",
-               "less_equal", "equal", "not_equal", "argmax", "index_weight"}
+               "less_equal", "equal", "not_equal", "argmax", "index_weight",
+               "rng_bits", "rng_uniform", "rng_normal", "rng_fold"}  # draws: no gradient
 
 
 def _inputs(row: Row) -> list[np.ndarray]:

@@ -138,10 +138,28 @@ def _typed_cases() -> list[Case]:
         cases.append(Case("argmax", (s,), {"axis": axis}))
     for s, ignore in [((7,), 3), ((3, 5), -1), ((0,), 0), ((), 1)]:
         cases.append(Case("index_weight", (s,), {"ignore": ignore}, id_range=(-1, 4)))
+    cases += _random_cases()
     for op, n in (("log_softmax", 1), ("log_softmax_grad", 2), ("logsumexp", 1)):
         for s, axis in [((7,), 0), ((3, 5), 1), ((3, 5), 0), ((2, 3, 4), 1), ((2, 3, 4), -1),
                         ((1, 1), 0), ((2, 300), 1), ((4, 1), 1)]:
             cases.append(Case(op, (s,) * n, {"axis": axis}))
+    return cases
+
+
+KEY_RANGE = (-(2**63), 2**63 - 1)  # a Philox key's two words: any int64 bit patterns
+
+
+def _random_cases() -> list[Case]:
+    """Rows of the random ops (gtensor.ops.random): the key input is any int64 pair."""
+    cases: list[Case] = []
+    for shape in [(), (7,), (3, 5), (2, 3, 4), (0, 3), (1,), (257,)]:
+        for op in ("rng_bits", "rng_uniform", "rng_normal"):
+            cases.append(Case(op, ((2,),), {"shape": shape}, id_range=KEY_RANGE))
+    for i in (0, 1, 12345, 2**63 + 5, 2**64 - 1):
+        cases.append(Case("rng_fold", ((2,),), {"i": i}, id_range=KEY_RANGE))
+    for s, p in [((7,), 0.5), ((3, 5), 0.0), ((3, 5), 0.25), ((2, 3, 4), 0.9), ((0, 3), 0.5),
+                 ((), 0.5), ((65,), 1e-300), ((40,), 0.999999)]:
+        cases.append(Case("dropout", (s, (2,)), {"p": p}, id_range=KEY_RANGE))
     return cases
 
 

@@ -56,6 +56,10 @@ from .ops import (
     relu,
     relu_grad,
     reshape,
+    rng_bits,
+    rng_fold,
+    rng_normal,
+    rng_uniform,
     sigmoid,
     sigmoid_grad,
     slice,
@@ -74,6 +78,7 @@ from .ops import (
     transpose,
     where,
 )
+from .rng import dropout
 from .tape import Mark, Node, Tape, TapeGrowthWarning
 from .var import StaleVarError, Var
 
@@ -92,4 +97,5 @@ __all__ = [
     "not_equal",
     "take", "take_along_axis", "take_along_axis_grad", "take_grad", "where",
     "layer_norm", "rms_norm",
+    "dropout", "rng_bits", "rng_fold", "rng_normal", "rng_uniform",
 ]

@@ -321,3 +321,28 @@ def log_softmax_grad(g: Operand, y: Operand, axis: int = -1) -> Var:
 def logsumexp(x: Operand, axis: int = -1) -> Var:
     """``m + log(serial sum exp(x - m))`` along ``axis`` (m the row max, +0.0 if infinite)."""
     return apply("logsumexp", (x,), axis=axis)
+
+
+# ---------------------------------------------------------------- random (gtape.rng)
+def rng_bits(key: Var, shape: Any) -> Var:
+    """The op ``rng_bits`` on an int64 key Var (2,): int64 Philox words (``g.rng.bits``)."""
+    return apply("rng_bits", (key,), shape=shape)
+
+
+def rng_uniform(key: Var, shape: Any) -> Var:
+    """The op ``rng_uniform`` on an int64 key Var (2,), in the tape's dtype (``g.rng.uniform``)."""
+    if not isinstance(key, Var):
+        raise TypeError(f"rng_uniform: key is {describe(key)}; expected an int64 key Var")
+    return apply("rng_uniform", (key,), shape=shape, dtype=key.tape.dtype)
+
+
+def rng_normal(key: Var, shape: Any) -> Var:
+    """The op ``rng_normal`` on an int64 key Var (2,), in the tape's dtype (``g.rng.normal``)."""
+    if not isinstance(key, Var):
+        raise TypeError(f"rng_normal: key is {describe(key)}; expected an int64 key Var")
+    return apply("rng_normal", (key,), shape=shape, dtype=key.tape.dtype)
+
+
+def rng_fold(key: Var, i: int) -> Var:
+    """The op ``rng_fold``: the key Var of ``Key.fold(i)`` computed on the tape's backend."""
+    return apply("rng_fold", (key,), i=i)

@@ -27,22 +27,30 @@ Transforms (``docs/semantics.md``, "Random numbers"):
 * ``Key.fold(i)``: the key ``(b0, b1)`` where ``b = Philox(K, counter=(i, 0, 0, 1))``;
   ``Key.split(n)[j]``: ``(b0, b1)`` of ``Philox(K, counter=(j, 0, 0, 2))``. A draw uses
   counters with c3 == 0, so derived keys come from blocks no draw of K uses.
+* ``dropout(x, p, key)``: keep where the element's f64 uniform is >= p, times
+  ``1 / (1 - p)``; dropped elements are +0.0; the backward regenerates the mask.
+
+With ``tp=None`` (and a Key) a draw is a numpy array computed by the numpy reference of the
+gtensor op; with a tape (``tp=``, or a key that is a Var of a tape) it is a recorded op:
+``rng_bits``, ``rng_uniform``, ``rng_normal``, ``rng_fold``, ``dropout``, whose key input is
+an int64 const of shape (2,) (named ``"rng_key"``: a captured program's ``set_input``
+refreshes it with the next step's Key, e.g. ``base.fold(step)``).
 """
+
 
 from __future__ import annotations
 
-from math import prod
 from typing import Any
 
+import gtensor
 import numpy as np
 from gtensor import describe, philox
-from gtensor.scalar.transcendental import LOG_F64
-from gtensor.scalar.trig import COS_F64
+from gtensor.ops import random as rops
 
-SEED_LIMIT = 1 << 128  # seeds (and fold indices) are ints in [0, 2**128) ([0, 2**64))
-MAX_ELEMENTS = 1 << 60  # a draw's size limit: word indices stay far from 2**62
-TWO_PI = 6.283185307179586  # 2*pi rounded to float64 (0x1.921fb54442d18p+2)
-_FOLD_TAG, _SPLIT_TAG = 1, 2  # counter word c3 of the blocks that derive keys
+from .var import Var
+
+SEED_LIMIT = 1 << 128  # seeds are ints in [0, 2**128)
+KEY_NAME = "rng_key"  # the name of a key const a draw records (a program's input name)
 
 
 class Key:
@@ -72,7 +80,7 @@ class Key:
         return np.array(self._words, dtype=np.uint64).view(np.int64)
 
     @classmethod
-    def from_array(cls, a: Any) -> "Key":
+    def from_array(cls, a: Any) -> Key:
         """The key held in an int64 (or uint64) array of two words."""
         a = np.asarray(a)
         if a.shape != (2,) or a.dtype not in (np.dtype(np.int64), np.dtype(np.uint64)):
@@ -81,23 +89,15 @@ class Key:
         w = a.view(np.uint64)
         return cls(int(w[0]), int(w[1]))
 
-    def fold(self, i: int) -> "Key":
+    def fold(self, i: int) -> Key:
         """A new key from this key and an int ``i`` in [0, 2**64) (e.g. a step number)."""
-        if isinstance(i, bool) or not isinstance(i, (int, np.integer)) or \
-                not 0 <= int(i) <= philox.MASK64:
-            raise TypeError(f"rng.Key.fold: i must be an int in [0, 2**64), got {i!r}")
-        b = philox.block(self._words, np.array([[int(i), 0, 0, _FOLD_TAG]], dtype=np.uint64))
-        return Key(int(b[0, 0]), int(b[0, 1]))
+        return Key(*rops.fold_words(self._words, rops.check_fold_index("rng.Key.fold", i)))
 
-    def split(self, n: int) -> list["Key"]:
+    def split(self, n: int) -> list[Key]:
         """``n`` new keys, independent of each other and of this key's own draws."""
         if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or not 0 <= n < 2**32:
             raise TypeError(f"rng.Key.split: n must be an int in [0, 2**32), got {n!r}")
-        ctr = np.zeros((int(n), 4), np.uint64)
-        ctr[:, 0] = np.arange(int(n), dtype=np.uint64)
-        ctr[:, 3] = _SPLIT_TAG
-        b = philox.block(self._words, ctr)
-        return [Key(int(b[j, 0]), int(b[j, 1])) for j in range(int(n))]
+        return [Key(*w) for w in rops.split_words(self._words, int(n))]
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, Key) and other._words == self._words
@@ -115,93 +115,123 @@ def key(seed: int) -> Key:
         raise TypeError(f"rng.key: seed must be an int in [0, 2**128), got {describe(seed)}")
     if not 0 <= int(seed) < SEED_LIMIT:
         raise ValueError(f"rng.key: seed must be an int in [0, 2**128), got {int(seed)}")
-    k0, k1 = philox.key_words(int(seed))
-    return Key(k0, k1)
+    return Key(*philox.key_words(int(seed)))
 
 
-def check_key(where: str, k: Any) -> Key:
-    """``k`` when it is a Key; TypeError naming ``where`` otherwise."""
-    if not isinstance(k, Key):
-        raise TypeError(f"{where}: key must be a gtape.rng.Key (from g.rng.key(seed)), got "
-                        f"{describe(k)}")
-    return k
+# ---------------------------------------------------------------- keys on a tape
+def key_input(tp: Any, k: Key | np.ndarray, name: str = KEY_NAME) -> Var:
+    """Record key ``k`` on tape ``tp`` as an int64 const (2,) called ``name`` (a program input
+    that ``set_input(name, next_key)`` refreshes)."""
+    k = check_key("rng.key_input", k, var_ok=False)
+    return tp.const(k.array(), name=name, dtype="int64")
 
 
-def check_shape(where: str, shape: Any) -> tuple[int, ...]:
-    """``shape`` (an int or a tuple of ints >= 0) as a tuple; ValueError/TypeError otherwise."""
-    dims = (shape,) if isinstance(shape, (int, np.integer)) and not isinstance(shape, bool) \
-        else shape
-    ok = isinstance(dims, (tuple, list)) and all(
-        isinstance(d, (int, np.integer)) and not isinstance(d, bool) for d in dims)
-    if not ok:
-        raise TypeError(f"{where}: shape must be an int or a tuple of ints, got {shape!r}")
-    dims = tuple(int(d) for d in dims)
-    if any(d < 0 for d in dims) or prod(dims) > MAX_ELEMENTS:
-        raise ValueError(f"{where}: shape {dims} is not a valid draw shape; expected sizes "
-                         f">= 0 and at most 2**60 elements")
-    return dims
+def fold(k: Key | Var, i: int) -> Key | Var:
+    """``k.fold(i)`` for a Key; for a key Var, the recorded op ``rng_fold`` (same bits)."""
+    k = check_key("rng.fold", k)
+    if isinstance(k, Key):
+        return k.fold(i)
+    return k.tape._record("rng_fold", [k], {"i": rops.check_fold_index("rng.fold", i)})
 
 
-def _dtype(where: str, dtype: Any) -> np.dtype:
-    dt = np.dtype(dtype) if dtype is not None else np.dtype(np.float64)
-    if dt not in (np.dtype(np.float64), np.dtype(np.float32)):
-        raise TypeError(f"{where}: dtype must be float64 or float32, got {dt.name}")
+def check_key(where: str, k: Any, var_ok: bool = True) -> Key | Var:
+    """``k`` as a Key (a Key, or its array form: an int64 / uint64 numpy array of shape (2,)),
+    or with ``var_ok`` an int64 key Var of shape (2,) of a tape; TypeError otherwise."""
+    if isinstance(k, Key):
+        return k
+    if isinstance(k, np.ndarray) and k.shape == (2,) and k.dtype in (np.int64, np.uint64):
+        return Key.from_array(k)
+    if var_ok and isinstance(k, Var) and np.dtype(k.dtype) == np.int64 and k.shape == (2,):
+        return k
+    accepted = "a gtape.rng.Key (g.rng.key(seed)) or its int64 array (Key.array())" + (
+        " or an int64 key Var of shape (2,)" if var_ok else "")
+    raise TypeError(f"{where}: key must be {accepted}, got {describe(k)}")
+
+
+def _tape_of(where: str, k: Key | Var, tp: Any) -> Any:
+    """The tape a draw records on: ``tp``, or the key Var's tape (None: a host draw)."""
+    from .tape import Tape
+
+    if tp is not None and not isinstance(tp, Tape):
+        raise TypeError(f"{where}: tp must be a gtape.Tape or None, got {describe(tp)}")
+    if isinstance(k, Var):
+        if tp is not None and tp is not k.tape:
+            raise ValueError(f"{where}: the key Var belongs to another tape than tp")
+        return k.tape
+    return tp
+
+
+def _dtype(where: str, dtype: Any, tp: Any) -> np.dtype:
+    if dtype is None:
+        return np.dtype(np.float64) if tp is None else np.dtype(tp.dtype)
+    dt = gtensor.dtypes.normalize(dtype, where)
+    if tp is not None and dt != np.dtype(tp.dtype):
+        raise TypeError(f"{where}: dtype {dt.name} differs from the tape's {tp.dtype.name}; "
+                        "a draw on a tape takes the tape's dtype")
     return dt
 
 
-# ---------------------------------------------------------------- the numpy definitions
-def bits_ref(k: Key, shape: tuple[int, ...]) -> np.ndarray:
-    """The uint64 words of a draw of ``shape`` (numpy reference)."""
-    return philox.words(k.words, prod(shape)).reshape(shape)
-
-
-def uniform_ref(k: Key, shape: tuple[int, ...], dtype: Any = np.float64) -> np.ndarray:
-    """Uniforms in [0, 1) of a draw (numpy reference)."""
-    w = philox.words(k.words, prod(shape))
-    if np.dtype(dtype) == np.float32:
-        return ((w >> np.uint64(40)).astype(np.float32) * np.float32(2.0**-24)).reshape(shape)
-    return ((w >> np.uint64(11)).astype(np.float64) * 2.0**-53).reshape(shape)
-
-
-def normal_ref(k: Key, shape: tuple[int, ...], dtype: Any = np.float64) -> np.ndarray:
-    """Standard normals of a draw: Box-Muller on word pairs (numpy reference)."""
-    n = prod(shape)
-    w = philox.words(k.words, 2 * n).reshape(n, 2)
-    u1 = ((w[:, 0] >> np.uint64(11)) + np.uint64(1)).astype(np.float64) * 2.0**-53
-    u2 = (w[:, 1] >> np.uint64(11)).astype(np.float64) * 2.0**-53
-    with np.errstate(all="ignore"):
-        r = np.sqrt(-2.0 * LOG_F64.eval(u1))
-        z = r * COS_F64.eval(TWO_PI * u2)
-    return z.astype(np.dtype(dtype)).reshape(shape)
+def _draw(op: str, where: str, k: Any, shape: Any, tp: Any, dtype: Any = None,
+          typed: bool = True) -> Any:
+    k = check_key(where, k)
+    tape = _tape_of(where, k, tp)
+    attrs = {"shape": rops.check_shape(where, shape)}
+    if typed:
+        attrs["dtype"] = _dtype(where, dtype, tape)
+    if tape is None:
+        ref = gtensor.backend("numpy")
+        return ref.to_numpy(ref.apply(op, [ref.asarray(k.array(), dtype=np.int64)], **attrs))
+    tape._check_open(where)
+    kv = key_input(tape, k) if isinstance(k, Key) else k
+    return tape._record(op, [kv], attrs)
 
 
 # ---------------------------------------------------------------- public draws
-def _draw(where: str, k: Any, shape: Any, tp: Any, dtype: Any = None) -> tuple:
-    k = check_key(where, k)
-    shape = check_shape(where, shape)
-    if tp is not None:
-        raise NotImplementedError(f"{where}: drawing on a tape is not available yet; "
-                                  "pass tp=None for a numpy array")
-    return k, shape, _dtype(where, dtype)
+def bits(key: Key | Var, shape: Any, tp: Any = None) -> Any:
+    """Philox4x64-10 words: element i (row-major) is word i of numpy's ``Philox(key)`` stream.
+
+    Host (tp=None): uint64. On a tape: an int64 Var holding the words' bit patterns."""
+    out = _draw("rng_bits", "rng.bits", key, shape, tp, typed=False)
+    return out.view(np.uint64) if isinstance(out, np.ndarray) else out
 
 
-def bits(key: Key, shape: Any, tp: Any = None) -> np.ndarray:
-    """uint64 words of Philox4x64-10: element i (row-major) is word i of numpy's stream."""
-    k, shape, _ = _draw("rng.bits", key, shape, tp)
-    return bits_ref(k, shape)
-
-
-def uniform(key: Key, shape: Any, tp: Any = None, dtype: Any = None) -> np.ndarray:
+def uniform(key: Key | Var, shape: Any, tp: Any = None, dtype: Any = None) -> Any:
     """Uniforms in [0, 1): f64 ``(w >> 11) * 2**-53`` (numpy's ``Generator.random()``),
-    f32 ``(w >> 40) * 2**-24``. ``dtype`` defaults to float64 (a tape's dtype on a tape)."""
-    k, shape, dt = _draw("rng.uniform", key, shape, tp, dtype)
-    return uniform_ref(k, shape, dt)
+    f32 ``(w >> 40) * 2**-24``. ``dtype``: float64 on the host unless given; a tape's own."""
+    return _draw("rng_uniform", "rng.uniform", key, shape, tp, dtype)
 
 
-def normal(key: Key, shape: Any, tp: Any = None, dtype: Any = None) -> np.ndarray:
+def normal(key: Key | Var, shape: Any, tp: Any = None, dtype: Any = None) -> Any:
     """Standard normals (Box-Muller on word pairs with gtensor's own log and cos)."""
-    k, shape, dt = _draw("rng.normal", key, shape, tp, dtype)
-    return normal_ref(k, shape, dt)
+    return _draw("rng_normal", "rng.normal", key, shape, tp, dtype)
 
 
-__all__ = ["Key", "bits", "key", "normal", "uniform"]
+def dropout(x: Any, p: float, key: Key | Var) -> Any:
+    """Inverted dropout: ``x * 1/(1-p)`` where the element's uniform is >= p, else +0.0.
+
+    ``x`` a Var: the recorded op ``dropout`` (its backward regenerates the mask from the key);
+    ``x`` a numpy array and ``key`` a Key: the numpy reference's result. ``p == 0`` returns
+    ``x`` itself (nothing recorded): the identity, as in eval mode.
+    """
+    p = rops.check_p("dropout", p)
+    k = check_key("dropout", key)
+    if isinstance(x, Var):
+        if isinstance(k, Var) and k.tape is not x.tape:
+            raise ValueError("dropout: key is a Var of another tape than x")
+        x.tape._check_var(x, "dropout: x")
+        if p == 0.0:
+            return x
+        x.tape._check_open("dropout")
+        kv = key_input(x.tape, k) if isinstance(k, Key) else k
+        return x.tape._record("dropout", [x, kv], {"p": p})
+    if isinstance(k, Var):
+        raise TypeError(f"dropout: x is {describe(x)} but key is a Var; expected x to be a Var "
+                        "of the key's tape")
+    if p == 0.0:
+        return x
+    ref = gtensor.backend("numpy")
+    arr = ref.asarray(x)
+    return ref.to_numpy(ref.dropout(arr, ref.asarray(k.array(), dtype=np.int64), p))
+
+
+__all__ = ["Key", "bits", "dropout", "fold", "key", "key_input", "normal", "uniform"]
