@@ -132,6 +132,15 @@ CASES = {
                       lambda w, x, y: g.cross_entropy(x @ w, y)),
     "cross_entropy_ignore": ([_n(4, 3)], [_n(2, 4), lambda r: r.choice([0, 1, 2, -100], 2)],
                              lambda w, x, y: g.cross_entropy(x @ w, y, ignore_index=-100)),
+    # conv2d (and, through the second layer, its input gradient) and the pools
+    "conv2d": ([_n(3, 2, 3, 3), _n(3), _n(2, 3, 2, 2)], [_n(1, 2, 5, 5), _n(1, 2, 2, 4)],
+               lambda w, b, v, x, y: g.sum(g.conv2d(g.tanh(g.conv2d(x, w, b, 2, 1)), v, None,
+                                                    1, (0, 1)) * y)),
+    "pools": ([_n(2, 2, 3, 3)], [_n(1, 2, 6, 6), _d(1, 2, 1, 1)],
+              lambda w, x, y: g.sum(g.avg_pool2d(g.max_pool2d(g.conv2d(x, w, padding=1), 2), 2,
+                                                 1) * y)),
+    "max_pool2d_pick": ([_n(1, 2, 4, 4)], [_d(1, 2, 4, 4), _n(1, 2, 2, 2)],
+                        lambda w, x, y: g.sum(g.max_pool2d_pick(w * w, x, 2) * y)),
 }
 # the optimizer's fused updates run on the optimizer's side, never inside a loss
 NOT_IN_LOSSES = {"adam_m", "adam_v", "adam_p", "sgd_p"}
