@@ -109,6 +109,18 @@ def _dropout_noise(v: dict) -> g.Var:
     return g.mse(h @ v["w2"], v["t"])
 
 
+_DIGITS = np.array([1, 0, 2, 1])
+
+
+def _small_cnn(v: dict) -> g.Var:
+    """conv-relu-maxpool, conv-relu-avgpool (overlapping windows, strides, padding), linear,
+    cross-entropy: the CNN rung in miniature."""
+    h = g.max_pool2d(g.relu(g.conv2d(v["x"], v["w1"], v["b1"], padding=1)), 2)
+    h = g.avg_pool2d(g.relu(g.conv2d(h, v["w2"], v["b2"], stride=(1, 2), padding=(1, 1))), 2,
+                     1)
+    return g.cross_entropy(g.reshape(h, (4, 4)) @ v["wl"], _DIGITS)
+
+
 GRAPHS = [
     Graph("relu_softmax_mlp_mse",
           lambda r: {"w1": _n(r, 5, 8, scale=0.5), "b1": _n(r, 8, scale=0.25),
@@ -148,4 +160,9 @@ GRAPHS = [
           lambda r: {"w1": _n(r, 5, 8, scale=0.5), "b1": _n(r, 8, scale=0.25),
                      "w2": _n(r, 8, 3, scale=0.3), "x": _n(r, 16, 5), "t": _n(r, 16, 3)},
           ("w1", "b1", "w2"), _dropout_noise),
+    Graph("small_cnn_conv_pool",
+          lambda r: {"w1": _n(r, 3, 1, 3, 3, scale=0.5), "b1": _n(r, 3, scale=0.1),
+                     "w2": _n(r, 2, 3, 3, 2, scale=0.4), "b2": _n(r, 2, scale=0.1),
+                     "wl": _n(r, 4, 3, scale=0.5), "x": _n(r, 4, 1, 6, 6)},
+          ("w1", "b1", "w2", "b2", "wl"), _small_cnn),
 ]

@@ -23,6 +23,8 @@ EXPECTED_OPS = {
     "equal", "not_equal", "argmax", "take", "take_grad", "take_along_axis",
     "take_along_axis_grad", "index_weight", "log_softmax", "log_softmax_grad", "logsumexp",
     "rng_bits", "rng_uniform", "rng_normal", "rng_fold", "dropout",
+    "conv2d", "conv2d_grad_weight", "conv2d_grad_input", "max_pool2d", "max_pool2d_grad",
+    "max_pool2d_pick", "avg_pool2d", "avg_pool2d_grad",
 }
 
 

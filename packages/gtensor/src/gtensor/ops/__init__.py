@@ -1,12 +1,14 @@
 """The op set. Importing this package registers every op in ``REGISTRY``."""
 
 from . import (  # noqa: F401  (registration)
+    conv,
     elementwise,
     index,
     linalg,
     logsoftmax,
     movement,
     optim,
+    pool,
     random,
     reduce,
     select,
