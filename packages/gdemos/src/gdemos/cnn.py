@@ -42,12 +42,12 @@ class CNNConfig:
     dtype: str = "float64"
     engine: str = "tape"  # "tape" or "replay" (the step captured once: cpu, sim or cuda)
     seed: int = 0
-    epochs: int = 15
+    epochs: int = 20
     batch: int = 32
     lr: float = 5e-3  # Adam's, annealed to 0 over the run by torch's CosineAnnealingLR
     channels: tuple[int, int] = (16, 32)
-    hidden: int = 64
-    dropout: float = 0.1
+    hidden: int = 128
+    dropout: float = 0.25
     stop: int | None = None  # the last step to run (None: every epoch): the short checks
 
 

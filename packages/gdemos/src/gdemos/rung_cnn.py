@@ -57,7 +57,8 @@ class CNNRun:
         bar = (f"bar {cnn.ACCURACY_BAR:g} {'ok' if self.accurate else 'MISSED'}"
                if self.bar_binds else "bar not binding (not the default run)")
         checks = ", ".join(f"{c['engine']} ({c['steps']} steps) "
-                           f"{'equal' if c['equal'] else 'DIFFERS'}" for c in self.checks)
+                           f"{'equal' if c['equal'] else 'DIFFERS'}" for c in self.checks
+                           ) or "no bit checks run"
         return (f"test accuracy {r.test_accuracy:.4f} ({bar}) after {r.steps} Adam steps, "
                 f"{r.seconds:.1f} s on {cfg.backend}/{cfg.dtype}; sha256 "
                 f"{r.sha256_final[:16]}; {checks}; {self.seconds:.1f} s in all; plot "
@@ -69,29 +70,33 @@ def replay_backend(backend: str) -> str:
     return backend if backend in ("cpu", "sim", "cuda") else "cpu"
 
 
-def run(cfg: cnn.CNNConfig, out: Path, progress: bool = True, checks: bool = True) -> CNNRun:
-    """Train ``cfg``, run the bit checks, write the summary and the plot."""
+def run(cfg: cnn.CNNConfig, out: Path, progress: bool = True, checks: bool = True,
+        replay: str | None = "auto", short: tuple[str, ...] = SHORT_ENGINES) -> CNNRun:
+    """Train ``cfg``, run the bit checks, write the summary and the plot.
+
+    Checks (unless ``checks`` is False): the full run replayed on ``replay`` ("auto":
+    ``replay_backend(cfg.backend)``; None: no replay) and the first ``CHECK_STEPS`` steps on
+    each backend of ``short`` other than ``cfg.backend``.
+    """
     start = time.perf_counter()
     out.mkdir(parents=True, exist_ok=True)
-    per_epoch = len(cnn.digits(cfg.seed)[1]) // cfg.batch
-    k = min(CHECK_STEPS, cfg.epochs * per_epoch)
+    k = min(CHECK_STEPS, cnn.total_steps(cfg))
     main = cnn.train(cfg, _bar(progress), digest_at=k)
     done: list[dict] = []
-    if checks:
-        rcfg = replace(cfg, engine="replay", backend=replay_backend(cfg.backend))
-        rep = cnn.train(rcfg)
-        done.append({"engine": f"replay-{rcfg.backend}", "steps": rep.steps,
+    if checks and replay is not None:
+        rb = replay_backend(cfg.backend) if replay == "auto" else replay
+        rep = cnn.train(replace(cfg, engine="replay", backend=rb))
+        done.append({"engine": f"replay-{rb}", "steps": rep.steps,
                      "sha256": rep.sha256_final, "seconds": round(rep.seconds, 3),
                      "equal": rep.sha256_final == main.sha256_final and
                      rep.losses == main.losses})
-        for b in SHORT_ENGINES:
-            if b == cfg.backend:
-                continue
-            short = cnn.train(replace(cfg, backend=b, stop=k))
-            done.append({"engine": f"tape-{b}", "steps": short.steps,
-                         "sha256": short.sha256_final, "seconds": round(short.seconds, 3),
-                         "equal": short.sha256_final == main.digests[k] and
-                         short.losses == main.losses[:k]})
+    for b in short if checks else ():
+        if b == cfg.backend:
+            continue
+        s = cnn.train(replace(cfg, backend=b, stop=k))
+        done.append({"engine": f"tape-{b}", "steps": s.steps, "sha256": s.sha256_final,
+                     "seconds": round(s.seconds, 3),
+                     "equal": s.sha256_final == main.digests[k] and s.losses == main.losses[:k]})
     binds = cfg.epochs == cnn.CNNConfig.epochs and cfg.dtype == "float64" and cfg.stop is None
     res = CNNRun(main, done, binds)
     res.plot_path = plot(out / "cnn.png", main, cnn.digits(cfg.seed)[2:])

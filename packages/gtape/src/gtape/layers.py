@@ -17,6 +17,7 @@ import numpy as np
 from . import ops
 from .modules import Module
 from .nn_init import KeyLike, as_key, kaiming_bound, normal_init, uniform_init
+from .rng import dropout
 from .tape import Tape
 from .var import Var
 
@@ -35,12 +36,6 @@ def _square(where: str, name: str, n: Any, least: int = 1) -> int:
         raise ValueError(f"{where}: {name} is {n!r}; expected an int or a pair of equal ints "
                          "(square kernels, strides and paddings only)")
     return _positive(where, name, n, least)
-
-
-def _gtape() -> Any:
-    import gtape  # the ops of the package (conv2d, max_pool2d), looked up at call time
-
-    return gtape
 
 
 class Conv2d(Module):
@@ -67,7 +62,7 @@ class Conv2d(Module):
 
     def forward(self, x: Any) -> Var:
         """conv2d(x, weight, bias, stride, padding)."""
-        return _gtape().conv2d(x, self.weight, self.bias, stride=self.stride,
+        return ops.conv2d(x, self.weight, self.bias, stride=self.stride,
                                padding=self.padding)
 
     def extra_repr(self) -> str:
@@ -86,7 +81,7 @@ class MaxPool2d(Module):
 
     def forward(self, x: Any) -> Var:
         """max_pool2d(x, kernel_size, stride)."""
-        return _gtape().max_pool2d(x, self.kernel_size, self.stride)
+        return ops.max_pool2d(x, self.kernel_size, self.stride)
 
     def extra_repr(self) -> str:
         """kernel_size, stride."""
@@ -117,7 +112,7 @@ class Dropout(Module):
         """dropout(x, p, next_key()) in training mode; x in eval mode or when p == 0."""
         if not self.training or self.p == 0.0:
             return x
-        return _gtape().dropout(x, self.p, self.next_key())
+        return dropout(x, self.p, self.next_key())
 
     def extra_repr(self) -> str:
         """p."""
