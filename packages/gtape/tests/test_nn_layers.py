@@ -3,6 +3,8 @@ forward against torch float64, train() / eval()."""
 
 from __future__ import annotations
 
+import math
+
 import gtape as g
 import numpy as np
 import pytest
@@ -85,9 +87,10 @@ def test_linear_with_a_key_draws_torchs_init_from_gtape_rng():
     tp = g.Tape()
     lin = g.nn.Linear(tp, 7, 3, key=g.rng.key(11))
     kw, kb = g.rng.key(11).split(2)
-    b = 1.0 / np.sqrt(7)
+    b = 1.0 / math.sqrt(7)
+    wb = math.sqrt(3.0) * (math.sqrt(2.0 / 6.0) / math.sqrt(7))  # torch's kaiming expression
     assert lin.weight.shape == (3, 7) and lin.bias.shape == (3,)
-    assert lin.weight.numpy().tobytes() == _philox_uniform(kw, (3, 7), b).tobytes()
+    assert lin.weight.numpy().tobytes() == _philox_uniform(kw, (3, 7), wb).tobytes()
     assert lin.bias.numpy().tobytes() == _philox_uniform(kb, (3,), b).tobytes()
     same = g.nn.Linear(g.Tape("numpy", "float32"), 7, 3, key=11)  # an int seed is a key
     assert same.weight.numpy().tobytes() == lin.weight.numpy().astype(np.float32).tobytes()
@@ -120,3 +123,71 @@ def test_embedding_is_torchs(bname):
 def test_normal_init_is_standard_normal_in_distribution():
     z = g.nn.normal_init(g.rng.key(0), (20000,))
     assert abs(z.mean()) < 0.03 and abs(z.std() - 1.0) < 0.03
+
+
+def test_conv2d_layer_is_torchs(bname):
+    tp = g.Tape(bname)
+    conv = g.nn.Conv2d(tp, 3, 8, 3, stride=2, padding=1, key=g.rng.key(5))
+    tm = torch.nn.Conv2d(3, 8, 3, stride=2, padding=1).double()
+    assert [(k, v.shape) for k, v in conv.named_parameters()] == [
+        (k, tuple(v.shape)) for k, v in tm.state_dict().items()]
+    kw, kb = g.rng.key(5).split(2)
+    # torch's bounds, fan_in 3*3*3: kaiming_uniform(a=sqrt 5)'s expression, and the bias's
+    wb = math.sqrt(3.0) * (math.sqrt(2.0 / 6.0) / math.sqrt(27))
+    bound = 1.0 / math.sqrt(27)
+    assert conv.weight.numpy().tobytes() == _philox_uniform(kw, (8, 3, 3, 3), wb).tobytes()
+    assert conv.bias.numpy().tobytes() == _philox_uniform(kb, (8,), bound).tobytes()
+    tb = torch.nn.init._calculate_correct_fan(tm.weight, "fan_in")
+    assert tb == 27 and np.abs(tm.weight.detach().numpy()).max() <= bound
+    tm.load_state_dict({k: torch.from_numpy(v) for k, v in conv.state_dict().items()})
+    x = np.random.default_rng(0).normal(size=(2, 3, 7, 6))
+    err = np.abs(conv(tp.const(x)).numpy() - _torch_out(tm, x)).max()
+    assert err <= 1e-14
+    assert g.nn.Conv2d(tp, 1, 2, (3, 3), bias=False).bias is None
+    for bad, words in [(dict(kernel_size=(3, 2)), "Conv2d: kernel_size is (3, 2)"),
+                       (dict(padding=-1), "Conv2d: padding is -1; expected an int >= 0"),
+                       (dict(stride=0), "Conv2d: stride is 0")]:
+        with pytest.raises(ValueError, match=words.replace("(", r"\(").replace(")", r"\)")):
+            g.nn.Conv2d(tp, 1, 2, **{"kernel_size": 3, **bad})
+
+
+def test_max_pool_layer_is_torchs(bname):
+    tp = g.Tape(bname)
+    x = np.random.default_rng(1).normal(size=(2, 3, 6, 7))
+    for k, s in [(2, None), (3, 2)]:
+        got = g.nn.MaxPool2d(k, s)(tp.const(x)).numpy()
+        want = _torch_out(torch.nn.MaxPool2d(k, s), x)
+        assert got.tobytes() == want.tobytes()  # a selection: exact
+
+
+def test_dropout_layer_fresh_key_per_training_forward(bname):
+    tp = g.Tape(bname)
+    x = tp.const(np.ones((4, 50)))
+    drop = g.nn.Dropout(0.3, key=g.rng.key(9))
+    a, b = drop(x).numpy(), drop(x).numpy()
+    assert drop.calls == 2 and not np.array_equal(a, b)  # a fresh mask each step
+    want = g.dropout(np.ones((4, 50)), 0.3, g.rng.key(9).fold(0))  # the numpy reference
+    assert a.tobytes() == np.asarray(want).tobytes()
+    assert set(np.unique(a)) <= {0.0, 1.0 / 0.7} and 0.1 < np.mean(a == 0) < 0.5
+    n = len(tp)
+    assert drop.eval()(x) is x and len(tp) == n and drop.calls == 2  # eval: the identity
+    assert g.nn.Dropout(0.0)(x) is x
+    for p in (1.0, -0.1, "0.5"):
+        with pytest.raises(ValueError, match="Dropout: p is"):
+            g.nn.Dropout(p)
+
+
+def test_lenet_names_follow_torch():
+    tp = g.Tape()
+    k = g.rng.key(0).split(4)
+    ours = g.nn.Sequential(
+        g.nn.Conv2d(tp, 1, 4, 3, padding=1, key=k[0]), g.nn.ReLU(), g.nn.MaxPool2d(2),
+        g.nn.Flatten(), g.nn.Linear(tp, 64, 10, key=k[1]), g.nn.Dropout(0.5, key=k[2]),
+        g.nn.LayerNorm(tp, 10), g.nn.Embedding(tp, 3, 10, key=k[3]))
+    theirs = torch.nn.Sequential(
+        torch.nn.Conv2d(1, 4, 3, padding=1), torch.nn.ReLU(), torch.nn.MaxPool2d(2),
+        torch.nn.Flatten(), torch.nn.Linear(64, 10), torch.nn.Dropout(0.5),
+        torch.nn.LayerNorm(10), torch.nn.Embedding(3, 10))
+    assert [(k, v.shape) for k, v in ours.named_parameters()] == [
+        (k, tuple(v.shape)) for k, v in theirs.state_dict().items()]
+    assert "Conv2d(1, 4, kernel_size=3, stride=1, padding=1, bias=True)" in repr(ours)

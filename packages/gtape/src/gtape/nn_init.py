@@ -41,9 +41,11 @@ def as_key(where: str, key: Any) -> rng.Key:
 
 
 def kaiming_bound(fan_in: int, a: float = math.sqrt(5.0)) -> float:
-    """torch's ``kaiming_uniform_(a)`` bound ``sqrt(2 / (1 + a^2)) * sqrt(3 / fan_in)``; the
-    default ``a = sqrt(5)`` (torch's Linear and Conv2d) gives ``1 / sqrt(fan_in)``."""
-    return math.sqrt(2.0 / (1.0 + a * a)) * math.sqrt(3.0 / fan_in)
+    """torch's ``kaiming_uniform_(a)`` bound, in torch's order of operations:
+    ``sqrt(3) * (sqrt(2 / (1 + a^2)) / sqrt(fan_in))`` (the default ``a = sqrt(5)``, torch's
+    Linear and Conv2d weights: ``1 / sqrt(fan_in)`` up to rounding)."""
+    gain = math.sqrt(2.0 / (1.0 + a * a))
+    return math.sqrt(3.0) * (gain / math.sqrt(fan_in))
 
 
 def uniform_init(key: rng.Key, shape: tuple[int, ...], bound: float) -> np.ndarray:
