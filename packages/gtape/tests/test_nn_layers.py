@@ -144,7 +144,8 @@ def test_conv2d_layer_is_torchs(bname):
     err = np.abs(conv(tp.const(x)).numpy() - _torch_out(tm, x)).max()
     assert err <= 1e-14
     assert g.nn.Conv2d(tp, 1, 2, (3, 3), bias=False).bias is None
-    for bad, words in [(dict(kernel_size=(3, 2)), "Conv2d: kernel_size is (3, 2)"),
+    assert g.nn.Conv2d(tp, 1, 2, (3, 2), stride=(2, 1)).weight.shape == (2, 1, 3, 2)
+    for bad, words in [(dict(kernel_size=(3, 2, 1)), "Conv2d: kernel_size is (3, 2, 1)"),
                        (dict(padding=-1), "Conv2d: padding is -1; expected an int >= 0"),
                        (dict(stride=0), "Conv2d: stride is 0")]:
         with pytest.raises(ValueError, match=words.replace("(", r"\(").replace(")", r"\)")):
@@ -190,4 +191,28 @@ def test_lenet_names_follow_torch():
         torch.nn.LayerNorm(10), torch.nn.Embedding(3, 10))
     assert [(k, v.shape) for k, v in ours.named_parameters()] == [
         (k, tuple(v.shape)) for k, v in theirs.state_dict().items()]
-    assert "Conv2d(1, 4, kernel_size=3, stride=1, padding=1, bias=True)" in repr(ours)
+    assert "Conv2d(1, 4, kernel_size=(3, 3), stride=(1, 1), padding=(1, 1), bias=True)" in \
+        repr(ours)
+
+
+def test_from_torch_rebuilds_a_cnn(bname):
+    """A torch LeNet-style CNN (conv, pools, dropout, norms, a non-square strided conv) as
+    gtape modules with torch's weights, names and mode: the same outputs (eval mode)."""
+    torch.manual_seed(0)
+    nn = torch.nn
+    net = nn.Sequential(nn.Conv2d(1, 4, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+                        nn.Conv2d(4, 6, (3, 2), stride=(1, 2), padding=(1, 0)), nn.Tanh(),
+                        nn.AvgPool2d(2, 1), nn.Flatten(), nn.LayerNorm(18), nn.Dropout(0.5),
+                        nn.Linear(18, 5), nn.RMSNorm(5)).double().eval()
+    tp = g.Tape(bname)
+    model = g.nn.from_torch(net, tp)
+    assert [(k, v.shape) for k, v in model.named_parameters()] == [
+        (k, tuple(v.shape)) for k, v in net.state_dict().items()]
+    assert not model.training and not model[8].training
+    x = np.random.default_rng(0).normal(size=(3, 1, 8, 8))
+    y = model(tp.const(x)).numpy()
+    want = _torch_out(net, x)
+    assert y.shape == want.shape == (3, 5)
+    assert np.max(np.abs(y - want)) <= 1e-13
+    emb = g.nn.from_torch(nn.Embedding(7, 3).double(), tp)
+    assert emb(np.array([1, 6])).numpy().shape == (2, 3)

@@ -1,5 +1,5 @@
 """Layers of issue 21 as torch names and shapes them, initialised from ``gtape.rng``:
-``Conv2d``, ``MaxPool2d``, ``Dropout``, ``Embedding``.
+``Conv2d``, ``MaxPool2d``, ``AvgPool2d``, ``Dropout``, ``Embedding``.
 
 >>> import numpy as np, gtape as g
 >>> tp = g.Tape()
@@ -28,42 +28,65 @@ def _positive(where: str, name: str, n: Any, least: int = 1) -> int:
     return int(n)
 
 
-def _square(where: str, name: str, n: Any, least: int = 1) -> int:
-    """An int, or a pair of equal ints (torch's ``(k, k)``), >= ``least``."""
-    if isinstance(n, (tuple, list)) and len(n) == 2 and n[0] == n[1]:
-        n = n[0]
-    if isinstance(n, (tuple, list)):
-        raise ValueError(f"{where}: {name} is {n!r}; expected an int or a pair of equal ints "
-                         "(square kernels, strides and paddings only)")
-    return _positive(where, name, n, least)
+def _pair(where: str, name: str, n: Any, least: int = 1) -> tuple[int, int]:
+    """An int (used for both spatial axes) or a pair of ints, each >= ``least``, as a pair."""
+    pair = tuple(n) if isinstance(n, (tuple, list)) else (n, n)
+    if len(pair) != 2:
+        raise ValueError(f"{where}: {name} is {n!r}; expected an int or a pair of ints")
+    for v in pair:
+        if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < least:
+            raise ValueError(f"{where}: {name} is {n!r}; expected an int >= {least} or a "
+                             f"pair of them")
+    return int(pair[0]), int(pair[1])
 
 
 class Conv2d(Module):
-    """``g.conv2d(x, weight, bias, stride, padding)`` on NCHW input, torch's ``nn.Conv2d``:
-    weight (out, in, k, k) and bias (out,), both U(-1/sqrt(fan_in), 1/sqrt(fan_in)) with
-    fan_in = in * k * k (torch's kaiming_uniform(a = sqrt 5) and bias rule), drawn from
-    ``key.split(2)`` (weight, bias) by ``gtape.nn_init.uniform_init``."""
+    """``g.conv2d(x, weight, bias, stride, padding)`` on NCHW input, torch's ``nn.Conv2d``
+    (kernel_size, stride, padding: an int or a pair; kept as pairs, as torch):
+    weight (out, in, kh, kw) U(-b, b) with torch's kaiming_uniform(a = sqrt 5) bound
+    (``kaiming_bound(fan_in)``, fan_in = in * kh * kw) and bias (out,)
+    U(-1/sqrt(fan_in), 1/sqrt(fan_in)), drawn from ``key.split(2)`` (weight, bias) by
+    ``gtape.nn_init.uniform_init``."""
 
     def __init__(self, tp: Tape, in_channels: int, out_channels: int, kernel_size: Any,
                  stride: Any = 1, padding: Any = 0, bias: bool = True, key: KeyLike = 0) -> None:
         self.in_channels = _positive("Conv2d", "in_channels", in_channels)
         self.out_channels = _positive("Conv2d", "out_channels", out_channels)
-        self.kernel_size = _square("Conv2d", "kernel_size", kernel_size)
-        self.stride = _square("Conv2d", "stride", stride)
-        self.padding = _square("Conv2d", "padding", padding, least=0)
+        self.kernel_size = _pair("Conv2d", "kernel_size", kernel_size)
+        self.stride = _pair("Conv2d", "stride", stride)
+        self.padding = _pair("Conv2d", "padding", padding, least=0)
         kw, kb = as_key("Conv2d", key).split(2)
-        k = self.kernel_size
-        fan_in = self.in_channels * k * k
-        self.weight = tp.param(uniform_init(kw, (self.out_channels, self.in_channels, k, k),
-                                            kaiming_bound(fan_in)))
+        fan_in = self.in_channels * self.kernel_size[0] * self.kernel_size[1]
+        shape = (self.out_channels, self.in_channels, *self.kernel_size)
+        self.weight = tp.param(uniform_init(kw, shape, kaiming_bound(fan_in)))
         self.bias: Var | None = (tp.param(uniform_init(kb, (self.out_channels,),
                                                        1.0 / np.sqrt(fan_in)))
                                  if bias else None)
 
+    @classmethod
+    def from_weights(cls, tp: Tape, weight: Any, bias: Any = None, stride: Any = 1,
+                     padding: Any = 0) -> Conv2d:
+        """A Conv2d holding copies of ``weight`` (out, in, kh, kw) and ``bias`` (out,) or
+        None."""
+        w = np.asarray(weight)
+        if w.ndim != 4 or 0 in w.shape or w.dtype.kind not in "biuf":
+            raise ValueError(f"Conv2d.from_weights: weight is {w.dtype} of shape {w.shape}; "
+                             "expected real numbers of shape (out, in, kh, kw)")
+        if bias is not None and np.shape(bias) != (w.shape[0],):
+            raise ValueError(f"Conv2d.from_weights: bias has shape {np.shape(bias)}; expected "
+                             f"({w.shape[0]},)")
+        layer = cls.__new__(cls)
+        layer.out_channels, layer.in_channels = int(w.shape[0]), int(w.shape[1])
+        layer.kernel_size = (int(w.shape[2]), int(w.shape[3]))
+        layer.stride = _pair("Conv2d", "stride", stride)
+        layer.padding = _pair("Conv2d", "padding", padding, least=0)
+        layer.weight = tp.param(w)
+        layer.bias = None if bias is None else tp.param(bias)
+        return layer
+
     def forward(self, x: Any) -> Var:
         """conv2d(x, weight, bias, stride, padding)."""
-        return ops.conv2d(x, self.weight, self.bias, stride=self.stride,
-                               padding=self.padding)
+        return ops.conv2d(x, self.weight, self.bias, stride=self.stride, padding=self.padding)
 
     def extra_repr(self) -> str:
         """in, out, kernel_size, stride, padding, bias."""
@@ -71,21 +94,44 @@ class Conv2d(Module):
                 f"stride={self.stride}, padding={self.padding}, bias={self.bias is not None}")
 
 
-class MaxPool2d(Module):
-    """``g.max_pool2d(x, kernel_size, stride)`` (stride defaults to the kernel size), torch's
-    ``nn.MaxPool2d`` without padding or dilation."""
+def _as_given(v: Any) -> int | tuple[int, int]:
+    """An int stays an int, a pair becomes a tuple of ints (torch's pools keep what they get)."""
+    return int(v) if isinstance(v, (int, np.integer)) else (int(v[0]), int(v[1]))
+
+
+class _Pool2d(Module):
+    """A 2-D pooling layer: kernel_size and stride (None: the kernel size), ints or pairs."""
+
+    OP: Any = None
 
     def __init__(self, kernel_size: Any, stride: Any = None) -> None:
-        self.kernel_size = _square("MaxPool2d", "kernel_size", kernel_size)
-        self.stride = None if stride is None else _square("MaxPool2d", "stride", stride)
+        name = type(self).__name__
+        _pair(name, "kernel_size", kernel_size)
+        if stride is not None:
+            _pair(name, "stride", stride)
+        self.kernel_size = _as_given(kernel_size)
+        self.stride = None if stride is None else _as_given(stride)
 
     def forward(self, x: Any) -> Var:
-        """max_pool2d(x, kernel_size, stride)."""
-        return ops.max_pool2d(x, self.kernel_size, self.stride)
+        """The pooling op on x (NCHW)."""
+        return type(self).OP(x, self.kernel_size, self.stride)
 
     def extra_repr(self) -> str:
         """kernel_size, stride."""
         return f"kernel_size={self.kernel_size}, stride={self.stride or self.kernel_size}"
+
+
+class MaxPool2d(_Pool2d):
+    """``g.max_pool2d(x, kernel_size, stride)``, torch's ``nn.MaxPool2d`` without padding or
+    dilation (the first maximum of a window wins; its gradient goes there)."""
+
+    OP = staticmethod(ops.max_pool2d)
+
+
+class AvgPool2d(_Pool2d):
+    """``g.avg_pool2d(x, kernel_size, stride)``, torch's ``nn.AvgPool2d`` without padding."""
+
+    OP = staticmethod(ops.avg_pool2d)
 
 
 class Dropout(Module):

@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from . import ops
-from .layers import Conv2d, Dropout, Embedding, MaxPool2d
+from .layers import AvgPool2d, Conv2d, Dropout, Embedding, MaxPool2d
 from .modules import Flatten, Identity, IncompatibleKeys, Module, ReLU, Sequential, Sigmoid, Tanh
 from .nn_init import KeyLike, as_key, kaiming_bound, normal_init, uniform_init
 from .norm_layers import LayerNorm, RMSNorm
@@ -33,7 +33,7 @@ from .torch_interop import from_torch
 from .var import Var
 
 __all__ = [
-    "ACTIVATIONS", "Conv2d", "Dropout", "Embedding", "Flatten", "INITS", "Identity",
+    "ACTIVATIONS", "AvgPool2d", "Conv2d", "Dropout", "Embedding", "Flatten", "INITS", "Identity",
     "IncompatibleKeys", "LayerNorm", "Linear", "MLP", "MaxPool2d", "Module", "RMSNorm", "ReLU",
     "Sequential", "Sigmoid", "Tanh", "from_torch", "kaiming_bound", "kaiming_uniform", "load",
     "normal_init", "save", "uniform_init", "xavier_uniform",
