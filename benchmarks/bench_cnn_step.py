@@ -31,7 +31,8 @@ from _timing import round_robin  # noqa: E402
 from gdemos import cnn  # noqa: E402
 
 CFG = cnn.CNNConfig(backend="cpu")
-TORCH = "torch.nn eager, CPU"
+TORCH = "torch.nn eager, CPU, 2 threads"  # the ratios' reference (the other benches' setting)
+TORCH1 = "torch.nn eager, CPU, 1 thread"
 
 
 def _batch() -> tuple[np.ndarray, np.ndarray]:
@@ -50,8 +51,9 @@ def ours(engine: str, dtype: str):
     return lambda: steps.step(xb, yb)
 
 
-def torch_step(dtype: str):
-    """The same layers in torch.nn, torch.optim.Adam (no schedule: a per-step host call)."""
+def torch_step(dtype: str, threads: int):
+    """The same layers in torch.nn, torch.optim.Adam (no schedule: a per-step host call), on
+    ``threads`` intra-op threads (set before each step: the engines take turns)."""
     import torch
 
     tdt = {"float64": torch.float64, "float32": torch.float32}[dtype]
@@ -66,6 +68,7 @@ def torch_step(dtype: str):
     x, y = torch.from_numpy(xb).to(tdt), torch.from_numpy(yb)
 
     def step() -> float:
+        torch.set_num_threads(threads)
         opt.zero_grad(set_to_none=True)
         loss = nn.functional.cross_entropy(model(x), y)
         loss.backward()
@@ -83,25 +86,26 @@ def main() -> None:
     args = ap.parse_args()
     import torch
 
-    torch.set_num_threads(2)
     names = {"tape": "our tape, cpu backend", "replay": "our step captured, replayed on cpu"}
     rows: dict[str, dict[str, tuple[float, float, int]]] = {n: {} for n in
-                                                            [*names.values(), TORCH]}
+                                                            [*names.values(), TORCH, TORCH1]}
     for dtype in ("float64", "float32"):
         steps = {names[e]: ours(e, dtype) for e in names}
-        steps[TORCH] = torch_step(dtype)
+        steps[TORCH] = torch_step(dtype, 2)
+        steps[TORCH1] = torch_step(dtype, 1)
         res = round_robin(steps, {n: args.steps for n in steps}, args.warmup, block=25)
         for name, r in res.items():
             rows[name][dtype] = r
             print(f"{name:40s} {dtype}: median {r[0]:9.1f} us (IQR {r[1]:.1f}, n={r[2]})",
                   flush=True)
-    lines = ["| engine | float64 median us (IQR) | vs torch | float32 median us (IQR) | vs torch |",
-             "|---|---:|---:|---:|---:|"]
+    lines = ["| engine | float64 median us (IQR) | vs torch 2 / 1 threads | float32 median us "
+             "(IQR) | vs torch 2 / 1 threads |", "|---|---:|---:|---:|---:|"]
     for name, r in rows.items():
         cells = []
         for dt in ("float64", "float32"):
             med, iqr, n = r[dt]
-            cells += [f"{med:,.0f} ({iqr:,.0f}) n={n}", f"{med / rows[TORCH][dt][0]:.2f}x"]
+            cells += [f"{med:,.0f} ({iqr:,.0f}) n={n}",
+                      f"{med / rows[TORCH][dt][0]:.2f}x / {med / rows[TORCH1][dt][0]:.2f}x"]
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
     table = "\n".join(lines)
     print(table)
@@ -126,10 +130,21 @@ Command (from the repository root, with torch installed):
 ```
 
 Machine: {platform.machine()}, {platform.python_implementation()} {platform.python_version()},
-numpy {np.__version__}, torch {torch.__version__} ({torch.get_num_threads()} threads); load
-average when the run ended {load}. The machine is shared (2 cores, other jobs running).
+numpy {np.__version__}, torch {torch.__version__}; load average when the run ended {load}. The
+machine is shared (2 cores, other jobs running): torch's two threads wait on each other under
+that load (its wide IQR), so the table also has torch on one thread and the ratios are given
+against both (our cpu backend uses its own threads, `GTENSOR_CPU_THREADS`).
 
 {table}
+
+Where our time goes (cProfile of 50 tape steps, float64, measured once): 74% inside the native
+kernels (`gtensor_cpu_module.run`: the conv2d forward and its two gradients, the pools, the
+matmuls, Adam), about 20% the tape's recording and dispatch in Python, and about 4% the host's
+Philox for the dropout layer's per-step `key.fold(t)`. Against torch on one thread ours is
+2-2.7x slower here: the exact conv keeps each output's serial sum over (c, kh, kw) and each
+weight gradient's serial sum over (n, oy, ox), where torch's oneDNN kernels reassociate freely.
+The issue's goal (<= 1.0x torch eager) is met only against torch's default two threads on this
+loaded machine, not against one thread.
 """
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(text)
