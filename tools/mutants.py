@@ -238,6 +238,11 @@ RNG_MUTANTS = [
     (RNG_PY, "const long long a = (long long)(gt_philox_word(key, o) >> 11);",
      "const long long a = (long long)(gt_philox_word(key, o) >> 12);",
      "dropout kernel: 52-bit uniforms"),
+    (RNG_PY, "            if (b != cur) {", "            if (cur < 0) {",
+     "cpu kernels: the cached Philox block never refreshed"),
+    (RNG_PY, "            const long long b = o >> $PER;",
+     "            const long long b = o >> 2;",
+     "cpu kernels: normal's two outputs per block read as four"),
     (RNG_PY, 'UNIFORM_SHIFT = {F64: 11, F32: 40}', 'UNIFORM_SHIFT = {F64: 11, F32: 41}',
      "uniform f32: 23 bits"),
 ]

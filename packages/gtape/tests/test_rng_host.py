@@ -128,3 +128,41 @@ def test_bad_key_and_shape(fn):
         k.fold(-1)
     with pytest.raises(TypeError, match="split: n"):
         k.split(1.0)
+
+
+def test_pinned_bits_of_the_transforms():
+    """The documented transforms' bits, pinned (docs/semantics.md publishes the digests): a
+    change of any constant or step of normal, f32 uniform or dropout fails here."""
+    import hashlib
+
+    z = g.rng.normal(g.rng.key(0), 6)
+    assert [float(v).hex() for v in z] == [
+        "0x1.44ad6314878aep-3", "-0x1.ecfa265480f4fp+0", "-0x1.9eba0a1cda46ep-3",
+        "0x1.5221212eb8ae4p-2", "0x1.1ef2a0b661f8ep-1", "0x1.1e99d8686cd22p-1"]
+    z32 = g.rng.normal(g.rng.key(2**127 + 3), 4, dtype="float32")
+    assert [float(v).hex() for v in z32] == [
+        "-0x1.465c7c0000000p-5", "0x1.942a7e0000000p-1", "-0x1.12ba380000000p-2",
+        "0x1.ce0ad00000000p-3"]
+
+    def digest(a: np.ndarray) -> str:
+        return hashlib.sha256(a.tobytes()).hexdigest()
+
+    k = g.rng.key(1)
+    assert digest(g.rng.normal(k, 10000)) == \
+        "dcf3aa818254556e8e313f7b6e949bd4d42cd7351bb34c828fe2bb988e074123"
+    assert digest(g.rng.uniform(k, 10000, dtype="float32")) == \
+        "6395625f4f2e3d1cd410aa9be7f9e9cfa805b8c3369e02fbebe4719ca9117364"
+    assert digest(g.dropout(np.ones(10000), 0.3, k)) == \
+        "4fa0fbf738fc8e4d2eafb10bdcf4f94ce6745c47136333aba6fe0764d4e2a411"
+
+
+def test_draw_size_limit_is_2_to_the_60():
+    from gtensor.ops import random as rops
+
+    assert rops.check_shape("x", (2**30, 2**30)) == (2**30, 2**30)
+    assert rops.check_shape("x", 0) == (0,)
+    for bad in [(2**60 + 1,), (2**31, 2**30)]:
+        with pytest.raises(ValueError, match="at most 2\\*\\*60 elements"):
+            rops.check_shape("x", bad)
+        with pytest.raises(ValueError, match="rng.bits: shape"):
+            g.rng.bits(g.rng.key(1), bad)

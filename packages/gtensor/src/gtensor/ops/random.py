@@ -144,6 +144,33 @@ _CPU = """\
         for (long long o = lo; o < hi; ++o) {
 $ONE        }
     });"""
+# The cpu kernels walk each thread's range of outputs in order and compute each Philox block
+# once (not once per element): the same words, a quarter (normal: half) of the work.
+_CPU_ONE = {
+    "bits": "        y[o] = (long long)blk[o & 3];\n",
+    "uniform": "        y[o] = $FN((long long)(blk[o & 3] >> $SHIFT));\n",
+    "normal": """\
+        const int j = (int)(o & 1) * 2;
+        y[o] = $FN((long long)(blk[j] >> 11), (long long)(blk[j + 1] >> 11));
+""",
+    "dropout": """\
+        const long long a = (long long)(blk[o & 3] >> 11);
+        y[o] = a >= t ? $FN(x[o], s) : ($T)0;
+""",
+}
+_CPU_BLOCKED = """\
+    gtcpu::parallel_for(n, 16, [=](long long lo, long long hi) {
+        unsigned long long blk[4];
+        long long cur = -1;  // the block held in blk
+        for (long long o = lo; o < hi; ++o) {
+            const long long b = o >> $PER;
+            if (b != cur) {
+                gt_philox_block(key, (unsigned long long)b + 1ULL, 0ULL, blk);
+                cur = b;
+            }
+$ONE        }
+    });"""
+_PER_BLOCK = {"bits": 2, "uniform": 2, "normal": 1, "dropout": 2}  # log2(outputs per block)
 _SIGS = {
     "bits": "const long long* key, long long* y, long long n",
     "fold": "const long long* key, long long* y, long long n, long long i",
@@ -158,9 +185,12 @@ def _kernels(what: str, cpu: bool):
     def kernels(sfx: str) -> list[Kernel]:
         t = dtypes.BY_SUFFIX[sfx].ctype
         fns = _FNS[what]
+        blocked = cpu and what in _CPU_ONE
         one = "".join(("    " if cpu else "") + line + "\n"
-                      for line in _ONE[what].splitlines())
-        body = Template((_CPU if cpu else _GRID).replace("$ONE", one)).substitute(
+                      for line in (_CPU_ONE if blocked else _ONE)[what].splitlines())
+        template = _CPU_BLOCKED if blocked else _CPU if cpu else _GRID
+        body = Template(template.replace("$ONE", one)).substitute(
+            PER=_PER_BLOCK.get(what, 0),
             FN=fns[sfx].cname if fns else "", SHIFT=UNIFORM_SHIFT[sfx], T=t,
             FOLD_TAG=f"{FOLD_TAG}ULL")
         calls = (PHILOX, fns[sfx]) if fns else (PHILOX,)
