@@ -116,6 +116,15 @@ TARGETS = [
            (Run((f"{GT}/tests/test_oracles.py",)), VJP_RUN, SIM_PARITY)),
     Target(f"{TP}/src/gtape/losses.py", ("cross_entropy", "bce_with_logits"),
            (Run((f"{TP}/tests/test_stable_losses.py", f"{TP}/tests/test_tape_nn.py")),)),
+    # issue 21's conv2d and pools: the numpy definitions, the shape rules and the rules
+    Target(f"{GT}/src/gtensor/ops/conv.py",
+           ("pair", "out_size", "im2col", "_conv_ref", "_grad_weight_ref", "col2im",
+            "_grad_input_ref", "_conv_vjp", "_grad_input_vjp", "_grad_weight_vjp"),
+           (Run((f"{GT}/tests/test_conv.py",)), VJP_RUN)),
+    Target(f"{GT}/src/gtensor/ops/pool.py",
+           ("_attrs", "window_choice", "_pick", "_scatter", "_avg_ref", "_avg_grad_ref",
+            "_max_vjp", "_max_grad_vjp", "_pick_vjp", "_avg_vjp", "_avg_grad_vjp"),
+           (Run((f"{GT}/tests/test_conv.py",)), VJP_RUN)),
     Target(f"{DM}/src/gdemos/rung_ae.py", ("check_bars", "bar_word", "missed", "unchecked"),
            (DEMO_RUN,)),
     Target(f"{DM}/src/gdemos/ladder.py", ("status", "line", "run_ladder", "_ae"), (DEMO_RUN,)),
@@ -185,6 +194,38 @@ TEXT_MUTANTS = [
      "gopt: Adam's first moments share one buffer per shape"),
     (f"{OP}/src/gopt/gradients.py", 'ws(("sumsq", i), ())', 'ws("sumsq", ())',
      "gopt: the per-parameter sums of squares share one buffer"),
+]
+
+# conv2d's and the pools' kernels (CUDA text run by sim, and the cpu loops), guarded by the
+# loop oracles and rule tests of test_conv.py on both kernel backends
+CONV_RUNS = (Run((f"{GT}/tests/test_conv.py",), "sim"), Run((f"{GT}/tests/test_conv.py",), "cpu"))
+CV, PL = f"{GT}/src/gtensor/ops/conv.py", f"{GT}/src/gtensor/ops/pool.py"
+CONV_MUTANTS = [
+    (CV, "acc = k == 0 ? p : $ADD(acc, p);", "acc = $ADD(acc, p);",
+     "conv2d kernel: the chain starts at +0.0"),
+    (CV, "const $T p = $MUL(w[oc * C * KH * KW + k], xv);",
+     "const $T p = (yy >= 0 && yy < H && xx >= 0 && xx < W) ? "
+     "$MUL(w[oc * C * KH * KW + k], xv) : ($T)0;", "conv2d kernel: padding not multiplied"),
+    (CV, "        for (long long i = 0; i < KH; ++i) {\n            const long long ty",
+     "        for (long long i = KH - 1; i >= 0; --i) {\n            const long long ty",
+     "conv2d_grad_input kernel: taps in reverse row order"),
+    (CV, "for (long long p = 0; p < P; ++p) yr[p] = wv * cr[p];",
+     "for (long long p = 0; p < P; ++p) yr[p] = (T)0 + wv * cr[p];",
+     "cpu conv2d: the chain starts at +0.0"),
+    (CV, "if (nn == 0 && p == 0)\n", "if (nn == 0 && p == 1)\n",
+     "cpu conv2d_grad_weight: the chain restarts at the second position"),
+    (CV, "if (yy < 0 || yy >= H) continue;", "if (yy < 0 || yy > H) continue;",
+     "cpu conv2d_grad_input: a tap past the bottom border kept"),
+    (PL, "if (v > bv) {", "if (v >= bv) {", "max_pool2d: ties give the last element"),
+    (PL, "if (v != v) return q;", "if (v != v) { best = q; bv = v; }",
+     "max_pool2d: the last NaN wins"),
+    (PL, "y[e] = $DIV(acc, ($T)(KH * KW));", "y[e] = $MUL(acc, $DIV(($T)1, ($T)(KH * KW)));",
+     "avg_pool2d: times a rounded reciprocal"),
+    (PL, "for (long long oy = oy0; oy <= oy1; ++oy)", "for (long long oy = oy1; oy >= oy0; --oy)",
+     "pool gradients: windows in reverse row order"),
+    (PL, "const long long oy0 = yy < KH ? 0 : (yy - KH) / sh + 1;",
+     "const long long oy0 = yy < KH ? 0 : (yy - KH) / sh + 2;",
+     "pool gradients: the first covering window skipped"),
 ]
 
 # The recording type (gtape.recording) and its users: a version not bumped, a dependency not
@@ -482,7 +523,8 @@ def text_mutants(root: Path) -> list[Mutant]:
     """The hand-written mutants of kernel sources and the simulator runtime."""
     out = []
     entries = [(*e, None, "text") for e in TEXT_MUTANTS] + [
-        (*e, RECORDING_RUNS, f"rec{k}") for k, e in enumerate(RECORDING_MUTANTS)]
+        (*e, RECORDING_RUNS, f"rec{k}") for k, e in enumerate(RECORDING_MUTANTS)] + [
+        (*e, CONV_RUNS, f"conv{k}") for k, e in enumerate(CONV_MUTANTS)]
     for path, old, new, what, guard, tag in entries:
         text = (root / path).read_text()
         if old not in text:

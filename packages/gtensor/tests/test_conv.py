@@ -123,10 +123,15 @@ def test_overlapping_max_windows_add_in_window_order(be):
     """stride < kernel: one element chosen by several windows gets their serial sum."""
     x = np.zeros((1, 1, 3, 3))
     x[0, 0, 1, 1] = 9.0  # the max of all four 2x2 windows (stride 1)
-    g = np.array([1.0, 1e16, -1e16, 1.0]).reshape(1, 1, 2, 2)
-    dx = _run(be, "max_pool2d_grad", [g, x], kernel=2, stride=1)
-    # ((1 + 1e16) - 1e16) + 1 = 1.0 in row-major window order (any other order differs)
-    assert dx[0, 0, 1, 1] == ((1.0 + 1e16) - 1e16) + 1.0 == 1.0
+    g = np.array([1.0, 0.5, 1e16, 1.0]).reshape(1, 1, 2, 2)
+    # row-major window order; reversed, rows reversed, columns reversed or column-major differ
+    want = ((1.0 + 0.5) + 1e16) + 1.0
+    assert want not in (((1.0 + 1e16) + 0.5) + 1.0, ((1e16 + 1.0) + 1.0) + 0.5,
+                        ((0.5 + 1.0) + 1.0) + 1e16, ((1.0 + 1e16) + 0.5) + 1.0)
+    for op, args in (("max_pool2d_grad", [g, x]), ("avg_pool2d_grad", [g * 4.0])):
+        extra = {} if op == "max_pool2d_grad" else {"size": (3, 3)}
+        dx = _run(be, op, args, kernel=2, stride=1, **extra)
+        assert dx[0, 0, 1, 1] == want, op
 
 
 def test_padding_multiplies_zero(be):
