@@ -229,6 +229,9 @@ CONV_MUTANTS = [
     (PL, "const long long oy0 = yy < KH ? 0 : (yy - KH) / sh + 1;",
      "const long long oy0 = yy < KH ? 0 : (yy - KH) / sh + 2;",
      "pool gradients: the first covering window skipped"),
+    (PL, "for (long long ox = 0; ox < OW; ++ox) {\n$WINDOW",
+     "for (long long ox = OW - 1; ox >= 0; --ox) {\n$WINDOW",
+     "cpu pool gradients: the windows of a row in reverse order"),
 ]
 
 # The recording type (gtape.recording) and its users: a version not bumped, a dependency not

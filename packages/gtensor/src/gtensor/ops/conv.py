@@ -290,31 +290,27 @@ _IM2COL = """\
 """
 # chains(...): c[r * cs + p] = the serial chain over k ascending of a[r * ar + k * ak] *
 # b[k * bs + p] (the first product starts, each product and sum rounded), for R_ x P_ outputs
-# in register tiles of 4 x 8 independent outputs (the compiler puts a tile's columns in SIMD
-# lanes); tiles decide only which outputs run side by side, never the order within one.
+# in register tiles of 4 rows x 8 SIMD lanes (gtcpu::Vec: each lane's * and + one IEEE
+# operation, no FMA); tiles decide only which outputs run side by side, never the order within
+# one. Edge outputs run the same chain one at a time.
 _CHAINS = """\
     auto chains = [](const T* __restrict__ a, long long ar, long long ak,
                      const T* __restrict__ b, long long bs, T* __restrict__ c, long long cs,
                      long long R_, long long P_, long long K_) {
         constexpr int TR = 4, TL = 8;
+        typedef typename gtcpu::Vec<T, TL>::type V;  // a tile row: TL lanes, each its own chain
         for (long long r0 = 0; r0 < R_; r0 += TR)
             for (long long p0 = 0; p0 < P_; p0 += TL) {
                 if (r0 + TR <= R_ && p0 + TL <= P_) {
-                    T acc[TR][TL];
-                    for (int r = 0; r < TR; ++r) {
-                        const T av = a[(r0 + r) * ar];
-                        for (int l = 0; l < TL; ++l) acc[r][l] = av * b[p0 + l];
-                    }
+                    V acc[TR];
+                    const V b0 = gtcpu::vload<V>(b + p0);
+                    for (int r = 0; r < TR; ++r) acc[r] = a[(r0 + r) * ar] * b0;
                     for (long long k = 1; k < K_; ++k) {
-                        T bv[TL];
-                        for (int l = 0; l < TL; ++l) bv[l] = b[k * bs + p0 + l];
-                        for (int r = 0; r < TR; ++r) {
-                            const T av = a[(r0 + r) * ar + k * ak];
-                            for (int l = 0; l < TL; ++l) acc[r][l] = acc[r][l] + av * bv[l];
-                        }
+                        const V bv = gtcpu::vload<V>(b + k * bs + p0);
+                        for (int r = 0; r < TR; ++r)
+                            acc[r] = acc[r] + a[(r0 + r) * ar + k * ak] * bv;
                     }
-                    for (int r = 0; r < TR; ++r)
-                        for (int l = 0; l < TL; ++l) c[(r0 + r) * cs + p0 + l] = acc[r][l];
+                    for (int r = 0; r < TR; ++r) gtcpu::vstore(c + (r0 + r) * cs + p0, acc[r]);
                 } else {
                     for (long long r = r0; r < R_ && r < r0 + TR; ++r)
                         for (long long p = p0; p < P_ && p < p0 + TL; ++p) {
