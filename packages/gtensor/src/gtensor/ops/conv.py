@@ -270,22 +270,33 @@ _GRAD_INPUT_ONE = """\
 # order, independent outputs side by side (the inner loops over positions / taps vectorize:
 # lanes are different outputs, each lane's product and sum rounded, no FMA).
 _IM2COL = """\
-    // cols[k * P + p] (or colsT[p * K + k]) of image nn: xp[nn, c, oy*sh + i, ox*sw + j]
+    // cols[k * P + p] (or colsT[p * K + k]) of image nn: xp[nn, c, oy*sh + i, ox*sw + j];
+    // per tap the columns ox in [lo, hi) read x, the others are padding (+0.0)
     auto im2col = [=](const T* __restrict__ xn, T* __restrict__ out, bool transposed) {
+        const long long ps = transposed ? K : 1, ks = transposed ? 1 : P;
         long long k = 0;
         for (long long c = 0; c < C; ++c)
             for (long long i = 0; i < KH; ++i)
-                for (long long j = 0; j < KW; ++j, ++k)
+                for (long long j = 0; j < KW; ++j, ++k) {
+                    const long long d = pw - j;  // xx = ox*sw - d
+                    long long lo = d > 0 ? (d + sw - 1) / sw : 0;
+                    long long hi = W - 1 + d >= 0 ? (W - 1 + d) / sw + 1 : 0;
+                    if (hi > OW) hi = OW;
+                    if (lo > hi) lo = hi;
+                    T* ok = out + k * ks;
                     for (long long oy = 0; oy < OH; ++oy) {
                         const long long yy = oy * sh + i - ph;
-                        const bool rowin = yy >= 0 && yy < H;
-                        const T* xr = xn + (c * H + (rowin ? yy : 0)) * W;
-                        for (long long ox = 0; ox < OW; ++ox) {
-                            const long long xx = ox * sw + j - pw, p = oy * OW + ox;
-                            const T v = (rowin && xx >= 0 && xx < W) ? xr[xx] : (T)0;
-                            out[transposed ? p * K + k : k * P + p] = v;
+                        T* o = ok + oy * OW * ps;
+                        if (yy < 0 || yy >= H) {
+                            for (long long ox = 0; ox < OW; ++ox) o[ox * ps] = (T)0;
+                            continue;
                         }
+                        const T* xr = xn + (c * H + yy) * W - d;
+                        for (long long ox = 0; ox < lo; ++ox) o[ox * ps] = (T)0;
+                        for (long long ox = lo; ox < hi; ++ox) o[ox * ps] = xr[ox * sw];
+                        for (long long ox = hi; ox < OW; ++ox) o[ox * ps] = (T)0;
                     }
+                }
     };
 """
 # chains(...): c[r * cs + p] = the serial chain over k ascending of a[r * ar + k * ak] *

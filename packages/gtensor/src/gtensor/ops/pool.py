@@ -262,6 +262,16 @@ _BODIES = {
         y[e] = acc;
 """,
 }
+# cpu pooled outputs: planes split across threads, each plane's outputs in a plain loop
+_CPU_PLANE = """\
+    const long long planes = n / (OH * OW);
+    gtcpu::parallel_for(planes, OH * OW * KH * KW, [=](long long lo, long long hi) {
+        for (long long pl = lo; pl < hi; ++pl)
+            for (long long oy = 0; oy < OH; ++oy)
+                for (long long ox = 0; ox < OW; ++ox) {
+                    const long long e = (pl * OH + oy) * OW + ox;
+$ONE                }
+    });"""
 # cpu gradients: planes split across threads; each plane's windows visited in row-major order,
 # each adding its term to its element(s) (the first term of an element starts; untouched
 # elements +0.0): per element, the same serial sum in window order as the CUDA loop above
@@ -310,9 +320,11 @@ def _kernels(name: str, cpu: bool):
         t = dtypes.BY_SUFFIX[sfx].ctype
         sig = params(Template(_ARRAYS[name]).substitute(T=t) + f", {t}* y, " + _GEOM)
         one = _BODIES[name]
+        loop = _CPU if cpu else _GRID
+        if cpu and one.startswith(_OUT):  # pooled outputs: plane by plane, no index decode
+            one, loop = one[len(_OUT):], _CPU_PLANE
         if cpu:
             one = "".join("    " + line + "\n" for line in one.splitlines())
-        loop = _CPU if cpu else _GRID
         if cpu and name in _CPU_WINDOW:
             loop = _CPU_SCATTER.replace("$WINDOW", _CPU_WINDOW[name])
         body = Template(loop.replace("$ONE", one)).substitute(
