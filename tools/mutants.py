@@ -132,6 +132,15 @@ TARGETS = [
            (RNG_RUN, VJP_RUN, Run((f"{GT}/tests/test_random.py",), "sim")), constants=True),
     Target(f"{TP}/src/gtape/rng.py", ("key", "check_key", "dropout", "_draw", "_dtype", "fold"),
            (RNG_RUN,)),
+    # issue 21's conv2d and pools: the numpy definitions, the shape rules and the rules
+    Target(f"{GT}/src/gtensor/ops/conv.py",
+           ("pair", "out_size", "im2col", "_conv_ref", "_grad_weight_ref", "col2im",
+            "_grad_input_ref", "_conv_vjp", "_grad_input_vjp", "_grad_weight_vjp"),
+           (Run((f"{GT}/tests/test_conv.py",)), VJP_RUN)),
+    Target(f"{GT}/src/gtensor/ops/pool.py",
+           ("_attrs", "window_choice", "_pick", "_scatter", "_avg_ref", "_avg_grad_ref",
+            "_max_vjp", "_max_grad_vjp", "_pick_vjp", "_avg_vjp", "_avg_grad_vjp"),
+           (Run((f"{GT}/tests/test_conv.py",)), VJP_RUN)),
     Target(f"{DM}/src/gdemos/rung_ae.py", ("check_bars", "bar_word", "missed", "unchecked"),
            (DEMO_RUN,)),
     Target(f"{DM}/src/gdemos/ladder.py", ("status", "line", "run_ladder", "_ae"), (DEMO_RUN,)),
@@ -245,6 +254,44 @@ RNG_MUTANTS = [
      "cpu kernels: normal's two outputs per block read as four"),
     (RNG_PY, 'UNIFORM_SHIFT = {F64: 11, F32: 40}', 'UNIFORM_SHIFT = {F64: 11, F32: 41}',
      "uniform f32: 23 bits"),
+]
+
+# conv2d's and the pools' kernels (CUDA text run by sim, and the cpu loops), guarded by the
+# loop oracles and rule tests of test_conv.py on both kernel backends
+CONV_RUNS = (Run((f"{GT}/tests/test_conv.py",), "sim"), Run((f"{GT}/tests/test_conv.py",), "cpu"))
+CV, PL = f"{GT}/src/gtensor/ops/conv.py", f"{GT}/src/gtensor/ops/pool.py"
+CONV_MUTANTS = [
+    (CV, "acc = k == 0 ? p : $ADD(acc, p);", "acc = $ADD(acc, p);",
+     "conv2d kernel: the chain starts at +0.0"),
+    (CV, "const $T p = $MUL(w[oc * C * KH * KW + k], xv);",
+     "const $T p = (yy >= 0 && yy < H && xx >= 0 && xx < W) ? "
+     "$MUL(w[oc * C * KH * KW + k], xv) : ($T)0;", "conv2d kernel: padding not multiplied"),
+    (CV, "        for (long long i = 0; i < KH; ++i) {\n            const long long ty",
+     "        for (long long i = KH - 1; i >= 0; --i) {\n            const long long ty",
+     "conv2d_grad_input kernel: taps in reverse row order"),
+    (CV, "for (int r = 0; r < TR; ++r) acc[r] = a[(r0 + r) * ar] * b0;",
+     "for (int r = 0; r < TR; ++r) acc[r] = (T)0 + a[(r0 + r) * ar] * b0;",
+     "cpu conv chains: a tile's chains start at +0.0"),
+    (CV, "T acc = a[r * ar] * b[p];", "T acc = (T)0 + a[r * ar] * b[p];",
+     "cpu conv chains: the edge chains start at +0.0"),
+    (CV, "for (long long k = 1; k < K_; ++k) {\n                        const V bv",
+     "for (long long k = K_ - 1; k >= 1; --k) {\n                        const V bv",
+     "cpu conv chains: a tile's terms in reverse order"),
+    (CV, "if (yy < 0 || yy >= H) continue;", "if (yy < 0 || yy > H) continue;",
+     "cpu conv2d_grad_input: a tap past the bottom border kept"),
+    (PL, "if (v > bv) {", "if (v >= bv) {", "max_pool2d: ties give the last element"),
+    (PL, "if (v != v) return q;", "if (v != v) { best = q; bv = v; }",
+     "max_pool2d: the last NaN wins"),
+    (PL, "y[e] = $DIV(acc, ($T)(KH * KW));", "y[e] = $MUL(acc, $DIV(($T)1, ($T)(KH * KW)));",
+     "avg_pool2d: times a rounded reciprocal"),
+    (PL, "for (long long oy = oy0; oy <= oy1; ++oy)", "for (long long oy = oy1; oy >= oy0; --oy)",
+     "pool gradients: windows in reverse row order"),
+    (PL, "const long long oy0 = yy < KH ? 0 : (yy - KH) / sh + 1;",
+     "const long long oy0 = yy < KH ? 0 : (yy - KH) / sh + 2;",
+     "pool gradients: the first covering window skipped"),
+    (PL, "for (long long ox = 0; ox < OW; ++ox) {\n$WINDOW",
+     "for (long long ox = OW - 1; ox >= 0; --ox) {\n$WINDOW",
+     "cpu pool gradients: the windows of a row in reverse order"),
 ]
 
 # The recording type (gtape.recording) and its users: a version not bumped, a dependency not
@@ -543,7 +590,8 @@ def text_mutants(root: Path) -> list[Mutant]:
     out = []
     entries = [(*e, None, "text") for e in TEXT_MUTANTS] + [
         (*e, RECORDING_RUNS, f"rec{k}") for k, e in enumerate(RECORDING_MUTANTS)] + [
-        (*e, RNG_KERNEL_RUNS, f"rng{k}") for k, e in enumerate(RNG_MUTANTS)]
+        (*e, RNG_KERNEL_RUNS, f"rng{k}") for k, e in enumerate(RNG_MUTANTS)] + [
+        (*e, CONV_RUNS, f"conv{k}") for k, e in enumerate(CONV_MUTANTS)]
     for path, old, new, what, guard, tag in entries:
         text = (root / path).read_text()
         if old not in text:

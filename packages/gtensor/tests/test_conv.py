@@ -123,10 +123,15 @@ def test_overlapping_max_windows_add_in_window_order(be):
     """stride < kernel: one element chosen by several windows gets their serial sum."""
     x = np.zeros((1, 1, 3, 3))
     x[0, 0, 1, 1] = 9.0  # the max of all four 2x2 windows (stride 1)
-    g = np.array([1.0, 1e16, -1e16, 1.0]).reshape(1, 1, 2, 2)
-    dx = _run(be, "max_pool2d_grad", [g, x], kernel=2, stride=1)
-    # ((1 + 1e16) - 1e16) + 1 = 1.0 in row-major window order (any other order differs)
-    assert dx[0, 0, 1, 1] == ((1.0 + 1e16) - 1e16) + 1.0 == 1.0
+    g = np.array([1.0, 0.5, 1e16, 1.0]).reshape(1, 1, 2, 2)
+    # row-major window order; reversed, rows reversed, columns reversed or column-major differ
+    want = ((1.0 + 0.5) + 1e16) + 1.0
+    assert want not in (((1.0 + 1e16) + 0.5) + 1.0, ((1e16 + 1.0) + 1.0) + 0.5,
+                        ((0.5 + 1.0) + 1.0) + 1e16, ((1.0 + 1e16) + 0.5) + 1.0)
+    for op, args in (("max_pool2d_grad", [g, x]), ("avg_pool2d_grad", [g * 4.0])):
+        extra = {} if op == "max_pool2d_grad" else {"size": (3, 3)}
+        dx = _run(be, op, args, kernel=2, stride=1, **extra)
+        assert dx[0, 0, 1, 1] == want, op
 
 
 def test_padding_multiplies_zero(be):
@@ -178,3 +183,35 @@ def test_bad_input_is_refused(be, op, shapes, attrs, exc, match):
     arrays = [be.asarray(np.ones(s)) for s in shapes]
     with pytest.raises(exc, match=match):
         getattr(be, op)(*arrays, **attrs)
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+def test_cpu_thread_splits_change_no_bit(be, ref, monkeypatch, dtype):
+    """The cpu kernels split across 1, 2 and 3 threads (split threshold lowered to 1): images,
+    weight-gradient channels and planes end mid-tile; every result equals numpy's bits."""
+    if be.name != "cpu":
+        pytest.skip("the cpu backend's thread splits")
+    from gtensor.runtime import cpu as cpu_runtime
+
+    rng = np.random.default_rng(5)
+    x, w = rng.standard_normal((5, 3, 7, 6)).astype(dtype), rng.standard_normal((7, 3, 3, 3))
+    w = w.astype(dtype)
+    gy = rng.standard_normal((5, 7, 4, 3)).astype(dtype)  # stride 2, padding 1
+    p = rng.standard_normal((5, 3, 3, 2)).astype(dtype)  # max/avg pool 3, stride 2 of x
+    calls = [("conv2d", (x, w), {"stride": 2, "padding": 1}),
+             ("conv2d_grad_input", (gy, w), {"stride": 2, "padding": 1, "size": (7, 6)}),
+             ("conv2d_grad_weight", (gy, x), {"stride": 2, "padding": 1, "kernel": (3, 3)}),
+             ("max_pool2d", (x,), {"kernel": 3, "stride": 2}),
+             ("max_pool2d_grad", (p, x), {"kernel": 3, "stride": 2}),
+             ("avg_pool2d_grad", (p,), {"kernel": 3, "stride": 2, "size": (7, 6)})]
+    old = be.module.set_parallel_work(1)
+    try:
+        for op, args, attrs in calls:
+            want = _run(ref, op, list(args), **attrs)
+            for threads in ("1", "2", "3"):
+                monkeypatch.setenv(cpu_runtime.THREADS_ENV, threads)
+                got = _run(be, op, list(args), **attrs)
+                assert bits_equal(want, got), f"{op} threads={threads}: " \
+                                              f"{first_difference(want, got)}"
+    finally:
+        be.module.set_parallel_work(old)

@@ -270,97 +270,112 @@ _GRAD_INPUT_ONE = """\
 # order, independent outputs side by side (the inner loops over positions / taps vectorize:
 # lanes are different outputs, each lane's product and sum rounded, no FMA).
 _IM2COL = """\
-    // cols[k * P + p] (or colsT[p * K + k]) of image nn: xp[nn, c, oy*sh + i, ox*sw + j]
+    // cols[k * P + p] (or colsT[p * K + k]) of image nn: xp[nn, c, oy*sh + i, ox*sw + j];
+    // per tap the columns ox in [lo, hi) read x, the others are padding (+0.0)
     auto im2col = [=](const T* __restrict__ xn, T* __restrict__ out, bool transposed) {
+        const long long ps = transposed ? K : 1, ks = transposed ? 1 : P;
         long long k = 0;
         for (long long c = 0; c < C; ++c)
             for (long long i = 0; i < KH; ++i)
-                for (long long j = 0; j < KW; ++j, ++k)
+                for (long long j = 0; j < KW; ++j, ++k) {
+                    const long long d = pw - j;  // xx = ox*sw - d
+                    long long lo = d > 0 ? (d + sw - 1) / sw : 0;
+                    long long hi = W - 1 + d >= 0 ? (W - 1 + d) / sw + 1 : 0;
+                    if (hi > OW) hi = OW;
+                    if (lo > hi) lo = hi;
+                    T* ok = out + k * ks;
                     for (long long oy = 0; oy < OH; ++oy) {
                         const long long yy = oy * sh + i - ph;
-                        const bool rowin = yy >= 0 && yy < H;
-                        const T* xr = xn + (c * H + (rowin ? yy : 0)) * W;
-                        for (long long ox = 0; ox < OW; ++ox) {
-                            const long long xx = ox * sw + j - pw, p = oy * OW + ox;
-                            const T v = (rowin && xx >= 0 && xx < W) ? xr[xx] : (T)0;
-                            out[transposed ? p * K + k : k * P + p] = v;
+                        T* o = ok + oy * OW * ps;
+                        if (yy < 0 || yy >= H) {
+                            for (long long ox = 0; ox < OW; ++ox) o[ox * ps] = (T)0;
+                            continue;
                         }
+                        const T* xr = xn + (c * H + yy) * W - d;
+                        for (long long ox = 0; ox < lo; ++ox) o[ox * ps] = (T)0;
+                        for (long long ox = lo; ox < hi; ++ox) o[ox * ps] = xr[ox * sw];
+                        for (long long ox = hi; ox < OW; ++ox) o[ox * ps] = (T)0;
                     }
+                }
+    };
+"""
+# chains(...): c[r * cs + p] = the serial chain over k ascending of a[r * ar + k * ak] *
+# b[k * bs + p] (the first product starts, each product and sum rounded), for R_ x P_ outputs
+# in register tiles of 4 rows x 8 SIMD lanes (gtcpu::Vec: each lane's * and + one IEEE
+# operation, no FMA); tiles decide only which outputs run side by side, never the order within
+# one. Edge outputs run the same chain one at a time.
+_CHAINS = """\
+    auto chains = [](const T* __restrict__ a, long long ar, long long ak,
+                     const T* __restrict__ b, long long bs, T* __restrict__ c, long long cs,
+                     long long R_, long long P_, long long K_) {
+        constexpr int TR = 4, TL = 8;
+        typedef typename gtcpu::Vec<T, TL>::type V;  // a tile row: TL lanes, each its own chain
+        for (long long r0 = 0; r0 < R_; r0 += TR)
+            for (long long p0 = 0; p0 < P_; p0 += TL) {
+                if (r0 + TR <= R_ && p0 + TL <= P_) {
+                    V acc[TR];
+                    const V b0 = gtcpu::vload<V>(b + p0);
+                    for (int r = 0; r < TR; ++r) acc[r] = a[(r0 + r) * ar] * b0;
+                    for (long long k = 1; k < K_; ++k) {
+                        const V bv = gtcpu::vload<V>(b + k * bs + p0);
+                        for (int r = 0; r < TR; ++r)
+                            acc[r] = acc[r] + a[(r0 + r) * ar + k * ak] * bv;
+                    }
+                    for (int r = 0; r < TR; ++r) gtcpu::vstore(c + (r0 + r) * cs + p0, acc[r]);
+                } else {
+                    for (long long r = r0; r < R_ && r < r0 + TR; ++r)
+                        for (long long p = p0; p < P_ && p < p0 + TL; ++p) {
+                            T acc = a[r * ar] * b[p];
+                            for (long long k = 1; k < K_; ++k)
+                                acc = acc + a[r * ar + k * ak] * b[k * bs + p];
+                            c[r * cs + p] = acc;
+                        }
+                }
+            }
     };
 """
 _CPU_CONV = Template(_DECODE + """\
     typedef $T T;
     const long long P = OH * OW, K = C * KH * KW;
-$IM2COL
+$IM2COL$CHAINS
     gtcpu::parallel_for(N, O * K * P + K * P, [=](long long lo, long long hi) {
         T* cols = new T[K * P];
         for (long long nn = lo; nn < hi; ++nn) {
             im2col(x + nn * C * H * W, cols, false);
-            for (long long oc = 0; oc < O; ++oc) {
-                T* __restrict__ yr = y + (nn * O + oc) * P;
-                const T* wr = w + oc * K;
-                {
-                    const T wv = wr[0];
-                    const T* __restrict__ cr = cols;
-                    for (long long p = 0; p < P; ++p) yr[p] = wv * cr[p];
-                }
-                for (long long k = 1; k < K; ++k) {
-                    const T wv = wr[k];
-                    const T* __restrict__ cr = cols + k * P;
-                    for (long long p = 0; p < P; ++p) yr[p] = yr[p] + wv * cr[p];
-                }
-            }
+            chains(w, K, 1, cols, P, y + nn * O * P, P, O, P, K);  // y[nn] = w @ cols
         }
         delete[] cols;
     });""")
 _CPU_GRAD_WEIGHT = Template(_DECODE + """\
     typedef $T T;
-    const long long P = OH * OW, K = C * KH * KW;
-$IM2COL
-    if (N * P == 0) {
+    const long long P = OH * OW, K = C * KH * KW, Q = N * P;
+$IM2COL$CHAINS
+    if (Q == 0) {
         for (long long e = 0; e < n; ++e) y[e] = (T)0;
         return;
     }
-    gtcpu::parallel_for(O, N * P * K * 2, [=](long long lo, long long hi) {
-        T* colsT = new T[K * P];
-        for (long long nn = 0; nn < N; ++nn) {
-            im2col(x + nn * C * H * W, colsT, true);
-            for (long long oc = lo; oc < hi; ++oc) {
-                T* __restrict__ dr = y + oc * K;
-                const T* gr = g + (nn * O + oc) * P;
-                for (long long p = 0; p < P; ++p) {
-                    const T gv = gr[p];
-                    const T* __restrict__ cr = colsT + p * K;
-                    if (nn == 0 && p == 0)
-                        for (long long k = 0; k < K; ++k) dr[k] = gv * cr[k];
-                    else
-                        for (long long k = 0; k < K; ++k) dr[k] = dr[k] + gv * cr[k];
-                }
-            }
-        }
-        delete[] colsT;
-    });""")
+    // colsT[q][k] over every position q = (nn, p) and gm[o][q] = g[nn, o, p]: exact copies
+    T* colsT = new T[Q * K];
+    T* gm = new T[O * Q];
+    for (long long nn = 0; nn < N; ++nn) {
+        im2col(x + nn * C * H * W, colsT + nn * P * K, true);
+        for (long long oc = 0; oc < O; ++oc)
+            for (long long p = 0; p < P; ++p) gm[oc * Q + nn * P + p] = g[(nn * O + oc) * P + p];
+    }
+    gtcpu::parallel_for(O, Q * K, [=](long long lo, long long hi) {
+        chains(gm + lo * Q, Q, 1, colsT, K, y + lo * K, K, hi - lo, K, Q);  // dw = gm @ colsT
+    });
+    delete[] gm;
+    delete[] colsT;""")
 _CPU_GRAD_INPUT = Template(_DECODE + """\
     typedef $T T;
     const long long P = OH * OW, K = C * KH * KW;
+$CHAINS
     gtcpu::parallel_for(N, O * K * P + K * P, [=](long long lo, long long hi) {
         T* t = new T[K * P];
         char* seen = new char[C * H * W];
         for (long long nn = lo; nn < hi; ++nn) {
-            // t[k, p] = serial over o of w[o, k] * g[nn, o, p]
-            for (long long k = 0; k < K; ++k) {
-                T* __restrict__ tr = t + k * P;
-                {
-                    const T wv = w[k];
-                    const T* __restrict__ gr = g + nn * O * P;
-                    for (long long p = 0; p < P; ++p) tr[p] = wv * gr[p];
-                }
-                for (long long oc = 1; oc < O; ++oc) {
-                    const T wv = w[oc * K + k];
-                    const T* __restrict__ gr = g + (nn * O + oc) * P;
-                    for (long long p = 0; p < P; ++p) tr[p] = tr[p] + wv * gr[p];
-                }
-            }
+            chains(w, 1, K, g + nn * O * P, P, t, P, K, P, O);  // t[k, p]: serial over o
             // col2im: taps (c, i, j) in row-major order, the first reaching one starts
             T* dx = y + nn * C * H * W;
             for (long long q = 0; q < C * H * W; ++q) seen[q] = 0;
@@ -403,7 +418,7 @@ def _kernels(spec: tuple, cpu: bool):
         t = dtypes.BY_SUFFIX[sfx].ctype
         sig = params(Template(arrays).substitute(T=t) + f", {t}* y, " + _GEOM)
         if cpu:
-            body = cpu_body.substitute(T=t, IM2COL=_IM2COL)
+            body = cpu_body.substitute(T=t, IM2COL=_IM2COL, CHAINS=_CHAINS)
         else:
             body = Template(_GRID.replace("$ONE", one)).substitute(
                 T=t, MUL=MUL[sfx].cname, ADD=ADD[sfx].cname)

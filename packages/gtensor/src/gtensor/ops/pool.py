@@ -262,6 +262,54 @@ _BODIES = {
         y[e] = acc;
 """,
 }
+# cpu pooled outputs: planes split across threads, each plane's outputs in a plain loop
+_CPU_PLANE = """\
+    const long long planes = n / (OH * OW);
+    gtcpu::parallel_for(planes, OH * OW * KH * KW, [=](long long lo, long long hi) {
+        for (long long pl = lo; pl < hi; ++pl)
+            for (long long oy = 0; oy < OH; ++oy)
+                for (long long ox = 0; ox < OW; ++ox) {
+                    const long long e = (pl * OH + oy) * OW + ox;
+$ONE                }
+    });"""
+# cpu gradients: planes split across threads; each plane's windows visited in row-major order,
+# each adding its term to its element(s) (the first term of an element starts; untouched
+# elements +0.0): per element, the same serial sum in window order as the CUDA loop above
+_CPU_SCATTER = """\
+    const long long planes = n / (H * W);
+    gtcpu::parallel_for(planes, H * W + OH * OW * KH * KW, [=](long long lo, long long hi) {
+        char* seen = new char[H * W];
+        for (long long pl = lo; pl < hi; ++pl) {
+            $T* dp = y + pl * H * W;
+            const $T* gp = g + pl * OH * OW;
+            for (long long q = 0; q < H * W; ++q) seen[q] = 0;
+            auto put = [&](long long q, $T t) {
+                if (seen[q]) {
+                    dp[q] = $ADD(dp[q], t);
+                } else {
+                    dp[q] = t;
+                    seen[q] = 1;
+                }
+            };
+            for (long long oy = 0; oy < OH; ++oy)
+                for (long long ox = 0; ox < OW; ++ox) {
+$WINDOW                }
+            for (long long q = 0; q < H * W; ++q)
+                if (!seen[q]) dp[q] = ($T)0;
+        }
+        delete[] seen;
+    });"""
+_CPU_WINDOW = {
+    "max_pool2d_grad": """\
+                    put($ARGMAX(x + pl * H * W, W, oy * sh, ox * sw, KH, KW),
+                        gp[oy * OW + ox]);
+""",
+    "avg_pool2d_grad": """\
+                    const $T t = $DIV(gp[oy * OW + ox], ($T)(KH * KW));
+                    for (long long i = 0; i < KH; ++i)
+                        for (long long j = 0; j < KW; ++j) put((oy * sh + i) * W + ox * sw + j, t);
+""",
+}
 _ARRAYS = {"max_pool2d": "const $T* x", "max_pool2d_pick": "const $T* v, const $T* x",
            "max_pool2d_grad": "const $T* g, const $T* x", "avg_pool2d": "const $T* x",
            "avg_pool2d_grad": "const $T* g"}
@@ -272,9 +320,14 @@ def _kernels(name: str, cpu: bool):
         t = dtypes.BY_SUFFIX[sfx].ctype
         sig = params(Template(_ARRAYS[name]).substitute(T=t) + f", {t}* y, " + _GEOM)
         one = _BODIES[name]
+        loop = _CPU if cpu else _GRID
+        if cpu and one.startswith(_OUT):  # pooled outputs: plane by plane, no index decode
+            one, loop = one[len(_OUT):], _CPU_PLANE
         if cpu:
             one = "".join("    " + line + "\n" for line in one.splitlines())
-        body = Template((_CPU if cpu else _GRID).replace("$ONE", one)).substitute(
+        if cpu and name in _CPU_WINDOW:
+            loop = _CPU_SCATTER.replace("$WINDOW", _CPU_WINDOW[name])
+        body = Template(loop.replace("$ONE", one)).substitute(
             T=t, ARGMAX=ARGMAX[sfx].name, ADD=ADD[sfx].cname, DIV=DIV[sfx].cname)
         calls = {"max_pool2d": (ARGMAX[sfx],), "max_pool2d_pick": (ARGMAX[sfx],),
                  "max_pool2d_grad": (ARGMAX[sfx], ADD[sfx]), "avg_pool2d": (ADD[sfx], DIV[sfx]),
