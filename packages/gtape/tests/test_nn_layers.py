@@ -178,6 +178,17 @@ def test_dropout_layer_fresh_key_per_training_forward(bname):
             g.nn.Dropout(p)
 
 
+def test_dropout_keys_are_key_fold_t_across_its_cache():
+    from gtape.layers import FOLDS
+
+    drop = g.nn.Dropout(0.5, key=g.rng.key(2**100 + 3))
+    got = [drop.next_key() for _ in range(FOLDS + 3)]
+    drop.calls = 7  # a resumed run: the count set back
+    got.append(drop.next_key())
+    want = [drop.key.fold(t) for t in range(FOLDS + 3)] + [drop.key.fold(7)]
+    assert got == want
+
+
 def test_lenet_names_follow_torch():
     tp = g.Tape()
     k = g.rng.key(0).split(4)

@@ -13,11 +13,13 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+from gtensor import philox
+from gtensor.ops.random import FOLD_TAG
 
 from . import ops
 from .modules import Module
 from .nn_init import KeyLike, as_key, kaiming_bound, normal_init, uniform_init
-from .rng import dropout
+from .rng import Key, dropout
 from .tape import Tape
 from .var import Var
 
@@ -134,6 +136,9 @@ class AvgPool2d(_Pool2d):
     OP = staticmethod(ops.avg_pool2d)
 
 
+FOLDS = 256  # Dropout computes its per-step keys this many at a time (one vectorized block call)
+
+
 class Dropout(Module):
     """Inverted dropout, torch's ``nn.Dropout(p)``: in training mode ``g.dropout(x, p,
     key.fold(t))`` for the t-th training forward (t = 0, 1, ...: ``calls``), so every step
@@ -147,12 +152,22 @@ class Dropout(Module):
         self.p = float(p)
         self.key = as_key("Dropout", key)
         self.calls = 0  # training forwards so far: the next one uses key.fold(calls)
+        self._folds: tuple[int, np.ndarray] = (-1, np.zeros((0, 4), np.uint64))
 
     def next_key(self) -> Any:
         """The key of the next training forward (``key.fold(calls)``); counts it."""
-        k = self.key.fold(self.calls)
+        t = self.calls
+        start, blocks = self._folds
+        if not 0 <= t - start < len(blocks):  # the folds of the next FOLDS steps, one block call
+            start = t
+            ctr = np.zeros((FOLDS, 4), np.uint64)
+            ctr[:, 0] = np.arange(t, t + FOLDS, dtype=np.uint64)
+            ctr[:, 3] = FOLD_TAG
+            blocks = philox.block(self.key.words, ctr)
+            self._folds = (start, blocks)
         self.calls += 1
-        return k
+        b = blocks[t - start]
+        return Key(int(b[0]), int(b[1]))  # == self.key.fold(t) (the block at (t, 0, 0, 1))
 
     def forward(self, x: Any) -> Var:
         """dropout(x, p, next_key()) in training mode; x in eval mode or when p == 0."""
