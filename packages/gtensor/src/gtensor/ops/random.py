@@ -271,10 +271,9 @@ def fold_words(key: tuple[int, int], i: int) -> tuple[int, int]:
 
 def split_words(key: tuple[int, int], n: int) -> list[tuple[int, int]]:
     """The key words of ``split(key, n)``: words 0, 1 of the blocks at (j, 0, 0, 2)."""
-    ctr = np.zeros((n, 4), np.uint64)
-    ctr[:, 0] = np.arange(n, dtype=np.uint64)
-    ctr[:, 3] = SPLIT_TAG
-    b = philox.block(key, ctr)
+    if n == 0:
+        return []
+    b = philox.block(key, np.array([(j, 0, 0, SPLIT_TAG) for j in range(n)], dtype=np.uint64))
     return [(int(b[j, 0]), int(b[j, 1])) for j in range(n)]
 
 
@@ -337,7 +336,8 @@ def _draw_launch(name: str):
 
 def _fold_launch(rt, ins, out, *, i):
     # i's bit pattern as a signed long long (the kernel reads it back as uint64)
-    rt.launch("k_rng_fold_f64", 1, 2, (ins[0], out, 2, i - (1 << 64) if i >= 1 << 63 else i))
+    rt.launch("k_rng_fold_f64", grid_for(out.size), BLOCK,
+              (ins[0], out, out.size, i - (1 << 64) if i >= 1 << 63 else i))
 
 
 def _dropout_launch(rt, ins, out, *, p):
