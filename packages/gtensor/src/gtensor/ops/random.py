@@ -3,8 +3,10 @@
 The key is an int64 input of shape (2,): the bit patterns of the two uint64 Philox key words
 (``gtape.rng.Key.array()``). Element ``i`` (row-major) of a draw reads word ``i`` of numpy's
 ``Philox(key=K).random_raw()`` stream (``gtensor.philox``): word ``i % 4`` of the block at
-counter ``i // 4 + 1``. Each output element computes its own block, so the bits depend on
-neither the launch geometry nor the thread count.
+counter ``i // 4 + 1``. An output's words depend on its index alone (a CUDA thread computes
+the block of each output it writes; a cpu thread each block once, walking its range of
+outputs in order), so the bits depend on neither the launch geometry nor the thread count.
+(Argument order here is the op's, ``dropout(x, key, p)``; ``g.dropout(x, p, key)`` wraps it.)
 
 * ``rng_bits(key, shape)``: int64, the uint64 words' bit patterns.
 * ``rng_uniform(key, shape, dtype)``: f64 ``(w >> 11) * 2**-53`` (numpy's
