@@ -348,6 +348,8 @@ RECORDING_MUTANTS = [
 TR = f"{GT}/src/gtensor/scalar/transcendental.py"
 _OVERRIDDEN = "the clamp only feeds lanes that a later where() overrides"
 EQUIVALENT: dict[str, str] = {
+    f"{GT}/src/gtensor/ops/random.py:325:11:0":
+        "dropout's reference: x * s and s * x are one IEEE product (commutative)",
     f"{GT}/src/gtensor/ops/select.py:80:70:0":
         "the cpu kernels given the CUDA body: the same arithmetic per output (cpu runs it as "
         "one grid), only not split across threads",

@@ -87,6 +87,7 @@ def test_fold_and_split_are_defined_blocks():
         assert p.words == (int(b[0]), int(b[1]))
     assert len({p.words for p in parts} | {k.fold(i).words for i in range(3)}) == 6
     assert k.fold(5) == k.fold(5) and k.fold(5) != k.fold(6)
+    assert k.split(0) == [] and k.split(1) == parts[:1]
     assert g.rng.Key.from_array(k.array()) == k
 
 

@@ -155,3 +155,11 @@ def test_dropout_keeps_an_element_whose_uniform_equals_p(be):
     y2 = be.to_numpy(be.dropout(x, kb, p=float(np.nextafter(u[j], 1.0))))
     assert y2[j] == 0.0
     assert np.array_equal(y != 0, u >= u[j]) and np.array_equal(y2 != 0, u > u[j])
+
+
+def test_uniform_f32_is_the_top_24_bits(be):
+    """float32 uniforms: (w >> 40) * 2**-24, from Python's integers."""
+    k = np.array([9, 10], dtype=np.int64)
+    u = be.to_numpy(be.rng_uniform(be.asarray(k, dtype=np.int64), shape=(200,), dtype="float32"))
+    w = philox.words((9, 10), 200)
+    assert u.tobytes() == np.array([(int(v) >> 40) / 2**24 for v in w], np.float32).tobytes()

@@ -3,8 +3,10 @@
 The key is an int64 input of shape (2,): the bit patterns of the two uint64 Philox key words
 (``gtape.rng.Key.array()``). Element ``i`` (row-major) of a draw reads word ``i`` of numpy's
 ``Philox(key=K).random_raw()`` stream (``gtensor.philox``): word ``i % 4`` of the block at
-counter ``i // 4 + 1``. Each output element computes its own block, so the bits depend on
-neither the launch geometry nor the thread count.
+counter ``i // 4 + 1``. An output's words depend on its index alone (a CUDA thread computes
+the block of each output it writes; a cpu thread each block once, walking its range of
+outputs in order), so the bits depend on neither the launch geometry nor the thread count.
+(Argument order here is the op's, ``dropout(x, key, p)``; ``g.dropout(x, p, key)`` wraps it.)
 
 * ``rng_bits(key, shape)``: int64, the uint64 words' bit patterns.
 * ``rng_uniform(key, shape, dtype)``: f64 ``(w >> 11) * 2**-53`` (numpy's
@@ -271,10 +273,9 @@ def fold_words(key: tuple[int, int], i: int) -> tuple[int, int]:
 
 def split_words(key: tuple[int, int], n: int) -> list[tuple[int, int]]:
     """The key words of ``split(key, n)``: words 0, 1 of the blocks at (j, 0, 0, 2)."""
-    ctr = np.zeros((n, 4), np.uint64)
-    ctr[:, 0] = np.arange(n, dtype=np.uint64)
-    ctr[:, 3] = SPLIT_TAG
-    b = philox.block(key, ctr)
+    if n == 0:
+        return []
+    b = philox.block(key, np.array([(j, 0, 0, SPLIT_TAG) for j in range(n)], dtype=np.uint64))
     return [(int(b[j, 0]), int(b[j, 1])) for j in range(n)]
 
 
@@ -337,7 +338,8 @@ def _draw_launch(name: str):
 
 def _fold_launch(rt, ins, out, *, i):
     # i's bit pattern as a signed long long (the kernel reads it back as uint64)
-    rt.launch("k_rng_fold_f64", 1, 2, (ins[0], out, 2, i - (1 << 64) if i >= 1 << 63 else i))
+    rt.launch("k_rng_fold_f64", grid_for(out.size), BLOCK,
+              (ins[0], out, out.size, i - (1 << 64) if i >= 1 << 63 else i))
 
 
 def _dropout_launch(rt, ins, out, *, p):
