@@ -47,6 +47,39 @@ def test_against_the_loop_oracle(be, case, dtype, data):
     assert bits_equal(want, got), f"{case.id} {np.dtype(dtype)}: {first_difference(want, got)}"
 
 
+@st.composite
+def _geometry(draw):
+    """A conv geometry: sizes, kernel, stride, padding (kernel <= padded input)."""
+    n, c, o = draw(st.integers(0, 2)), draw(st.integers(1, 3)), draw(st.integers(1, 5))
+    h, w = draw(st.integers(1, 7)), draw(st.integers(1, 7))
+    ph, pw = draw(st.integers(0, 2)), draw(st.integers(0, 2))
+    kh, kw = draw(st.integers(1, h + 2 * ph)), draw(st.integers(1, w + 2 * pw))
+    sh, sw = draw(st.integers(1, 3)), draw(st.integers(1, 3))
+    return (n, c, h, w), (o, c, min(kh, 4), min(kw, 4)), (sh, sw), (ph, pw)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=["f64", "f32"])
+@given(geom=_geometry(), data=st.data())
+def test_conv_geometries_against_the_loops(be, dtype, geom, data):
+    """Random sizes, kernels, strides and paddings (borders, taps skipped by strides, empty
+    batches): all three conv ops bitwise the loop oracles."""
+    from cases import arrays
+
+    xs, ws, stride, padding = geom
+    x = data.draw(arrays(np.dtype(dtype), xs), label="x")
+    w = data.draw(arrays(np.dtype(dtype), ws), label="w")
+    y = _run(be, "conv2d", [x, w], stride=stride, padding=padding)
+    assert bits_equal(cl.loop_conv2d(x, w, stride, padding), y)
+    gy = data.draw(arrays(np.dtype(dtype), y.shape), label="g")
+    got = _run(be, "conv2d_grad_input", [gy, w], stride=stride, padding=padding, size=xs[2:])
+    want = cl.loop_conv2d_grad_input(gy, w, stride, padding, xs[2:])
+    assert bits_equal(want, got), f"grad_input: {first_difference(want, got)}"
+    got = _run(be, "conv2d_grad_weight", [gy, x], stride=stride, padding=padding,
+               kernel=ws[2:])
+    want = cl.loop_conv2d_grad_weight(gy, x, stride, padding, ws[2:])
+    assert bits_equal(want, got), f"grad_weight: {first_difference(want, got)}"
+
+
 # --------------------------------------------------------------------------- torch float64
 torch = pytest.importorskip("torch")
 F = torch.nn.functional
