@@ -80,6 +80,34 @@ def test_conv_geometries_against_the_loops(be, dtype, geom, data):
     assert bits_equal(want, got), f"grad_weight: {first_difference(want, got)}"
 
 
+@pytest.mark.parametrize("dtype", DTYPES, ids=["f64", "f32"])
+@given(data=st.data())
+def test_pool_geometries_against_the_loops(be, dtype, data):
+    """Random pool geometries over a few repeated values (ties, +-0.0, NaN, inf): the pools and
+    their gradients bitwise the loop oracles."""
+    from hypothesis.extra import numpy as hnp
+
+    n, c = data.draw(st.integers(0, 2)), data.draw(st.integers(1, 2))
+    h, w = data.draw(st.integers(1, 6)), data.draw(st.integers(1, 6))
+    k = (data.draw(st.integers(1, h)), data.draw(st.integers(1, w)))
+    stride = data.draw(st.one_of(st.none(), st.tuples(st.integers(1, 3), st.integers(1, 3))))
+    vals = st.sampled_from([0.0, -0.0, 1.0, -1.0, 2.0, np.nan, np.inf, -np.inf, 0.5])
+    x = data.draw(hnp.arrays(np.dtype(dtype), (n, c, h, w), elements=vals), label="x")
+    y = _run(be, "max_pool2d", [x], kernel=k, stride=stride)
+    assert bits_equal(cl.loop_max_pool2d(x, k, stride), y)
+    assert bits_equal(cl.loop_avg_pool2d(x, k, stride),
+                      _run(be, "avg_pool2d", [x], kernel=k, stride=stride))
+    gy = data.draw(hnp.arrays(np.dtype(dtype), y.shape, elements=vals), label="g")
+    want = cl.loop_max_pool2d_grad(gy, x, k, stride)
+    got = _run(be, "max_pool2d_grad", [gy, x], kernel=k, stride=stride)
+    assert bits_equal(want, got), f"max grad: {first_difference(want, got)}"
+    want = cl.loop_avg_pool2d_grad(gy, k, stride, (h, w))
+    got = _run(be, "avg_pool2d_grad", [gy], kernel=k, stride=stride, size=(h, w))
+    assert bits_equal(want, got), f"avg grad: {first_difference(want, got)}"
+    assert bits_equal(cl.loop_max_pool2d_pick(x * 2, x, k, stride),
+                      _run(be, "max_pool2d_pick", [x * 2, x], kernel=k, stride=stride))
+
+
 # --------------------------------------------------------------------------- torch float64
 torch = pytest.importorskip("torch")
 F = torch.nn.functional
