@@ -47,6 +47,67 @@ def test_against_the_loop_oracle(be, case, dtype, data):
     assert bits_equal(want, got), f"{case.id} {np.dtype(dtype)}: {first_difference(want, got)}"
 
 
+@st.composite
+def _geometry(draw):
+    """A conv geometry: sizes, kernel, stride, padding (kernel <= padded input)."""
+    n, c, o = draw(st.integers(0, 2)), draw(st.integers(1, 3)), draw(st.integers(1, 5))
+    h, w = draw(st.integers(1, 7)), draw(st.integers(1, 7))
+    ph, pw = draw(st.integers(0, 2)), draw(st.integers(0, 2))
+    kh, kw = draw(st.integers(1, h + 2 * ph)), draw(st.integers(1, w + 2 * pw))
+    sh, sw = draw(st.integers(1, 3)), draw(st.integers(1, 3))
+    return (n, c, h, w), (o, c, min(kh, 4), min(kw, 4)), (sh, sw), (ph, pw)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=["f64", "f32"])
+@given(geom=_geometry(), data=st.data())
+def test_conv_geometries_against_the_loops(be, dtype, geom, data):
+    """Random sizes, kernels, strides and paddings (borders, taps skipped by strides, empty
+    batches): all three conv ops bitwise the loop oracles."""
+    from cases import arrays
+
+    xs, ws, stride, padding = geom
+    x = data.draw(arrays(np.dtype(dtype), xs), label="x")
+    w = data.draw(arrays(np.dtype(dtype), ws), label="w")
+    y = _run(be, "conv2d", [x, w], stride=stride, padding=padding)
+    assert bits_equal(cl.loop_conv2d(x, w, stride, padding), y)
+    gy = data.draw(arrays(np.dtype(dtype), y.shape), label="g")
+    got = _run(be, "conv2d_grad_input", [gy, w], stride=stride, padding=padding, size=xs[2:])
+    want = cl.loop_conv2d_grad_input(gy, w, stride, padding, xs[2:])
+    assert bits_equal(want, got), f"grad_input: {first_difference(want, got)}"
+    got = _run(be, "conv2d_grad_weight", [gy, x], stride=stride, padding=padding,
+               kernel=ws[2:])
+    want = cl.loop_conv2d_grad_weight(gy, x, stride, padding, ws[2:])
+    assert bits_equal(want, got), f"grad_weight: {first_difference(want, got)}"
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=["f64", "f32"])
+@given(data=st.data())
+def test_pool_geometries_against_the_loops(be, dtype, data):
+    """Random pool geometries over a few repeated values (ties, +-0.0, NaN, inf): the pools and
+    their gradients bitwise the loop oracles."""
+    from hypothesis.extra import numpy as hnp
+
+    n, c = data.draw(st.integers(0, 2)), data.draw(st.integers(1, 2))
+    h, w = data.draw(st.integers(1, 6)), data.draw(st.integers(1, 6))
+    k = (data.draw(st.integers(1, h)), data.draw(st.integers(1, w)))
+    stride = data.draw(st.one_of(st.none(), st.tuples(st.integers(1, 3), st.integers(1, 3))))
+    vals = st.sampled_from([0.0, -0.0, 1.0, -1.0, 2.0, np.nan, np.inf, -np.inf, 0.5])
+    x = data.draw(hnp.arrays(np.dtype(dtype), (n, c, h, w), elements=vals), label="x")
+    y = _run(be, "max_pool2d", [x], kernel=k, stride=stride)
+    assert bits_equal(cl.loop_max_pool2d(x, k, stride), y)
+    assert bits_equal(cl.loop_avg_pool2d(x, k, stride),
+                      _run(be, "avg_pool2d", [x], kernel=k, stride=stride))
+    gy = data.draw(hnp.arrays(np.dtype(dtype), y.shape, elements=vals), label="g")
+    want = cl.loop_max_pool2d_grad(gy, x, k, stride)
+    got = _run(be, "max_pool2d_grad", [gy, x], kernel=k, stride=stride)
+    assert bits_equal(want, got), f"max grad: {first_difference(want, got)}"
+    want = cl.loop_avg_pool2d_grad(gy, k, stride, (h, w))
+    got = _run(be, "avg_pool2d_grad", [gy], kernel=k, stride=stride, size=(h, w))
+    assert bits_equal(want, got), f"avg grad: {first_difference(want, got)}"
+    assert bits_equal(cl.loop_max_pool2d_pick(x * 2, x, k, stride),
+                      _run(be, "max_pool2d_pick", [x * 2, x], kernel=k, stride=stride))
+
+
 # --------------------------------------------------------------------------- torch float64
 torch = pytest.importorskip("torch")
 F = torch.nn.functional

@@ -301,37 +301,51 @@ _IM2COL = """\
 """
 # chains(...): c[r * cs + p] = the serial chain over k ascending of a[r * ar + k * ak] *
 # b[k * bs + p] (the first product starts, each product and sum rounded), for R_ x P_ outputs
-# in register tiles of 4 rows x 8 SIMD lanes (gtcpu::Vec: each lane's * and + one IEEE
-# operation, no FMA); tiles decide only which outputs run side by side, never the order within
-# one. Edge outputs run the same chain one at a time.
+# in register tiles of 4 rows x one 64-byte vector of SIMD lanes, then half and quarter vectors
+# (gtcpu::Vec: each lane's * and + one IEEE operation, no FMA); tiles decide only which outputs
+# run side by side, never the order within one. Edge outputs run the same chain one at a time.
 _CHAINS = """\
     auto chains = [](const T* __restrict__ a, long long ar, long long ak,
                      const T* __restrict__ b, long long bs, T* __restrict__ c, long long cs,
                      long long R_, long long P_, long long K_) {
-        constexpr int TR = 4, TL = 8;
-        typedef typename gtcpu::Vec<T, TL>::type V;  // a tile row: TL lanes, each its own chain
-        for (long long r0 = 0; r0 < R_; r0 += TR)
-            for (long long p0 = 0; p0 < P_; p0 += TL) {
-                if (r0 + TR <= R_ && p0 + TL <= P_) {
-                    V acc[TR];
-                    const V b0 = gtcpu::vload<V>(b + p0);
-                    for (int r = 0; r < TR; ++r) acc[r] = a[(r0 + r) * ar] * b0;
-                    for (long long k = 1; k < K_; ++k) {
-                        const V bv = gtcpu::vload<V>(b + k * bs + p0);
-                        for (int r = 0; r < TR; ++r)
-                            acc[r] = acc[r] + a[(r0 + r) * ar + k * ak] * bv;
-                    }
-                    for (int r = 0; r < TR; ++r) gtcpu::vstore(c + (r0 + r) * cs + p0, acc[r]);
-                } else {
-                    for (long long r = r0; r < R_ && r < r0 + TR; ++r)
-                        for (long long p = p0; p < P_ && p < p0 + TL; ++p) {
-                            T acc = a[r * ar] * b[p];
-                            for (long long k = 1; k < K_; ++k)
-                                acc = acc + a[r * ar + k * ak] * b[k * bs + p];
-                            c[r * cs + p] = acc;
-                        }
-                }
+        constexpr int TR = 4, L = 64 / sizeof(T);  // 4 rows x one 64-byte vector of lanes
+        // rows r0..r0+3, columns p0.. (N lanes, each lane its own chain)
+        auto tile = [&](auto lanes_, long long r0, long long p0) {
+            constexpr int N = decltype(lanes_)::value;
+            typedef typename gtcpu::Vec<T, N>::type V;
+            V acc[TR];
+            const V b0 = gtcpu::vload<V>(b + p0);
+            for (int r = 0; r < TR; ++r) acc[r] = a[(r0 + r) * ar] * b0;
+            for (long long k = 1; k < K_; ++k) {
+                const V bv = gtcpu::vload<V>(b + k * bs + p0);
+                for (int r = 0; r < TR; ++r) acc[r] = acc[r] + a[(r0 + r) * ar + k * ak] * bv;
             }
+            for (int r = 0; r < TR; ++r) gtcpu::vstore(c + (r0 + r) * cs + p0, acc[r]);
+        };
+        auto one = [&](long long r, long long p) {
+            T acc = a[r * ar] * b[p];
+            for (long long k = 1; k < K_; ++k) acc = acc + a[r * ar + k * ak] * b[k * bs + p];
+            c[r * cs + p] = acc;
+        };
+        for (long long r0 = 0; r0 < R_; r0 += TR) {
+            if (r0 + TR > R_) {
+                for (long long r = r0; r < R_; ++r)
+                    for (long long p = 0; p < P_; ++p) one(r, p);
+                continue;
+            }
+            long long p0 = 0;
+            for (; p0 + L <= P_; p0 += L) tile(gtcpu::Int<L>{}, r0, p0);
+            if (p0 + L / 2 <= P_) {
+                tile(gtcpu::Int<L / 2>{}, r0, p0);
+                p0 += L / 2;
+            }
+            if (p0 + L / 4 <= P_) {
+                tile(gtcpu::Int<L / 4>{}, r0, p0);
+                p0 += L / 4;
+            }
+            for (; p0 < P_; ++p0)
+                for (int r = 0; r < TR; ++r) one(r0 + r, p0);
+        }
     };
 """
 _CPU_CONV = Template(_DECODE + """\

@@ -248,10 +248,12 @@ _BODIES = {
 """,
     "avg_pool2d": _OUT + """\
         const $T* xp = x + (pl * H + oy * sh) * W + ox * sw;
+        // NOTE: no `if (i || j)` inside one loop: g++ if-converted that into adding +0.0,
+        // which turns a sum of -0.0 into +0.0; the first row is split off instead
         $T acc = xp[0];
-        for (long long i = 0; i < KH; ++i)
-            for (long long j = 0; j < KW; ++j)
-                if (i || j) acc = $ADD(acc, xp[i * W + j]);
+        for (long long j = 1; j < KW; ++j) acc = $ADD(acc, xp[j]);
+        for (long long i = 1; i < KH; ++i)
+            for (long long j = 0; j < KW; ++j) acc = $ADD(acc, xp[i * W + j]);
         y[e] = $DIV(acc, ($T)(KH * KW));
 """,
     "avg_pool2d_grad": _IN + """\
