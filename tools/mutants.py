@@ -117,6 +117,14 @@ TARGETS = [
            (Run((f"{GT}/tests/test_oracles.py",)), VJP_RUN, SIM_PARITY)),
     Target(f"{GT}/src/gtensor/ops/select.py", ("_where_vjp", "*"),
            (Run((f"{GT}/tests/test_oracles.py",)), VJP_RUN, SIM_PARITY)),
+    # issue 21's norms (composites with a defined order) and the CNN rung's verdict
+    Target(f"{TP}/src/gtape/norms.py", ("layer_norm_with", "rms_norm_with", "_check"),
+           (Run((f"{TP}/tests/test_norms.py",)),)),
+    Target(f"{TP}/src/gtape/nn_init.py", ("as_key", "kaiming_bound", "uniform_init",
+                                          "normal_init"),
+           (Run((f"{TP}/tests/test_nn_layers.py",)),)),
+    Target(f"{DM}/src/gdemos/rung_cnn.py", ("accurate", "bits_equal", "passed"),
+           (Run((f"{DM}/tests/test_cnn_rung.py",)),)),
     Target(f"{TP}/src/gtape/losses.py", ("cross_entropy", "bce_with_logits"),
            (Run((f"{TP}/tests/test_stable_losses.py", f"{TP}/tests/test_tape_nn.py")),)),
     # issue 21's random numbers: Philox (the numpy definition), the transforms, dropout
