@@ -203,6 +203,8 @@ def test_special_values_propagate():
      "rms_norm: eps is nan"),
     (lambda tp: g.rms_norm(tp.const(np.ones((2, 0)))), ValueError, "rms_norm: x has shape (2, 0)"),
     (lambda tp: g.rms_norm(tp.const(np.float64(2.0))), ValueError, "rms_norm: x has shape ()"),
+    (lambda tp: g.layer_norm(tp.const(np.ones((2, 3, 0)))), ValueError,
+     "layer_norm: x has shape (2, 3, 0)"),
     (lambda tp: g.rms_norm(tp.const(np.ones((2, 3))), eps="1e-6"), ValueError,
      "rms_norm: eps is '1e-6'"),
 ])
@@ -214,3 +216,15 @@ def test_refusals_name_the_function_and_leave_the_tape_alone(call, exc, words):
             call(tp)
         assert words in str(info.value)
         assert len(tp) <= n + 1  # at most the const the call itself made
+
+
+def test_eps_zero_is_accepted_and_exact():
+    """eps = 0 is a valid epsilon (torch accepts it): the plain formulas, in the same order."""
+    x = _rows("float64")[[0, 3, 5]]
+    w, b = np.ones(5), np.zeros(5)
+    with g.Tape() as tp:
+        xv = tp.const(x)
+        rms = host(tp, tp.value(g.rms_norm(xv, eps=0.0)))
+        ln = host(tp, tp.value(g.layer_norm(xv, eps=0)))
+    assert bits_equal(rms, loop_rms_norm(x, w, 0.0))
+    assert bits_equal(ln, loop_layer_norm(x, w, b, 0.0))
