@@ -123,6 +123,9 @@ def test_embedding_is_torchs(bname):
 def test_normal_init_is_standard_normal_in_distribution():
     z = g.nn.normal_init(g.rng.key(0), (20000,))
     assert abs(z.mean()) < 0.03 and abs(z.std() - 1.0) < 0.03
+    assert z.tobytes() == g.rng.normal(g.rng.key(0), (20000,)).tobytes()
+    small = g.nn.normal_init(g.rng.key(0), (20000,), std=0.02)
+    assert small.tobytes() == (0.02 * z).tobytes()
 
 
 def test_conv2d_layer_is_torchs(bname):

@@ -56,5 +56,4 @@ def uniform_init(key: rng.Key, shape: tuple[int, ...], bound: float) -> np.ndarr
 
 def normal_init(key: rng.Key, shape: tuple[int, ...], std: float = 1.0) -> np.ndarray:
     """N(0, std^2) of ``shape`` (float64) from ``key``: ``std * gtape.rng.normal``."""
-    z = rng.normal(key, shape)
-    return z if std == 1.0 else float(std) * z
+    return float(std) * rng.normal(key, shape)  # std 1: the draws themselves (x * 1 is exact)
