@@ -230,3 +230,11 @@ def test_from_torch_rebuilds_a_cnn(bname):
     assert np.max(np.abs(y - want)) <= 1e-13
     emb = g.nn.from_torch(nn.Embedding(7, 3).double(), tp)
     assert emb(np.array([1, 6])).numpy().shape == (2, 3)
+
+
+def test_kaiming_bound_is_torchs_expression():
+    """torch.nn.init.kaiming_uniform_'s bound, operation for operation, for several a."""
+    for fan_in, a in [(27, math.sqrt(5.0)), (7, 0.0), (100, 0.01), (3, 1.0)]:
+        gain = math.sqrt(2.0 / (1 + a ** 2))  # torch's calculate_gain("leaky_relu", a)
+        want = math.sqrt(3.0) * (gain / math.sqrt(fan_in))
+        assert g.nn.kaiming_bound(fan_in, a) == want
