@@ -68,8 +68,12 @@ def test_a_differing_check_fails_the_rung():
                  "equal": False}]
     assert not r.passed and "tape-sim (20 steps) DIFFERS" in r.verdict_detail()
     r.checks = []
+    r.result.test_accuracy = cnn.ACCURACY_BAR  # the bar itself is met
+    assert r.passed
     r.result.test_accuracy = 0.9694
     assert not r.passed and "bar 0.97 MISSED" in r.verdict_detail()
+    r.bar_binds = False  # a shortened run: the bar does not bind
+    assert r.passed and "bar not binding" in r.verdict_detail()
 
 
 def test_cli_usage_errors(tmp_path):
