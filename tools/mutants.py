@@ -358,6 +358,10 @@ _OVERRIDDEN = "the clamp only feeds lanes that a later where() overrides"
 EQUIVALENT: dict[str, str] = {
     f"{GT}/src/gtensor/ops/random.py:325:11:0":
         "dropout's reference: x * s and s * x are one IEEE product (commutative)",
+    f"{GT}/src/gtensor/ops/random.py:60:31:0":
+        "f32 uniform: a * 2**-24 is exact in float64 and in float32; a constant one float64 "
+        "ulp above moves the product by < 2**-52 relative, which the rounding to float32 "
+        "removes",
     f"{GT}/src/gtensor/ops/select.py:80:70:0":
         "the cpu kernels given the CUDA body: the same arithmetic per output (cpu runs it as "
         "one grid), only not split across threads",
