@@ -12,7 +12,8 @@ from gtensor.cuda_source import module_kernels, module_source
 # the backward helpers (relu_grad, ..., maximum_mask, take_grad, ...) have rules too: double
 # backward; comparisons, argmax and index_weight give int64 / bool (no gradient)
 NON_DIFFERENTIABLE = {"fill", "adam_m", "adam_v", "adam_p", "sgd_p", "greater", "greater_equal",
-                      "less", "less_equal", "equal", "not_equal", "argmax", "index_weight"}
+                      "less", "less_equal", "equal", "not_equal", "argmax", "index_weight",
+                      "rng_bits", "rng_uniform", "rng_normal", "rng_fold"}
 EXPECTED_OPS = {
     "add", "sub", "mul", "div", "adds", "muls", "neg", "relu", "sigmoid", "tanh", "exp", "log",
     "sqrt", "sum", "mean", "sum_to", "matmul", "bmm", "transpose", "reshape", "slice", "concat",
@@ -21,6 +22,9 @@ EXPECTED_OPS = {
     "minimum", "minimum_mask", "where", "greater", "greater_equal", "less", "less_equal",
     "equal", "not_equal", "argmax", "take", "take_grad", "take_along_axis",
     "take_along_axis_grad", "index_weight", "log_softmax", "log_softmax_grad", "logsumexp",
+    "rng_bits", "rng_uniform", "rng_normal", "rng_fold", "dropout",
+    "conv2d", "conv2d_grad_weight", "conv2d_grad_input", "max_pool2d", "max_pool2d_grad",
+    "max_pool2d_pick", "avg_pool2d", "avg_pool2d_grad",
 }
 
 

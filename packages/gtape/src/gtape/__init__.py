@@ -12,21 +12,27 @@
 
 from __future__ import annotations
 
-from . import nn
+from . import nn, rng
 from .episode import EpisodeError
 from .higher import grad
 from .leaves import CONST, PARAM, Leaf
 from .losses import bce_with_logits, cross_entropy, mse
+from .norms import layer_norm, rms_norm
 from .ops import (
     abs,
     add,
     adds,
     apply,
     argmax,
+    avg_pool2d,
+    avg_pool2d_grad,
     bmm,
     broadcast_to,
     clip,
     concat,
+    conv2d,
+    conv2d_grad_input,
+    conv2d_grad_weight,
     copy,
     div,
     embedding,
@@ -42,6 +48,9 @@ from .ops import (
     log_softmax_grad,
     logsumexp,
     matmul,
+    max_pool2d,
+    max_pool2d_grad,
+    max_pool2d_pick,
     maximum,
     maximum_mask,
     mean,
@@ -55,6 +64,10 @@ from .ops import (
     relu,
     relu_grad,
     reshape,
+    rng_bits,
+    rng_fold,
+    rng_normal,
+    rng_uniform,
     sigmoid,
     sigmoid_grad,
     slice,
@@ -73,6 +86,7 @@ from .ops import (
     transpose,
     where,
 )
+from .rng import dropout
 from .tape import Mark, Node, Tape, TapeGrowthWarning
 from .var import StaleVarError, Var
 
@@ -83,11 +97,15 @@ __all__ = [
     "abs", "add", "adds", "apply", "bce_with_logits", "bmm", "copy", "cross_entropy", "nn",
     "broadcast_to", "concat", "div", "exp", "grad", "log", "matmul", "maximum", "maximum_mask",
     "mean",
-    "mse", "mul", "muls", "neg",
+    "mse", "mul", "muls", "neg", "rng",
     "pad", "relu", "relu_grad", "reshape", "sigmoid", "sigmoid_grad", "slice", "softmax",
     "softmax_grad", "sqrt", "sub", "sum", "sum_to", "tanh", "tanh_grad", "transpose",
     "argmax", "clip", "embedding", "equal", "greater", "greater_equal", "index_weight", "less",
     "less_equal", "log_softmax", "log_softmax_grad", "logsumexp", "minimum", "minimum_mask",
     "not_equal",
     "take", "take_along_axis", "take_along_axis_grad", "take_grad", "where",
+    "layer_norm", "rms_norm",
+    "dropout", "rng_bits", "rng_fold", "rng_normal", "rng_uniform",
+    "avg_pool2d", "avg_pool2d_grad", "conv2d", "conv2d_grad_input", "conv2d_grad_weight",
+    "max_pool2d", "max_pool2d_grad", "max_pool2d_pick",
 ]
