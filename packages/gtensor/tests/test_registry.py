@@ -13,7 +13,8 @@ from gtensor.dtypes import FLOATS
 # the backward helpers (relu_grad, ..., maximum_mask, take_grad, ...) have rules too: double
 # backward; comparisons, argmax and index_weight give int64 / bool (no gradient)
 NON_DIFFERENTIABLE = {"fill", "adam_m", "adam_v", "adam_p", "sgd_p", "greater", "greater_equal",
-                      "less", "less_equal", "equal", "not_equal", "argmax", "index_weight"}
+                      "less", "less_equal", "equal", "not_equal", "argmax", "index_weight",
+                      "rng_bits", "rng_uniform", "rng_normal", "rng_fold"}
 EXPECTED_OPS = set(gtensor.REGISTRY)  # every op is checked below; none is listed by hand
 
 

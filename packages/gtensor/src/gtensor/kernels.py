@@ -89,9 +89,13 @@ class Param:
 #   scatter y[d] = serial sum (add) of g over the positions whose id names d, in position
 #           order (take_grad, take_along_axis_grad)
 #   index   int64 / bool data in or out without arithmetic (argmax, index_weight)
+#   random  y[i] from Philox word(s) of an int64 key at element i (and x[i]): rng_*, dropout;
+#           calls = (the Philox helper, the transform)
+#   conv    conv2d and its two gradients: per output a serial chain over its taps (ops.conv)
+#   pool    max / avg pooling and their gradients: windows in a defined order (ops.pool)
 #   other   anything else
 KINDS = ("map", "scalar", "zip", "copy", "fill", "matmul", "reduce", "rows", "elementwise",
-         "select", "gather", "scatter", "index", "other")
+         "select", "gather", "scatter", "index", "random", "conv", "pool", "other")
 
 
 @dataclass(frozen=True, eq=False)
