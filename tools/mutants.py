@@ -356,9 +356,22 @@ RECORDING_MUTANTS = [
 # the reviewed commit; a later edit of the file can move them (they then count again).
 TR = f"{GT}/src/gtensor/scalar/transcendental.py"
 _OVERRIDDEN = "the clamp only feeds lanes that a later where() overrides"
+PH = f"{GT}/src/gtensor/philox.py"
 EQUIVALENT: dict[str, str] = {
     f"{GT}/src/gtensor/ops/random.py:327:11:0":
         "dropout's reference: x * s and s * x are one IEEE product (commutative)",
+    f"{PH}:32:10:1": "mulhilo: uint64 additions wrap mod 2**64 (associative)",
+    f"{PH}:33:9:1": "mulhilo: uint64 additions wrap mod 2**64 (associative)",
+    f"{PH}:76:19:1": "words: Python int additions (exact, associative)",
+    f"{PH}:74:27:0": "words: start // 5 blocks in; off = start - 4 * first_block compensates "
+                     "and the extra blocks are sliced off",
+    f"{PH}:75:14:0": "words: more blocks than needed, sliced off",
+    f"{PH}:75:15:0": "words: more blocks than needed, sliced off",
+    f"{PH}:75:51:0": "words: one block more than needed, sliced off",
+    f"{PH}:49:43:0": "block: stacking at axis 1 is axis -1 for the (n, 4) counters every "
+                     "caller passes",
+    f"{PH}:56:23:0": "counters: a fifth column is never read (block reads columns 0..3)",
+    f"{PH}:77:36:0": "words: numpy's reshape takes any negative size as the unknown one",
     f"{GT}/src/gtensor/ops/random.py:60:31:0":
         "f32 uniform: a * 2**-24 is exact in float64 and in float32; a constant one float64 "
         "ulp above moves the product by < 2**-52 relative, which the rounding to float32 "

@@ -40,6 +40,15 @@ def test_uniform_f32_is_the_top_24_bits():
     assert got.min() >= 0.0 and got.max() < 1.0
 
 
+def test_empty_and_one_element_draws():
+    k = g.rng.key(2**64 + 1)
+    e = g.rng.bits(k, (0, 3))
+    assert e.shape == (0, 3) and e.dtype == np.uint64
+    assert g.rng.bits(k, ()).shape == ()
+    assert np.array_equal(g.rng.bits(k, 1), np.random.Philox(key=2**64 + 1).random_raw(1))
+    assert philox.words((1, 1), 0).dtype == np.uint64 and philox.words((1, 1), 0).size == 0
+
+
 def test_a_draw_is_a_prefix_of_a_longer_one():
     k = g.rng.key(99)
     long, short = g.rng.bits(k, 101), g.rng.bits(k, 13)

@@ -112,7 +112,17 @@ def test_bad_shape_dtype_and_tape_are_refused(bname):
         kv = g.rng.key_input(tp, K)
         with g.Tape(bname) as other:
             w = other.param(np.ones(3))
-            with pytest.raises(ValueError, match="another tape"):
+            with pytest.raises(ValueError, match="dropout: key is a Var of another tape"):
                 g.dropout(w, 0.5, kv)
             with pytest.raises(ValueError, match="another tape"):
                 g.rng.bits(kv, 3, other)
+
+
+def test_dropout_with_a_key_var_of_its_tape(bname):
+    """A key Var (e.g. folded on the tape) drives the mask: the same bits as the host Key."""
+    x = np.random.default_rng(2).normal(size=(5, 6))
+    with g.Tape(bname) as tp:
+        w = tp.param(x)
+        kv = g.rng.fold(g.rng.key_input(tp, K), 9)
+        y = g.dropout(w, 0.3, kv)
+        assert bits_equal(host(tp, tp.value(y)), g.dropout(x, 0.3, K.fold(9)))

@@ -73,7 +73,7 @@ def words(key: tuple[int, int], n: int, start: int = 0, counter: int = 0) -> np.
         return np.zeros(0, U64)
     first_block = start // 4
     nblocks = (start + n - 1) // 4 - first_block + 1
-    ctr = counters((counter + first_block + 1) % (1 << 256), nblocks)
+    ctr = counters(counter + first_block + 1, nblocks)  # counters() wraps mod 2**256
     flat = block(key, ctr).reshape(-1)
     off = start - 4 * first_block
     return flat[off:off + n].copy()
