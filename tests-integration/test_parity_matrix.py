@@ -1,8 +1,9 @@
 """The parity matrix: graphs x engines x dtypes, every engine bitwise against the numpy tape.
 
 Columns: the eager tape on each backend (a second numpy run checks determinism) and the
-ggpu-replay program on sim and cuda (captured from a numpy tape, inputs re-sent), the same
-program fused by ggpu-fuse (also with every matmul alone in its segment), and gemit's
+ggpu-replay program on sim, cuda and cpu (captured from a numpy tape, inputs re-sent), the same
+program fused by ggpu-fuse (on cpu: one compiled function per phase; also with every matmul
+alone in its segment), and gemit's
 emitted C. An engine adds a column with
 ``@engine(name, backend)``:
 a function ``(graph, dtype) -> Result``. Whatever a Result carries (loss, parameter gradients,
@@ -135,7 +136,7 @@ def run_replay(graph: Graph, dtype: str, device: str, fused: bool = False,
 
 for _d in ("sim", "cuda", "cpu"):
     engine(f"replay-{_d}", _d)(lambda graph, dtype, _d=_d: run_replay(graph, dtype, _d))
-for _d in ("sim", "cuda"):
+for _d in ("sim", "cuda", "cpu"):  # on cpu: each phase one compiled function
     engine(f"fused-{_d}", _d)(lambda graph, dtype, _d=_d: run_replay(graph, dtype, _d, True))
     # every matmul alone in its segment: one reading a dropped transpose must still be right
     engine(f"fused-alone-{_d}", _d)(
