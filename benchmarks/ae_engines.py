@@ -261,18 +261,21 @@ COMPILED = "torch.compile (CPU)"
 JAX = "JAX jit (CPU)"
 TAPE_CPU = "tape, cpu backend"
 CAPTURED = "tape, captured cpu step"
+COMPILED_CPU = "tape, captured cpu step compiled (ggpu-fuse)"
 ENGINES: list[Engine] = [
     Engine("tape, numpy backend", tape_step("numpy"), exact=True),
     Engine("tape, sim backend", tape_step("sim"), exact=True, slow=True),
     Engine(TAPE_CPU, tape_step("cpu"), exact=True),
     Engine(CAPTURED, captured_step("cpu"), exact=True),
+    Engine(COMPILED_CPU, captured_step("cpu", fused=True), exact=True),
     Engine("numpy + BLAS, hand-written", numpy_step),
     Engine(TORCH, torch_step),
     Engine(TORCH_1, torch_step_1thread),
     Engine(COMPILED, torch_compile_step),
     Engine(JAX, jax_step),
 ]
-SWEEP = {"cpu": TAPE_CPU, "captured": CAPTURED, "torch": TORCH, "torch1": TORCH_1, "jax": JAX}
+SWEEP = {"cpu": TAPE_CPU, "captured": CAPTURED, "compiled": COMPILED_CPU, "torch": TORCH,
+         "torch1": TORCH_1, "jax": JAX}
 
 
 def make_steps(makers: dict[str, Make], dtype: str, hidden: tuple[int, ...] = model.HIDDEN

@@ -12,7 +12,7 @@ from ggpu_fuse.cpu_program import CompiledCpuProgram
 from ggpu_replay import capture
 from gtensor import testing
 from gtensor.testing import bits_equal, first_difference
-from test_fuse_graphs import R, D, _build
+from test_fuse_graphs import D, R, _build
 
 EPISODES = 40
 

@@ -93,6 +93,30 @@ static inline void mm_tile(const T* __restrict__ ar, long long lda, const T* __r
         }
         for (int r = 0; r < R; ++r) gtcpu::vstore(cr + r * ldc + j, acc[r]);
     }
+    if (L >= 4 && j + L / 2 <= j1) {
+        typedef typename gtcpu::Vec<T, (L >= 4 ? L / 2 : 1)>::type H;
+        H acc[R];
+        const H b0 = gtcpu::vload<H>(b + j);
+        for (int r = 0; r < R; ++r) acc[r] = ar[r * lda] * b0;
+        for (long long kk = 1; kk < k; ++kk) {
+            const H c0 = gtcpu::vload<H>(b + kk * n + j);
+            for (int r = 0; r < R; ++r) acc[r] = acc[r] + ar[r * lda + kk] * c0;
+        }
+        for (int r = 0; r < R; ++r) gtcpu::vstore(cr + r * ldc + j, acc[r]);
+        j += L / 2;
+    }
+    if (L >= 8 && j + L / 4 <= j1) {
+        typedef typename gtcpu::Vec<T, (L >= 8 ? L / 4 : 1)>::type Q;
+        Q acc[R];
+        const Q b0 = gtcpu::vload<Q>(b + j);
+        for (int r = 0; r < R; ++r) acc[r] = ar[r * lda] * b0;
+        for (long long kk = 1; kk < k; ++kk) {
+            const Q c0 = gtcpu::vload<Q>(b + kk * n + j);
+            for (int r = 0; r < R; ++r) acc[r] = acc[r] + ar[r * lda + kk] * c0;
+        }
+        for (int r = 0; r < R; ++r) gtcpu::vstore(cr + r * ldc + j, acc[r]);
+        j += L / 4;
+    }
     for (; j < j1; ++j)
         for (int r = 0; r < R; ++r) {
             T acc = ar[r * lda] * b[j];
@@ -111,6 +135,7 @@ static inline void mm_rows(const T* a, const T* b, T* c, long long r0, long long
         return;
     }
     long long r = r0;
+    for (; r + 8 <= r1; r += 8) mm_tile<T, 8>(a + r * k, k, b, c + r * n, n, k, n, 0, n);
     for (; r + 4 <= r1; r += 4) mm_tile<T, 4>(a + r * k, k, b, c + r * n, n, k, n, 0, n);
     for (; r < r1; ++r) mm_tile<T, 1>(a + r * k, k, b, c + r * n, n, k, n, 0, n);
 }
@@ -188,6 +213,18 @@ class _Pointers:
             self.values.append(a)
         return self.slots[key]
 
+    def geometry(self, a: Any) -> str:
+        """A launch-geometry array baked in as a constant (so decodes fold: ranks, shapes and
+        strides known to the compiler); one per distinct value."""
+        values = tuple(int(x) for x in np.asarray(a, np.int64).ravel())
+        key = ("geom", values)
+        if key not in self.slots:
+            name = f"g{len(self.slots)}"
+            self.slots[key] = name
+            body = ", ".join(f"{v}LL" for v in values) or "0LL"
+            self.decls.append(f"    static constexpr long long {name}[] = {{{body}}};")
+        return self.slots[key]
+
     def table(self, host: np.ndarray) -> str:
         """A host int64 index table the function reads (kept alive with it)."""
         return self.array(np.ascontiguousarray(host, np.int64), "const long long*")
@@ -197,7 +234,7 @@ def _bind(info: Info, ptrs: _Pointers) -> dict[str, str]:
     """Parameter name of the launch -> the local pointer holding that array."""
     if info.transposed:
         raise AssertionError("cpu lowering: transposes are never dropped (keep every buffer)")
-    return {p.name: ptrs.array(v, p.ctype)
+    return {p.name: ptrs.geometry(v) if p.is_geometry else ptrs.array(v, p.ctype)
             for p, v in zip(info.launch.kernel.params, info.launch.args) if p.is_pointer}
 
 
@@ -210,8 +247,65 @@ def _node_call(launch: Launch, ptrs: _Pointers) -> str:
     """A call of the launch's per-node cpu kernel with its recorded arguments."""
     args = []
     for p, v in zip(launch.kernel.params, launch.args):
-        args.append(ptrs.array(v, p.ctype) if p.is_pointer else _lit(v, p.ctype))
+        if p.is_pointer:
+            args.append(ptrs.geometry(v) if p.is_geometry else ptrs.array(v, p.ctype))
+        else:
+            args.append(_lit(v, p.ctype))
     return f"    {launch.kernel.name}({', '.join(args)});  // node {launch.tag}"
+
+
+def _affine(info: Info) -> tuple[list[int], dict[str, tuple[int, list[int]]], tuple] | None:
+    """A zip's or copy's geometry as (dims, {array: (offset, strides)}, out) when it has at
+    most two (collapsed) dimensions, else None; ``out`` is (offset, strides) of a copy's y."""
+    form = info.launch.kernel.form
+    g = [int(x) for x in np.asarray(info.args.get("geom", ()), np.int64).ravel()]
+    if not g or g[0] > 2 or g[0] < 1:
+        return None
+    rank = g[0]
+    dims = g[1:1 + rank]
+    if type(form).__name__ == "Zip":
+        names = getattr(form, "names", ())
+        return dims, {nm: (0, g[1 + (k + 1) * rank:1 + (k + 2) * rank])
+                      for k, nm in enumerate(names)}, ()
+    if type(form).__name__ == "Copy":
+        si, ioff = g[1 + rank:1 + 2 * rank], g[1 + 2 * rank]
+        so, ooff = g[2 + 2 * rank:2 + 3 * rank], g[2 + 3 * rank]
+        return dims, {"x": (ioff, si)}, (ooff, so)
+    return None
+
+
+def _range_loop(info: Info, v: dict[str, str], lo: str, hi: str, indent: str) -> str:
+    """Iterations [lo, hi) of the launch: a zip or copy of rank <= 2 as rows of its innermost
+    dimension (unit-stride or broadcast inner loops the compiler vectorizes; the same element
+    offsets as the geometry decode), anything else as its statement in a loop."""
+    aff = _affine(info) if info.kind in ("zip", "copy", "select") else None
+    if aff is None or (info.kind == "copy" and not aff[2]):
+        return (f"{indent}for (long long i = {lo}; i < {hi}; ++i) {{\n"
+                f"{indent}    {_statement(info, v, 'i')}\n{indent}}}")
+    dims, ins, out = aff
+    inner = dims[-1]
+    if inner == 0:
+        return f"{indent}// no elements"
+
+    def s0(st: list[int]) -> int:  # the outer stride (0 for one dimension)
+        return st[0] if len(st) == 2 else 0
+
+    if info.kind == "copy":
+        (ioff, si), (ooff, so) = ins["x"], out
+        body = (f"{v['y']}[{ooff}LL + q * {s0(so)}LL + j * {so[-1]}LL] = "
+                f"{v['x']}[{ioff}LL + q * {s0(si)}LL + j * {si[-1]}LL];")
+    else:
+        fn = info.launch.kernel.calls[0]
+        fn = getattr(fn, "cname", None) or fn.name
+        args = ", ".join(f"{v[nm]}[q * {s0(st)}LL + j * {st[-1]}LL]"
+                         for nm, (_, st) in ins.items())
+        body = f"{v['y']}[q * {inner}LL + j] = {fn}({args});"
+    return (f"{indent}for (long long i = {lo}; i < {hi};) {{\n"
+            f"{indent}    const long long q = i / {inner}LL, j0 = i % {inner}LL;\n"
+            f"{indent}    const long long j1 = {inner}LL < j0 + ({hi} - i) ? {inner}LL : "
+            f"j0 + ({hi} - i);\n"
+            f"{indent}    for (long long j = j0; j < j1; ++j) {body}\n"
+            f"{indent}    i += j1 - j0;\n{indent}}}")
 
 
 def _row_piece(items: list[Info], rows: int, ptrs: _Pointers) -> str:
@@ -234,8 +328,8 @@ def _row_piece(items: list[Info], rows: int, ptrs: _Pointers) -> str:
             cost += info.out.size // rows
         else:
             per_row = info.out.size // rows
-            body.append(f"            for (long long i = r0 * {per_row}LL; i < r1 * {per_row}LL;"
-                        f" ++i) {{\n                {_statement(info, v, 'i')}\n            }}")
+            body.append(_range_loop(info, v, f"r0 * {per_row}LL", f"r1 * {per_row}LL",
+                                    "            "))
             cost += per_row
     blocks = -(-rows // ROW_BLOCK)
     return (f"    gtcpu::parallel_for({blocks}LL, {max(cost, 1) * ROW_BLOCK}LL, "
@@ -261,8 +355,7 @@ def _flat(items: list[Info], ptrs: _Pointers) -> str:
                         f"{v['c']}, {k}LL, {n}LL, e0, e1); }}")
             cost += max(k, 1)
         else:
-            body.append(f"              for (long long i = e0; i < e1; ++i) {{\n"
-                        f"                {_statement(info, v, 'i')}\n              }} }}")
+            body.append(_range_loop(info, v, "e0", "e1", "              ") + " }")
             cost += 1
     blocks = -(-most // FLAT_BLOCK)
     return (f"    gtcpu::parallel_for({blocks}LL, {cost * FLAT_BLOCK}LL, "
@@ -325,8 +418,18 @@ def lower(segments: list[Segment], rows: int, launches: list[Launch], name: str
                     piece.append(info)
             if piece:
                 parts.append(_row_piece(piece, rows, ptrs))
-        elif seg.cls == "flat":
-            parts.append(_flat(seg.items, ptrs))
+        elif seg.cls == "flat":  # reductions run as their per-node kernels (vectorized
+            piece = []           # across outputs; a statement is one serial chain each)
+            for info in seg.items:
+                if info.kind == "reduce":
+                    if piece:
+                        parts.append(_flat(piece, ptrs))
+                    piece = []
+                    node(info)
+                else:
+                    piece.append(info)
+            if piece:
+                parts.append(_flat(piece, ptrs))
         else:
             raise AssertionError(seg.cls)
     # the per-node kernels as local functions (never resolved against the cpu module's)
