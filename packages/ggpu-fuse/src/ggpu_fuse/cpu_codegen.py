@@ -52,10 +52,35 @@ SPLIT_MACS = 1 << 20
 
 _HELPERS = r"""
 namespace gtfuse {
+// The plain contract's steps of one output's chain (SIMD lanes hold independent outputs):
+// acc = a[0]*b[0], then acc = acc + a[kk]*b[kk], each product and sum rounded (no FMA:
+// -ffp-contract=off).
+struct Plain {
+    template <class S, class V>
+    static __forceinline__ V first(S a, V b) { return a * b; }
+    template <class S, class V>
+    static __forceinline__ V next(S a, V b, V acc) { return acc + a * b; }
+};
+$CONTRACTS
 // R rows of c (row pointers ar, cr; strides lda, ldc), columns [j0, j1), b row stride n:
-// c[r][j] = a[r][0]*b[0][j], then c[r][j] = c[r][j] + a[r][kk]*b[kk][j] for kk ascending, each
-// product and sum rounded (SIMD lanes hold independent outputs; no FMA: -ffp-contract=off).
-template <class T, int R>
+// each output's chain over kk ascending, by contract C (SIMD lanes: independent outputs).
+template <class T, int R, class C, int N>
+static __forceinline__ void mm_cols(const T* __restrict__ ar, long long lda,
+                                    const T* __restrict__ b, T* __restrict__ cr, long long ldc,
+                                    long long k, long long n, long long j)
+{
+    typedef typename gtcpu::Vec<T, N>::type V;
+    V acc[R];
+    const V b0 = gtcpu::vload<V>(b + j);
+    for (int r = 0; r < R; ++r) acc[r] = C::first(ar[r * lda], b0);
+    for (long long kk = 1; kk < k; ++kk) {
+        const V c0 = gtcpu::vload<V>(b + kk * n + j);
+        for (int r = 0; r < R; ++r) acc[r] = C::next(ar[r * lda + kk], c0, acc[r]);
+    }
+    for (int r = 0; r < R; ++r) gtcpu::vstore(cr + r * ldc + j, acc[r]);
+}
+
+template <class T, int R, class C>
 static inline void mm_tile(const T* __restrict__ ar, long long lda, const T* __restrict__ b,
                            T* __restrict__ cr, long long ldc, long long k, long long n,
                            long long j0, long long j1)
@@ -67,15 +92,15 @@ static inline void mm_tile(const T* __restrict__ ar, long long lda, const T* __r
         V acc[R][2];
         const V b0 = gtcpu::vload<V>(b + j), b1 = gtcpu::vload<V>(b + j + L);
         for (int r = 0; r < R; ++r) {
-            acc[r][0] = ar[r * lda] * b0;
-            acc[r][1] = ar[r * lda] * b1;
+            acc[r][0] = C::first(ar[r * lda], b0);
+            acc[r][1] = C::first(ar[r * lda], b1);
         }
         for (long long kk = 1; kk < k; ++kk) {
             const V c0 = gtcpu::vload<V>(b + kk * n + j), c1 = gtcpu::vload<V>(b + kk * n + j + L);
             for (int r = 0; r < R; ++r) {
                 const T av = ar[r * lda + kk];
-                acc[r][0] = acc[r][0] + av * c0;
-                acc[r][1] = acc[r][1] + av * c1;
+                acc[r][0] = C::next(av, c0, acc[r][0]);
+                acc[r][1] = C::next(av, c1, acc[r][1]);
             }
         }
         for (int r = 0; r < R; ++r) {
@@ -83,50 +108,20 @@ static inline void mm_tile(const T* __restrict__ ar, long long lda, const T* __r
             gtcpu::vstore(cr + r * ldc + j + L, acc[r][1]);
         }
     }
-    for (; j + L <= j1; j += L) {
-        V acc[R];
-        const V b0 = gtcpu::vload<V>(b + j);
-        for (int r = 0; r < R; ++r) acc[r] = ar[r * lda] * b0;
-        for (long long kk = 1; kk < k; ++kk) {
-            const V c0 = gtcpu::vload<V>(b + kk * n + j);
-            for (int r = 0; r < R; ++r) acc[r] = acc[r] + ar[r * lda + kk] * c0;
-        }
-        for (int r = 0; r < R; ++r) gtcpu::vstore(cr + r * ldc + j, acc[r]);
-    }
+    for (; j + L <= j1; j += L) mm_cols<T, R, C, L>(ar, lda, b, cr, ldc, k, n, j);
     if (L >= 4 && j + L / 2 <= j1) {
-        typedef typename gtcpu::Vec<T, (L >= 4 ? L / 2 : 1)>::type H;
-        H acc[R];
-        const H b0 = gtcpu::vload<H>(b + j);
-        for (int r = 0; r < R; ++r) acc[r] = ar[r * lda] * b0;
-        for (long long kk = 1; kk < k; ++kk) {
-            const H c0 = gtcpu::vload<H>(b + kk * n + j);
-            for (int r = 0; r < R; ++r) acc[r] = acc[r] + ar[r * lda + kk] * c0;
-        }
-        for (int r = 0; r < R; ++r) gtcpu::vstore(cr + r * ldc + j, acc[r]);
+        mm_cols<T, R, C, (L >= 4 ? L / 2 : 1)>(ar, lda, b, cr, ldc, k, n, j);
         j += L / 2;
     }
     if (L >= 8 && j + L / 4 <= j1) {
-        typedef typename gtcpu::Vec<T, (L >= 8 ? L / 4 : 1)>::type Q;
-        Q acc[R];
-        const Q b0 = gtcpu::vload<Q>(b + j);
-        for (int r = 0; r < R; ++r) acc[r] = ar[r * lda] * b0;
-        for (long long kk = 1; kk < k; ++kk) {
-            const Q c0 = gtcpu::vload<Q>(b + kk * n + j);
-            for (int r = 0; r < R; ++r) acc[r] = acc[r] + ar[r * lda + kk] * c0;
-        }
-        for (int r = 0; r < R; ++r) gtcpu::vstore(cr + r * ldc + j, acc[r]);
+        mm_cols<T, R, C, (L >= 8 ? L / 4 : 1)>(ar, lda, b, cr, ldc, k, n, j);
         j += L / 4;
     }
-    for (; j < j1; ++j)
-        for (int r = 0; r < R; ++r) {
-            T acc = ar[r * lda] * b[j];
-            for (long long kk = 1; kk < k; ++kk) acc = acc + ar[r * lda + kk] * b[kk * n + j];
-            cr[r * ldc + j] = acc;
-        }
+    for (; j < j1; ++j) mm_cols<T, R, C, 1>(ar, lda, b, cr, ldc, k, n, j);
 }
 
 // rows [r0, r1) of c = a @ b (a: rows of k, b: k x n, both contiguous); k == 0 gives +0.0
-template <class T>
+template <class T, class C>
 static inline void mm_rows(const T* a, const T* b, T* c, long long r0, long long r1, long long k,
                            long long n)
 {
@@ -135,13 +130,13 @@ static inline void mm_rows(const T* a, const T* b, T* c, long long r0, long long
         return;
     }
     long long r = r0;
-    for (; r + 8 <= r1; r += 8) mm_tile<T, 8>(a + r * k, k, b, c + r * n, n, k, n, 0, n);
-    for (; r + 4 <= r1; r += 4) mm_tile<T, 4>(a + r * k, k, b, c + r * n, n, k, n, 0, n);
-    for (; r < r1; ++r) mm_tile<T, 1>(a + r * k, k, b, c + r * n, n, k, n, 0, n);
+    for (; r + 8 <= r1; r += 8) mm_tile<T, 8, C>(a + r * k, k, b, c + r * n, n, k, n, 0, n);
+    for (; r + 4 <= r1; r += 4) mm_tile<T, 4, C>(a + r * k, k, b, c + r * n, n, k, n, 0, n);
+    for (; r < r1; ++r) mm_tile<T, 1, C>(a + r * k, k, b, c + r * n, n, k, n, 0, n);
 }
 
 // elements [lo, hi) of c = a @ b (row-major c: element e is row e / n, column e % n)
-template <class T>
+template <class T, class C>
 static inline void mm_range(const T* a, const T* b, T* c, long long k, long long n, long long lo,
                             long long hi)
 {
@@ -154,12 +149,12 @@ static inline void mm_range(const T* a, const T* b, T* c, long long k, long long
         const long long i = e / n, j0 = e % n;
         if (j0 == 0 && hi - e >= n) {
             const long long rows = (hi - e) / n;
-            mm_rows<T>(a, b, c, i, i + rows, k, n);
+            mm_rows<T, C>(a, b, c, i, i + rows, k, n);
             e += rows * n;
             continue;
         }
         const long long j1 = n < j0 + (hi - e) ? n : j0 + (hi - e);
-        mm_tile<T, 1>(a + i * k, k, b, c + i * n, n, k, n, j0, j1);
+        mm_tile<T, 1, C>(a + i * k, k, b, c + i * n, n, k, n, j0, j1);
         e += j1 - j0;
     }
 }
@@ -171,6 +166,17 @@ extern "C" long long gtfuse_set_parallel_work(long long work)
     if (work > 0) gtcpu::PARALLEL_WORK = work;
     return old;
 }
+"""
+# The fma contract's steps (only in modules that use it: gtcpu::vfma is the per-node kernels'
+# fused multiply-add, one rounding per lane): acc = fma(a[0], b[0], +0.0), then
+# acc = fma(a[kk], b[kk], acc) -- the chain from acc = +0.0 of gt_dot_fma.
+_FMA_CONTRACT = """\
+struct Fma {
+    template <class S, class V>
+    static __forceinline__ V first(S a, V b) { return gtcpu::vfma(a, b, V{}); }
+    template <class S, class V>
+    static __forceinline__ V next(S a, V b, V acc) { return gtcpu::vfma(a, b, acc); }
+};
 """
 
 
@@ -317,8 +323,8 @@ def _row_piece(items: list[Info], rows: int, ptrs: _Pointers) -> str:
         if info.kind == "matmul":
             a, t = info.args, _ctype_of(info)
             k, n = int(a["k"]), int(a["n"])
-            body.append(f"            gtfuse::mm_rows<{t}>({v['a']}, {v['b']}, {v['c']}, r0, r1, "
-                        f"{k}LL, {n}LL);")
+            body.append(f"            gtfuse::mm_rows<{t}, {_contract(info)}>({v['a']}, "
+                        f"{v['b']}, {v['c']}, r0, r1, {k}LL, {n}LL);")
             cost += max(k, 1) * n
         elif info.kind == "copy" and not info.out_identity:
             start, oo, oi = _row_copy_tables(info, rows, lambda h: h)
@@ -351,8 +357,8 @@ def _flat(items: list[Info], ptrs: _Pointers) -> str:
         if info.kind == "matmul":
             a, t = info.args, _ctype_of(info)
             k, n = int(a["k"]), int(a["n"])
-            body.append(f"              if (e0 < e1) gtfuse::mm_range<{t}>({v['a']}, {v['b']}, "
-                        f"{v['c']}, {k}LL, {n}LL, e0, e1); }}")
+            body.append(f"              if (e0 < e1) gtfuse::mm_range<{t}, {_contract(info)}>("
+                        f"{v['a']}, {v['b']}, {v['c']}, {k}LL, {n}LL, e0, e1); }}")
             cost += max(k, 1)
         else:
             body.append(_range_loop(info, v, "e0", "e1", "              ") + " }")
@@ -376,13 +382,10 @@ def _tail(items: list[Info], ptrs: _Pointers) -> str:
     return "\n".join(out)
 
 
-def _check_contract(info: Info) -> None:
-    """Refuse an inner-product contract the lowering does not implement (it must not guess)."""
-    inner = info.launch.kernel.name
-    if "fma" in inner:
-        raise NotImplementedError(
-            f"ggpu_fuse cpu lowering: launch {info.index} ({inner}) uses the 'fma' inner-product "
-            "contract, which the compiled cpu step does not implement yet; accepted: 'plain'")
+def _contract(info: Info) -> str:
+    """The row helpers' contract struct of a matmul launch: its kernel's inner-product
+    contract (``k_matmul_fma_<sfx>``: fma; ``k_matmul_<sfx>``: plain)."""
+    return "gtfuse::Fma" if "_fma_" in info.name else "gtfuse::Plain"
 
 
 def lower(segments: list[Segment], rows: int, launches: list[Launch], name: str
@@ -399,8 +402,6 @@ def lower(segments: list[Segment], rows: int, launches: list[Launch], name: str
         parts.append(_node_call(launch, ptrs))
 
     for seg in segments:
-        for info in seg.items:
-            _check_contract(info)
         if not seg.fused:
             for info in seg.items:
                 node(info)
@@ -449,8 +450,9 @@ _LOCK = threading.Lock()
 
 def translation_unit(body: str) -> str:
     """The cpu runtime header, every device function, the matmul row helpers, ``body``."""
+    helpers = _HELPERS.replace("$CONTRACTS", _FMA_CONTRACT if "gtfuse::Fma" in body else "")
     return "\n".join([toolchain.header_text(cpurt.HEADER_PATH), _HEADER,
-                      device_text(device_functions()), _HELPERS, body])
+                      device_text(device_functions()), helpers, body])
 
 
 def load(body: str) -> ctypes.CDLL:
