@@ -419,10 +419,10 @@ def lower(segments: list[Segment], rows: int, launches: list[Launch], name: str
                     piece.append(info)
             if piece:
                 parts.append(_row_piece(piece, rows, ptrs))
-        elif seg.cls == "flat":  # reductions run as their per-node kernels (vectorized
-            piece = []           # across outputs; a statement is one serial chain each)
+        elif seg.cls == "flat":  # reductions and large matmuls run as their per-node
+            piece = []           # kernels (vectorized across outputs; packed panels)
             for info in seg.items:
-                if info.kind == "reduce":
+                if info.kind == "reduce" or (info.kind == "matmul" and _macs(info) >= SPLIT_MACS):
                     if piece:
                         parts.append(_flat(piece, ptrs))
                     piece = []
