@@ -261,19 +261,24 @@ def _node_call(launch: Launch, ptrs: _Pointers) -> str:
 
 
 def _affine(info: Info) -> tuple[list[int], dict[str, tuple[int, list[int]]], tuple] | None:
-    """A zip's or copy's geometry as (dims, {array: (offset, strides)}, out) when it has at
-    most two (collapsed) dimensions, else None; ``out`` is (offset, strides) of a copy's y."""
-    form = info.launch.kernel.form
+    """A zip's or copy's geometry (the layouts ``gtensor.kernels`` documents for the kinds) as
+    (dims, {array: (offset, strides)}, out) when it has one or two (collapsed) dimensions, else
+    None; ``out`` is (offset, strides) of a copy's y."""
     g = [int(x) for x in np.asarray(info.args.get("geom", ()), np.int64).ravel()]
-    if not g or g[0] > 2 or g[0] < 1:
+    if not g or not 1 <= g[0] <= 2:
         return None
     rank = g[0]
     dims = g[1:1 + rank]
-    if type(form).__name__ == "Zip":
-        names = getattr(form, "names", ())
+    if info.kind == "zip":  # rank, shape, then each input's strides
+        names = [p.name for p in info.launch.kernel.params
+                 if p.is_pointer and p.is_const and not p.is_geometry]
+        if len(g) != 1 + rank * (1 + len(names)):
+            return None
         return dims, {nm: (0, g[1 + (k + 1) * rank:1 + (k + 2) * rank])
                       for k, nm in enumerate(names)}, ()
-    if type(form).__name__ == "Copy":
+    if info.kind == "copy":  # rank, shape, in strides, in offset, out strides, out offset
+        if len(g) != 3 + 3 * rank:
+            return None
         si, ioff = g[1 + rank:1 + 2 * rank], g[1 + 2 * rank]
         so, ooff = g[2 + 2 * rank:2 + 3 * rank], g[2 + 3 * rank]
         return dims, {"x": (ioff, si)}, (ooff, so)
@@ -284,7 +289,7 @@ def _range_loop(info: Info, v: dict[str, str], lo: str, hi: str, indent: str) ->
     """Iterations [lo, hi) of the launch: a zip or copy of rank <= 2 as rows of its innermost
     dimension (unit-stride or broadcast inner loops the compiler vectorizes; the same element
     offsets as the geometry decode), anything else as its statement in a loop."""
-    aff = _affine(info) if info.kind in ("zip", "copy", "select") else None
+    aff = _affine(info) if info.kind in ("zip", "copy") else None
     if aff is None or (info.kind == "copy" and not aff[2]):
         return (f"{indent}for (long long i = {lo}; i < {hi}; ++i) {{\n"
                 f"{indent}    {_statement(info, v, 'i')}\n{indent}}}")
