@@ -29,12 +29,28 @@ def _same_run(want, got, name: str) -> None:
         assert bits_equal(a, b), f"{name} param {k}: {first_difference(a, b)}"
 
 
+def _contract_args(inner: str) -> tuple:
+    """``train``'s contract argument (none for plain); a skip where this tree has no fma
+    contract (``gtape.Tape(inner=...)``)."""
+    if inner == "plain":
+        return ()
+    try:
+        g.Tape("numpy", "float64", inner=inner)
+    except TypeError:
+        pytest.skip(f"the {inner!r} inner-product contract is not in this tree")
+    return (inner,)
+
+
 @pytest.mark.default_plan
+@pytest.mark.parametrize("inner", ["plain", "fma"])
 @pytest.mark.parametrize("dtype", ["float64", "float32"])
-def test_compiled_run_is_bitwise_the_per_node_replay_and_the_tape(dtype):
-    want_l, want_p, _ = train("tape", "cpu", EPISODES, dtype)
-    node_l, node_p, _ = train("replay", "cpu", EPISODES, dtype)
-    got_l, got_p, prog = train("fused", "cpu", EPISODES, dtype)
+def test_compiled_run_is_bitwise_the_per_node_replay_and_the_tape(dtype, inner):
+    """40 AE episodes under each inner-product contract (the row tiles run the contract's
+    chain: plain products and sums, or gtcpu::vfma from +0.0)."""
+    c = _contract_args(inner)
+    want_l, want_p, _ = train("tape", "cpu", EPISODES, dtype, *c)
+    node_l, node_p, _ = train("replay", "cpu", EPISODES, dtype, *c)
+    got_l, got_p, prog = train("fused", "cpu", EPISODES, dtype, *c)
     assert isinstance(prog, CompiledCpuProgram)
     _same_run((want_l, want_p), (node_l, node_p), "per-node replay")
     _same_run((want_l, want_p), (got_l, got_p), "compiled step")
@@ -45,7 +61,11 @@ def test_compiled_run_is_bitwise_the_per_node_replay_and_the_tape(dtype):
     row = next(s for s in step.segments if s.cls == "row")
     names = [i.name for i in row.items]
     sfx = "f" + dtype[5:]
-    assert names[:3] == [f"k_matmul_{sfx}", f"k_add_{sfx}", f"k_relu_{sfx}"], prog.plan
+    mm = f"k_matmul_{sfx}" if inner == "plain" else f"k_matmul_fma_{sfx}"
+    assert names[:3] == [mm, f"k_add_{sfx}", f"k_relu_{sfx}"], prog.plan
+    source = step.module.source
+    assert ("gtfuse::Fma" in source, "gtfuse::Plain" in source) == (
+        (True, False) if inner == "fma" else (False, True))
     flat = [s for s in step.segments if s.cls == "flat" and s.fused]
     assert any(sum(i.kind == "elementwise" for i in s.items) >= 4 for s in flat), prog.plan
 
