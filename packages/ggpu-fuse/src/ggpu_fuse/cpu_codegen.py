@@ -492,11 +492,12 @@ class CompiledStep:
 
     def __call__(self) -> None:
         """Run the phase (one native call)."""
-        status = self._fn(self.table.ctypes.data)
+        status = self._fn(self._table_addr)
         if status != 0:
             raise RuntimeError(f"ggpu_fuse cpu: {self.name} failed with status {status}")
 
     def __post_init__(self) -> None:
+        self._table_addr = int(self.table.ctypes.data)  # the table lives as long as self
         self._fn = getattr(self.lib, self.name)
         self._fn.argtypes = (ctypes.c_void_p,)
         self._fn.restype = ctypes.c_int
