@@ -56,16 +56,18 @@ def tape_loop_step(tp: g.Tape, opt: Any, loss_of: Callable[[], g.Var]) -> Step:
     return step
 
 
-def captured_step(device: str, whole: bool = True, fused: bool = False) -> Make:
+def captured_step(device: str, whole: bool = True, fused: bool = False,
+                  inner: str = "plain") -> Make:
     """The AE step captured once from a numpy tape (``ggpu_replay.capture``) and replayed on
     ``device``: each step sets the minibatch, runs forward, backward and the program's Adam
     (as one ``prog.step`` when ``whole``, else node by node), and reads the loss back; with
-    ``fused`` the program is first fused by ggpu-fuse. The program is ``step.program``."""
+    ``fused`` the program is first fused by ggpu-fuse; ``inner`` is the tape's inner-product
+    contract. The program is ``step.program``."""
     def make(dtype: str, hidden: tuple[int, ...] = model.HIDDEN) -> Step:
         from ggpu_replay import capture
 
         batches, init = problem(hidden)
-        tp = g.Tape("numpy", dtype)
+        tp = g.Tape("numpy", dtype, inner=inner)
         ps = [tp.param(a) for a in init]
         x = tp.const(batches[0])
         prog = capture(tp, g.mse(model.forward(x, ps), x), backend=device)

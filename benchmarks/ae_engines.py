@@ -39,11 +39,12 @@ from gopt import Adam
 COMPILE_WARMUP = 3  # steps torch.compile's engine runs while it is made (compiling; untimed)
 
 
-def tape_parts(backend: str, dtype: str, hidden: tuple[int, ...] = model.HIDDEN
-               ) -> tuple[g.Tape, list[g.Var], Adam, Callable[[], g.Var]]:
-    """The tape on ``backend``, its parameters, its Adam and the loss of the next minibatch."""
+def tape_parts(backend: str, dtype: str, hidden: tuple[int, ...] = model.HIDDEN,
+               inner: str = "plain") -> tuple[g.Tape, list[g.Var], Adam, Callable[[], g.Var]]:
+    """The tape on ``backend`` (inner-product contract ``inner``), its parameters, its Adam and
+    the loss of the next minibatch."""
     batches, init = problem(hidden)
-    tp = g.Tape(backend, dtype)
+    tp = g.Tape(backend, dtype, inner=inner)
     ps = [tp.param(a) for a in init]
     opt = add_l2(Adam(tp, lr=LR, betas=(B1, B2), eps=EPS), ps)
     xs = itertools.cycle(batches)
@@ -54,10 +55,10 @@ def tape_parts(backend: str, dtype: str, hidden: tuple[int, ...] = model.HIDDEN
     return tp, ps, opt, loss
 
 
-def tape_step(backend: str) -> Make:
+def tape_step(backend: str, inner: str = "plain") -> Make:
     """Our tape on ``backend``: the mark/reset minibatch loop body of rung 1."""
     def make(dtype: str, hidden: tuple[int, ...] = model.HIDDEN) -> Step:
-        tp, _, opt, loss = tape_parts(backend, dtype, hidden)
+        tp, _, opt, loss = tape_parts(backend, dtype, hidden, inner)
         return tape_loop_step(tp, opt, loss)
     return make
 
@@ -274,8 +275,19 @@ ENGINES: list[Engine] = [
     Engine(COMPILED, torch_compile_step),
     Engine(JAX, jax_step),
 ]
+TAPE_CPU_FMA = "tape, cpu backend, fma contract"
+CAPTURED_FMA = "tape, captured cpu step, fma contract"
+COMPILED_CPU_FMA = "tape, captured cpu step compiled (ggpu-fuse), fma contract"
+# the width sweep's extra columns: the same exact engines under the fma inner-product contract
+# (other bits than the plain engines' by definition, so not in ENGINES' bit-identity check)
+SWEEP_ONLY: list[Engine] = [
+    Engine(TAPE_CPU_FMA, tape_step("cpu", "fma")),
+    Engine(CAPTURED_FMA, captured_step("cpu", inner="fma")),
+    Engine(COMPILED_CPU_FMA, captured_step("cpu", fused=True, inner="fma")),
+]
 SWEEP = {"cpu": TAPE_CPU, "captured": CAPTURED, "compiled": COMPILED_CPU, "torch": TORCH,
-         "torch1": TORCH_1, "jax": JAX}
+         "torch1": TORCH_1, "jax": JAX, "cpu_fma": TAPE_CPU_FMA, "captured_fma": CAPTURED_FMA,
+         "compiled_fma": COMPILED_CPU_FMA}
 
 
 def make_steps(makers: dict[str, Make], dtype: str, hidden: tuple[int, ...] = model.HIDDEN

@@ -9,7 +9,7 @@ from typing import Any
 import gtensor
 from _common import Step
 from _timing import by_function, profile, round_robin, time_inside
-from ae_engines import ENGINES, SWEEP, make_steps, tape_step
+from ae_engines import ENGINES, SWEEP, SWEEP_ONLY, make_steps, tape_step
 
 WIDTHS = (64, 256, 1024)  # the width sweep: hidden layers (w, w/2, w)
 WARM = 20  # untimed steps of a tape before a split or a profile
@@ -17,13 +17,14 @@ WARM = 20  # untimed steps of a tape before a split or a profile
 
 def width_sweep(widths: tuple[int, ...], steps: int, warmup: int,
                 show: Any = None) -> dict[int, dict]:
-    """The cpu tape and the captured cpu step vs torch eager (all threads, one thread) and JAX
-    jit at hidden widths (w, w/2, w); an engine that cannot run gets its reason, not a time.
+    """The cpu tape and the captured cpu step (both inner-product contracts) vs torch eager
+    (all threads, one thread) and JAX jit at hidden widths (w, w/2, w); an engine that cannot
+    run gets its reason, not a time.
 
     Steps shrink with the work (~w**2): ``steps`` at w=64, at least 20. ``show(w, dtype, row)``
     is called after each row.
     """
-    makers = {e.name: e.make for e in ENGINES}
+    makers = {e.name: e.make for e in (*ENGINES, *SWEEP_ONLY)}
     rows: dict[int, dict] = {}
     for w in widths:
         hidden = (w, w // 2, w)

@@ -51,7 +51,9 @@ def sweep_table(sweep: dict) -> str:
     lines = ["| hidden (w, w/2, w) | dtype | cpu tape (us) | torch eager (us) | tape vs torch | "
              "torch eager, 1 thread (us) | tape vs torch 1 thread | captured cpu step (us) | "
              "JAX jit (us) | captured vs JAX | compiled captured step (us) | compiled vs "
-             "captured | compiled vs JAX | compiled vs torch |", "|---|---|" + "---:|" * 12]
+             "captured | cpu tape, fma (us) | fma tape vs torch | captured, fma (us) | "
+             "captured fma vs JAX | compiled, fma (us) | compiled fma vs captured fma |",
+             "|---|---|" + "---:|" * 16]
     for w, by_dt in sweep.items():
         for dt in DTYPES:
             c = by_dt[dt]
@@ -59,8 +61,10 @@ def sweep_table(sweep: dict) -> str:
                      ratio(c["cpu"], c["torch"]), us(c["torch1"]),
                      ratio(c["cpu"], c["torch1"]), us(c["captured"]), us(c["jax"]),
                      ratio(c["captured"], c["jax"]), us(c.get("compiled")),
-                     ratio(c.get("compiled"), c["captured"]), ratio(c.get("compiled"), c["jax"]),
-                     ratio(c.get("compiled"), c["torch"])]
+                     ratio(c.get("compiled"), c["captured"]), us(c.get("cpu_fma")),
+                     ratio(c.get("cpu_fma"), c["torch"]), us(c.get("captured_fma")),
+                     ratio(c.get("captured_fma"), c["jax"]), us(c.get("compiled_fma")),
+                     ratio(c.get("compiled_fma"), c.get("captured_fma"))]
             lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 

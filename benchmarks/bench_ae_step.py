@@ -53,7 +53,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--sweep-steps", type=int, default=300,
                     help="timed steps of the width sweep at width 64 (fewer when wider)")
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "ae_step.md")
+    ap.add_argument("--sweep-only", action="store_true",
+                    help="only the width sweep (both inner-product contracts), written to "
+                         "benchmarks/results/ae_sweep.md")
     args = ap.parse_args(argv)
+    if args.sweep_only:
+        return _sweep_only(args, argv)
     rows: dict[str, dict[str, tuple[float, float, int] | str]] = {}
     compile_s: dict[str, float] = {}
     for dtype in DTYPES:
@@ -86,6 +91,39 @@ def main(argv: list[str] | None = None) -> int:
     args.out.write_text(report(cmd, args, rows, sweep, plain, split, profiles, exact, compile_s,
                                facts))
     print(f"wrote {args.out}")
+    return 0
+
+
+def _sweep_only(args: argparse.Namespace, argv: list[str] | None) -> int:
+    """The width sweep alone, with its command, to benchmarks/results/ae_sweep.md."""
+    import os
+
+    sweep = width_sweep(WIDTHS, args.sweep_steps, args.warmup, _show_sweep)
+    cmd = "python benchmarks/bench_ae_step.py " + " ".join(argv if argv is not None
+                                                          else sys.argv[1:])
+    load = " / ".join(f"{x:.1f}" for x in os.getloadavg())
+    text = f"""# The AE step's width sweep, both inner-product contracts
+
+One training step of rung 1's autoencoder (forward + backward + Adam with L2, batch 200) at
+hidden widths (w, w/2, w): the exact cpu tape and the captured cpu step under the plain
+contract and under the fma contract (`g.Tape("cpu", inner="fma")`; docs/semantics.md), against
+torch eager (all threads, one thread) and JAX jit where installed. Engines interleaved in
+blocks; medians in us ({args.sweep_steps} timed steps at w=64, fewer when wider, at least 20).
+One run on a shared 2-core host (load average at the end: {load}): compare ratios, not
+absolute times. The fma engines give other bits than the plain ones by definition (each
+contract is bitwise across engines: tests, not this table).
+
+Command (from the repository root):
+
+```
+{cmd}
+```
+
+{sweep_table(sweep)}
+"""
+    out = ROOT / "benchmarks" / "results" / "ae_sweep.md"
+    out.write_text(text)
+    print(f"wrote {out}")
     return 0
 
 

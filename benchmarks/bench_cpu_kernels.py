@@ -9,6 +9,13 @@ tokens, hidden 256, MLP 704, vocab 4096) and a square one.
     python benchmarks/bench_cpu_kernels.py [--rounds 7] [--reps 15]
 
 prints the table and writes it, with the command, to benchmarks/results/cpu_kernels.md.
+
+    python benchmarks/bench_cpu_kernels.py --peak [--rounds 7] [--reps 15]
+
+times the matmul under both inner-product contracts (``inner="plain"``: a multiply and an add
+per term; ``inner="fma"``: one fused multiply-add) on ONE thread, in GMAC/s, against the
+machine's measured peak per thread (``_peak.py``: a probe of the FMA and of the mul+add rate),
+and writes benchmarks/results/cpu_matmul_peak.md.
 """
 
 from __future__ import annotations
@@ -77,13 +84,105 @@ def cases(dtype: str) -> list[tuple[str, Callable, str, Callable]]:
     return out
 
 
+def _times(fn: Callable[[], object], reps: int) -> list[tuple[float, float]]:
+    """(thread CPU seconds, wall seconds) of ``reps`` calls (after one untimed call). On one
+    thread the kernel runs on the caller's, so its CPU time leaves out the time the shared
+    host's other processes held the core (they still share its caches and SMT sibling)."""
+    fn()
+    ts = []
+    for _ in range(reps):
+        c0, t0 = time.thread_time(), time.perf_counter()
+        fn()
+        ts.append((time.thread_time() - c0, time.perf_counter() - t0))
+    return ts
+
+
+def peak_table(rounds: int, reps: int) -> tuple[list[str], dict]:
+    """Rows of matmul GMAC/s per thread, both contracts, as fractions of the probed peak."""
+    from _peak import peak
+
+    os.environ["GTENSOR_CPU_THREADS"] = "1"  # read at every launch
+    be = gtensor.backend("cpu")
+    lines = ["| dtype | matmul m x k x n | contract | GMAC/s median | GMAC/s best | "
+             "GMAC/s wall median | peak (GMAC/s/thread) | median / peak | best / peak |",
+             "|---|---|---|---:|---:|---:|---|---:|---:|"]
+    peaks = {}
+    for dtype in ("float64", "float32"):
+        rng = np.random.default_rng(0)
+        pk = peak(dtype)
+        peaks[dtype] = pk
+        for m, k, n in MATMULS:
+            ca = be.asarray(rng.standard_normal((m, k)).astype(dtype))
+            cb = be.asarray(rng.standard_normal((k, n)).astype(dtype))
+            times: dict[str, list[tuple[float, float]]] = {"plain": [], "fma": []}
+            outs = {inner: be.matmul(ca, cb, inner=inner) for inner in times}
+            for _ in range(rounds):  # the contracts alternate, so load hits both alike
+                for inner, ts in times.items():
+                    ts += _times(lambda i=inner, a=ca, b=cb, o=outs: be.matmul(a, b, inner=i,
+                                                                               out=o[i]), reps)
+            for inner, ts in times.items():
+                macs = m * k * n
+                cpu_s = [c for c, _ in ts]
+                med, best = macs / statistics.median(cpu_s) / 1e9, macs / min(cpu_s) / 1e9
+                wall = macs / statistics.median([w for _, w in ts]) / 1e9
+                p = pk["fma"] / 1e9  # the machine's multiply-add peak: the FMA rate
+                row = (f"| {dtype} | {m}x{k}x{n} | {inner} | {med:.1f} | {best:.1f} | "
+                       f"{wall:.1f} | fma {p:.1f} (mul+add {pk['muladd'] / 1e9:.1f}) | "
+                       f"{med / p:.0%} | {best / p:.0%} |")
+                print(row, flush=True)
+                lines.append(row)
+    return lines, peaks
+
+
+def write_peak(args: argparse.Namespace) -> None:
+    """The --peak table, with its command, to benchmarks/results/cpu_matmul_peak.md."""
+    lines, _ = peak_table(args.rounds, args.reps)
+    load = " / ".join(f"{x:.1f}" for x in os.getloadavg())
+    cmd = "python benchmarks/bench_cpu_kernels.py --peak" + (
+        f" --rounds {args.rounds}" if args.rounds != 7 else "") + (
+        f" --reps {args.reps}" if args.reps != 15 else "")
+    table = "\n".join(lines)
+    text = f"""# The exact cpu matmul per thread, both inner-product contracts, against the peak
+
+`inner="plain"`: `acc = a[i,0]*b[0,j]`, then `acc = acc + a[i,k]*b[k,j]` (a vector multiply
+and a vector add per term); `inner="fma"`: `acc = +0.0`, then `acc = fma(a[i,k], b[k,j], acc)`
+(one vfmadd per term). Both exact (each output's chain over k in order; docs/semantics.md).
+One thread (`GTENSOR_CPU_THREADS=1`), {args.rounds} rounds of {args.reps} calls, the two
+contracts alternating; GMAC/s = m*k*n / the calling thread's CPU seconds (the kernel runs on
+it), median and best call, and the wall-clock median beside it. The peak is measured on this
+machine by `benchmarks/_peak.py` (16-30 independent 64-byte accumulators, short runs, best of
+80; the FMA rate, and the separate multiply + add rate, per thread). The host is shared
+(load average at the end: {load}; 2 vCPUs): CPU time leaves out the time other processes held
+the core, not their share of its caches and SMT pipes, so the medians still move with load.
+
+Command (from the repository root):
+
+```
+{cmd}
+```
+
+Machine: {platform.machine()}, {platform.processor() or 'cpu'}, {os.cpu_count()} CPUs,
+numpy {np.__version__}.
+
+{table}
+"""
+    out = ROOT / "benchmarks/results/cpu_matmul_peak.md"
+    out.write_text(text)
+    print(f"wrote {out}")
+
+
 def main() -> None:
     """Time every case, print the table and write benchmarks/results/cpu_kernels.md."""
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--rounds", type=int, default=7, help="alternating rounds (default 7)")
     ap.add_argument("--reps", type=int, default=15, help="timed calls per round (default 15)")
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks/results/cpu_kernels.md")
+    ap.add_argument("--peak", action="store_true",
+                    help="only the matmul GMAC/s per thread of both contracts vs the peak")
     args = ap.parse_args()
+    if args.peak:
+        write_peak(args)
+        return
     import torch
 
     torch.set_num_threads(2)

@@ -91,6 +91,36 @@ def _classifier(v: dict) -> g.Var:
         g.minimum(z, v["s"]), 1)) + g.mean(sel * sel))
 
 
+def _norms(v: dict) -> g.Var:
+    """layer_norm then rms_norm (weights and a bias: their gradients are column sums)."""
+    h = g.layer_norm(v["x"] @ v["w"], v["gamma"], v["beta"])
+    return g.mse(g.rms_norm(g.tanh(h), v["r"]), v["t"])
+
+
+def _dropout_noise(v: dict) -> g.Var:
+    """The random ops: dropout (mask from a key const), a key folded on the tape, uniform and
+    normal draws of the tape's dtype mixed into the loss."""
+    tp = v["x"].tape
+    kv = g.rng.key_input(tp, g.rng.key(2**90 + 2024))
+    h = g.relu(v["x"] @ v["w1"] + v["b1"])
+    h = g.dropout(h, 0.3, g.rng.fold(kv, 1))
+    noise = g.rng.normal(g.rng.fold(kv, 2), (16, 8)) * 0.1 + g.rng.uniform(kv, (8,))
+    h = g.dropout(h + noise, 0.5, g.rng.key(7))
+    return g.mse(h @ v["w2"], v["t"])
+
+
+_DIGITS = np.array([1, 0, 2, 1])
+
+
+def _small_cnn(v: dict) -> g.Var:
+    """conv-relu-maxpool, conv-relu-avgpool (overlapping windows, strides, padding), linear,
+    cross-entropy: the CNN rung in miniature."""
+    h = g.max_pool2d(g.relu(g.conv2d(v["x"], v["w1"], v["b1"], padding=1)), 2)
+    h = g.avg_pool2d(g.relu(g.conv2d(h, v["w2"], v["b2"], stride=(1, 2), padding=(1, 1))), 2,
+                     1)
+    return g.cross_entropy(g.reshape(h, (4, 4)) @ v["wl"], _DIGITS)
+
+
 GRAPHS = [
     Graph("relu_softmax_mlp_mse",
           lambda r: {"w1": _n(r, 5, 8, scale=0.5), "b1": _n(r, 8, scale=0.25),
@@ -121,4 +151,18 @@ GRAPHS = [
           lambda r: {"E": _n(r, 7, 5), "W": _n(r, 5, 4, scale=3.0), "s": _n(r, 12, 4),
                      "thr": _n(r, 5, scale=0.1)},
           ("E", "W"), _classifier),
+    Graph("layer_norm_rms_norm",
+          lambda r: {"x": _n(r, 6, 5), "w": _n(r, 5, 7, scale=0.5), "gamma": 1.0 + _n(r, 7),
+                     "beta": _n(r, 7, scale=0.1), "r": 1.0 + _n(r, 7, scale=0.2),
+                     "t": _n(r, 6, 7)},
+          ("w", "gamma", "beta", "r"), _norms),
+    Graph("dropout_rng_noise",
+          lambda r: {"w1": _n(r, 5, 8, scale=0.5), "b1": _n(r, 8, scale=0.25),
+                     "w2": _n(r, 8, 3, scale=0.3), "x": _n(r, 16, 5), "t": _n(r, 16, 3)},
+          ("w1", "b1", "w2"), _dropout_noise),
+    Graph("small_cnn_conv_pool",
+          lambda r: {"w1": _n(r, 3, 1, 3, 3, scale=0.5), "b1": _n(r, 3, scale=0.1),
+                     "w2": _n(r, 2, 3, 3, 2, scale=0.4), "b2": _n(r, 2, scale=0.1),
+                     "wl": _n(r, 4, 3, scale=0.5), "x": _n(r, 4, 1, 6, 6)},
+          ("w1", "b1", "w2", "b2", "wl"), _small_cnn),
 ]

@@ -1,4 +1,5 @@
-"""The parity matrix: graphs x engines x dtypes, every engine bitwise against the numpy tape.
+"""The parity matrix: graphs x engines x dtypes x inner-product contracts, every engine bitwise
+against the numpy tape of the same contract.
 
 Columns: the eager tape on each backend (a second numpy run checks determinism) and the
 ggpu-replay program on sim, cuda and cpu (captured from a numpy tape, inputs re-sent), the same
@@ -6,8 +7,9 @@ program fused by ggpu-fuse (on cpu: one compiled function per phase; also with e
 alone in its segment), and gemit's
 emitted C. An engine adds a column with
 ``@engine(name, backend)``:
-a function ``(graph, dtype) -> Result``. Whatever a Result carries (loss, parameter gradients,
-and optionally every node's value and gradient) is compared bitwise (NaN by class).
+a function ``(graph, dtype) -> Result``, called with ``inner="fma"`` too for the fma
+contract's rows. Whatever a Result carries (loss, parameter gradients, and optionally every
+node's value and gradient) is compared bitwise (NaN by class).
 ``GRAD_TEST_BACKEND`` (set by ``nox -s parity``) restricts the columns to one backend.
 """
 
@@ -51,10 +53,10 @@ def engine(name: str, backend: str):
     return deco
 
 
-def run_tape(graph: Graph, dtype: str, backend: str) -> Result:
+def run_tape(graph: Graph, dtype: str, backend: str, inner: str = "plain") -> Result:
     """The eager tape on ``backend``: loss, parameter gradients, every node's value and grad."""
     data = graph.data()
-    with g.Tape(backend, dtype) as tp:
+    with g.Tape(backend, dtype, inner=inner) as tp:
         v = {k: tp.param(a) if k in graph.params else tp.const(a) for k, a in data.items()}
         loss = graph.build(v)
         tp.backward(loss)
@@ -67,7 +69,8 @@ def run_tape(graph: Graph, dtype: str, backend: str) -> Result:
 
 
 for _b in ("numpy", "sim", "cuda", "cpu"):
-    engine(f"tape-{_b}", _b)(lambda graph, dtype, _b=_b: run_tape(graph, dtype, _b))
+    engine(f"tape-{_b}", _b)(lambda graph, dtype, inner="plain", _b=_b:
+                             run_tape(graph, dtype, _b, inner))
 
 
 # graphs gemit declares it cannot emit (name -> why): any other NotImplementedError from emit
@@ -76,12 +79,12 @@ UNEMITTABLE: dict[str, str] = {}  # none since gemit emits int64 / bool data (is
 
 
 @engine("emit-c", "numpy")
-def run_emit_c(graph: Graph, dtype: str) -> Result:
+def run_emit_c(graph: Graph, dtype: str, inner: str = "plain") -> Result:
     """gemit's emitted C (compiled with -ffp-contract=off): loss and parameter gradients."""
     gemit = pytest.importorskip("gemit", reason="gemit is not installed")
     data = graph.data()
     consts = [k for k in data if k not in graph.params]
-    with g.Tape("numpy", dtype) as tp:
+    with g.Tape("numpy", dtype, inner=inner) as tp:
         v = {k: tp.param(a) if k in graph.params else tp.const(a) for k, a in data.items()}
         loss = graph.build(v)
         ps, xs, shape = [v[k] for k in graph.params], [v[k] for k in consts], loss.shape
@@ -110,14 +113,14 @@ def run_emit_c(graph: Graph, dtype: str) -> Result:
 
 
 def run_replay(graph: Graph, dtype: str, device: str, fused: bool = False,
-               alone: tuple[str, ...] = ()) -> Result:
+               alone: tuple[str, ...] = (), inner: str = "plain") -> Result:
     """ggpu-replay: the episode recorded on a numpy tape, captured and replayed on ``device``
     (with ``fused``: through ggpu-fuse's generated kernels; ``alone``: launch kinds the planner
     keeps each in its own segment)."""
     from ggpu_replay import capture
 
     data = graph.data()
-    with g.Tape("numpy", dtype) as tp:
+    with g.Tape("numpy", dtype, inner=inner) as tp:
         v = {k: tp.param(a) if k in graph.params else tp.const(a) for k, a in data.items()}
         prog = capture(tp, graph.build(v), backend=device)
         if fused:
@@ -135,12 +138,15 @@ def run_replay(graph: Graph, dtype: str, device: str, fused: bool = False,
 
 
 for _d in ("sim", "cuda", "cpu"):
-    engine(f"replay-{_d}", _d)(lambda graph, dtype, _d=_d: run_replay(graph, dtype, _d))
+    engine(f"replay-{_d}", _d)(lambda graph, dtype, inner="plain", _d=_d:
+                               run_replay(graph, dtype, _d, inner=inner))
 for _d in ("sim", "cuda", "cpu"):  # on cpu: each phase one compiled function
-    engine(f"fused-{_d}", _d)(lambda graph, dtype, _d=_d: run_replay(graph, dtype, _d, True))
+    engine(f"fused-{_d}", _d)(lambda graph, dtype, inner="plain", _d=_d:
+                              run_replay(graph, dtype, _d, True, inner=inner))
     # every matmul alone in its segment: one reading a dropped transpose must still be right
     engine(f"fused-alone-{_d}", _d)(
-        lambda graph, dtype, _d=_d: run_replay(graph, dtype, _d, True, ("matmul",)))
+        lambda graph, dtype, inner="plain", _d=_d:
+        run_replay(graph, dtype, _d, True, ("matmul",), inner))
 
 
 def _columns() -> list[str]:
@@ -148,28 +154,34 @@ def _columns() -> list[str]:
     return [n for n, (b, _) in ENGINES.items() if only is None or b == only]
 
 
-_REFERENCE: dict[tuple[str, str], Result] = {}
+_REFERENCE: dict[tuple[str, str, str], Result] = {}
 
 
-def reference(graph: Graph, dtype: str) -> Result:
+def reference(graph: Graph, dtype: str, inner: str = "plain") -> Result:
     """The numpy tape's result (cached)."""
-    key = (graph.name, dtype)
+    key = (graph.name, dtype, inner)
     if key not in _REFERENCE:
-        _REFERENCE[key] = run_tape(graph, dtype, "numpy")
+        _REFERENCE[key] = run_tape(graph, dtype, "numpy", inner)
     return _REFERENCE[key]
 
 
+# the inner-product contracts: every column runs both (an engine takes ``inner=`` for "fma")
+INNERS = ["plain", "fma"]
+
+
+@pytest.mark.parametrize("inner", INNERS)
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("graph", GRAPHS, ids=[gr.name for gr in GRAPHS])
 @pytest.mark.parametrize("column", _columns())
-def test_parity(column: str, graph: Graph, dtype: str) -> None:
+def test_parity(column: str, graph: Graph, dtype: str, inner: str) -> None:
     backend, fn = ENGINES[column]
     try:
         gtensor.backend(backend)
     except RuntimeError as e:
         pytest.skip(f"{column}: backend {backend!r} unavailable here: {e}")
-    want, got = reference(graph, dtype), fn(graph, dtype)
-    where = f"{column} / {graph.name} / {dtype}"
+    want = reference(graph, dtype, inner)
+    got = fn(graph, dtype) if inner == "plain" else fn(graph, dtype, inner=inner)
+    where = f"{column} / {graph.name} / {dtype} / {inner}"
     assert bits_equal(want.loss, got.loss), f"{where}: loss {got.loss!r} vs {want.loss!r}"
     for k in graph.params:
         assert bits_equal(want.param_grads[k], got.param_grads[k]), f"{where}: grad of {k}"

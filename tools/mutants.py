@@ -62,6 +62,9 @@ GOPT_RUN = Run((f"{OP}/tests/test_gopt_exact.py", f"{OP}/tests/test_pin_same_sha
                 f"{OP}/tests/test_gopt_errors.py", f"{OP}/tests/test_gopt_state.py"))
 DEMO_RUN = Run((f"{DM}/tests/test_verdicts.py", f"{DM}/tests/test_gdemos_cli.py"))
 
+RNG_RUN = Run((f"{TP}/tests/test_rng_host.py", f"{TP}/tests/test_rng_tape.py",
+               f"{GT}/tests/test_random.py"))
+
 TARGETS = [
     Target(f"{GT}/src/gtensor/ops/elementwise.py", ("*", "_div_vjp"),
            (Run((f"{GT}/tests/test_pin_scalar.py",)), VJP_RUN)),
@@ -114,8 +117,38 @@ TARGETS = [
            (Run((f"{GT}/tests/test_oracles.py",)), VJP_RUN, SIM_PARITY)),
     Target(f"{GT}/src/gtensor/ops/select.py", ("_where_vjp", "*"),
            (Run((f"{GT}/tests/test_oracles.py",)), VJP_RUN, SIM_PARITY)),
+    # issue 21's norms (composites with a defined order) and the CNN rung's verdict
+    Target(f"{TP}/src/gtape/norms.py", ("layer_norm_with", "rms_norm_with", "_check"),
+           (Run((f"{TP}/tests/test_norms.py",)),)),
+    Target(f"{TP}/src/gtape/nn_init.py", ("as_key", "kaiming_bound", "uniform_init",
+                                          "normal_init"),
+           (Run((f"{TP}/tests/test_nn_layers.py",)),)),
+    Target(f"{DM}/src/gdemos/rung_cnn.py", ("accurate", "bits_equal", "passed"),
+           (Run((f"{DM}/tests/test_cnn_rung.py",)),)),
     Target(f"{TP}/src/gtape/losses.py", ("cross_entropy", "bce_with_logits"),
            (Run((f"{TP}/tests/test_stable_losses.py", f"{TP}/tests/test_tape_nn.py")),)),
+    # issue 21's random numbers: Philox (the numpy definition), the transforms, dropout
+    Target(f"{GT}/src/gtensor/philox.py", ("mulhilo", "block", "counters", "words",
+                                           "key_words"),
+           (Run((f"{TP}/tests/test_rng_host.py", f"{GT}/tests/test_random.py")),),
+           constants=True),
+    Target(f"{GT}/src/gtensor/ops/random.py",
+           ("rng_uniform_f64", "rng_uniform_f32", "rng_normal_f64", "rng_normal_f32",
+            "check_shape", "check_p", "check_fold_index", "fold_words", "split_words",
+            "threshold", "scale", "_bits_ref", "_uniform_ref", "_normal_ref", "_fold_ref",
+            "_dropout_ref", "_dropout_vjp", "_dropout_launch", "_draw_launch", "_fold_launch"),
+           (RNG_RUN, VJP_RUN, Run((f"{GT}/tests/test_random.py",), "sim")), constants=True),
+    Target(f"{TP}/src/gtape/rng.py", ("key", "check_key", "dropout", "_draw", "_dtype", "fold"),
+           (RNG_RUN,)),
+    # issue 21's conv2d and pools: the numpy definitions, the shape rules and the rules
+    Target(f"{GT}/src/gtensor/ops/conv.py",
+           ("pair", "out_size", "im2col", "_conv_ref", "_grad_weight_ref", "col2im",
+            "_grad_input_ref", "_conv_vjp", "_grad_input_vjp", "_grad_weight_vjp"),
+           (Run((f"{GT}/tests/test_conv.py",)), VJP_RUN)),
+    Target(f"{GT}/src/gtensor/ops/pool.py",
+           ("_attrs", "window_choice", "_pick", "_scatter", "_avg_ref", "_avg_grad_ref",
+            "_max_vjp", "_max_grad_vjp", "_pick_vjp", "_avg_vjp", "_avg_grad_vjp"),
+           (Run((f"{GT}/tests/test_conv.py",)), VJP_RUN)),
     Target(f"{DM}/src/gdemos/rung_ae.py", ("check_bars", "bar_word", "missed", "unchecked"),
            (DEMO_RUN,)),
     Target(f"{DM}/src/gdemos/ladder.py", ("status", "line", "run_ladder", "_ae"), (DEMO_RUN,)),
@@ -187,6 +220,89 @@ TEXT_MUTANTS = [
      "gopt: the per-parameter sums of squares share one buffer"),
 ]
 
+# The random ops' C text (gtensor.ops.random): the Philox helper and each kernel's statement,
+# guarded by the backend-vs-numpy tests of the random ops on sim and cpu.
+RNG_PY = f"{GT}/src/gtensor/ops/random.py"
+RNG_KERNEL_RUNS = (Run((f"{GT}/tests/test_random.py",), "sim"),
+                   Run((f"{GT}/tests/test_random.py",), "cpu"))
+RNG_MUTANTS = [
+    (RNG_PY, "(lh & 0xFFFFFFFFULL) + (hl & 0xFFFFFFFFULL)", "(lh & 0xFFFFFFFFULL)",
+     "philox: mulhi drops a middle partial product's carry"),
+    (RNG_PY, "return a_hi * b_hi + (lh >> 32) + (hl >> 32) + (mid >> 32);",
+     "return a_hi * b_hi + (lh >> 32) + (hl >> 32);", "philox: mulhi drops the low carry"),
+    (RNG_PY, "for (int r = 0; r < 10; ++r)", "for (int r = 0; r < 9; ++r)",
+     "philox: nine rounds"),
+    (RNG_PY, "k1 += 0xBB67AE8584CAA73BULL;", "k1 += 0x9E3779B97F4A7C15ULL;",
+     "philox: the second key word bumped by the first Weyl constant"),
+    (RNG_PY, "c0 = hi1 ^ c1 ^ k0; c1 = lo1; c2 = hi0 ^ c3 ^ k1; c3 = lo0;",
+     "c0 = hi0 ^ c1 ^ k0; c1 = lo1; c2 = hi1 ^ c3 ^ k1; c3 = lo0;",
+     "philox: the round's high words swapped"),
+    (RNG_PY, "(unsigned long long)(i >> 2) + 1ULL, 0ULL, w);",
+     "(unsigned long long)(i >> 2), 0ULL, w);", "philox stream: counter not bumped first"),
+    (RNG_PY, "return w[i & 3];", "return w[i & 1];", "philox stream: word index within block"),
+    (RNG_PY, "(unsigned long long)(o >> 1) + 1ULL, 0ULL, w);",
+     "(unsigned long long)(o >> 2) + 1ULL, 0ULL, w);", "normal kernel: wrong block per element"),
+    (RNG_PY, "const int j = (int)(o & 1) * 2;", "const int j = (int)(o & 1);",
+     "normal kernel: overlapping word pairs"),
+    (RNG_PY, "gt_philox_block(key, (unsigned long long)i, $FOLD_TAG, w);",
+     "gt_philox_block(key, (unsigned long long)i, 0ULL, w);",
+     "fold kernel: the fold tag missing (a draw's block)"),
+    (RNG_PY, "y[o] = a >= t ? $FN(x[o], s) : ($T)0;", "y[o] = a > t ? $FN(x[o], s) : ($T)0;",
+     "dropout kernel: uniform == p dropped"),
+    (RNG_PY, "y[o] = a >= t ? $FN(x[o], s) : ($T)0;",
+     "y[o] = a >= t ? $FN(x[o], s) : $FN(x[o], ($T)0);",
+     "dropout kernel: dropped elements x * 0 (NaN, -0 for specials)"),
+    (RNG_PY, "const long long a = (long long)(gt_philox_word(key, o) >> 11);",
+     "const long long a = (long long)(gt_philox_word(key, o) >> 12);",
+     "dropout kernel: 52-bit uniforms"),
+    (RNG_PY, "            if (b != cur) {", "            if (cur < 0) {",
+     "cpu kernels: the cached Philox block never refreshed"),
+    (RNG_PY, "            const long long b = o >> $PER;",
+     "            const long long b = o >> 2;",
+     "cpu kernels: normal's two outputs per block read as four"),
+    (RNG_PY, 'UNIFORM_SHIFT = {dtypes.F64: 11, dtypes.F32: 40}',
+     'UNIFORM_SHIFT = {dtypes.F64: 11, dtypes.F32: 41}',
+     "uniform f32: 23 bits"),
+]
+
+# conv2d's and the pools' kernels (CUDA text run by sim, and the cpu loops), guarded by the
+# loop oracles and rule tests of test_conv.py on both kernel backends
+CONV_RUNS = (Run((f"{GT}/tests/test_conv.py",), "sim"), Run((f"{GT}/tests/test_conv.py",), "cpu"))
+CV, PL = f"{GT}/src/gtensor/ops/conv.py", f"{GT}/src/gtensor/ops/pool.py"
+CONV_MUTANTS = [
+    (CV, "acc = k == 0 ? p : $ADD(acc, p);", "acc = $ADD(acc, p);",
+     "conv2d kernel: the chain starts at +0.0"),
+    (CV, "const $T p = $MUL(w[oc * C * KH * KW + k], xv);",
+     "const $T p = (yy >= 0 && yy < H && xx >= 0 && xx < W) ? "
+     "$MUL(w[oc * C * KH * KW + k], xv) : ($T)0;", "conv2d kernel: padding not multiplied"),
+    (CV, "        for (long long i = 0; i < KH; ++i) {\n            const long long ty",
+     "        for (long long i = KH - 1; i >= 0; --i) {\n            const long long ty",
+     "conv2d_grad_input kernel: taps in reverse row order"),
+    (CV, "for (int r = 0; r < TR; ++r) acc[r] = a[(r0 + r) * ar] * b0;",
+     "for (int r = 0; r < TR; ++r) acc[r] = (T)0 + a[(r0 + r) * ar] * b0;",
+     "cpu conv chains: a tile's chains start at +0.0"),
+    (CV, "T acc = a[r * ar] * b[p];", "T acc = (T)0 + a[r * ar] * b[p];",
+     "cpu conv chains: the edge chains start at +0.0"),
+    (CV, "for (long long k = 1; k < K_; ++k) {\n                const V bv",
+     "for (long long k = K_ - 1; k >= 1; --k) {\n                const V bv",
+     "cpu conv chains: a tile's terms in reverse order"),
+    (CV, "if (yy < 0 || yy >= H) continue;", "if (yy < 0 || yy > H) continue;",
+     "cpu conv2d_grad_input: a tap past the bottom border kept"),
+    (PL, "if (v > bv) {", "if (v >= bv) {", "max_pool2d: ties give the last element"),
+    (PL, "if (v != v) return q;", "if (v != v) { best = q; bv = v; }",
+     "max_pool2d: the last NaN wins"),
+    (PL, "y[e] = $DIV(acc, ($T)(KH * KW));", "y[e] = $MUL(acc, $DIV(($T)1, ($T)(KH * KW)));",
+     "avg_pool2d: times a rounded reciprocal"),
+    (PL, "for (long long oy = oy0; oy <= oy1; ++oy)", "for (long long oy = oy1; oy >= oy0; --oy)",
+     "pool gradients: windows in reverse row order"),
+    (PL, "const long long oy0 = yy < KH ? 0 : (yy - KH) / sh + 1;",
+     "const long long oy0 = yy < KH ? 0 : (yy - KH) / sh + 2;",
+     "pool gradients: the first covering window skipped"),
+    (PL, "for (long long ox = 0; ox < OW; ++ox) {\n$WINDOW",
+     "for (long long ox = OW - 1; ox >= 0; --ox) {\n$WINDOW",
+     "cpu pool gradients: the windows of a row in reverse order"),
+]
+
 # The recording type (gtape.recording) and its users: a version not bumped, a dependency not
 # declared, a key not compared. Entries as above plus the runs that guard them (replays run
 # on kernel backends: the optimizer's on cpu, the device optimizer's and the fused on sim).
@@ -241,6 +357,12 @@ RECORDING_MUTANTS = [
 TR = f"{GT}/src/gtensor/scalar/transcendental.py"
 _OVERRIDDEN = "the clamp only feeds lanes that a later where() overrides"
 EQUIVALENT: dict[str, str] = {
+    f"{GT}/src/gtensor/ops/random.py:327:11:0":
+        "dropout's reference: x * s and s * x are one IEEE product (commutative)",
+    f"{GT}/src/gtensor/ops/random.py:60:31:0":
+        "f32 uniform: a * 2**-24 is exact in float64 and in float32; a constant one float64 "
+        "ulp above moves the product by < 2**-52 relative, which the rounding to float32 "
+        "removes",
     f"{GT}/src/gtensor/ops/select.py:77:68:0":
         "the cpu kernels given the CUDA body: the same arithmetic per output (cpu runs it as "
         "one grid), only not split across threads",
@@ -248,7 +370,7 @@ EQUIVALENT: dict[str, str] = {
     f"{TP}/src/gtape/losses.py:54:38:0":
         "bce's margin for z < 0: +-0.0 - z*y differ only in a zero's sign, which adding the "
         "soft term (> 0) removes",
-    f"{GT}/src/gtensor/ops/logsoftmax.py:186:11:1":
+    f"{GT}/src/gtensor/ops/logsoftmax.py:177:11:1":
         "logsumexp's backward: the kept shape is a tuple concatenation (associative)",
     f"{TR}:207:63:0": f"exp: clamp at -745.25; {_OVERRIDDEN} (x < EXP_U_THRESHOLD -> +0)",
     f"{TR}:289:22:0": f"expm1: NaN lanes replaced by 0.0 or -0.0; {_OVERRIDDEN} (NaN -> x + x)",
@@ -263,9 +385,9 @@ EQUIVALENT: dict[str, str] = {
     f"{TR}:405:21:0": f"sigmoid: clamp at -746; {_OVERRIDDEN} (x < EXP_U_THRESHOLD -> +0)",
     f"{TR}:90:19:0": "_scale_dd at h == 2**-1022: both lanes round on the same 2**-1074 grid "
                      "(and no input near log(2**-1022) differs: 6e6 tried)",
-    f"{GT}/src/gtensor/ops/reduce.py:126:56:0": "reshape(-2, n): numpy takes any negative "
+    f"{GT}/src/gtensor/ops/reduce.py:63:56:0": "reshape(-2, n): numpy takes any negative "
                                                  "size as the unknown one",
-    f"{GT}/src/gtensor/ops/softmax.py:184:11:0": "MUL(y, g - d) == MUL(g - d, y): IEEE * "
+    f"{GT}/src/gtensor/ops/softmax.py:155:11:0": "MUL(y, g - d) == MUL(g - d, y): IEEE * "
                                                   "commutes",
     f"{OP}/src/gopt/base.py:177:85:0": "set_clip's bound low=-0.0: x > -0.0 is x > 0.0",
     f"{OP}/src/gopt/base.py:222:63:0": "getattr default for a tape without backward_count; "
@@ -482,7 +604,9 @@ def text_mutants(root: Path) -> list[Mutant]:
     """The hand-written mutants of kernel sources and the simulator runtime."""
     out = []
     entries = [(*e, None, "text") for e in TEXT_MUTANTS] + [
-        (*e, RECORDING_RUNS, f"rec{k}") for k, e in enumerate(RECORDING_MUTANTS)]
+        (*e, RECORDING_RUNS, f"rec{k}") for k, e in enumerate(RECORDING_MUTANTS)] + [
+        (*e, RNG_KERNEL_RUNS, f"rng{k}") for k, e in enumerate(RNG_MUTANTS)] + [
+        (*e, CONV_RUNS, f"conv{k}") for k, e in enumerate(CONV_MUTANTS)]
     for path, old, new, what, guard, tag in entries:
         text = (root / path).read_text()
         if old not in text:

@@ -24,6 +24,22 @@ def test_replay_engine_is_bit_equal_to_the_cpu_tape(bname):
     assert rung_ae.cpu_tape_bar(got)[0] is True
 
 
+@pytest.mark.parametrize("engine", ["replay", "fused"])
+def test_fma_contract_runs_are_bit_equal_across_engines(bname, engine):
+    """The AE under the fma contract: replayed and fused on a device, on the cpu tape, and
+    the numpy tape (the exact fma emulation) land on one set of bits; plain lands elsewhere."""
+    want = ae.train(ae.AEConfig(epochs=1, inner="fma"))
+    got = ae.train(ae.AEConfig(backend=_device(bname), engine=engine, epochs=1, inner="fma"))
+    assert bits_equal(np.array(got.losses), np.array(want.losses))
+    assert all(bits_equal(a, b) for a, b in zip(got.params, want.params))
+    assert rung_ae.cpu_tape_bar(got)[0] is True
+    if bname in ("numpy", "cpu"):
+        cpu = ae.train(ae.AEConfig(backend="cpu", epochs=1, inner="fma"))
+        assert all(bits_equal(a, b) for a, b in zip(cpu.params, want.params))
+    plain = ae.train(ae.AEConfig(epochs=1))
+    assert not all(bits_equal(a, b) for a, b in zip(plain.params, want.params))
+
+
 def test_cpu_tape_bar_notices_a_changed_weight(bname):
     got = ae.train(ae.AEConfig(backend=_device(bname), engine="replay", epochs=1))
     got.params[2] = np.nextafter(got.params[2], np.inf)  # one ulp on every element

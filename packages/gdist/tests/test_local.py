@@ -266,3 +266,37 @@ def test_int_rows_pass_as_numpy_and_float_rows_as_consts(bname: str) -> None:
 
 def test_public_names_exist() -> None:
     assert all(hasattr(gdist, n) for n in gdist.__all__)
+
+
+def test_the_fma_contract_reaches_the_workers_tapes(bname: str, tmp_path: Path) -> None:
+    """inner="fma": Local is the fma tape + gopt loop bit for bit (not the plain one), and a
+    checkpoint of one contract is refused by a trainer of the other (nothing changes)."""
+    init, batches = mlp_case()
+
+    def tape_loop(inner: str) -> dict:
+        tp = g.Tape(bname, inner=inner)
+        ps = {k: tp.param(v) for k, v in init.items()}
+        opt = gopt.Adam(tp, lr=1e-2)
+        opt.add(list(ps.values()))
+        mark = tp.mark()
+        for b in batches:
+            tp.backward(mlp_ce(tp, ps, {"x": tp.const(b["x"]), "y": b["y"]}))
+            opt.step()
+            tp.reset_to(mark)
+        return bits({k: tp.backend.to_numpy(tp.value(p)) for k, p in ps.items()})
+
+    t = gdist.Local(mlp_ce, init, gopt.Adam, {"lr": 1e-2}, microbatch=24, backend=bname,
+                    inner="fma")
+    assert t.inner == "fma"
+    for b in batches:
+        t.step(b)
+    assert bits(t.params) == tape_loop("fma") != tape_loop("plain")
+    t.save(tmp_path / "fma.npz")
+    other = gdist.Local(mlp_ce, init, gopt.Adam, {"lr": 1e-2}, microbatch=24, backend=bname)
+    before = bits(other.params)
+    with pytest.raises(ValueError, match=r"inner-product contract is 'fma'; this trainer's is "
+                                         r"'plain'"):
+        other.load(tmp_path / "fma.npz")
+    assert bits(other.params) == before
+    with pytest.raises(ValueError, match=r"inner is 'x'; expected one of"):
+        gdist.Local(mlp_ce, init, gopt.Adam, {"lr": 1e-2}, microbatch=24, inner="x")

@@ -47,9 +47,10 @@ def _record(tp: g.Tape, build: Build, pvals: Sequence[np.ndarray],
 
 
 def tape_run(build: Build, pvals: Sequence[np.ndarray], xvals: Sequence[np.ndarray],
-             dtype: str, backend: str | None = None) -> tuple[np.ndarray, np.ndarray]:
+             dtype: str, backend: str | None = None, inner: str = "plain"
+             ) -> tuple[np.ndarray, np.ndarray]:
     """The tape's loss (0-d) and parameter gradients (one flat vector) for one example."""
-    with g.Tape(backend or tape_backend(), dtype) as tp:
+    with g.Tape(backend or tape_backend(), dtype, inner=inner) as tp:
         ps, _, loss = _record(tp, build, pvals, xvals)
         tp.backward(loss)
         be = tp.backend
@@ -59,9 +60,9 @@ def tape_run(build: Build, pvals: Sequence[np.ndarray], xvals: Sequence[np.ndarr
 
 
 def emit(build: Build, pvals: Sequence[np.ndarray], xvals: Sequence[np.ndarray], dtype: str,
-         emitter: Callable = emit_c, name: str = "grad") -> str:
+         emitter: Callable = emit_c, name: str = "grad", inner: str = "plain") -> str:
     """Source of the emitted function for the episode of one example."""
-    with g.Tape("numpy", dtype) as tp:
+    with g.Tape("numpy", dtype, inner=inner) as tp:
         ps, xs, loss = _record(tp, build, pvals, xvals)
         return emitter(tp, loss, params=ps, inputs=xs, name=name)
 
@@ -79,7 +80,8 @@ def flat_ids(arrays: Sequence[np.ndarray]) -> np.ndarray:
 
 
 def check_examples(build: Build, make: Callable[[np.random.Generator], tuple[list, list]],
-                   dtype: str, n: int, seed: int = 0, where: str = "") -> int:
+                   dtype: str, n: int, seed: int = 0, where: str = "",
+                   inner: str = "plain") -> int:
     """Emit from the first example, then compare C with the tape on ``n`` examples, bitwise.
 
     ``make(rng)`` returns (param arrays, input arrays) of one example (float64, rounded to
@@ -92,12 +94,13 @@ def check_examples(build: Build, make: Callable[[np.random.Generator], tuple[lis
                  [np.asarray(a) if is_typed(a) else np.asarray(a, dtype) for a in x])
                 for p, x in examples]
     p0, x0 = examples[0]
-    src = emit(build, p0, x0, dtype)
+    src = emit(build, p0, x0, dtype, inner=inner)
+    assert ("gt_dot_fma_" in src) == (inner == "fma" and "gt_dot_" in src), where
     n_ids = flat_ids(x0).size
     assert ("example_ids" in src) == (n_ids > 0), f"{where}: example_ids in the signature"
     fn = compile_c(src, "grad", dtype, flat(p0, dtype).size, flat(x0, dtype).size, n_ids=n_ids)
     for k, (p, x) in enumerate(examples):
-        want_l, want_g = tape_run(build, p, x, dtype)
+        want_l, want_g = tape_run(build, p, x, dtype, inner=inner)
         ids = flat_ids(x) if n_ids else None
         got_l, got_g = fn(flat(p, dtype), flat(x, dtype), ids)
         assert testing.bits_equal(got_l, want_l), (

@@ -58,11 +58,14 @@ MODELS = {"linear": (_linear, _linear_data), "logistic": (_logistic, _logistic_d
           "mlp": (_mlp, _mlp_data), "classifier": (_classifier, _classifier_data)}
 
 
+@pytest.mark.parametrize("inner", ["plain", "fma"])
 @pytest.mark.parametrize("dtype", ["float64", "float32"])
 @pytest.mark.parametrize("model", sorted(MODELS))
-def test_model_bitwise(model: str, dtype: str) -> None:
+def test_model_bitwise(model: str, dtype: str, inner: str) -> None:
+    """The emitted C follows the contract it was emitted under (the fma one calls fma())."""
     build, make = MODELS[model]
-    assert check_examples(build, make, dtype, n=40, seed=7, where=f"{model}/{dtype}") == 40
+    assert check_examples(build, make, dtype, n=40, seed=7, where=f"{model}/{dtype}/{inner}",
+                          inner=inner) == 40
 
 
 def test_one_emission_serves_every_example() -> None:

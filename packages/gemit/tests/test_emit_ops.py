@@ -133,6 +133,26 @@ CASES = {
                       lambda w, x, y: g.cross_entropy(x @ w, y)),
     "cross_entropy_ignore": ([_n(4, 3)], [_n(2, 4), lambda r: r.choice([0, 1, 2, -100], 2)],
                              lambda w, x, y: g.cross_entropy(x @ w, y, ignore_index=-100)),
+    # random ops: the Philox key (two int64 words, any bits) is a per-example input
+    "dropout": ([_n(3, 4)], [_n(3, 4), _ids(-2**63, 2**63 - 1, 2)],
+                lambda w, x, k: g.sum(g.dropout(w * x, 0.4, k) * x)),
+    "rng_uniform": ([_n(5)], [_ids(-2**63, 2**63 - 1, 2)],
+                    lambda w, k: g.sum(w * w * g.rng.uniform(k, (5,), w.tape))),
+    "rng_normal": ([_n(2, 3)], [_ids(-2**63, 2**63 - 1, 2)],
+                   lambda w, k: g.sum(w * g.rng.normal(k, (2, 3), w.tape))),
+    "rng_fold": ([_n(3)], [_ids(-2**63, 2**63 - 1, 2)], lambda w, k: g.sum(
+        w * g.rng.uniform(g.rng.fold(g.rng.key_input(w.tape, k), 2**64 - 3), (3,)))),
+    "rng_bits": ([_n(4)], [_ids(-2**63, 2**63 - 1, 2)],
+                 lambda w, k: g.sum(w * g.index_weight(g.rng.bits(k, (4,), w.tape), 0))),
+    # conv2d (and, through the second layer, its input gradient) and the pools
+    "conv2d": ([_n(3, 2, 3, 3), _n(3), _n(2, 3, 2, 2)], [_n(1, 2, 5, 5), _n(1, 2, 2, 4)],
+               lambda w, b, v, x, y: g.sum(g.conv2d(g.tanh(g.conv2d(x, w, b, 2, 1)), v, None,
+                                                    1, (0, 1)) * y)),
+    "pools": ([_n(2, 2, 3, 3)], [_n(1, 2, 6, 6), _d(1, 2, 1, 1)],
+              lambda w, x, y: g.sum(g.avg_pool2d(g.max_pool2d(g.conv2d(x, w, padding=1), 2), 2,
+                                                 1) * y)),
+    "max_pool2d_pick": ([_n(1, 2, 4, 4)], [_d(1, 2, 4, 4), _n(1, 2, 2, 2)],
+                        lambda w, x, y: g.sum(g.max_pool2d_pick(w * w, x, 2) * y)),
 }
 # the optimizer's fused updates run on the optimizer's side, never inside a loss
 NOT_IN_LOSSES = set(UPDATE_OPS)  # the optimizer's fused updates: never inside a loss

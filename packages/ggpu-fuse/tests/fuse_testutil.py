@@ -38,10 +38,11 @@ def register(opt, ps) -> None:
     opt.set_clip(0.5)
 
 
-def train(engine: str, device: str, episodes: int, dtype: str = "float64"):
+def train(engine: str, device: str, episodes: int, dtype: str = "float64",
+          inner: str = "plain"):
     """Loss trace and final parameters of ``episodes`` steps: engine tape / replay / fused."""
     init, data = problem()
-    tp = g.Tape("numpy", dtype)
+    tp = g.Tape("numpy", dtype, inner=inner)
     ps = [tp.param(a) for a in init]
     if engine == "tape":
         opt = gopt.Adam(tp, lr=1e-2)

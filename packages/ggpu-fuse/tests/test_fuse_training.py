@@ -10,11 +10,20 @@ from gtensor.testing import bits_equal, first_difference
 EPISODES = 40
 
 
+@pytest.mark.parametrize("inner", ["plain", "fma"])
 @pytest.mark.parametrize("dtype", ["float64", "float32"])
-def test_fused_run_is_bitwise_the_per_node_replay_and_the_tape(device, dtype):
-    want_l, want_p, _ = train("tape", device, EPISODES, dtype)
-    node_l, node_p, _ = train("replay", device, EPISODES, dtype)
-    got_l, got_p, prog = train("fused", device, EPISODES, dtype)
+def test_fused_run_is_bitwise_the_per_node_replay_and_the_tape(device, dtype, inner):
+    """40 AE episodes under each inner-product contract: the fused rows call the contract's
+    dot (gt_dot_fma under fma), so fused, per-node replay and tape agree bitwise."""
+    want_l, want_p, _ = train("tape", device, EPISODES, dtype, inner)
+    node_l, node_p, _ = train("replay", device, EPISODES, dtype, inner)
+    got_l, got_p, prog = train("fused", device, EPISODES, dtype, inner)
+    units = prog.fused("step").units
+    src = "\n".join(u.kernel.source() for u in units)
+    plain_dot = "gt_dot_f64(" in src or "gt_dot_f32(" in src or any(
+        u.kernel.name in ("k_matmul_f64", "k_matmul_f32") for u in units)
+    fma_dot = "gt_dot_fma_" in src or any("k_matmul_fma_" in u.kernel.name for u in units)
+    assert (plain_dot, fma_dot) == ((False, True) if inner == "fma" else (True, False))
     for name, (trace, p) in {"per-node replay": (node_l, node_p),
                              "fused": (got_l, got_p)}.items():
         assert bits_equal(np.array(trace), np.array(want_l)), (

@@ -52,10 +52,10 @@ def register(opt: Any, ps: list[g.Var], clip: float | None) -> None:
 
 
 def train_tape(backend: str, dtype: str, kind: str, episodes: int, clip: float | None = 0.5,
-               seed: int = 0) -> tuple[list[float], list[np.ndarray]]:
+               seed: int = 0, inner: str = "plain") -> tuple[list[float], list[np.ndarray]]:
     """The CPU reference: mark/reset minibatch loop with gopt; loss trace and final params."""
     init, data = ae_problem(seed)
-    tp = g.Tape(backend, dtype)
+    tp = g.Tape(backend, dtype, inner=inner)
     ps = [tp.param(a) for a in init]
     opt = make_opt(kind, tp, clip)
     register(opt, ps, clip)
@@ -74,10 +74,11 @@ def train_tape(backend: str, dtype: str, kind: str, episodes: int, clip: float |
 
 def train_replay(backend: str, device: str, dtype: str | None, kind: str, episodes: int,
                  clip: float | None = 0.5, seed: int = 0, whole_step: bool = True,
-                 tape_dtype: str = "float64") -> tuple[list[float], list[np.ndarray]]:
+                 tape_dtype: str = "float64", inner: str = "plain"
+                 ) -> tuple[list[float], list[np.ndarray]]:
     """Capture episode 0 on a ``backend`` tape, replay every episode on ``device``."""
     init, data = ae_problem(seed)
-    tp = g.Tape(backend, tape_dtype)
+    tp = g.Tape(backend, tape_dtype, inner=inner)
     ps = [tp.param(a) for a in init]
     x = tp.const(data[0])
     prog = capture(tp, ae_loss(x, ps), backend=device, dtype=dtype)

@@ -23,6 +23,23 @@ def test_training_run_is_bit_equal_to_the_cpu_tape(bname, device, kind, dtype):
     assert want_losses[-1] < 0.9 * want_losses[0]  # it trained
 
 
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+def test_fma_contract_run_is_bit_equal_to_the_numpy_tape(bname, device, dtype):
+    """40 Adam episodes under the fma contract: captured from a tape of that contract, the
+    program's every matmul (forward and backward) is the fma kernel, and the run lands on the
+    numpy tape's bits (the exact fma emulation) -- and not on the plain contract's."""
+    want_losses, want = train_tape("numpy", dtype, "adam", EPISODES, inner="fma")
+    got_losses, got = train_replay(bname, device, None, "adam", EPISODES, tape_dtype=dtype,
+                                   inner="fma")
+    assert bits_equal(np.array(got_losses), np.array(want_losses)), (
+        f"loss trace: {first_difference(np.array(want_losses), np.array(got_losses))}")
+    for k, (a, b) in enumerate(zip(want, got)):
+        assert bits_equal(a, b), f"param {k}: {first_difference(a, b)}"
+    _, plain = train_tape("numpy", dtype, "adam", EPISODES)
+    assert not all(bits_equal(a, b) for a, b in zip(plain, got))
+    assert want_losses[-1] < 0.9 * want_losses[0]
+
+
 def test_split_calls_equal_the_whole_step(bname, device):
     """forward(); backward(); dopt.step() lands where prog.step(dopt) (one graph) lands."""
     a_losses, a = train_replay(bname, device, None, "adam", 12, whole_step=False)

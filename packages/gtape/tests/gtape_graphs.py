@@ -108,10 +108,11 @@ ORACLE_GRAPHS = [
 ]
 
 
-def run_tape(graph: Graph, backend: str, dtype: str = "float64", seed: int = 0) -> dict:
+def run_tape(graph: Graph, backend: str, dtype: str = "float64", seed: int = 0,
+             inner: str = "plain") -> dict:
     """Build ``graph`` on a fresh tape; every node's value and gradient as numpy, plus params'."""
     data = graph.inputs(np.random.default_rng(seed))
-    with g.Tape(backend, dtype) as tp:
+    with g.Tape(backend, dtype, inner=inner) as tp:
         v = {k: tp.param(a) if k in graph.params else tp.const(a) for k, a in data.items()}
         loss = graph.tape(v)
         tp.backward(loss)

@@ -43,11 +43,13 @@ def test_mismatches_are_found(monkeypatch):
     monkeypatch.setattr(ops, "softmax", softmax)
     monkeypatch.delattr(ops, "relu")
     monkeypatch.setitem(ops.INTERNAL, "no_such_op", "a reason")
+    monkeypatch.setitem(ops.EXTRA_PARAMS, "exp", {"b": ""})
     got = "\n".join(surface.mismatches())
     assert "take: inputs ['x', 'idx']" in got
-    assert "softmax: attr axis defaults to 0 in gtape, to -1 in the op" in got
+    assert "softmax: attr axis defaults to 0 in gtape, to -1 in the op" in got, got
     assert "relu: a gtensor op with no gtape.ops function" in got
     assert "INTERNAL names 'no_such_op'" in got
+    assert "EXTRA_PARAMS names 'exp'" in got
 
 
 def test_committed_stub_is_current():

@@ -20,6 +20,7 @@ import gtape as g
 import gtensor
 import numpy as np
 import pytest
+from gtensor import conv_loops as cl
 from gtensor.testing import bits_equal, first_difference
 
 DTYPES = ["float64", "float32"]
@@ -304,6 +305,51 @@ ROWS += [
     Row("logsumexp", lambda x: g.logsumexp(x, 1), (S,), lambda i, y, G, dt: [
         ew(lambda q, e: q * e, np.broadcast_to(G[:, None], S),
            _our_exp(ew(lambda a, m: a - m, i[0], np.broadcast_to(y[:, None], S))))]),
+]
+_DROP_KEY = 2**77 + 12345  # dropout's pinned row: the mask from numpy's own Philox
+
+
+def _dropout_vjp(G: np.ndarray, p: float, dt: str) -> np.ndarray:
+    """G * float(1/(1-p)) where numpy's Generator(Philox(key)).random() >= p, else +0.0."""
+    u = np.random.Generator(np.random.Philox(key=_DROP_KEY)).random(G.size).reshape(G.shape)
+    s = _T(dt)(1.0 / (1.0 - p))
+    return ew(lambda q, keep: q * s if keep else type(q)(0.0), G, u >= p)
+
+
+ROWS += [
+    Row("dropout", lambda x: g.dropout(x, 0.375, g.rng.key(_DROP_KEY)), (S,),
+        lambda i, y, G, dt: [_dropout_vjp(G, 0.375, dt)]),
+]
+
+# conv2d and the pools (gtensor.conv_loops: the definitions as scalar loops); a conv's
+# input/weight gradients are each other's adjoints, so the double-backward rows pin those too
+X5, W3, G3 = (2, 2, 5, 5), (3, 2, 3, 3), (2, 3, 3, 3)
+P5, P2 = (1, 2, 5, 5), (1, 2, 2, 2)
+ROWS += [
+    Row("conv2d", lambda x, w: g.conv2d(x, w, stride=2, padding=1), (X5, W3),
+        lambda i, y, G, dt: [cl.loop_conv2d_grad_input(G, i[1], 2, 1, (5, 5)),
+                             cl.loop_conv2d_grad_weight(G, i[0], 2, 1, (3, 3))]),
+    Row("conv2d_bias", lambda x, w, b: g.conv2d(x, w, b, stride=(1, 2), padding=(1, 0)),
+        ((1, 2, 4, 5), (2, 2, 3, 3), (2,)),
+        lambda i, y, G, dt: [cl.loop_conv2d_grad_input(G, i[1], (1, 2), (1, 0), (4, 5)),
+                             cl.loop_conv2d_grad_weight(G, i[0], (1, 2), (1, 0), (3, 3)),
+                             loop_sum_to(G, (2, 1, 1)).reshape(2)]),
+    Row("conv2d_grad_input", lambda a, w: g.conv2d_grad_input(a, w, 2, 1, (5, 5)), (G3, W3),
+        lambda i, y, G, dt: [cl.loop_conv2d(G, i[1], 2, 1),
+                             cl.loop_conv2d_grad_weight(i[0], G, 2, 1, (3, 3))]),
+    Row("conv2d_grad_weight", lambda a, x: g.conv2d_grad_weight(a, x, 2, 1, (3, 3)), (G3, X5),
+        lambda i, y, G, dt: [cl.loop_conv2d(i[1], G, 2, 1),
+                             cl.loop_conv2d_grad_input(i[0], G, 2, 1, (5, 5))]),
+    Row("max_pool2d", lambda x: g.max_pool2d(x, 3, 2), (P5,),
+        lambda i, y, G, dt: [cl.loop_max_pool2d_grad(G, i[0], 3, 2)]),
+    Row("max_pool2d_grad", lambda a, x: g.max_pool2d_grad(a, x, 3, 2), (P2, P5),
+        lambda i, y, G, dt: [cl.loop_max_pool2d_pick(G, i[1], 3, 2), np.zeros(P5, dt)]),
+    Row("max_pool2d_pick", lambda v, x: g.max_pool2d_pick(v, x, 3, 2), (P5, P5),
+        lambda i, y, G, dt: [cl.loop_max_pool2d_grad(G, i[1], 3, 2), np.zeros(P5, dt)]),
+    Row("avg_pool2d", lambda x: g.avg_pool2d(x, 3, 2), (P5,),
+        lambda i, y, G, dt: [cl.loop_avg_pool2d_grad(G, 3, 2, (5, 5))]),
+    Row("avg_pool2d_grad", lambda a: g.avg_pool2d_grad(a, 3, 2, (5, 5)), (P2,),
+        lambda i, y, G, dt: [cl.loop_avg_pool2d(G, 3, 2)]),
 ]
 COVERED = {r.name.split("_axis0")[0].split("_axis1")[0].split("_keepdims")[0].split("_head")[0]
            for r in ROWS}

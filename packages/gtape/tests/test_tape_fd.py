@@ -99,8 +99,32 @@ ROWS = [
     Row("minimum_mask", lambda a, b: g.minimum_mask(a, b) * a, ((3, 4), (3, 4))),
     Row("cross_entropy_ignore", lambda z: g.cross_entropy(z, [1, -100, 3], ignore_index=-100),
         ((3, 4),)),
+    Row("dropout", lambda x: g.dropout(x, 0.4, g.rng.key(99)), ((4, 5),)),
     Row("bce_with_logits", lambda z: g.bce_with_logits(z, np.array([[1.0, 0.0, 0.3]])),
         ((1, 3),), AWAY0),
+    Row("layer_norm", g.layer_norm, ((3, 5), (5,), (5,))),
+    Row("layer_norm_3d_plain", g.layer_norm, ((2, 2, 4),)),
+    Row("rms_norm", g.rms_norm, ((3, 5), (5,))),
+]
+# conv2d (bias, strides, paddings, odd sizes), its gradients and the pools (distinct random
+# values: no ties, so the max-pool choice is stable under the differences' steps)
+ROWS += [
+    Row("conv2d_bias", lambda x, w, b: g.conv2d(x, w, b, stride=1, padding=1),
+        ((2, 2, 5, 4), (3, 2, 3, 3), (3,))),
+    Row("conv2d_stride_pad", lambda x, w: g.conv2d(x, w, stride=(2, 1), padding=(0, 2)),
+        ((1, 2, 5, 5), (2, 2, 2, 3))),
+    Row("conv2d_grad_input", lambda a, w: g.conv2d_grad_input(a, w, 2, 1, (5, 5)),
+        ((1, 3, 3, 3), (3, 2, 3, 3))),
+    Row("conv2d_grad_weight", lambda a, x: g.conv2d_grad_weight(a, x, 2, 1, (3, 3)),
+        ((1, 3, 3, 3), (1, 2, 5, 5))),
+    Row("max_pool2d_overlap", lambda x: g.max_pool2d(x, 3, 2), ((1, 2, 5, 5),)),
+    Row("max_pool2d", lambda x: g.max_pool2d(x, 2), ((2, 1, 4, 6),)),
+    Row("max_pool2d_grad", lambda a, x: g.max_pool2d_grad(a, x, 3, 2),
+        ((1, 2, 2, 2), (1, 2, 5, 5))),
+    Row("max_pool2d_pick", lambda v, x: g.max_pool2d_pick(v, x, (2, 3), 1),
+        ((1, 2, 4, 5), (1, 2, 4, 5))),
+    Row("avg_pool2d", lambda x: g.avg_pool2d(x, 3, (1, 2)), ((1, 2, 5, 6),)),
+    Row("avg_pool2d_grad", lambda a: g.avg_pool2d_grad(a, 3, 2, (6, 5)), ((1, 2, 2, 2),)),
 ]
 NONDIFF = {name for name, op in gtensor.REGISTRY.items() if not op.differentiable}
 

@@ -31,6 +31,8 @@ class Row:
 
 _IDS = np.array([2, 0, 2, 1, 2])
 _ALONG = np.array([[0, 0], [3, 1], [2, 3]])
+# dropout's mask for key 31, p = 0.4, from numpy's own Philox (the torch side multiplies by it)
+_DROP_KEEP = np.random.Generator(np.random.Philox(key=31)).random(12).reshape(3, 4) >= 0.4
 
 
 def _sm_grad(gg, y, axis):
@@ -103,6 +105,9 @@ ROWS = [
     Row("take_along_axis_grad", lambda a: g.take_along_axis_grad(a * a, _ALONG, 4, 1),
         lambda a: T.zeros(3, 4, dtype=a.dtype).scatter_add(1, T.from_numpy(_ALONG), a * a),
         ((3, 2),), ("take_along_axis_grad", "take_along_axis")),
+    Row("dropout", lambda x: g.dropout(x * x, 0.4, g.rng.key(31)),
+        lambda x: x * x * T.from_numpy(_DROP_KEEP).to(x.dtype) * (1.0 / (1.0 - 0.4)), ((3, 4),),
+        ("dropout",)),
     Row("log_softmax", lambda x: g.log_softmax(x, axis=1), lambda x: T.log_softmax(x, 1),
         ((3, 4),), ("log_softmax", "log_softmax_grad")),
     Row("log_softmax_grad", lambda a, y: g.log_softmax_grad(a, y, axis=-1),
@@ -110,6 +115,47 @@ ROWS = [
         ("log_softmax_grad",)),
     Row("logsumexp", lambda x: g.logsumexp(x, 1), lambda x: T.logsumexp(x, 1), ((3, 4),),
         ("logsumexp",)),
+]
+F = T.nn.functional
+
+
+def _t_grad_input(a, w, stride, padding, size):
+    """conv2d's input gradient in torch, differentiable: autograd of conv2d (linear in x)."""
+    x0 = T.zeros((a.shape[0], w.shape[1]) + size, dtype=a.dtype, requires_grad=True)
+    return T.autograd.grad(F.conv2d(x0, w, stride=stride, padding=padding), x0, a,
+                           create_graph=True)[0]
+
+
+def _t_grad_weight(a, x, stride, padding, kernel):
+    """conv2d's weight gradient in torch, differentiable: autograd of conv2d (linear in w)."""
+    w0 = T.zeros((a.shape[1], x.shape[1]) + kernel, dtype=a.dtype, requires_grad=True)
+    return T.autograd.grad(F.conv2d(x, w0, stride=stride, padding=padding), w0, a,
+                           create_graph=True)[0]
+
+
+def _t_pick(v, x, kernel, stride):
+    _, idx = F.max_pool2d(x, kernel, stride, return_indices=True)
+    return v.flatten(2).gather(2, idx.flatten(2)).reshape(idx.shape)
+
+
+ROWS += [
+    Row("conv2d", lambda x, w, b: g.conv2d(x, w, b, stride=2, padding=1),
+        lambda x, w, b: F.conv2d(x, w, b, stride=2, padding=1),
+        ((2, 2, 5, 5), (3, 2, 3, 3), (3,)), ("conv2d", "conv2d_grad_input",
+                                             "conv2d_grad_weight")),
+    Row("conv2d_grad_input", lambda a, w: g.conv2d_grad_input(a * a, w, 2, 1, (5, 5)),
+        lambda a, w: _t_grad_input(a * a, w, 2, 1, (5, 5)), ((1, 3, 3, 3), (3, 2, 3, 3)),
+        ("conv2d_grad_input", "conv2d", "conv2d_grad_weight")),
+    Row("conv2d_grad_weight", lambda a, x: g.conv2d_grad_weight(a * a, x, 1, 0, (2, 2)),
+        lambda a, x: _t_grad_weight(a * a, x, 1, 0, (2, 2)), ((1, 2, 3, 4), (1, 2, 4, 5)),
+        ("conv2d_grad_weight", "conv2d", "conv2d_grad_input")),
+    Row("max_pool2d", lambda x: g.max_pool2d(x, 3, 2), lambda x: F.max_pool2d(x, 3, 2),
+        ((1, 2, 5, 5),), ("max_pool2d", "max_pool2d_grad")),
+    Row("max_pool2d_pick", lambda v, x: g.max_pool2d_pick(v * v, x, 2, 1),
+        lambda v, x: _t_pick(v * v, x, 2, 1), ((1, 2, 4, 4), (1, 2, 4, 4)),
+        ("max_pool2d_pick", "max_pool2d_grad")),
+    Row("avg_pool2d", lambda x: g.avg_pool2d(x * x, 3, 2), lambda x: F.avg_pool2d(x * x, 3, 2),
+        ((1, 2, 5, 5),), ("avg_pool2d", "avg_pool2d_grad")),
 ]
 # no rule: no input is trained (the optimizer's updates) or the result is int64 / bool
 NOT_COVERED = {n for n, op in gtensor.REGISTRY.items() if not op.differentiable}

@@ -136,11 +136,20 @@ def test_from_torch_forward_and_gradients_match_torch(bname, act):
 def test_from_torch_refuses_what_it_cannot_rebuild(bname):
     with g.Tape(bname) as tp:
         tp.param(np.ones(2))
-        net = torch.nn.Sequential(torch.nn.Linear(3, 3), torch.nn.Conv2d(1, 1, 3))
-        with pytest.raises(TypeError, match=r"layer '1' is torch.nn.Conv2d, which is not "
-                           r"supported \(gtensor has no convolution op yet\); supported: "
-                           r"Sequential, Linear, ReLU, Tanh, Sigmoid, Flatten, Identity"):
+        net = torch.nn.Sequential(torch.nn.Linear(3, 3), torch.nn.Conv2d(2, 2, 3, groups=2))
+        with pytest.raises(TypeError, match=r"layer '1' is torch.nn.Conv2d with groups=2, "
+                           r"which gtape.nn.Conv2d does not support"):
             g.nn.from_torch(net, tp)
+        net = torch.nn.Sequential(torch.nn.Linear(3, 3), torch.nn.BatchNorm1d(3))
+        with pytest.raises(TypeError, match=r"layer '1' is torch.nn.BatchNorm1d, which is not "
+                           r"supported; supported: Sequential, Linear, ReLU, Tanh, Sigmoid, "
+                           r"Flatten, Identity, Conv2d"):
+            g.nn.from_torch(net, tp)
+        for bad, words in [(torch.nn.MaxPool2d(2, padding=1), "MaxPool2d with padding=1"),
+                           (torch.nn.Embedding(4, 2, padding_idx=0), "padding_idx=0"),
+                           (torch.nn.LayerNorm((2, 3)), r"normalized_shape=\(2, 3\)")]:
+            with pytest.raises(TypeError, match=words):
+                g.nn.from_torch(bad, tp)
         with pytest.raises(TypeError, match="the module is torch.nn.GELU"):
             g.nn.from_torch(torch.nn.GELU(), tp)
         with pytest.raises(TypeError, match="expected a torch.nn.Module"):

@@ -66,8 +66,10 @@ def _cases() -> list[Case]:
     for a, b in [((1, 1), (1, 1)), ((3, 5), (5, 2)), ((1, 7), (7, 1)), ((4, 1), (1, 3)),
                  ((2, 13), (13, 3)), ((3, 0), (0, 2))]:
         cases.append(Case("matmul", (a, b)))
+        cases.append(Case("matmul", (a, b), {"inner": "fma"}))
     for a, b in [((1, 1, 1), (1, 1, 1)), ((2, 3, 4), (2, 4, 5)), ((3, 1, 7), (3, 7, 2))]:
         cases.append(Case("bmm", (a, b)))
+        cases.append(Case("bmm", (a, b), {"inner": "fma"}))
     for s, axes in [((3, 5), None), ((1, 7), None), ((2, 3, 4), (0, 2, 1)),
                     ((2, 3, 4), (2, 0, 1)), ((2, 3, 4), None), ((7,), None)]:
         cases.append(Case("transpose", (s,), {} if axes is None else {"axes": axes}))
@@ -103,6 +105,40 @@ def _cases() -> list[Case]:
                         ((1, 1), 0), ((2, 300), 1), ((4, 1), 1)]:
             cases.append(Case(op, (s,) * n, {"axis": axis}))
     cases += _typed_cases()
+    cases += _conv_cases()
+    return cases
+
+
+def _conv_out(size: int, k: int, s: int, p: int) -> int:
+    return (size + 2 * p - k) // s + 1
+
+
+def _conv_cases() -> list[Case]:
+    """Rows of conv2d, its gradients and the pools: strides, paddings, odd sizes, 1x1."""
+    cases: list[Case] = []
+    for (n, c, h, w), (o, kh, kw), stride, padding in [
+            ((2, 3, 5, 5), (4, 3, 3), 1, 0), ((1, 2, 6, 7), (3, 3, 3), 1, 1),
+            ((2, 1, 7, 6), (2, 3, 2), 2, 1), ((1, 2, 4, 4), (2, 1, 1), 1, 0),
+            ((1, 1, 5, 4), (1, 2, 3), (2, 1), (0, 2)), ((1, 2, 3, 3), (2, 3, 3), 3, 2),
+            ((0, 2, 4, 4), (3, 3, 3), 1, 1)]:
+        sh, sw = stride if isinstance(stride, tuple) else (stride, stride)
+        ph, pw = padding if isinstance(padding, tuple) else (padding, padding)
+        gs = (n, o, _conv_out(h, kh, sh, ph), _conv_out(w, kw, sw, pw))
+        at = {"stride": stride, "padding": padding}
+        cases.append(Case("conv2d", ((n, c, h, w), (o, c, kh, kw)), at))
+        cases.append(Case("conv2d_grad_weight", (gs, (n, c, h, w)), {**at, "kernel": (kh, kw)}))
+        cases.append(Case("conv2d_grad_input", (gs, (o, c, kh, kw)), {**at, "size": (h, w)}))
+    for x, kernel, stride in [((2, 3, 4, 4), 2, None), ((1, 2, 5, 7), 3, 2), ((1, 1, 5, 5), 3, 1),
+                              ((2, 1, 6, 5), (2, 3), (1, 2)), ((1, 2, 3, 3), 3, None),
+                              ((1, 1, 4, 6), 1, 2)]:
+        k = kernel if isinstance(kernel, tuple) else (kernel, kernel)
+        s = k if stride is None else (stride if isinstance(stride, tuple) else (stride, stride))
+        y = x[:2] + (_conv_out(x[2], k[0], s[0], 0), _conv_out(x[3], k[1], s[1], 0))
+        at = {"kernel": kernel, "stride": stride}
+        for op, shapes_ in [("max_pool2d", (x,)), ("max_pool2d_grad", (y, x)),
+                            ("max_pool2d_pick", (x, x)), ("avg_pool2d", (x,))]:
+            cases.append(Case(op, shapes_, at))
+        cases.append(Case("avg_pool2d_grad", (y,), {**at, "size": x[2:]}))
     return cases
 
 
@@ -138,10 +174,28 @@ def _typed_cases() -> list[Case]:
         cases.append(Case("argmax", (s,), {"axis": axis}))
     for s, ignore in [((7,), 3), ((3, 5), -1), ((0,), 0), ((), 1)]:
         cases.append(Case("index_weight", (s,), {"ignore": ignore}, id_range=(-1, 4)))
+    cases += _random_cases()
     for op, n in (("log_softmax", 1), ("log_softmax_grad", 2), ("logsumexp", 1)):
         for s, axis in [((7,), 0), ((3, 5), 1), ((3, 5), 0), ((2, 3, 4), 1), ((2, 3, 4), -1),
                         ((1, 1), 0), ((2, 300), 1), ((4, 1), 1)]:
             cases.append(Case(op, (s,) * n, {"axis": axis}))
+    return cases
+
+
+KEY_RANGE = (-(2**63), 2**63 - 1)  # a Philox key's two words: any int64 bit patterns
+
+
+def _random_cases() -> list[Case]:
+    """Rows of the random ops (gtensor.ops.random): the key input is any int64 pair."""
+    cases: list[Case] = []
+    for shape in [(), (7,), (3, 5), (2, 3, 4), (0, 3), (1,), (257,)]:
+        for op in ("rng_bits", "rng_uniform", "rng_normal"):
+            cases.append(Case(op, ((2,),), {"shape": shape}, id_range=KEY_RANGE))
+    for i in (0, 1, 12345, 2**63 + 5, 2**64 - 1):
+        cases.append(Case("rng_fold", ((2,),), {"i": i}, id_range=KEY_RANGE))
+    for s, p in [((7,), 0.5), ((3, 5), 0.0), ((3, 5), 0.25), ((2, 3, 4), 0.9), ((0, 3), 0.5),
+                 ((), 0.5), ((65,), 1e-300), ((40,), 0.999999)]:
+        cases.append(Case("dropout", (s, (2,)), {"p": p}, id_range=KEY_RANGE))
     return cases
 
 

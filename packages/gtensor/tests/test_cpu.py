@@ -31,8 +31,15 @@ def _calls(rng, dtype):
     e = rng.standard_normal((60, 71)).astype(dtype)
     f = rng.standard_normal((3, 60, 7)).astype(dtype)
     h = rng.standard_normal((2, 3, 33, 70)).astype(dtype)  # tiled transposes end mid-tile
+    # k past one k block (KC = 128) and rows past one row block (MC = 64 rows at k = 1100 f64)
+    p = rng.standard_normal((70, 1100)).astype(dtype)
+    q = rng.standard_normal((1100, 19)).astype(dtype)
     return [("matmul", (a, b), {}), ("bmm", (c, d), {}), ("exp", (e,), {}),
             ("matmul", (a[:21], b), {}),  # few rows, more panels than row tiles: panels split
+            ("matmul", (a[:37], b), {"inner": "fma"}), ("bmm", (c, d), {"inner": "fma"}),
+            ("matmul", (a[:21], b[:, :40]), {"inner": "fma"}),
+            ("matmul", (p, q), {}), ("matmul", (p, q), {"inner": "fma"}),
+            ("bmm", (p.reshape(2, 35, 1100), np.stack([q, q[::-1]])), {"inner": "fma"}),
             ("muls", (e,), {"s": 0.3}), ("add", (e, e[:1]), {}), ("mul", (e, e), {}),
             ("sum", (e,), {"axis": 0}), ("sum", (e,), {"axis": 1}), ("mean", (e,), {}),
             ("sum", (f,), {"axis": 1}), ("softmax", (e,), {"axis": 1}),
@@ -116,12 +123,19 @@ def test_array_data_offset_found():
 
 
 def test_cpu_source_calls_no_platform_math():
-    """No FMA, no libm transcendental, no fast-math intrinsic in the cpu module's text."""
+    """No FMA (but in the fma contract's matmul), no libm transcendental, no fast-math
+    intrinsic in the cpu module's text."""
     import re
 
-    from gtensor.runtime.cpu_source import cpu_module_source
+    from gtensor.ops.linalg import fma_contract_text
+    from gtensor.runtime.cpu_source import cpu_kernels, cpu_module_source
 
     src = cpu_module_source()
+    allowed = fma_contract_text(cpu_kernels())
+    assert len(allowed) == 4 and all("fma" in t for t in allowed)  # matmul's fma contract
+    for text in allowed:
+        assert text in src
+        src = src.replace(text, "")
     for banned in (r"\bfmaf?\b", r"__fmaf?_r", r"\bexpf?\(", r"\blogf?\(", r"\btanhf?\(",
                    r"__expf", r"__logf", r"\bstd::(exp|log|tanh|pow)\b"):
         assert not re.search(banned, src), f"cpu module source contains {banned}"

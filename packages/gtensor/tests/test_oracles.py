@@ -11,6 +11,7 @@ import itertools
 import numpy as np
 import pytest
 from cases import arrays, loop_sum
+from fma_oracle import oracle as exact_fma
 from gtensor.dtypes import float_type
 from gtensor.ops.elementwise import EXP
 from gtensor.testing import bits_equal, first_difference
@@ -37,6 +38,21 @@ def loop_matmul(a, b):
                     with np.errstate(all="ignore"):
                         p = T(a[idx + (i, k)]) * T(b[idx + (k, j)])
                     acc = p if k == 0 else acc + p
+                out[idx + (i, j)] = acc
+    return out
+
+
+def loop_matmul_fma(a, b):
+    """c[..,i,j] = +0.0, then c = fma(a[..,i,k], b[..,k,j], c), k ascending (exact fma)."""
+    batch = a.shape[:-2]
+    out = np.zeros(batch + (a.shape[-2], b.shape[-1]), a.dtype)
+    for idx in itertools.product(*[range(d) for d in batch]):
+        for i in range(a.shape[-2]):
+            for j in range(b.shape[-1]):
+                acc = 0.0
+                for k in range(a.shape[-1]):
+                    acc = exact_fma(float(a[idx + (i, k)]), float(b[idx + (k, j)]), acc,
+                                    a.dtype.type)
                 out[idx + (i, j)] = acc
     return out
 
@@ -74,6 +90,33 @@ def test_matmul_bmm_serial_order(be, dtype, shapes, data):
     b = data.draw(arrays(np.dtype(dtype), shapes[1]))
     op = be.bmm if len(shapes[0]) == 3 else be.matmul
     _check(be, loop_matmul(a, b), op(be.asarray(a), be.asarray(b)), op.__name__)
+    _check(be, loop_matmul(a, b), op(be.asarray(a), be.asarray(b), inner="plain"), op.__name__)
+    _check(be, loop_matmul_fma(a, b), op(be.asarray(a), be.asarray(b), inner="fma"),
+           f"{op.__name__} (fma)")
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=["f64", "f32"])
+def test_contracts_differ_where_they_must(be, dtype):
+    """[-1, x] . [1, x] with x = 1 + 2^-(p//2+2): plain rounds x*x before adding -1 (the
+    2^-2(p//2+2) bit is lost), fma adds it exactly; the switch is real on every backend."""
+    p = 53 if dtype == np.float64 else 24
+    x = 1 + 2.0 ** -(p // 2 + 2)
+    a = np.array([[-1.0, x]], dtype)
+    b = np.array([[1.0], [x]], dtype)
+    plain = be.to_numpy(be.matmul(be.asarray(a), be.asarray(b)))
+    fused = be.to_numpy(be.matmul(be.asarray(a), be.asarray(b), inner="fma"))
+    assert plain[0, 0] == dtype(2.0 ** -(p // 2 + 1)), plain
+    assert fused[0, 0] == dtype(2.0 ** -(p // 2 + 1) + 2.0 ** -(2 * (p // 2 + 2))), fused
+    bat = be.to_numpy(be.bmm(be.asarray(a[None]), be.asarray(b[None]), inner="fma"))
+    assert bat.tobytes() == fused.tobytes()
+
+
+def test_inner_refusal(be):
+    x = be.asarray(np.ones((2, 2)))
+    with pytest.raises(ValueError, match=r"matmul: inner is 'fused'; expected one of"):
+        be.matmul(x, x, inner="fused")
+    with pytest.raises(ValueError, match=r"bmm: inner is 1; expected one of"):
+        be.bmm(be.asarray(np.ones((1, 2, 2))), be.asarray(np.ones((1, 2, 2))), inner=1)
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=["f64", "f32"])

@@ -44,7 +44,8 @@ def test_large_rows_and_grids(other, ref, dtype):
     rng = np.random.default_rng(7)
     a = rng.standard_normal((300, 70)).astype(dtype)
     b = rng.standard_normal((70, 90)).astype(dtype)
-    for op, args, attrs in [("matmul", (a, b), {}), ("softmax", (a,), {"axis": 0}),
+    for op, args, attrs in [("matmul", (a, b), {}), ("matmul", (a, b), {"inner": "fma"}),
+                            ("softmax", (a,), {"axis": 0}),
                             ("softmax", (a,), {"axis": 1}), ("sum", (a,), {"axis": 0}),
                             ("sum", (a,), {}), ("exp", (a,), {}), ("add", (a, a[:1]), {}),
                             ("transpose", (a,), {}), ("sum_to", (a,), {"shape": (70,)})]:

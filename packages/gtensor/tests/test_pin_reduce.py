@@ -62,7 +62,9 @@ def test_empty_inner_products_are_positive_zero(be, dtype):
     for a_shape, b_shape, want_shape in [((3, 0), (0, 4), (3, 4)),
                                          ((2, 3, 0), (2, 0, 4), (2, 3, 4))]:
         op = be.matmul if len(a_shape) == 2 else be.bmm
-        got = be.to_numpy(op(be.asarray(np.zeros(a_shape, dtype)),
-                             be.asarray(np.zeros(b_shape, dtype))))
-        assert got.shape == want_shape and got.dtype == np.dtype(dtype), (got.shape, got.dtype)
-        assert not got.view(np.uint64 if dtype == "float64" else np.uint32).any(), got
+        for inner in ("plain", "fma"):
+            got = be.to_numpy(op(be.asarray(np.zeros(a_shape, dtype)),
+                                 be.asarray(np.zeros(b_shape, dtype)), inner=inner))
+            assert got.shape == want_shape and got.dtype == np.dtype(dtype), (got.shape,
+                                                                               got.dtype)
+            assert not got.view(np.uint64 if dtype == "float64" else np.uint32).any(), got

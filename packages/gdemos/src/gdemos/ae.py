@@ -30,6 +30,7 @@ class AEConfig:
 
     backend: str = "numpy"
     dtype: str = "float64"
+    inner: str = "plain"  # the inner-product contract ("plain" or "fma": gtape.Tape's inner)
     engine: str = "tape"  # "tape" (rung 1), "replay" (rung 2) or "fused" (rung 4): sim / cuda
     seed: int = 0
     epochs: int = 60
@@ -144,9 +145,9 @@ def train(cfg: AEConfig, progress: Callable[[int, int], Any] | None = None,
         from .replay_ae import ReplaySteps, check_replay_config
 
         check_replay_config(cfg)
-        tp = g.Tape("numpy", cfg.dtype)  # records the episode; evaluates full-data MSE
+        tp = g.Tape("numpy", cfg.dtype, inner=cfg.inner)  # records the episode; full-data MSE
     elif cfg.engine == "tape":
-        tp = g.Tape(cfg.backend, cfg.dtype)
+        tp = g.Tape(cfg.backend, cfg.dtype, inner=cfg.inner)
     else:
         raise ValueError(f"train: engine {cfg.engine!r}; expected 'tape', 'replay' or 'fused'")
     params = [tp.param(a) for a in model.init_params(init_rng, model.layer_sizes(x.shape[1]))]

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import gtensor
 
-from . import ae, dp, ladder, rung_ae, rung_lora, rung_verify, swarm_rung
+from . import ae, dp, ladder, rung_ae, rung_cnn, rung_lora, rung_verify, swarm_rung
 
 EXIT_PASS, EXIT_FAIL, EXIT_UNVERIFIED = 0, 1, 3
 MAX_EPOCHS = 10_000
@@ -53,6 +53,9 @@ def _parser() -> argparse.ArgumentParser:
                         f"(default: {ae.AEConfig.seed})")
     a.add_argument("--dtype", choices=["float64", "float32"], default="float64",
                    help="the tape's dtype (default: float64)")
+    a.add_argument("--inner", choices=["plain", "fma"], default="plain",
+                   help="the inner-product contract of every matmul (default: plain; fma: "
+                        "one fused multiply-add per term, docs/semantics.md)")
     a.add_argument("--no-bars", action="store_true",
                    help="skip the bar checks (the MSE bar and scikit-learn's)")
     a.add_argument("--engine", choices=["tape", "replay", "fused"], default="tape",
@@ -76,6 +79,7 @@ def _parser() -> argparse.ArgumentParser:
     swarm_rung.add_parser(sub, common)
     rung_verify.add_parser(sub, common)
     dp.add_parser(sub, common)
+    rung_cnn.add_parser(sub, common)
     sub.add_parser("ladder", parents=[common], help="every rung, in order, one verdict each")
     return p
 
@@ -97,7 +101,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                      f"got {args.backend}")
     if args.command == "ae":
         cfg = ae.AEConfig(backend=args.backend, dtype=args.dtype, seed=args.seed,
-                          epochs=args.epochs, engine=args.engine)
+                          epochs=args.epochs, engine=args.engine, inner=args.inner)
         ctl, cfg = _control(parser, args, cfg)
         run = rung_ae.run(cfg, args.out, progress=not args.no_progress, bars=not args.no_bars,
                           ctl=ctl)
@@ -125,6 +129,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return rung_verify.main(args)
     if args.command == "dp":
         return dp.main(args)
+    if args.command == "cnn":
+        return rung_cnn.main(args)
     verdicts = ladder.run_ladder(args.out, args.backend, progress=not args.no_progress)
     return ladder_exit(verdicts)
 

@@ -7,7 +7,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import ae, dp, rung_ae, rung_lora, rung_verify, swarm_rung
+from . import ae, cnn, dp, rung_ae, rung_cnn, rung_lora, rung_verify, swarm_rung
 
 
 @dataclass(frozen=True)
@@ -103,6 +103,12 @@ def _verify(out: Path, backend: str, progress: bool) -> Verdict:
 def _dp(out: Path, backend: str, progress: bool) -> Verdict:
     ok, detail, unchecked = dp.ladder_verdict(out / "dp", progress, backend)
     return Verdict(dp.RUNG, ok, detail, unchecked)
+
+
+@rung(cnn.RUNG)
+def _cnn(out: Path, backend: str, progress: bool) -> Verdict:
+    ok, detail, unchecked = rung_cnn.ladder_verdict(out / "cnn", progress, backend)
+    return Verdict(cnn.RUNG, ok, detail, unchecked)
 
 
 def run_ladder(out: Path, backend: str = "numpy", progress: bool = True,

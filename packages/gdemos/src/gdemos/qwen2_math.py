@@ -6,7 +6,7 @@ numpy arrays by gtensor's numpy backend: the inference path). Both run the same 
 definitions in the same order, so the inference path's logits are the tape's logits, bit for
 bit. Only existing gtensor ops are used (composites where there is no primitive):
 
-* RMSNorm: ``x * (1 / sqrt(mean(x*x, axis=-1) + eps)) * w``;
+* RMSNorm: ``w * (x * (1 / sqrt(mean(x*x, axis=-1) + eps)))`` (``gtape.rms_norm``'s formula);
 * rotary (NEOX): ``x * cos + rotate_half(x) * sin``, rotate_half by slice + neg + concat;
 * grouped-query attention: kv heads repeated by reshape + broadcast_to; the causal mask is an
   additive const (float32's most negative finite number above the diagonal, like
@@ -28,6 +28,7 @@ from typing import Any
 import gtape
 import gtensor
 import numpy as np
+from gtape.norms import rms_norm_with
 from gtensor.scalar.transcendental import EXP_F64, LOG_F64
 from gtensor.scalar.trig import COS_F64, SIN_F64
 
@@ -276,9 +277,10 @@ def linear(ops: Any, x: Any, W: dict[str, Any], name: str, adapters: Adapters | 
 
 
 def rmsnorm(ops: Any, x: Any, w: Any, eps: float) -> Any:
-    """``w * (x * (1 / sqrt(mean(x*x) + eps)))`` over the last axis of (T, H)."""
-    ms = ops.mean(ops.mul(x, x), axis=-1, keepdims=True)
-    return ops.mul(w, ops.mul(x, ops.div(1.0, ops.sqrt(ops.adds(ms, eps)))))
+    """``w * (x * (1 / sqrt(mean(x*x) + eps)))`` over the last axis of (T, H): gtape's
+    ``rms_norm`` formula (``gtape.norms.rms_norm_with``) run by ``ops``, so the tape path
+    records exactly the nodes ``gtape.rms_norm`` records and the host path computes its bits."""
+    return rms_norm_with(ops, x, w, eps)
 
 
 def rope(ops: Any, x: Any, cos: Any, sin: Any, hd: int) -> Any:

@@ -30,6 +30,8 @@ def state_dict(t: Trainer) -> dict[str, np.ndarray]:
             "dtype": t._dtype.name, "backend": t._backend, "optimizer": t._opt.KIND,
             "params": [[n, list(h.shape)] for n, h in handles.items()],
             "batch_keys": None if t._keys is None else list(t._keys), "steps": t._steps}
+    if t._inner != "plain":  # an fma run names its contract (plain checkpoints as before)
+        meta["inner"] = t._inner
     out = {META: np.array(json.dumps(meta, sort_keys=True))}
     for name, value in t._store.values().items():
         out[f"param.{name}"] = value
@@ -58,6 +60,10 @@ def load_state_dict(t: Trainer, state: Mapping[str, Any]) -> None:
         if meta.get(k) != v:
             raise ValueError(f"{where}: the checkpoint's {k} is {meta.get(k)!r}; this trainer's "
                              f"is {v!r} (resume with the same definition)")
+    if meta.get("inner", "plain") != t._inner:
+        raise ValueError(f"{where}: the checkpoint's inner-product contract is "
+                         f"{meta.get('inner', 'plain')!r}; this trainer's is {t._inner!r} "
+                         "(resume with the same definition)")
     steps = meta.get("steps")
     if isinstance(steps, bool) or not isinstance(steps, int) or steps < 0:
         raise ValueError(f"{where}: steps is {steps!r}; expected an int >= 0")

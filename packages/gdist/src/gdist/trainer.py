@@ -21,6 +21,7 @@ import gopt
 import gtensor
 import numpy as np
 from gtensor import describe
+from gtensor.ops.linalg import INNER
 
 from . import checkpoint, inputs, tree, worker
 from .digest import params_digest
@@ -37,7 +38,8 @@ class Trainer:
                  optimizer: type[gopt.Optimizer] = gopt.Adam,
                  opt_kwargs: Mapping[str, Any] | None = None, *, microbatch: int,
                  backend: str = "numpy", dtype: str = "float64", reduce: str = "mean",
-                 l2: float | Mapping[str, float] = 0.0, clip: float | None = None) -> None:
+                 l2: float | Mapping[str, float] = 0.0, clip: float | None = None,
+                 inner: str = "plain") -> None:
         where = f"gdist.{type(self).__name__}"
         if not callable(loss_fn):
             raise TypeError(f"{where}: loss_fn is {describe(loss_fn)}; expected a function "
@@ -55,6 +57,9 @@ class Trainer:
             raise TypeError(f"{where}: dtype is {dtype!r}; expected 'float64' or 'float32'")
         if reduce not in REDUCE:
             raise ValueError(f"{where}: reduce is {reduce!r}; expected one of {REDUCE}")
+        if not isinstance(inner, str) or inner not in INNER:
+            raise ValueError(f"{where}: inner is {inner!r}; expected one of {INNER} (the "
+                             "workers' tapes' inner-product contract)")
         self._m = inputs.positive_int(where, "microbatch", microbatch)
         dt = np.dtype(str(dtype))
         values = inputs.params(where, init_params, dt)
@@ -70,9 +75,12 @@ class Trainer:
         if clip is not None:
             self._opt.set_clip(clip)
         self._reduce_mode, self._backend, self._dtype = reduce, backend, dt
+        self._inner = inner
         shapes = tuple((n, tuple(v.shape)) for n, v in values.items())
-        self._spec = worker.ModelSpec(_model_key(loss_fn, backend, dt.name, shapes), backend,
-                                      dt.name, shapes, loss_fn=loss_fn)
+        key = _model_key(loss_fn, backend, dt.name, shapes) + (
+            "" if inner == "plain" else f"/inner={inner}")
+        self._spec = worker.ModelSpec(key, backend, dt.name, shapes, loss_fn=loss_fn,
+                                      inner=inner)
         self._keys: tuple[str, ...] | None = None
         self._steps = 0
         self.last_step: dict[str, Any] = {}
@@ -107,6 +115,11 @@ class Trainer:
     def dtype(self) -> np.dtype:
         """float64 or float32."""
         return self._dtype
+
+    @property
+    def inner(self) -> str:
+        """The inner-product contract of the workers' tapes ("plain" or "fma")."""
+        return self._inner
 
     @property
     def backend(self) -> str:

@@ -39,6 +39,7 @@ class ModelSpec:
     shapes: tuple[tuple[str, tuple[int, ...]], ...]  # (name, shape), in the trainer's order
     code: bytes = b""  # loss_fn by cloudpickle (by value from __main__ or registered modules)
     loss_fn: Callable[..., Any] | None = None  # set in-process (Local): no pickling at all
+    inner: str = "plain"  # the tapes' inner-product contract (gtape.Tape's inner)
 
     def remote(self) -> ModelSpec:
         """This spec as sent to workers: the function as cloudpickle bytes only.
@@ -62,7 +63,7 @@ class _Model:
             import cloudpickle
 
             self.loss_fn = cloudpickle.loads(spec.code)
-        self.tape = gtape.Tape(spec.backend, spec.dtype)
+        self.tape = gtape.Tape(spec.backend, spec.dtype, inner=spec.inner)
         self.vars = {name: self.tape.param(np.zeros(shape)) for name, shape in spec.shapes}
         self.mark = self.tape.mark()
 

@@ -32,7 +32,7 @@ class GradFn:
                  n_example: int, n_ids: int = 0) -> None:
         self.path, self.name, self.dtype = path, name, np.dtype(dtype)
         self.n_params, self.n_example, self.n_ids = n_params, n_example, n_ids
-        ct = ctypes.c_double if self.dtype == np.float64 else ctypes.c_float
+        ct = np.ctypeslib.as_ctypes_type(float_type(self.dtype).np)
         self._lib = ctypes.CDLL(path)
         self._fn = getattr(self._lib, name)
         ptr = ctypes.POINTER(ct)

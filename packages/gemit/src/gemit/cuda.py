@@ -9,10 +9,10 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+from gtensor.dtypes import float_type
 
 NVRTC_OPTIONS = ("--fmad=false", "--ftz=false", "--prec-div=true", "--prec-sqrt=true",
                  "-std=c++17")
-_CT = {np.dtype(np.float64): "double", np.dtype(np.float32): "float"}
 
 
 def batch_source(cuda_src: str, name: str, dtype: Any, n_ids: int = 0) -> str:
@@ -22,7 +22,7 @@ def batch_source(cuda_src: str, name: str, dtype: Any, n_ids: int = 0) -> str:
     ``L[i], G[i*n_params:]`` = ``name(params, X + i*n_example, ...)``. With ``n_ids`` > 0 (a
     function with ``example_ids``) the kernel takes ``I`` (int64, n rows of n_ids) after ``X``.
     """
-    t = _CT[np.dtype(dtype)]
+    t = float_type(dtype).ctype
     ids_param = "const long long* I, " if n_ids else ""
     ids_arg = f"I + i * {int(n_ids)}LL, " if n_ids else ""
     return f"""{cuda_src}

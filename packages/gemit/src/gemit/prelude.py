@@ -17,7 +17,7 @@ C_PRELUDE = r"""
 #include <stdbool.h>
 #include <string.h>
 
-#pragma STDC FP_CONTRACT OFF  /* and compile with -ffp-contract=off: no FMA anywhere */
+#pragma STDC FP_CONTRACT OFF  /* and compile with -ffp-contract=off: no FMA but fma()'s */
 
 #define __device__ static
 #define __forceinline__ inline
@@ -36,6 +36,9 @@ static inline float __fsub_rn(float a, float b) { return a - b; }
 static inline float __fmul_rn(float a, float b) { return a * b; }
 static inline float __fdiv_rn(float a, float b) { return a / b; }
 static inline float __fsqrt_rn(float a) { return sqrtf(a); }
+/* the fma inner-product contract's one fused multiply-add (C99 fma: a single rounding) */
+static inline double __fma_rn(double a, double b, double c) { return fma(a, b, c); }
+static inline float __fmaf_rn(float a, float b, float c) { return fmaf(a, b, c); }
 
 static inline long long __double_as_longlong(double d) {
     long long r;

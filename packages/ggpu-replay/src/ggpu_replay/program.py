@@ -56,6 +56,11 @@ class Program:
         return self._tape
 
     @property
+    def inner(self) -> str:
+        """The inner-product contract of every matmul / bmm launch (the tape's)."""
+        return self._tape.inner
+
+    @property
     def trace(self) -> Trace:
         """The traced episode: its nodes, device buffers and recorded launches."""
         return self._tr
@@ -111,7 +116,9 @@ class Program:
         ``x`` is the const's Var or its name in ``inputs``. ``data`` is host data of float32 or
         float64 (converted once to the program's dtype), or an array of the program's device
         with its exact dtype; an int64 input (ids, labels) takes host integers, checked against
-        the range of every op that reads it, a bool input host bools. Once inputs are refreshed
+        the range of every op that reads it, a bool input host bools; a key input of the random
+        ops (``"rng_key"``: dropout's mask, ``g.rng`` draws) takes a ``gtape.rng.Key``, e.g.
+        ``base.fold(step)`` for fresh masks each step. Once inputs are refreshed
         step after step, the next step refuses to run if some were refreshed for the previous
         step but not for this one (see ``hold_input``).
         """
@@ -136,6 +143,8 @@ class Program:
         if type(data).__module__.split(".")[0] == "cupy":
             raise TypeError("set_input: got a cupy array but the program runs on "
                             f"{be.name}; pass host data")
+        if isinstance(data, gtape.rng.Key):  # a random op's key input: the Key's two words
+            data = data.array()
         host = np.asarray(data)
         if buf.dtype in TYPED_DTYPES:
             host = self._typed_input(i, node, buf.dtype, host)

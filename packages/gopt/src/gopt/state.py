@@ -27,6 +27,8 @@ def state_dict(opt: Optimizer, params: bool = True) -> dict[str, np.ndarray]:
         "max_norm": np.array(math.nan if opt._max_norm is None else opt._max_norm),
         "alpha": np.array([s.alpha for s in opt._slots], np.float64),
     }
+    if _inner(tp) != "plain":  # the fma contract's runs name it (plain states stay as they were)
+        out["inner"] = np.array(_inner(tp))
     for k, v in opt._hyper().items():
         out[f"hyper.{k}"] = np.array(v, np.float64)
     for k, v in opt._host_state().items():
@@ -55,6 +57,11 @@ def load_state_dict(opt: Optimizer, state: dict[str, Any]) -> None:
     if dtype != opt._tp.dtype.name:
         raise ValueError(f"{where}: the state holds {dtype} arrays; this tape is "
                          f"{opt._tp.dtype.name}")
+    inner = str(state["inner"]) if "inner" in state else "plain"
+    if inner != _inner(opt._tp):
+        raise ValueError(f"{where}: the state is of a run under the {inner!r} inner-product "
+                         f"contract; this tape's is {_inner(opt._tp)!r} (Tape(..., inner=...) "
+                         "must match the run that saved it)")
     hyper = opt._check_hyper(where, {k: _scalar(where, f"hyper.{k}", get(f"hyper.{k}"))
                                       for k in opt._hyper()})
     host = opt._check_host(where, {k: _scalar(where, f"host.{k}", get(f"host.{k}"))
@@ -115,6 +122,11 @@ def load(opt: Optimizer, path: Any) -> None:
     where = f"{type(opt).__name__}.load"
     state = files.read_npz(path, where)
     opt.load_state_dict(state)
+
+
+def _inner(tp: Any) -> str:
+    """The tape's inner-product contract ("plain" for a tape that predates the choice)."""
+    return getattr(tp, "inner", "plain")
 
 
 def _scalar(where: str, key: str, value: Any) -> float:

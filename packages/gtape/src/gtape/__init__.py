@@ -12,18 +12,20 @@
 
 from __future__ import annotations
 
-from . import nn, ops
+from . import nn, ops, rng
 from .episode import EpisodeError
 from .higher import grad
 from .leaves import CONST, PARAM, Leaf
 from .losses import bce_with_logits, cross_entropy, mse
+from .norms import layer_norm, rms_norm
 from .ops import *  # noqa: F403  (one function per gtensor op: gtape.ops.__all__)
+from .rng import dropout  # (x, p, key): the key may be a host Key
 from .tape import Mark, Node, Tape, TapeGrowthWarning
 from .var import StaleVarError, Var
 
 __version__ = "0.1.0"
 __all__ = [
     "CONST", "EpisodeError", "Leaf", "Mark", "Node", "PARAM", "StaleVarError", "Tape",
-    "TapeGrowthWarning", "Var", "__version__", "bce_with_logits", "cross_entropy", "grad", "mse",
-    "nn", *ops.__all__,
+    "TapeGrowthWarning", "Var", "__version__", "bce_with_logits", "cross_entropy", "dropout",
+    "grad", "layer_norm", "mse", "nn", "rms_norm", "rng", *ops.__all__,
 ]

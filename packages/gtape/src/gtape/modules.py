@@ -80,6 +80,24 @@ class Module:
         """The param Vars, in ``named_parameters`` order."""
         return [p for _, p in self.named_parameters()]
 
+    # ---------------------------------------------------------------- mode
+    training: bool = True  # torch's flag: train() / eval() set it on the module and below
+
+    def train(self, mode: bool = True) -> Module:
+        """Training mode (``mode=True``) or evaluation mode for this module and every child
+        (Dropout is the identity in evaluation mode); returns the module, as torch."""
+        if not isinstance(mode, (bool, np.bool_)):
+            raise TypeError(f"{type(self).__name__}.train: mode is {describe(mode)}; expected "
+                            "a bool")
+        self.training = bool(mode)
+        for _, child in self.named_children():
+            child.train(mode)
+        return self
+
+    def eval(self) -> Module:
+        """``train(False)``: evaluation mode for this module and every child."""
+        return self.train(False)
+
     # ---------------------------------------------------------------- state
     def state_dict(self) -> dict[str, np.ndarray]:
         """{name: a host numpy copy of the param's value}, in ``named_parameters`` order."""

@@ -23,16 +23,20 @@ from typing import Any
 import numpy as np
 
 from . import ops
+from .layers import AvgPool2d, Conv2d, Dropout, Embedding, MaxPool2d
 from .modules import Flatten, Identity, IncompatibleKeys, Module, ReLU, Sequential, Sigmoid, Tanh
+from .nn_init import KeyLike, as_key, kaiming_bound, normal_init, uniform_init
+from .norm_layers import LayerNorm, RMSNorm
 from .state import load, save
 from .tape import Tape
 from .torch_interop import from_torch
 from .var import Var
 
 __all__ = [
-    "ACTIVATIONS", "INITS", "Flatten", "Identity", "IncompatibleKeys", "Linear", "MLP", "Module",
-    "ReLU", "Sequential", "Sigmoid", "Tanh", "from_torch", "kaiming_uniform", "load", "save",
-    "xavier_uniform",
+    "ACTIVATIONS", "AvgPool2d", "Conv2d", "Dropout", "Embedding", "Flatten", "INITS", "Identity",
+    "IncompatibleKeys", "LayerNorm", "Linear", "MLP", "MaxPool2d", "Module", "RMSNorm", "ReLU",
+    "Sequential", "Sigmoid", "Tanh", "from_torch", "kaiming_bound", "kaiming_uniform", "load",
+    "normal_init", "save", "uniform_init", "xavier_uniform",
 ]
 
 Seed = int | np.random.Generator
@@ -73,23 +77,36 @@ class Linear(Module):
     bias uniform in ``(-1/sqrt(in), 1/sqrt(in))``; ``init="xavier"`` draws the weight by
     ``xavier_uniform`` and sets the bias to zero. ``seed`` is an int or a numpy Generator
     (shared generators give independent layers). The weight is the (in, out) draw transposed.
+
+    ``key`` (a ``gtape.rng.Key`` or an int seed of one; it replaces ``seed``) draws the same
+    distributions from ``gtape.rng`` instead, in torch's (out, in) layout: the weight from
+    ``key.split(2)[0]``, the bias from ``[1]`` (see ``gtape.nn_init.uniform_init``), as the
+    other layers of ``gtape.nn`` do.
     """
 
     def __init__(self, tp: Tape, in_features: int, out_features: int, bias: bool = True,
-                 seed: Seed = 0, init: str = "kaiming") -> None:
+                 seed: Seed = 0, init: str = "kaiming", key: KeyLike | None = None) -> None:
         for name, n in (("in_features", in_features), ("out_features", out_features)):
             if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
                 raise ValueError(f"Linear: {name} is {n!r}; expected an int >= 1")
         if init not in INITS:
             raise ValueError(f"Linear: init {init!r}; expected one of {sorted(INITS)}")
-        rng = _rng(seed)
         self.in_features, self.out_features = int(in_features), int(out_features)
-        w = INITS[init](self.in_features, self.out_features, rng)
-        self.weight = tp.param(np.ascontiguousarray(w.T))
-        self.bias: Var | None = None
-        if bias:
-            bound = 1.0 / math.sqrt(self.in_features) if init == "kaiming" else 0.0
-            self.bias = tp.param(rng.uniform(-bound, bound, self.out_features))
+        n_in, n_out = self.in_features, self.out_features
+        bbound = 1.0 / math.sqrt(n_in) if init == "kaiming" else 0.0
+        if key is not None:  # the counter-based draws: the same bits on every machine
+            kw, kb = as_key("Linear", key).split(2)
+            wbound = (math.sqrt(6.0 / (n_in + n_out)) if init == "xavier"
+                      else kaiming_bound(n_in))
+            w = uniform_init(kw, (n_out, n_in), wbound)
+            b = uniform_init(kb, (n_out,), bbound) if bias else None
+        else:
+            rng = _rng(seed)
+            w = np.ascontiguousarray(INITS[init](n_in, n_out, rng).T)
+            b = rng.uniform(-bbound, bbound, n_out) if bias else None
+        # NOTE: weight before bias: attribute order is parameter order (torch's names)
+        self.weight = tp.param(w)
+        self.bias: Var | None = None if b is None else tp.param(b)
 
     @classmethod
     def from_weights(cls, tp: Tape, weight: Any, bias: Any = None) -> Linear:

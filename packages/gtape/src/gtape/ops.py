@@ -10,6 +10,7 @@ import inspect
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
 from gtensor import REGISTRY, Op, describe
 from gtensor.ops.optim import UPDATE_OPS
 
@@ -24,6 +25,14 @@ INTERNAL = {
     **{name: "a fused optimizer update: gopt runs it on parameter buffers, not on Vars"
        for name in UPDATE_OPS},
     "fill": "how a tape seeds its backward and zeroes gradients (Tape.const makes constants)",
+}
+# attrs a gtape function does not take: the tape supplies them
+TAPE_ATTRS = {"dtype": "the tape's float dtype (the function passes it)",
+              "inner": "the tape's inner-product contract (the tape fills it in)"}
+# parameters of a gtape function that are neither inputs nor attrs of its op, with the reason
+# (e.g. a bias the function adds with its own op)
+EXTRA_PARAMS: dict[str, dict[str, str]] = {
+    "conv2d": {"b": "the bias (O,) or None: one broadcast add after the op"},
 }
 
 
@@ -334,6 +343,94 @@ def logsumexp(x: Operand, axis: int = -1) -> Var:
     return apply("logsumexp", (x,), axis=axis)
 
 
+# ---------------------------------------------------------------- random (gtape.rng)
+def rng_bits(key: Var, shape: Any) -> Var:
+    """The op ``rng_bits`` on an int64 key Var (2,): int64 Philox words (``g.rng.bits``)."""
+    return apply("rng_bits", (key,), shape=shape)
+
+
+def rng_uniform(key: Var, shape: Any) -> Var:
+    """The op ``rng_uniform`` on an int64 key Var (2,), in the tape's dtype (``g.rng.uniform``)."""
+    if not isinstance(key, Var):
+        raise TypeError(f"rng_uniform: key is {describe(key)}; expected an int64 key Var")
+    return apply("rng_uniform", (key,), shape=shape, dtype=key.tape.dtype)
+
+
+def rng_normal(key: Var, shape: Any) -> Var:
+    """The op ``rng_normal`` on an int64 key Var (2,), in the tape's dtype (``g.rng.normal``)."""
+    if not isinstance(key, Var):
+        raise TypeError(f"rng_normal: key is {describe(key)}; expected an int64 key Var")
+    return apply("rng_normal", (key,), shape=shape, dtype=key.tape.dtype)
+
+
+def rng_fold(key: Var, i: int) -> Var:
+    """The op ``rng_fold``: the key Var of ``Key.fold(i)`` computed on the tape's backend."""
+    return apply("rng_fold", (key,), i=i)
+
+
+# ---------------------------------------------------------------- convolution and pooling
+IntPair = int | tuple[int, int]
+
+
+def conv2d(x: Operand, w: Operand, b: Operand | None = None, stride: IntPair = 1,
+           padding: IntPair = 0) -> Var:
+    """torch's conv2d (NCHW; w (O, C, KH, KW); b (O,) or None): each output a serial chain
+    over (c, kh, kw) row-major (padding +0.0, multiplied), then ``+ b`` (one broadcast add;
+    its gradient the serial sum over (n, oy, ox)). See docs/semantics.md."""
+    if b is not None:  # checked before anything is recorded (a refused call changes nothing)
+        o = tuple(w.shape if isinstance(w, Var) else np.shape(w))[:1]
+        got = tuple(b.shape if isinstance(b, Var) else np.shape(b))
+        if got != o:
+            raise ValueError(f"conv2d: b has shape {got}; expected ({o[0] if o else 'O'},), "
+                             "one bias per output channel of w")
+    y = apply("conv2d", (x, w), stride=stride, padding=padding)
+    return y if b is None else add(y, reshape(b, (o[0], 1, 1)))
+
+
+def conv2d_grad_input(g: Operand, w: Operand, stride: IntPair = 1, padding: IntPair = 0,
+                      size: IntPair | None = None) -> Var:
+    """conv2d's input gradient for an input of spatial ``size`` (H, W) (col2im of w^T g)."""
+    return apply("conv2d_grad_input", (g, w), stride=stride, padding=padding, size=size)
+
+
+def conv2d_grad_weight(g: Operand, x: Operand, stride: IntPair = 1, padding: IntPair = 0,
+                       kernel: IntPair | None = None) -> Var:
+    """conv2d's weight gradient for a ``kernel`` (KH, KW): per weight a serial chain over
+    (n, oy, ox)."""
+    return apply("conv2d_grad_weight", (g, x), stride=stride, padding=padding, kernel=kernel)
+
+
+def max_pool2d(x: Operand, kernel: IntPair, stride: IntPair | None = None) -> Var:
+    """torch's max_pool2d (no padding; stride None = kernel): the first maximum of each window
+    in row-major order wins (the first NaN if any); the gradient goes to it."""
+    return apply("max_pool2d", (x,), kernel=kernel, stride=stride)
+
+
+def max_pool2d_grad(g: Operand, x: Operand, kernel: IntPair,
+                    stride: IntPair | None = None) -> Var:
+    """max_pool2d's backward: g to each window's chosen element of x, summed over windows."""
+    return apply("max_pool2d_grad", (g, x), kernel=kernel, stride=stride)
+
+
+def max_pool2d_pick(v: Operand, x: Operand, kernel: IntPair,
+                    stride: IntPair | None = None) -> Var:
+    """v (x's shape) read at the element each max_pool2d window of x chooses."""
+    return apply("max_pool2d_pick", (v, x), kernel=kernel, stride=stride)
+
+
+def avg_pool2d(x: Operand, kernel: IntPair, stride: IntPair | None = None) -> Var:
+    """torch's avg_pool2d (no padding; stride None = kernel): each window's serial sum in
+    row-major order, then one division by kh*kw."""
+    return apply("avg_pool2d", (x,), kernel=kernel, stride=stride)
+
+
+def avg_pool2d_grad(g: Operand, kernel: IntPair, stride: IntPair | None = None,
+                    size: IntPair | None = None) -> Var:
+    """avg_pool2d's backward onto an input of spatial ``size``: g / (kh*kw) summed over the
+    windows containing each element."""
+    return apply("avg_pool2d_grad", (g,), kernel=kernel, stride=stride, size=size)
+
+
 # ---------------------------------------------------------------- the rest, from the registry
 def _from_registry(op: Op) -> Any:
     """The gtape function of an op defined only in gtensor: its inputs (a list for a variadic
@@ -342,7 +439,7 @@ def _from_registry(op: Op) -> Any:
     P = inspect.Parameter
     ins = ["xs"] if op.variadic else list(op.inputs)
     params = [P(n, P.POSITIONAL_OR_KEYWORD) for n in ins]
-    attrs = [a for a in op.attrs if a != "dtype"]
+    attrs = [a for a in op.attrs if a not in TAPE_ATTRS]
     kind = P.POSITIONAL_OR_KEYWORD
     for a in attrs:  # a required attr after a defaulted one: keyword-only from there on
         if a in op.defaults:

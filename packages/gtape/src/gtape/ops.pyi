@@ -16,7 +16,11 @@ IndexOperand = Var | np.ndarray | int | Sequence[Any]
 MaskOperand = Var | np.ndarray | bool | Sequence[Any]
 
 INTERNAL: dict[str, str]
+TAPE_ATTRS: dict[str, str]
+EXTRA_PARAMS: dict[str, dict[str, str]]
 __all__: list[str]
+
+IntPair = int | tuple[int, int]
 
 
 def apply(name: Op | str, operands: Sequence[Operand], **attrs: Any) -> Var:
@@ -285,3 +289,106 @@ def log_softmax_grad(g: FloatOperand, y: FloatOperand, axis: int = -1) -> Var:
 def logsumexp(x: FloatOperand, axis: int = -1) -> Var:
     """``m + log(serial sum exp(x - m))`` along ``axis`` (m the row max, +0.0 if infinite).
     [gtensor op logsumexp: differentiable; result float]"""
+
+
+def rng_bits(key: IndexOperand, shape: Any) -> Var:
+    """The op ``rng_bits`` on an int64 key Var (2,): int64 Philox words (``g.rng.bits``).
+    [gtensor op rng_bits: not differentiable; result int64]"""
+
+
+def rng_uniform(key: IndexOperand, shape: Any) -> Var:
+    """The op ``rng_uniform`` on an int64 key Var (2,), in the tape's dtype (``g.rng.uniform``).
+    [gtensor op rng_uniform: not differentiable; result float]"""
+
+
+def rng_normal(key: IndexOperand, shape: Any) -> Var:
+    """The op ``rng_normal`` on an int64 key Var (2,), in the tape's dtype (``g.rng.normal``).
+    [gtensor op rng_normal: not differentiable; result float]"""
+
+
+def rng_fold(key: IndexOperand, i: int) -> Var:
+    """The op ``rng_fold``: the key Var of ``Key.fold(i)`` computed on the tape's backend.
+    [gtensor op rng_fold: not differentiable; result int64]"""
+
+
+def conv2d(
+    x: FloatOperand,
+    w: FloatOperand,
+    b: Operand | None = None,
+    stride: IntPair = 1,
+    padding: IntPair = 0,
+) -> Var:
+    """torch's conv2d (NCHW; w (O, C, KH, KW); b (O,) or None): each output a serial chain over
+    (c, kh, kw) row-major (padding +0.0, multiplied), then ``+ b`` (one broadcast add; its
+    gradient the serial sum over (n, oy, ox)). See docs/semantics.md. [gtensor op conv2d:
+    differentiable; result float]"""
+
+
+def conv2d_grad_input(
+    g: FloatOperand,
+    w: FloatOperand,
+    stride: IntPair = 1,
+    padding: IntPair = 0,
+    size: IntPair | None = None,
+) -> Var:
+    """conv2d's input gradient for an input of spatial ``size`` (H, W) (col2im of w^T g).
+    [gtensor op conv2d_grad_input: differentiable; result float]"""
+
+
+def conv2d_grad_weight(
+    g: FloatOperand,
+    x: FloatOperand,
+    stride: IntPair = 1,
+    padding: IntPair = 0,
+    kernel: IntPair | None = None,
+) -> Var:
+    """conv2d's weight gradient for a ``kernel`` (KH, KW): per weight a serial chain over (n,
+    oy, ox). [gtensor op conv2d_grad_weight: differentiable; result float]"""
+
+
+def max_pool2d(x: FloatOperand, kernel: IntPair, stride: IntPair | None = None) -> Var:
+    """torch's max_pool2d (no padding; stride None = kernel): the first maximum of each window
+    in row-major order wins (the first NaN if any); the gradient goes to it. [gtensor op
+    max_pool2d: differentiable; result float]"""
+
+
+def max_pool2d_grad(
+    g: FloatOperand,
+    x: FloatOperand,
+    kernel: IntPair,
+    stride: IntPair | None = None,
+) -> Var:
+    """max_pool2d's backward: g to each window's chosen element of x, summed over windows.
+    [gtensor op max_pool2d_grad: differentiable; result float]"""
+
+
+def max_pool2d_pick(
+    v: FloatOperand,
+    x: FloatOperand,
+    kernel: IntPair,
+    stride: IntPair | None = None,
+) -> Var:
+    """v (x's shape) read at the element each max_pool2d window of x chooses. [gtensor op
+    max_pool2d_pick: differentiable; result float]"""
+
+
+def avg_pool2d(x: FloatOperand, kernel: IntPair, stride: IntPair | None = None) -> Var:
+    """torch's avg_pool2d (no padding; stride None = kernel): each window's serial sum in row-
+    major order, then one division by kh*kw. [gtensor op avg_pool2d: differentiable; result
+    float]"""
+
+
+def avg_pool2d_grad(
+    g: FloatOperand,
+    kernel: IntPair,
+    stride: IntPair | None = None,
+    size: IntPair | None = None,
+) -> Var:
+    """avg_pool2d's backward onto an input of spatial ``size``: g / (kh*kw) summed over the
+    windows containing each element. [gtensor op avg_pool2d_grad: differentiable; result
+    float]"""
+
+
+def dropout(x: FloatOperand, key: IndexOperand, p) -> Var:
+    """X * 1/(1-p) where the element's uniform >= p, else +0.0 (mask from the key). [gtensor op
+    dropout: differentiable; result float]"""

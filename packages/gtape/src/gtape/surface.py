@@ -2,7 +2,9 @@
 
 Every registry op is either a function of ``gtape.ops`` named as the op, whose array inputs
 are named and ordered as the op's inputs and whose other parameters are the op's attrs (same
-order, same defaults), or listed in ``gtape.ops.INTERNAL`` with the reason it has none.
+order; where both give a default, the same one) -- plus the parameters ``gtape.ops.EXTRA_PARAMS``
+lists with their reasons (a bias the function adds itself) -- or listed in
+``gtape.ops.INTERNAL`` with the reason it has none.
 ``mismatches()`` lists every way the two disagree (the tests require none); ``render_stub()``
 is the text of ``ops.pyi`` (``python tools/gen_stubs.py`` writes it; a test checks the
 committed file is current), whose input annotations come from the op's declared input types.
@@ -16,8 +18,8 @@ from __future__ import annotations
 
 import inspect
 import textwrap
+import types
 from pathlib import Path
-from types import FunctionType
 
 from gtensor import REGISTRY, Op
 from gtensor.dtypes import BOOL, FLOAT, INT
@@ -25,8 +27,6 @@ from gtensor.dtypes import BOOL, FLOAT, INT
 from . import ops
 
 STUB_PATH = Path(ops.__file__).with_suffix(".pyi")
-# attrs the tape supplies itself (not parameters of the gtape function)
-TAPE_ATTRS = {"dtype": "the tape's float dtype"}
 # the stub's annotation of an input of each declared type
 INPUT_ANNOTATION = {FLOAT: "FloatOperand", INT: "IndexOperand", BOOL: "MaskOperand"}
 
@@ -49,18 +49,20 @@ IndexOperand = Var | np.ndarray | int | Sequence[Any]
 MaskOperand = Var | np.ndarray | bool | Sequence[Any]
 
 INTERNAL: dict[str, str]
+TAPE_ATTRS: dict[str, str]
+EXTRA_PARAMS: dict[str, dict[str, str]]
 __all__: list[str]
 '''
 
 
-def functions() -> dict[str, FunctionType]:
+def functions() -> dict[str, types.FunctionType]:
     """The public functions of ``gtape.ops``, in source order."""
-    fns = [f for n, f in vars(ops).items() if isinstance(f, FunctionType)
+    fns = [f for n, f in vars(ops).items() if isinstance(f, types.FunctionType)
            and f.__module__ == ops.__name__ and not n.startswith("_")]
     return {f.__name__: f for f in sorted(fns, key=lambda f: f.__code__.co_firstlineno)}
 
 
-def _split(op: Op, fn: FunctionType) -> tuple[list, list]:
+def _split(op: Op, fn: types.FunctionType) -> tuple[list, list]:
     """The function's parameters for the op's array inputs and those for its attrs."""
     ps = list(inspect.signature(fn).parameters.values())
     n = 1 if op.variadic else len(op.inputs)
@@ -70,6 +72,10 @@ def _split(op: Op, fn: FunctionType) -> tuple[list, list]:
 def mismatches() -> list[str]:
     """Every disagreement between the registry and ``gtape.ops`` (empty when they agree)."""
     fns, out = functions(), []
+    for name, params in ops.EXTRA_PARAMS.items():
+        if name not in fns or not all(params.values()):
+            out.append(f"EXTRA_PARAMS names {name!r}: not a gtape.ops function, or a parameter "
+                       "without a reason")
     for name, reason in ops.INTERNAL.items():
         if name not in REGISTRY:
             out.append(f"INTERNAL names {name!r}, which is not a gtensor op")
@@ -88,17 +94,18 @@ def mismatches() -> list[str]:
         want_ins = ("xs",) if op.variadic else op.inputs
         if tuple(p.name for p in ins) != want_ins:
             out.append(f"{name}: inputs {[p.name for p in ins]}; the op's are {list(want_ins)}")
-        want_attrs = tuple(a for a in op.attrs if a not in TAPE_ATTRS)
+        want_attrs = tuple(a for a in op.attrs if a not in ops.TAPE_ATTRS)
+        extra = ops.EXTRA_PARAMS.get(name, {})
+        rest = [p for p in rest if p.name not in extra]
         if tuple(p.name for p in rest) != want_attrs:
             out.append(f"{name}: parameters {[p.name for p in rest]} after the inputs; the "
                        f"op's attrs are {list(want_attrs)}")
             continue
-        for p in rest:
+        for p in rest:  # where both give a default, the same one
             has = p.default is not inspect.Parameter.empty
-            if (p.name in op.defaults) != has or (has and p.default != op.defaults[p.name]):
-                out.append(f"{name}: attr {p.name} defaults to "
-                           f"{p.default if has else 'nothing'} in gtape, to "
-                           f"{op.defaults.get(p.name, 'nothing')} in the op")
+            if has and p.name in op.defaults and p.default != op.defaults[p.name]:
+                out.append(f"{name}: attr {p.name} defaults to {p.default!r} in gtape, to "
+                           f"{op.defaults[p.name]!r} in the op")
         if p_bad := [p.name for p in ins if p.default is not inspect.Parameter.empty]:
             out.append(f"{name}: inputs {p_bad} have defaults")
     if sorted(ops.__all__) != sorted(fns):
@@ -116,7 +123,7 @@ def _param(p: inspect.Parameter, annotation: str | None = None) -> str:
     return text
 
 
-def _stub(fn: FunctionType) -> str:
+def _stub(fn: types.FunctionType) -> str:
     """One ``def`` of the stub: a registry op's inputs annotated by their declared types."""
     op = REGISTRY.get(fn.__name__)
     ps = list(inspect.signature(fn).parameters.values())
@@ -147,6 +154,16 @@ def _stub(fn: FunctionType) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _aliases() -> str:
+    """gtape.ops's own type aliases (``IntPair = int | tuple[int, int]``), as it spells them."""
+    lines = [f"{name} = {value!r}" for name, value in vars(ops).items()
+             if isinstance(value, (types.UnionType, types.GenericAlias))
+             and not name.startswith("_")]
+    return "".join(line + "\n" for line in lines)
+
+
 def render_stub() -> str:
     """The text of ``gtape/ops.pyi``."""
-    return _HEADER + "\n\n" + "\n\n".join(_stub(fn) for fn in functions().values())
+    aliases = _aliases()
+    return (_HEADER + (aliases and "\n" + aliases) + "\n\n"
+            + "\n\n".join(_stub(fn) for fn in functions().values()))

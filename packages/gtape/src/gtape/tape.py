@@ -17,6 +17,7 @@ import gtensor
 import numpy as np
 from gtensor import Op, describe
 from gtensor.dtypes import BOOL, FLOAT, INT, TYPE_DTYPES
+from gtensor.ops.linalg import INNER
 from gtensor.recording import record, recordable
 
 from . import backward as _backward
@@ -43,9 +44,17 @@ class Mark:
 
 
 class Tape(NodeTable, Freshness):
-    """A define-by-run tape: every op runs eagerly on a gtensor backend and appends one node."""
+    """A define-by-run tape: every op runs eagerly on a gtensor backend and appends one node.
 
-    def __init__(self, backend: str | gtensor.Backend = "numpy", dtype: Any = "float64") -> None:
+    ``inner`` is the inner-product contract of every matmul / bmm recorded on it (forward,
+    backward, higher order): ``"plain"`` or ``"fma"`` (docs/semantics.md, "Inner products").
+    """
+
+    def __init__(self, backend: str | gtensor.Backend = "numpy", dtype: Any = "float64",
+                 inner: str = "plain") -> None:
+        if not isinstance(inner, str) or inner not in INNER:
+            raise ValueError(f"Tape: inner is {inner!r}; expected one of {INNER} (the "
+                             "inner-product contract of matmul and bmm: docs/semantics.md)")
         if isinstance(backend, str):
             self._be = gtensor.backend(backend)
         elif all(callable(getattr(backend, m, None)) for m in ("apply", "asarray", "is_array")):
@@ -58,6 +67,7 @@ class Tape(NodeTable, Freshness):
             raise TypeError(f"Tape: dtype {dtype!r} is not supported; expected float64 or float32 "
                             "(native byte order)")
         self._dtype = dt
+        self._inner = inner
         self._id = next(_tape_ids)
         self._closed = False
         self._init_table()
@@ -84,13 +94,21 @@ class Tape(NodeTable, Freshness):
         return self._dtype
 
     @property
+    def inner(self) -> str:
+        """The inner-product contract of every matmul / bmm on this tape, forward and backward:
+        ``"plain"`` (each product and sum rounded) or ``"fma"`` (one fused multiply-add per
+        term, from +0.0). Part of a run's identity (checkpoints, digests)."""
+        return self._inner
+
+    @property
     def closed(self) -> bool:
         """True once ``close`` released every buffer."""
         return self._closed
 
     def __repr__(self) -> str:
         state = "closed" if self._closed else f"{len(self)} nodes"
-        return f"<Tape {self._be.name} {self._dtype.name}, {state}>"
+        inner = "" if self._inner == "plain" else f" inner={self._inner}"
+        return f"<Tape {self._be.name} {self._dtype.name}{inner}, {state}>"
 
     def __enter__(self) -> Tape:
         return self
@@ -369,6 +387,12 @@ class Tape(NodeTable, Freshness):
         if op.defaults:
             full = dict(op.defaults)
             full.update(attrs)
+            if "inner" in op.defaults:  # an inner product: the tape's contract
+                if attrs.get("inner", self._inner) != self._inner:
+                    raise ValueError(f"{op.name}: inner is {attrs['inner']!r} but the tape's "
+                                     f"contract is {self._inner!r} (Tape(..., inner=...) "
+                                     "chooses it for every inner product of the tape)")
+                full["inner"] = self._inner
         else:
             full = attrs
         out_shape, norm = op.infer(tuple([a.shape for a in arrays]), full)

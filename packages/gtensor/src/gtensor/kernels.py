@@ -66,14 +66,18 @@ class Param:
         return self.ctype.startswith("const ")
 
 
-# What a kernel computes (``Kernel.kind``), so that engines above (fusion) can read it:
+# What a kernel computes (``Kernel.kind``), so that engines above (fusion) can read it; the
+# layout of each geometry is owned by the kernel's form (``Kernel.form``, ops/forms.py: Map
+# for map and scalar, Zip for zip and select, Copy, Fill, Reduce, Rows, Pointwise for
+# elementwise), which also gives fusion its index maps and statements:
 #   map     y[i] = f(x[i])                        for i < n;            calls = (f,)
 #   scalar  y[i] = f(x[i], s)                     for i < n;            calls = (f,)
 #   zip     y[i] = f(a[oa(i)], b[ob(i)])          geom: rank, shape, a strides, b strides
 #   copy    y[oo(i)] = x[oi(i)]                   geom: rank, shape, in strides, in offset,
 #                                                       out strides, out offset
 #   fill    y[i] = v                              for i < n
-#   matmul  c[b,i,j] = serial k of mul(a, b) summed with add, k ascending; calls = (mul, add)
+#   matmul  c[b,i,j] = the serial chain over k ascending of calls[0], the contract's row
+#           helper: gt_dot (mul, then add) or gt_dot_fma (fma from +0.0)
 #   reduce  y[o] = serial sum (add) over the positions of o, then div by count if mean;
 #           calls = (add, div)
 #   rows    a block-per-row kernel with its own body (softmax); calls = what it uses
@@ -85,9 +89,13 @@ class Param:
 #   scatter y[d] = serial sum (add) of g over the positions whose id names d, in position
 #           order (take_grad, take_along_axis_grad)
 #   index   int64 / bool data in or out without arithmetic (argmax, index_weight)
+#   random  y[i] from Philox word(s) of an int64 key at element i (and x[i]): rng_*, dropout;
+#           calls = (the Philox helper, the transform)
+#   conv    conv2d and its two gradients: per output a serial chain over its taps (ops.conv)
+#   pool    max / avg pooling and their gradients: windows in a defined order (ops.pool)
 #   other   anything else
 KINDS = ("map", "scalar", "zip", "copy", "fill", "matmul", "reduce", "rows", "elementwise",
-         "select", "gather", "scatter", "index", "other")
+         "select", "gather", "scatter", "index", "random", "conv", "pool", "other")
 
 
 @dataclass(frozen=True, eq=False)

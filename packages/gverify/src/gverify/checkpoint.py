@@ -152,6 +152,11 @@ def load_checkpoint(path: Any, tp: Any, opt: Any, rng: np.random.Generator | Non
     if str(got.get("tape.dtype")) != st.dtype.name:
         raise CheckpointError(f"{where}: the checkpoint holds a {got.get('tape.dtype')} run; "
                               f"this tape is {st.dtype.name}")
+    saved = str(got.get("tape.contract", "plain"))
+    if saved != (st.contract or "plain"):
+        raise CheckpointError(f"{where}: the checkpoint holds a run under the {saved!r} "
+                              f"inner-product contract; this tape's is "
+                              f"{st.contract or 'plain'!r} (Tape(..., inner=...) must match)")
     if got.get("tape.params") is None or got["tape.params"].tolist() != st.params:
         raise CheckpointError(f"{where}: the checkpoint's parameters are nodes "
                               f"{got.get('tape.params')}; this run's are {st.params} (rebuild "

@@ -68,12 +68,16 @@ def loss_bits(loss: Any, tp: Any, where: str = "loss_bits") -> tuple[float, str]
 
 
 def run_shape(tp: Any, opt: Any, where: str) -> dict:
-    """What makes two runs comparable: dtype, parameters (node index, shape), optimizer."""
+    """What makes two runs comparable: dtype, inner-product contract (where not "plain"),
+    parameters (node index, shape), optimizer."""
     st = store.Store(tp, where)
     if opt is not None:
         st.check_optimizer(opt, where)
-    return {"dtype": st.dtype.name, "params": [[i, list(st.shape(i))] for i in st.params],
-            "optimizer": "none" if opt is None else str(opt.state_dict(False)["kind"])}
+    shape = {"dtype": st.dtype.name, "params": [[i, list(st.shape(i))] for i in st.params],
+             "optimizer": "none" if opt is None else str(opt.state_dict(False)["kind"])}
+    if st.contract is not None:  # the inner-product contract, where it is not "plain"
+        shape["inner"] = st.contract
+    return shape
 
 
 class RunLog:
@@ -224,13 +228,14 @@ def compare_logs(a: Any, b: Any) -> StepDivergence | None:
     None when they all agree. Refuses (LogError) logs of different run shapes, damaged or
     truncated lines, and logs with no step in common."""
     (ha, la), (hb, lb) = read_log(a), read_log(b)
-    keys = ("dtype", "params", "optimizer")
-    sa, sb = {k: ha.get(k) for k in keys}, {k: hb.get(k) for k in keys}
+    keys = ("dtype", "inner", "params", "optimizer")
+    sa, sb = ({k: h.get(k, "plain" if k == "inner" else None) for k in keys} for h in (ha, hb))
     if sa != sb:
         diff = [k for k in keys if sa[k] != sb[k]]
         raise LogError(f"compare_logs: {a} and {b} are logs of different run shapes (they "
                        f"differ in {diff}: {[sa[k] for k in diff]} vs {[sb[k] for k in diff]})"
-                       "; only runs of one model, dtype and optimizer compare")
+                       "; only runs of one model, dtype, inner-product contract and optimizer "
+                       "compare")
     by_step = {ln["step"]: ln for ln in lb}
     common = [ln for ln in la if ln["step"] in by_step]
     if not common:

@@ -30,14 +30,14 @@ class Store:
             self.kind = "tape"
             self.dtype = obj.dtype
             self.params = [v.index for v in obj.params()]
-            self.contract = getattr(obj, "contract", None)
+            self.contract = _contract(obj)
             return
         program = _program_type()
         if program is not None and isinstance(obj, program):
             self.kind = "program"
             self.dtype = obj.dtype
             self.params = list(obj.trace.params)
-            self.contract = getattr(obj.tape, "contract", None)
+            self.contract = _contract(obj.tape)
             return
         raise TypeError(f"{where}: tp is {describe(obj)}; expected a gtape.Tape or a "
                         "ggpu_replay.Program")
@@ -76,6 +76,13 @@ class Store:
         if not isinstance(opt, DeviceOptimizer) or opt.program is not self.obj:
             raise TypeError(f"{where}: opt is {describe(opt)}; expected this program's "
                             "DeviceOptimizer (prog.adam(...) / prog.sgd(...)), or None")
+
+
+def _contract(tp: Any) -> str | None:
+    """The tape's inner-product contract where it is not the default ("plain": None, so the
+    entries and digests of plain runs are what they were before the choice existed)."""
+    inner = getattr(tp, "inner", "plain")
+    return None if inner == "plain" else inner
 
 
 def _program_type() -> type | None:

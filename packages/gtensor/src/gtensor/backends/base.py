@@ -106,10 +106,10 @@ class Backend:
                                 "expected one float dtype for all float inputs (convert with "
                                 "asarray)")
         out_shape, attrs = op.infer(tuple(tuple(x.shape) for x in inputs), attrs)
-        if dtype is None:  # an op without float inputs (fill) names its dtype
-            dtype = attrs["dtype"]
         if op.out_type != dtypes.FLOAT:
             dtype = dtypes.TYPE_DTYPES[op.out_type]
+        elif dtype is None:  # an op without float inputs (fill) names its dtype
+            dtype = attrs["dtype"]
         if op.check is not None:
             op.check(inputs, attrs)
         if out is not None:

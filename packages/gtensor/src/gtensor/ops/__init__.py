@@ -1,6 +1,19 @@
 """The op set. Importing this package registers every op in ``REGISTRY``."""
 
-from . import elementwise, index, linalg, logsoftmax, movement, optim, reduce, select, softmax  # noqa: F401  (registration)
+from . import (  # noqa: F401  (registration)
+    conv,
+    elementwise,
+    index,
+    linalg,
+    logsoftmax,
+    movement,
+    optim,
+    pool,
+    random,
+    reduce,
+    select,
+    softmax,
+)
 from .registry import REGISTRY, Op, get
 
 __all__ = ["REGISTRY", "Op", "get"]

@@ -1,7 +1,13 @@
 """Inner products: matmul (2-D) and bmm (3-D, batch first).
 
-Definition: ``c[i,j] = a[i,0]*b[0,j]``, then ``c[i,j] = c[i,j] + a[i,k]*b[k,j]`` for k ascending,
-each product and each sum rounded separately (no FMA); an empty inner dimension gives +0.0.
+Two contracts, chosen by the ``inner`` attr (a tape sets it from ``Tape.inner``):
+
+* ``"plain"`` (the default): ``c[i,j] = a[i,0]*b[0,j]``, then ``c[i,j] = c[i,j] + a[i,k]*b[k,j]``
+  for k ascending, each product and each sum rounded separately (no FMA);
+* ``"fma"``: ``c[i,j] = +0.0``, then ``c[i,j] = fma(a[i,k], b[k,j], c[i,j])`` for k ascending:
+  one IEEE fused multiply-add (a single rounding) per term (``gtensor.fma`` in numpy).
+
+An empty inner dimension gives +0.0 under both.
 """
 
 from __future__ import annotations
@@ -10,7 +16,8 @@ from string import Template
 
 import numpy as np
 
-from ..dtypes import FLOATS, FloatType
+from ..dtypes import F32, F64, FLOATS, FloatType
+from ..fma import fma_chain
 from ..kernels import DeviceFn, Kernel, params
 from .elementwise import ADD, BLOCK, MUL, grid_for
 from .registry import Op, register
@@ -42,16 +49,37 @@ __device__ __forceinline__ $T $NAME(const $T* a, long long as, const $T* b, long
 }
 """)
 DOT = {ft: DeviceFn(ft.fn("dot"), _DOT.substitute(T=ft.ctype, NAME=ft.fn("dot"),
-                                                  MUL=MUL[ft].cname, ADD=ADD[ft].cname),
-                    (MUL[ft], ADD[ft]))
+                                                      MUL=MUL[ft].cname, ADD=ADD[ft].cname),
+                     (MUL[ft], ADD[ft]))
        for ft in FLOATS}
+
+# The fma contract's chain: acc = +0.0, then one fused multiply-add per k (CUDA's __fma_rn /
+# __fmaf_rn; the host runtimes map them to std::fma, a single rounding on every target).
+_DOT_FMA = Template("""\
+__device__ __forceinline__ $T $NAME(const $T* a, long long as, const $T* b, long long bs,
+                                     long long k)
+{
+    $T acc = ($T)0;
+    for (long long kk = 0; kk < k; ++kk)
+        acc = $FMA(a[kk * as], b[kk * bs], acc);
+    return acc;
+}
+""")
+_FMA_INTRINSIC = {F64: "__fma_rn", F32: "__fmaf_rn"}
+DOT_FMA = {ft: DeviceFn(ft.fn("dot_fma"),
+                        _DOT_FMA.substitute(T=ft.ctype, NAME=ft.fn("dot_fma"),
+                                            FMA=_FMA_INTRINSIC[ft]))
+           for ft in FLOATS}
+INNER = ("plain", "fma")  # the inner-product contracts (the ``inner`` attr's values)
 
 
 # CPU body: rows of c split across threads. Outputs are computed in register tiles (8, 4 or 1
 # rows x SIMD lanes of columns, gtcpu::Vec); every output keeps its own k-ascending chain: acc =
 # a[i,0]*b[0,j], then acc = acc + a[i,k]*b[k,j], each lane's product and sum rounded (the
-# vector form of MUL and ADD; no FMA). Tiles only decide which independent outputs are
-# computed side by side, never the order within one; leftover columns use narrower vectors.
+# vector form of MUL and ADD; no FMA) -- or, under the fma contract, acc = fma(a[i,k], b[k,j],
+# acc) from acc = +0.0 (gtcpu::vfma: one fused multiply-add per lane, vfmadd on x86). Tiles
+# only decide which independent outputs are computed side by side, never the order within one;
+# leftover columns use narrower vectors.
 # Each k x 2L column panel of b is first copied (exactly) into a contiguous buffer, so the
 # tiles stream it at unit stride whatever n is.
 _CPU_MATMUL = Template("""\
@@ -59,23 +87,38 @@ _CPU_MATMUL = Template("""\
     using gtcpu::Int;
     constexpr int L = 64 / sizeof(T);  // lanes of one 64-byte vector
     constexpr long long PW = 2 * L;    // width of a packed panel of b
+    // k runs in blocks of KC (a 16 KB slice of the panel stays in L1 across row tiles); an
+    // output's accumulator goes to c between blocks and comes back exactly, so its chain over
+    // k is the same one (k ascending, one accumulator)
+    constexpr long long KC = 16384 / (PW * (long long)sizeof(T));
+    // rows in blocks of MC (a multiple of 8): a block's rows of a (512 KB) stay in L2 while
+    // every panel of b passes (each panel is packed once per block)
+    const long long MC = 8 * (((524288 / (k * (long long)sizeof(T) + 1)) + 7) / 8);
     // R rows of c from row pointer ar (row stride k), panel columns from bp (row stride PW)
+    // (steps k0..k1 of the chain: k0 == 0 starts it, else it resumes from c)
     auto tile = [=](auto rows_, auto lanes_, auto nv_, const T* __restrict__ ar,
-                    const T* __restrict__ bp, T* __restrict__ cr) {
+                    const T* __restrict__ bp, T* __restrict__ cr, long long k0, long long k1) {
         constexpr int R = decltype(rows_)::value, N = decltype(lanes_)::value,
                       NV = decltype(nv_)::value;
         typedef typename gtcpu::Vec<T, N>::type V;
         V acc[R][NV];
-        for (int v = 0; v < NV; ++v) {
-            const V bv = gtcpu::vload<V>(bp + v * N);
-            for (int r = 0; r < R; ++r) acc[r][v] = ar[r * k] * bv;
+        long long kk = k0;
+        if (k0 == 0) {
+            for (int v = 0; v < NV; ++v) {
+                const V bv = gtcpu::vload<V>(bp + v * N);
+                for (int r = 0; r < R; ++r) acc[r][v] = $FIRST;
+            }
+            kk = 1;
+        } else {
+            for (int r = 0; r < R; ++r)
+                for (int v = 0; v < NV; ++v) acc[r][v] = gtcpu::vload<V>(cr + r * n + v * N);
         }
-        for (long long kk = 1; kk < k; ++kk) {
+        for (; kk < k1; ++kk) {
             V bv[NV];
             for (int v = 0; v < NV; ++v) bv[v] = gtcpu::vload<V>(bp + kk * PW + v * N);
             for (int r = 0; r < R; ++r) {
                 const T av = ar[r * k + kk];
-                for (int v = 0; v < NV; ++v) acc[r][v] = acc[r][v] + av * bv[v];
+                for (int v = 0; v < NV; ++v) acc[r][v] = $NEXT;
             }
         }
         for (int r = 0; r < R; ++r)
@@ -83,65 +126,80 @@ _CPU_MATMUL = Template("""\
     };
     // rows r0.. (R of them), columns j..j1 of the panel starting at column j0 (packed in pk)
     auto cols = [=](auto rows_, long long r0, const T* pk, long long j0, long long j,
-                    long long j1) {
+                    long long j1, long long k0, long long k1) {
         const T* ar = a + r0 * k;
         T* cr = c + r0 * n;
         if (j + 2 * L <= j1) {
-            tile(rows_, Int<L>{}, Int<2>{}, ar, pk + (j - j0), cr + j);
+            tile(rows_, Int<L>{}, Int<2>{}, ar, pk + (j - j0), cr + j, k0, k1);
             j += 2 * L;
         }
         if (j + L <= j1) {
-            tile(rows_, Int<L>{}, Int<1>{}, ar, pk + (j - j0), cr + j);
+            tile(rows_, Int<L>{}, Int<1>{}, ar, pk + (j - j0), cr + j, k0, k1);
             j += L;
         }
         if (j + L / 2 <= j1) {
-            tile(rows_, Int<L / 2>{}, Int<1>{}, ar, pk + (j - j0), cr + j);
+            tile(rows_, Int<L / 2>{}, Int<1>{}, ar, pk + (j - j0), cr + j, k0, k1);
             j += L / 2;
         }
         if (j + L / 4 <= j1) {
-            tile(rows_, Int<L / 4>{}, Int<1>{}, ar, pk + (j - j0), cr + j);
+            tile(rows_, Int<L / 4>{}, Int<1>{}, ar, pk + (j - j0), cr + j, k0, k1);
             j += L / 4;
         }
         if (L >= 16 && j + L / 8 <= j1) {
-            tile(rows_, Int<(L >= 16 ? L / 8 : 1)>{}, Int<1>{}, ar, pk + (j - j0), cr + j);
+            tile(rows_, Int<(L >= 16 ? L / 8 : 1)>{}, Int<1>{}, ar, pk + (j - j0), cr + j, k0,
+                 k1);
             j += L / 8;
         }
-        for (; j < j1; ++j) tile(rows_, Int<1>{}, Int<1>{}, ar, pk + (j - j0), cr + j);
+        for (; j < j1; ++j) tile(rows_, Int<1>{}, Int<1>{}, ar, pk + (j - j0), cr + j, k0, k1);
     };
     const long long rows = batch * m;
     if (k == 0) {
         for (long long i = 0; i < rows * n; ++i) c[i] = (T)0;
         return;
     }
-    // column panels outside, rows inside: the packed k x 2L panel stays in cache across rows.
-    // Rows [lo, hi) of c against panels [p0, p1) of b, with a panel buffer of the caller's.
+    // Per batch: row blocks (a's rows stay in L2), column panels (each packed once, in the
+    // first row block), k blocks (the packed panel's KC x 2L slice stays in L1 across rows),
+    // rows inside. Rows [lo, hi) of c against panels [p0, p1) of b.
     auto block = [=](long long lo, long long hi, long long p0, long long p1) {
-        T* pk = new T[k * PW];
-        for (long long j0 = p0 * PW; j0 < n && j0 < p1 * PW; j0 += PW) {
-            const long long j1 = j0 + PW < n ? j0 + PW : n;
-            long long packed = -1;  // the batch whose panel pk holds
-            long long r = lo;
-            while (r < hi) {
-                const long long bi = r / m;
-                if (bi != packed) {  // an exact copy of b[bi][:, j0:j1]
-                    const T* bb = b + bi * k * n + j0;
-                    for (long long kk = 0; kk < k; ++kk)
-                        for (long long j = 0; j < j1 - j0; ++j) pk[kk * PW + j] = bb[kk * n + j];
-                    packed = bi;
-                }
-                if (r + 8 <= hi && r % m + 8 <= m) {
-                    cols(Int<8>{}, r, pk, j0, j0, j1);
-                    r += 8;
-                } else if (r + 4 <= hi && r % m + 4 <= m) {
-                    cols(Int<4>{}, r, pk, j0, j0, j1);
-                    r += 4;
-                } else {
-                    cols(Int<1>{}, r, pk, j0, j0, j1);
-                    r += 1;
+        // every panel [p0, p1) of one batch's b, packed once, at its first use (panel p at
+        // (p - p0) * k * PW), in a buffer each thread keeps between launches (no page faults)
+        static thread_local std::vector<T> packed;
+        const size_t need = (size_t)((p1 - p0) * k * PW);
+        if (packed.size() < need) packed.resize(need);
+        T* pks = packed.data();
+        for (long long s0 = lo; s0 < hi;) {  // the rows of one batch at a time
+            const long long bi = s0 / m, send = hi < (bi + 1) * m ? hi : (bi + 1) * m;
+            for (long long rb = s0; rb < send; rb += MC) {  // row blocks: a's rows stay in L2
+                const long long rbe = rb + MC < send ? rb + MC : send;
+                for (long long p = p0; p < p1 && p * PW < n; ++p) {
+                    const long long j0 = p * PW, j1 = j0 + PW < n ? j0 + PW : n;
+                    T* pk = pks + (p - p0) * k * PW;
+                    if (rb == s0) {  // first use: an exact copy of b[bi][:, j0:j1]
+                        const T* bb = b + bi * k * n + j0;
+                        for (long long kk = 0; kk < k; ++kk)
+                            for (long long j = 0; j < j1 - j0; ++j)
+                                pk[kk * PW + j] = bb[kk * n + j];
+                    }
+                    for (long long k0 = 0; k0 < k; k0 += KC) {
+                        const long long k1 = k0 + KC < k ? k0 + KC : k;
+                        long long r = rb;
+                        while (r < rbe) {
+                            if (r + 8 <= rbe) {
+                                cols(Int<8>{}, r, pk, j0, j0, j1, k0, k1);
+                                r += 8;
+                            } else if (r + 4 <= rbe) {
+                                cols(Int<4>{}, r, pk, j0, j0, j1, k0, k1);
+                                r += 4;
+                            } else {
+                                cols(Int<1>{}, r, pk, j0, j0, j1, k0, k1);
+                                r += 1;
+                            }
+                        }
+                    }
                 }
             }
+            s0 = send;
         }
-        delete[] pk;
     };
     // Threads split the panels of one (batch-free) product when it has at least as many panels
     // as 8-row tiles: each panel is then packed by one thread, not by every thread; otherwise
@@ -155,25 +213,50 @@ _CPU_MATMUL = Template("""\
                             [=](long long lo, long long hi) { block(lo, hi, 0, panels); });""")
 
 
+# the register tiles' chain steps per contract: the first term (k = 0) and every next one
+_CPU_STEPS = {"plain": ("ar[r * k] * bv", "acc[r][v] + av * bv[v]"),
+              "fma": ("gtcpu::vfma(ar[r * k], bv, V{})", "gtcpu::vfma(av, bv[v], acc[r][v])")}
+
+
 def _cpu_kernels(ft: FloatType) -> list[Kernel]:
-    body = _CPU_MATMUL.substitute(T=ft.ctype)
-    return [Kernel(k.name, k.params, body) for k in _kernels(ft)]
+    out = []
+    for inner, k in zip(INNER, _kernels(ft)):
+        first, nxt = _CPU_STEPS[inner]
+        body = _CPU_MATMUL.substitute(T=ft.ctype, FIRST=first, NEXT=nxt)
+        out.append(Kernel(k.name, k.params, body))
+    return out
+
+
+def kernel_base(inner: str) -> str:
+    """The base name of the matmul kernel of contract ``inner`` (its KernelSet key)."""
+    return "matmul" if inner == "plain" else f"matmul_{inner}"
+
+
+def fma_contract_text(kernels: tuple[Kernel, ...]) -> list[str]:
+    """The texts of the fma contract among ``kernels`` (its kernels' sources, its ``gt_dot_fma``
+    helpers): the only text of a module that may name a fused multiply-add."""
+    names = {ft.kernel(kernel_base("fma")) for ft in DOT_FMA}
+    return ([k.source() for k in kernels if k.name in names]
+            + [fn.text for fn in DOT_FMA.values()])
 
 
 def _kernels(ft: FloatType) -> list[Kernel]:
     t = ft.ctype
     sig = params(f"const {t}* a, const {t}* b, {t}* c, long long batch, long long m, "
                  "long long k, long long n")
-    body = _MATMUL.substitute(DOT=DOT[ft].name)
-    return [Kernel(ft.kernel("matmul"), sig, body, "matmul", (DOT[ft],))]
+    return [Kernel(ft.kernel(kernel_base(inner)), sig, _MATMUL.substitute(DOT=dot[ft].name),
+                   "matmul", (dot[ft],))
+            for inner, dot in zip(INNER, (DOT, DOT_FMA))]
 
 
-def serial_matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+def serial_matmul(a: np.ndarray, b: np.ndarray, inner: str = "plain") -> np.ndarray:
     """(..., m, k) @ (..., k, n) with the serial inner-product order; the numpy definition.
 
-    Vectorized over every output element, serial over k: step k is one IEEE multiply of
-    column k of ``a`` by row k of ``b`` (MUL's ``a * b``) and one IEEE add into the
-    accumulator (ADD's ``acc + p``), written in place to keep the loop cheap.
+    Vectorized over every output element, serial over k: under ``inner="plain"`` step k is
+    one IEEE multiply of column k of ``a`` by row k of ``b`` (MUL's ``a * b``) and one IEEE
+    add into the accumulator (ADD's ``acc + p``), written in place to keep the loop cheap;
+    under ``inner="fma"`` it is one exact fused multiply-add into an accumulator that
+    starts at +0.0 (``gtensor.fma.fma``).
     """
     k = a.shape[-1]
     out_shape = a.shape[:-1] + b.shape[-1:]
@@ -181,6 +264,8 @@ def serial_matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
         return np.zeros(out_shape, a.dtype)
     cols = np.moveaxis(a, -1, 0)[..., None]  # cols[k]: (..., m, 1)
     rows = np.moveaxis(b, -2, 0)[..., None, :]  # rows[k]: (..., 1, n)
+    if inner == "fma":
+        return fma_chain(cols, rows, np.broadcast_shapes(out_shape, cols[0].shape))
     with np.errstate(all="ignore"):
         acc = np.multiply(cols[0], rows[0])
         prod = np.empty_like(acc)
@@ -190,7 +275,15 @@ def serial_matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return acc
 
 
+def _check_inner(op: str, attrs: dict) -> None:
+    inner = attrs.get("inner", "plain")
+    if not isinstance(inner, str) or inner not in INNER:
+        raise ValueError(f"{op}: inner is {inner!r}; expected one of {INNER} (the "
+                         "inner-product contract)")
+
+
 def _infer_matmul(shapes_: tuple, attrs: dict) -> tuple[tuple, dict]:
+    _check_inner("matmul", attrs)
     a, b = shapes_
     if len(a) != 2 or len(b) != 2:
         raise ValueError(f"matmul: expected 2-D operands, got a {a} and b {b} "
@@ -202,6 +295,7 @@ def _infer_matmul(shapes_: tuple, attrs: dict) -> tuple[tuple, dict]:
 
 
 def _infer_bmm(shapes_: tuple, attrs: dict) -> tuple[tuple, dict]:
+    _check_inner("bmm", attrs)
     a, b = shapes_
     if len(a) != 3 or len(b) != 3:
         raise ValueError(f"bmm: expected 3-D operands (batch, rows, cols), got a {a} and b {b}")
@@ -214,29 +308,32 @@ def _infer_bmm(shapes_: tuple, attrs: dict) -> tuple[tuple, dict]:
     return (a[0], a[1], b[2]), attrs
 
 
-def _launch(rt, ks, ins, out) -> None:
+def _launch(rt, ks, ins, out, inner="plain") -> None:
     a, b = ins
     if not out.size:
         return
     batch = a.shape[0] if a.ndim == 3 else 1
     m, k = a.shape[-2:]
     n = b.shape[-1]
-    rt.launch(ks["matmul"], grid_for(out.size), BLOCK, (a, b, out, batch, m, k, n))
+    rt.launch(ks[kernel_base(inner)], grid_for(out.size), BLOCK, (a, b, out, batch, m, k, n))
 
 
-def _matmul_vjp(be, g, ins, out, needs):
+# each backward inner product under the forward's contract
+def _matmul_vjp(be, g, ins, out, needs, inner="plain"):
     a, b = ins
-    return (be.matmul(g, be.transpose(b)) if needs[0] else None,
-            be.matmul(be.transpose(a), g) if needs[1] else None)
+    return (be.matmul(g, be.transpose(b), inner=inner) if needs[0] else None,
+            be.matmul(be.transpose(a), g, inner=inner) if needs[1] else None)
 
 
-def _bmm_vjp(be, g, ins, out, needs):
+def _bmm_vjp(be, g, ins, out, needs, inner="plain"):
     a, b = ins
-    return (be.bmm(g, be.transpose(b, (0, 2, 1))) if needs[0] else None,
-            be.bmm(be.transpose(a, (0, 2, 1)), g) if needs[1] else None)
+    return (be.bmm(g, be.transpose(b, (0, 2, 1)), inner=inner) if needs[0] else None,
+            be.bmm(be.transpose(a, (0, 2, 1)), g, inner=inner) if needs[1] else None)
 
 
-register(Op("matmul", ("a", "b"), (), _infer_matmul, serial_matmul, _kernels, _launch,
-            _matmul_vjp, "(m, k) @ (k, n), serial inner products", cpu=_cpu_kernels))
-register(Op("bmm", ("a", "b"), (), _infer_bmm, serial_matmul, _kernels, _launch, _bmm_vjp,
-            "(b, m, k) @ (b, k, n), serial inner products per batch", cpu=_cpu_kernels))
+register(Op("matmul", ("a", "b"), ("inner",), _infer_matmul, serial_matmul, _kernels, _launch,
+            _matmul_vjp, "(m, k) @ (k, n), serial inner products", {"inner": "plain"},
+            cpu=_cpu_kernels))
+register(Op("bmm", ("a", "b"), ("inner",), _infer_bmm, serial_matmul, _kernels, _launch,
+            _bmm_vjp, "(b, m, k) @ (b, k, n), serial inner products per batch",
+            {"inner": "plain"}, cpu=_cpu_kernels))

@@ -85,13 +85,14 @@ class Op:
 
     def float_type(self, inputs: Any, out: Any) -> FloatType:
         """The float dtype a call's kernels are chosen by: the result's when it is a float,
-        else the first float input's (a comparison, argmax)."""
+        else the first float input's (a comparison, argmax); an op with neither (int64 in and
+        out) runs its float64 kernels."""
         if self.out_type == FLOAT:
             return dtypes.BY_DTYPE[out.dtype]
         for i, x in enumerate(inputs):
-            if self.input_type(i) == FLOAT:
+            if self.variadic or self.input_type(i) == FLOAT:
                 return dtypes.BY_DTYPE[x.dtype]
-        raise TypeError(f"op {self.name}: no float input or result to choose kernels by")
+        return dtypes.F64
 
     def result_dtype(self, inputs: Any, attrs: dict) -> np.dtype:
         """The dtype of the result on ``inputs`` (arrays) with normalized ``attrs``: int64 /

@@ -39,6 +39,10 @@ static __forceinline__ float __fsub_rn(float a, float b) { return a - b; }
 static __forceinline__ float __fmul_rn(float a, float b) { return a * b; }
 static __forceinline__ float __fdiv_rn(float a, float b) { return a / b; }
 static __forceinline__ float __fsqrt_rn(float a) { return std::sqrt(a); }
+// the fused multiply-add (one rounding; matmul's fma contract): std::fma is IEEE's fma on every
+// target (vfmadd where the CPU has it, else a correctly rounded libm routine)
+static __forceinline__ double __fma_rn(double a, double b, double c) { return std::fma(a, b, c); }
+static __forceinline__ float __fmaf_rn(float a, float b, float c) { return std::fma(a, b, c); }
 
 static __forceinline__ long long __double_as_longlong(double d) {
     long long r;

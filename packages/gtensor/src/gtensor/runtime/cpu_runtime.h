@@ -26,6 +26,10 @@
 #include <type_traits>
 #include <vector>
 
+#if defined(__FMA__) || defined(__AVX512F__)
+#include <immintrin.h>
+#endif
+
 #include "common_runtime.h"  // the CUDA words, the intrinsics, gtrt::FpEnv
 
 namespace gtcpu {
@@ -53,6 +57,33 @@ static __forceinline__ void vstore(S* p, V v) {
 }
 template <int N>
 using Int = std::integral_constant<int, N>;
+// a * b + c with one rounding in every lane (a broadcast): the x86 FMA instructions where the
+// build has them (vfmadd; the one fused operation the kernels ask for -- -ffp-contract=off
+// still keeps every other a * b + c unfused), else std::fma per lane (IEEE's fma on every
+// target). Intrinsics, not a per-lane loop left to the vectorizer: GCC scalarizes some widths.
+template <class V, class S>
+static __forceinline__ V vfma(S a, V b, V c) {
+    constexpr int N = sizeof(V) / sizeof(S);
+#if defined(__AVX512F__)
+    if constexpr (std::is_same<S, double>::value && N == 8)
+        return (V)_mm512_fmadd_pd(_mm512_set1_pd(a), (__m512d)b, (__m512d)c);
+    if constexpr (std::is_same<S, float>::value && N == 16)
+        return (V)_mm512_fmadd_ps(_mm512_set1_ps(a), (__m512)b, (__m512)c);
+#endif
+#if defined(__FMA__)
+    if constexpr (std::is_same<S, double>::value && N == 4)
+        return (V)_mm256_fmadd_pd(_mm256_set1_pd(a), (__m256d)b, (__m256d)c);
+    if constexpr (std::is_same<S, double>::value && N == 2)
+        return (V)_mm_fmadd_pd(_mm_set1_pd(a), (__m128d)b, (__m128d)c);
+    if constexpr (std::is_same<S, float>::value && N == 8)
+        return (V)_mm256_fmadd_ps(_mm256_set1_ps(a), (__m256)b, (__m256)c);
+    if constexpr (std::is_same<S, float>::value && N == 4)
+        return (V)_mm_fmadd_ps(_mm_set1_ps(a), (__m128)b, (__m128)c);
+#endif
+    V r;
+    for (int i = 0; i < N; ++i) r[i] = std::fma(a, (S)b[i], (S)c[i]);
+    return r;
+}
 
 // ---- threads ---------------------------------------------------------------------------------
 // Work (in multiply-adds or element operations) below which a launch stays on one thread:

@@ -1,0 +1,212 @@
+"""Layers of issue 21 as torch names and shapes them, initialised from ``gtape.rng``:
+``Conv2d``, ``MaxPool2d``, ``AvgPool2d``, ``Dropout``, ``Embedding``.
+
+>>> import numpy as np, gtape as g
+>>> tp = g.Tape()
+>>> emb = g.nn.Embedding(tp, 10, 4, key=g.rng.key(0))
+>>> emb(np.array([[1, 2], [3, 1]])).shape, emb.weight.shape
+((2, 2, 4), (10, 4))
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from gtensor import philox
+from gtensor.ops.random import FOLD_TAG
+
+from . import ops
+from .modules import Module
+from .nn_init import KeyLike, as_key, kaiming_bound, normal_init, uniform_init
+from .rng import Key, dropout
+from .tape import Tape
+from .var import Var
+
+
+def _positive(where: str, name: str, n: Any, least: int = 1) -> int:
+    if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < least:
+        raise ValueError(f"{where}: {name} is {n!r}; expected an int >= {least}")
+    return int(n)
+
+
+def _pair(where: str, name: str, n: Any, least: int = 1) -> tuple[int, int]:
+    """An int (used for both spatial axes) or a pair of ints, each >= ``least``, as a pair."""
+    pair = tuple(n) if isinstance(n, (tuple, list)) else (n, n)
+    if len(pair) != 2:
+        raise ValueError(f"{where}: {name} is {n!r}; expected an int or a pair of ints")
+    for v in pair:
+        if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < least:
+            raise ValueError(f"{where}: {name} is {n!r}; expected an int >= {least} or a "
+                             f"pair of them")
+    return int(pair[0]), int(pair[1])
+
+
+class Conv2d(Module):
+    """``g.conv2d(x, weight, bias, stride, padding)`` on NCHW input, torch's ``nn.Conv2d``
+    (kernel_size, stride, padding: an int or a pair; kept as pairs, as torch):
+    weight (out, in, kh, kw) U(-b, b) with torch's kaiming_uniform(a = sqrt 5) bound
+    (``kaiming_bound(fan_in)``, fan_in = in * kh * kw) and bias (out,)
+    U(-1/sqrt(fan_in), 1/sqrt(fan_in)), drawn from ``key.split(2)`` (weight, bias) by
+    ``gtape.nn_init.uniform_init``."""
+
+    def __init__(self, tp: Tape, in_channels: int, out_channels: int, kernel_size: Any,
+                 stride: Any = 1, padding: Any = 0, bias: bool = True, key: KeyLike = 0) -> None:
+        self.in_channels = _positive("Conv2d", "in_channels", in_channels)
+        self.out_channels = _positive("Conv2d", "out_channels", out_channels)
+        self.kernel_size = _pair("Conv2d", "kernel_size", kernel_size)
+        self.stride = _pair("Conv2d", "stride", stride)
+        self.padding = _pair("Conv2d", "padding", padding, least=0)
+        kw, kb = as_key("Conv2d", key).split(2)
+        fan_in = self.in_channels * self.kernel_size[0] * self.kernel_size[1]
+        shape = (self.out_channels, self.in_channels, *self.kernel_size)
+        self.weight = tp.param(uniform_init(kw, shape, kaiming_bound(fan_in)))
+        self.bias: Var | None = (tp.param(uniform_init(kb, (self.out_channels,),
+                                                       1.0 / np.sqrt(fan_in)))
+                                 if bias else None)
+
+    @classmethod
+    def from_weights(cls, tp: Tape, weight: Any, bias: Any = None, stride: Any = 1,
+                     padding: Any = 0) -> Conv2d:
+        """A Conv2d holding copies of ``weight`` (out, in, kh, kw) and ``bias`` (out,) or
+        None."""
+        w = np.asarray(weight)
+        if w.ndim != 4 or 0 in w.shape or w.dtype.kind not in "biuf":
+            raise ValueError(f"Conv2d.from_weights: weight is {w.dtype} of shape {w.shape}; "
+                             "expected real numbers of shape (out, in, kh, kw)")
+        if bias is not None and np.shape(bias) != (w.shape[0],):
+            raise ValueError(f"Conv2d.from_weights: bias has shape {np.shape(bias)}; expected "
+                             f"({w.shape[0]},)")
+        layer = cls.__new__(cls)
+        layer.out_channels, layer.in_channels = int(w.shape[0]), int(w.shape[1])
+        layer.kernel_size = (int(w.shape[2]), int(w.shape[3]))
+        layer.stride = _pair("Conv2d", "stride", stride)
+        layer.padding = _pair("Conv2d", "padding", padding, least=0)
+        layer.weight = tp.param(w)
+        layer.bias = None if bias is None else tp.param(bias)
+        return layer
+
+    def forward(self, x: Any) -> Var:
+        """conv2d(x, weight, bias, stride, padding)."""
+        return ops.conv2d(x, self.weight, self.bias, stride=self.stride, padding=self.padding)
+
+    def extra_repr(self) -> str:
+        """in, out, kernel_size, stride, padding, bias."""
+        return (f"{self.in_channels}, {self.out_channels}, kernel_size={self.kernel_size}, "
+                f"stride={self.stride}, padding={self.padding}, bias={self.bias is not None}")
+
+
+def _as_given(v: Any) -> int | tuple[int, int]:
+    """An int stays an int, a pair becomes a tuple of ints (torch's pools keep what they get)."""
+    return int(v) if isinstance(v, (int, np.integer)) else (int(v[0]), int(v[1]))
+
+
+class _Pool2d(Module):
+    """A 2-D pooling layer: kernel_size and stride (None: the kernel size), ints or pairs."""
+
+    OP: Any = None
+
+    def __init__(self, kernel_size: Any, stride: Any = None) -> None:
+        name = type(self).__name__
+        _pair(name, "kernel_size", kernel_size)
+        if stride is not None:
+            _pair(name, "stride", stride)
+        self.kernel_size = _as_given(kernel_size)
+        self.stride = None if stride is None else _as_given(stride)
+
+    def forward(self, x: Any) -> Var:
+        """The pooling op on x (NCHW)."""
+        return type(self).OP(x, self.kernel_size, self.stride)
+
+    def extra_repr(self) -> str:
+        """kernel_size, stride."""
+        return f"kernel_size={self.kernel_size}, stride={self.stride or self.kernel_size}"
+
+
+class MaxPool2d(_Pool2d):
+    """``g.max_pool2d(x, kernel_size, stride)``, torch's ``nn.MaxPool2d`` without padding or
+    dilation (the first maximum of a window wins; its gradient goes there)."""
+
+    OP = staticmethod(ops.max_pool2d)
+
+
+class AvgPool2d(_Pool2d):
+    """``g.avg_pool2d(x, kernel_size, stride)``, torch's ``nn.AvgPool2d`` without padding."""
+
+    OP = staticmethod(ops.avg_pool2d)
+
+
+FOLDS = 256  # Dropout computes its per-step keys this many at a time (one vectorized block call)
+
+
+class Dropout(Module):
+    """Inverted dropout, torch's ``nn.Dropout(p)``: in training mode ``g.dropout(x, p,
+    key.fold(t))`` for the t-th training forward (t = 0, 1, ...: ``calls``), so every step
+    draws a fresh mask that depends on (key, t, element) only; the identity in eval mode and
+    when p == 0. A captured step refreshes its key input with ``next_key()`` each step."""
+
+    def __init__(self, p: float = 0.5, key: KeyLike = 0) -> None:
+        if isinstance(p, bool) or not isinstance(p, (int, float, np.floating)) or \
+                not 0.0 <= p < 1.0:
+            raise ValueError(f"Dropout: p is {p!r}; expected a probability in [0, 1)")
+        self.p = float(p)
+        self.key = as_key("Dropout", key)
+        self.calls = 0  # training forwards so far: the next one uses key.fold(calls)
+        self._folds: tuple[int, np.ndarray] = (-1, np.zeros((0, 4), np.uint64))
+
+    def next_key(self) -> Any:
+        """The key of the next training forward (``key.fold(calls)``); counts it."""
+        t = self.calls
+        start, blocks = self._folds
+        if not 0 <= t - start < len(blocks):  # the folds of the next FOLDS steps, one block call
+            start = t
+            ctr = np.zeros((FOLDS, 4), np.uint64)
+            ctr[:, 0] = np.arange(t, t + FOLDS, dtype=np.uint64)
+            ctr[:, 3] = FOLD_TAG
+            blocks = philox.block(self.key.words, ctr)
+            self._folds = (start, blocks)
+        self.calls += 1
+        b = blocks[t - start]
+        return Key(int(b[0]), int(b[1]))  # == self.key.fold(t) (the block at (t, 0, 0, 1))
+
+    def forward(self, x: Any) -> Var:
+        """dropout(x, p, next_key()) in training mode; x in eval mode or when p == 0."""
+        if not self.training or self.p == 0.0:
+            return x
+        return dropout(x, self.p, self.next_key())
+
+    def extra_repr(self) -> str:
+        """p."""
+        return f"p={self.p}"
+
+
+class Embedding(Module):
+    """Rows of ``weight`` (num_embeddings, embedding_dim) picked by int ids (``g.embedding``:
+    a gather forward, a serial scatter-add backward), torch's ``nn.Embedding``; the weight
+    N(0, 1) from ``key`` (``gtape.nn_init.normal_init``). ``padding_idx`` and ``max_norm`` are
+    not supported."""
+
+    def __init__(self, tp: Tape, num_embeddings: int, embedding_dim: int,
+                 key: KeyLike = 0) -> None:
+        self.tp = tp
+        self.num_embeddings = _positive("Embedding", "num_embeddings", num_embeddings)
+        self.embedding_dim = _positive("Embedding", "embedding_dim", embedding_dim)
+        (kw,) = as_key("Embedding", key).split(1)
+        self.weight = tp.param(normal_init(kw, (self.num_embeddings, self.embedding_dim)))
+
+    def forward(self, ids: Any) -> Var:
+        """weight[ids]: host int ids (any shape) become an int64 const of the tape."""
+        if isinstance(ids, Var):
+            return ops.embedding(self.weight, ids)
+        a = np.asarray(ids)
+        if a.dtype.kind not in "iu":
+            raise TypeError(f"Embedding: ids have dtype {a.dtype}; expected int ids")
+        if a.size and (a.min() < 0 or a.max() >= self.num_embeddings):
+            raise ValueError(f"Embedding: ids must lie in [0, {self.num_embeddings}); got "
+                             f"[{a.min()}, {a.max()}]")
+        return ops.embedding(self.weight, self.tp.const(a.astype(np.int64), name="ids",
+                                                       dtype="int64"))
+
+    def extra_repr(self) -> str:
+        """num_embeddings, embedding_dim."""
+        return f"{self.num_embeddings}, {self.embedding_dim}"

@@ -1,0 +1,237 @@
+"""Counter-based random numbers: every bit a pure function of (key, element index).
+
+The generator is Philox4x64-10 exactly as ``numpy.random.Philox`` defines it
+(``gtensor.philox``). Element ``i`` (row-major) of a draw with key ``K`` is word ``i`` of the
+stream ``numpy.random.Philox(key=K).random_raw()`` produces, so a draw does not depend on the
+backend, the launch geometry, the thread count or how a batch is split.
+
+>>> import numpy as np
+>>> import gtape as g
+>>> k = g.rng.key(42)
+>>> bool(np.array_equal(g.rng.bits(k, (2, 3)).ravel(),
+...                     np.random.Philox(key=42).random_raw(6)))
+True
+>>> ref = np.random.Generator(np.random.Philox(key=42)).random(5)
+>>> bool(np.array_equal(g.rng.uniform(k, 5), ref))
+True
+
+Transforms (``docs/semantics.md``, "Random numbers"):
+
+* ``bits``: the uint64 words themselves.
+* ``uniform`` f64: ``(w >> 11) * 2**-53`` (numpy's ``Generator.random()``), in [0, 1);
+  f32: ``(w >> 40) * 2**-24``, in [0, 1). Both exact (no rounding).
+* ``normal``: Box-Muller on words ``2i`` and ``2i + 1`` with our own ``log_f64`` and
+  ``cos_f64``: ``u1 = ((w[2i] >> 11) + 1) * 2**-53`` in (0, 1],
+  ``u2 = (w[2i+1] >> 11) * 2**-53``, ``z = sqrt(-2 * log(u1)) * cos(TWO_PI * u2)``, each
+  operation rounded once in float64; f32: ``z`` rounded once to float32.
+* ``Key.fold(i)``: the key ``(b0, b1)`` where ``b = Philox(K, counter=(i, 0, 0, 1))``;
+  ``Key.split(n)[j]``: ``(b0, b1)`` of ``Philox(K, counter=(j, 0, 0, 2))``. A draw uses
+  counters with c3 == 0, so derived keys come from blocks no draw of K uses.
+* ``dropout(x, p, key)``: keep where the element's f64 uniform is >= p, times
+  ``1 / (1 - p)``; dropped elements are +0.0; the backward regenerates the mask.
+
+With ``tp=None`` (and a Key) a draw is a numpy array computed by the numpy reference of the
+gtensor op; with a tape (``tp=``, or a key that is a Var of a tape) it is a recorded op:
+``rng_bits``, ``rng_uniform``, ``rng_normal``, ``rng_fold``, ``dropout``, whose key input is
+an int64 const of shape (2,) (named ``"rng_key"``: a captured program's ``set_input``
+refreshes it with the next step's Key, e.g. ``base.fold(step)``).
+"""
+
+
+from __future__ import annotations
+
+from typing import Any
+
+import gtensor
+import numpy as np
+from gtensor import describe, philox
+from gtensor.ops import random as rops
+
+from .var import Var
+
+SEED_LIMIT = 1 << 128  # seeds are ints in [0, 2**128)
+KEY_NAME = "rng_key"  # the name of a key const a draw records (a program's input name)
+
+
+class Key:
+    """A Philox key: two uint64 words ``(k0, k1)``, numpy's ``Philox(key=k0 + 2**64 * k1)``."""
+
+    __slots__ = ("_words",)
+
+    def __init__(self, k0: int, k1: int = 0) -> None:
+        for name, w in (("k0", k0), ("k1", k1)):
+            if isinstance(w, bool) or not isinstance(w, (int, np.integer)) or \
+                    not 0 <= int(w) <= philox.MASK64:
+                raise TypeError(f"rng.Key: {name} must be an int in [0, 2**64), got {w!r}")
+        self._words = (int(k0), int(k1))
+
+    @property
+    def words(self) -> tuple[int, int]:
+        """The two key words (k0, k1)."""
+        return self._words
+
+    @property
+    def seed(self) -> int:
+        """The key as one int, ``k0 + 2**64 * k1`` (``numpy.random.Philox(key=...)``)."""
+        return self._words[0] | (self._words[1] << 64)
+
+    def array(self) -> np.ndarray:
+        """The key as the int64 array (2,) of the words' bit patterns (an op's key input)."""
+        return np.array(self._words, dtype=np.uint64).view(np.int64)
+
+    @classmethod
+    def from_array(cls, a: Any) -> Key:
+        """The key held in an int64 (or uint64) array of two words."""
+        a = np.asarray(a)
+        if a.shape != (2,) or a.dtype not in (np.dtype(np.int64), np.dtype(np.uint64)):
+            raise TypeError(f"rng.Key.from_array: expected an int64 array of shape (2,), got "
+                            f"{describe(a)}")
+        w = a.view(np.uint64)
+        return cls(int(w[0]), int(w[1]))
+
+    def fold(self, i: int) -> Key:
+        """A new key from this key and an int ``i`` in [0, 2**64) (e.g. a step number)."""
+        return Key(*rops.fold_words(self._words, rops.check_fold_index("rng.Key.fold", i)))
+
+    def split(self, n: int) -> list[Key]:
+        """``n`` new keys, independent of each other and of this key's own draws."""
+        if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or not 0 <= n < 2**32:
+            raise TypeError(f"rng.Key.split: n must be an int in [0, 2**32), got {n!r}")
+        return [Key(*w) for w in rops.split_words(self._words, int(n))]
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Key) and other._words == self._words
+
+    def __hash__(self) -> int:
+        return hash(("rng.Key", self._words))
+
+    def __repr__(self) -> str:
+        return f"Key(0x{self._words[0]:016x}, 0x{self._words[1]:016x})"
+
+
+def key(seed: int) -> Key:
+    """The key of an int ``seed`` in [0, 2**128), as ``numpy.random.Philox(key=seed)``."""
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
+        raise TypeError(f"rng.key: seed must be an int in [0, 2**128), got {describe(seed)}")
+    if not 0 <= int(seed) < SEED_LIMIT:
+        raise ValueError(f"rng.key: seed must be an int in [0, 2**128), got {int(seed)}")
+    return Key(*philox.key_words(int(seed)))
+
+
+# ---------------------------------------------------------------- keys on a tape
+def key_input(tp: Any, k: Key | np.ndarray, name: str = KEY_NAME) -> Var:
+    """Record key ``k`` on tape ``tp`` as an int64 const (2,) called ``name`` (a program input
+    that ``set_input(name, next_key)`` refreshes)."""
+    k = check_key("rng.key_input", k, var_ok=False)
+    return tp.const(k.array(), name=name, dtype="int64")
+
+
+def fold(k: Key | Var, i: int) -> Key | Var:
+    """``k.fold(i)`` for a Key; for a key Var, the recorded op ``rng_fold`` (same bits)."""
+    k = check_key("rng.fold", k)
+    if isinstance(k, Key):
+        return k.fold(i)
+    return k.tape._record("rng_fold", [k], {"i": rops.check_fold_index("rng.fold", i)})
+
+
+def check_key(where: str, k: Any, var_ok: bool = True) -> Key | Var:
+    """``k`` as a Key (a Key, or its array form: an int64 / uint64 numpy array of shape (2,)),
+    or with ``var_ok`` an int64 key Var of shape (2,) of a tape; TypeError otherwise."""
+    if isinstance(k, Key):
+        return k
+    if isinstance(k, np.ndarray) and k.shape == (2,) and k.dtype in (np.int64, np.uint64):
+        return Key.from_array(k)
+    if var_ok and isinstance(k, Var) and np.dtype(k.dtype) == np.int64 and k.shape == (2,):
+        return k
+    accepted = "a gtape.rng.Key (g.rng.key(seed)) or its int64 array (Key.array())" + (
+        " or an int64 key Var of shape (2,)" if var_ok else "")
+    raise TypeError(f"{where}: key must be {accepted}, got {describe(k)}")
+
+
+def _tape_of(where: str, k: Key | Var, tp: Any) -> Any:
+    """The tape a draw records on: ``tp``, or the key Var's tape (None: a host draw)."""
+    from .tape import Tape
+
+    if tp is not None and not isinstance(tp, Tape):
+        raise TypeError(f"{where}: tp must be a gtape.Tape or None, got {describe(tp)}")
+    if isinstance(k, Var):
+        if tp is not None and tp is not k.tape:
+            raise ValueError(f"{where}: the key Var belongs to another tape than tp")
+        return k.tape
+    return tp
+
+
+def _dtype(where: str, dtype: Any, tp: Any) -> np.dtype:
+    if dtype is None:
+        return np.dtype(np.float64) if tp is None else np.dtype(tp.dtype)
+    dt = gtensor.dtypes.normalize(dtype, where)
+    if tp is not None and dt != np.dtype(tp.dtype):
+        raise TypeError(f"{where}: dtype {dt.name} differs from the tape's {tp.dtype.name}; "
+                        "a draw on a tape takes the tape's dtype")
+    return dt
+
+
+def _draw(op: str, where: str, k: Any, shape: Any, tp: Any, dtype: Any = None,
+          typed: bool = True) -> Any:
+    k = check_key(where, k)
+    tape = _tape_of(where, k, tp)
+    attrs = {"shape": rops.check_shape(where, shape)}
+    if typed:
+        attrs["dtype"] = _dtype(where, dtype, tape)
+    if tape is None:
+        ref = gtensor.backend("numpy")
+        return ref.to_numpy(ref.apply(op, [ref.asarray(k.array(), dtype=np.int64)], **attrs))
+    tape._check_open(where)
+    kv = key_input(tape, k) if isinstance(k, Key) else k
+    return tape._record(op, [kv], attrs)
+
+
+# ---------------------------------------------------------------- public draws
+def bits(key: Key | Var, shape: Any, tp: Any = None) -> Any:
+    """Philox4x64-10 words: element i (row-major) is word i of numpy's ``Philox(key)`` stream.
+
+    Host (tp=None): uint64. On a tape: an int64 Var holding the words' bit patterns."""
+    out = _draw("rng_bits", "rng.bits", key, shape, tp, typed=False)
+    return out.view(np.uint64) if isinstance(out, np.ndarray) else out
+
+
+def uniform(key: Key | Var, shape: Any, tp: Any = None, dtype: Any = None) -> Any:
+    """Uniforms in [0, 1): f64 ``(w >> 11) * 2**-53`` (numpy's ``Generator.random()``),
+    f32 ``(w >> 40) * 2**-24``. ``dtype``: float64 on the host unless given; a tape's own."""
+    return _draw("rng_uniform", "rng.uniform", key, shape, tp, dtype)
+
+
+def normal(key: Key | Var, shape: Any, tp: Any = None, dtype: Any = None) -> Any:
+    """Standard normals (Box-Muller on word pairs with gtensor's own log and cos)."""
+    return _draw("rng_normal", "rng.normal", key, shape, tp, dtype)
+
+
+def dropout(x: Any, p: float, key: Key | Var) -> Any:
+    """Inverted dropout: ``x * 1/(1-p)`` where the element's uniform is >= p, else +0.0.
+
+    ``x`` a Var: the recorded op ``dropout`` (its backward regenerates the mask from the key);
+    ``x`` a numpy array and ``key`` a Key: the numpy reference's result. ``p == 0`` returns
+    ``x`` itself (nothing recorded): the identity, as in eval mode.
+    """
+    p = rops.check_p("dropout", p)
+    k = check_key("dropout", key)
+    if isinstance(x, Var):
+        if isinstance(k, Var) and k.tape is not x.tape:
+            raise ValueError("dropout: key is a Var of another tape than x")
+        x.tape._check_var(x, "dropout: x")
+        if p == 0.0:
+            return x
+        x.tape._check_open("dropout")
+        kv = key_input(x.tape, k) if isinstance(k, Key) else k
+        return x.tape._record("dropout", [x, kv], {"p": p})
+    if isinstance(k, Var):
+        raise TypeError(f"dropout: x is {describe(x)} but key is a Var; expected x to be a Var "
+                        "of the key's tape")
+    if p == 0.0:
+        return x
+    ref = gtensor.backend("numpy")
+    arr = ref.asarray(x)
+    return ref.to_numpy(ref.dropout(arr, ref.asarray(k.array(), dtype=np.int64), p))
+
+
+__all__ = ["Key", "bits", "dropout", "fold", "key", "key_input", "normal", "uniform"]

@@ -1,0 +1,511 @@
+"""2-D convolution (NCHW, as torch's conv2d without bias) and its two backward ops.
+
+Definitions (x (N, C, H, W), w (O, C, KH, KW), stride (sh, sw), padding (ph, pw);
+OH = (H + 2ph - KH) // sh + 1, OW likewise; ``xp`` is x padded with +0.0 on each side;
+K = C*KH*KW taps k = (c, i, j) in row-major order; P = (n, oy, ox) output positions):
+
+* ``conv2d(x, w)``: y[n, o, oy, ox] = the serial chain over k ascending (matmul's: acc = the
+  first product, then acc + product, each rounded; no FMA) of
+  w[o, c, i, j] * xp[n, c, oy*sh + i, ox*sw + j]. Padded elements are +0.0 and ARE multiplied
+  (0 * inf = NaN, 0 * -1 = -0.0). This is matmul(w.reshape(O, K), im2col(xp)) exactly.
+  The bias is not part of the op: ``gtape.conv2d`` adds it with one broadcast ``add``.
+* ``conv2d_grad_weight(g, x)``: dw[o, c, i, j] = the serial chain over the positions
+  (n, oy, ox) in row-major order of g[n, o, oy, ox] * xp[n, c, oy*sh + i, ox*sw + j] (padded
+  elements multiplied too): matmul(g as (O, N*OH*OW), im2col(xp) transposed). No positions
+  (N == 0): +0.0.
+* ``conv2d_grad_input(g, w)``: first, per tap k and position (n, oy, ox), the serial chain
+  over o ascending t = w[0, k] * g[n, 0, oy, ox], then t + w[o, k] * g[n, o, oy, ox]
+  (matmul(w.reshape(O, K).T, g)); then col2im: dx[n, c, y, x] = the serial sum over the taps
+  (i, j) in row-major order that reach it (oy = (y + ph - i) / sh an integer in [0, OH), ox
+  likewise) of t[(c, i, j), (n, oy, ox)], the accumulator starting at the first one; an
+  element no tap reaches is +0.0. Taps landing in the padding are dropped.
+"""
+
+from __future__ import annotations
+
+from string import Template
+
+import numpy as np
+
+from .. import dtypes
+from ..kernels import Kernel, params
+from .elementwise import ADD, BLOCK, MUL, grid_for
+from .linalg import serial_matmul
+from .registry import Op, register
+
+
+def pair(op: str, arg: str, value, minimum: int) -> tuple[int, int]:
+    """An int or (h, w) pair of ints, each >= ``minimum``; TypeError / ValueError naming them."""
+    vals = tuple(value) if isinstance(value, (tuple, list)) else (value, value)
+    ok = len(vals) == 2 and all(isinstance(v, (int, np.integer)) and not isinstance(v, bool)
+                                for v in vals)
+    if not ok:
+        raise TypeError(f"{op}: {arg} is {value!r}; expected an int or a pair (h, w) of ints")
+    if any(v < minimum for v in vals):
+        raise ValueError(f"{op}: {arg} is {value!r}; expected values >= {minimum}")
+    return int(vals[0]), int(vals[1])
+
+
+def check_4d(op: str, arg: str, shape: tuple, what: str) -> None:
+    """ValueError unless ``shape`` is 4-D (``what`` names the axes)."""
+    if len(shape) != 4:
+        raise ValueError(f"{op}: {arg} has shape {tuple(shape)}; expected a 4-D array {what}")
+
+
+def out_size(op: str, size: tuple, kernel: tuple, stride: tuple, padding: tuple) -> tuple:
+    """(OH, OW) of a window of ``kernel`` sliding over ``size`` padded by ``padding``."""
+    padded = (size[0] + 2 * padding[0], size[1] + 2 * padding[1])
+    if kernel[0] > padded[0] or kernel[1] > padded[1]:
+        raise ValueError(f"{op}: kernel {kernel} is larger than the padded input {padded} "
+                         f"(input {tuple(size)}, padding {padding}); expected kernel <= "
+                         "input + 2 * padding on both axes")
+    return ((padded[0] - kernel[0]) // stride[0] + 1, (padded[1] - kernel[1]) // stride[1] + 1)
+
+
+def _positive(op: str, arg: str, shape: tuple, axes: tuple) -> None:
+    bad = [a for a in axes if shape[a] < 1]
+    if bad:
+        raise ValueError(f"{op}: {arg} has shape {tuple(shape)}; expected sizes >= 1 on axes "
+                         f"{axes}")
+
+
+def _attrs(op: str, attrs: dict) -> tuple[tuple, tuple]:
+    return (pair(op, "stride", attrs.get("stride", 1), 1),
+            pair(op, "padding", attrs.get("padding", 0), 0))
+
+
+# --------------------------------------------------------------------------- numpy
+def _padded(x: np.ndarray, padding: tuple) -> np.ndarray:
+    ph, pw = padding
+    return np.pad(x, ((0, 0), (0, 0), (ph, ph), (pw, pw)))  # +0.0
+
+
+def im2col(x: np.ndarray, kernel: tuple, stride: tuple, padding: tuple) -> np.ndarray:
+    """(C*KH*KW, N, OH, OW): row (c, i, j) holds xp[n, c, oy*sh + i, ox*sw + j]."""
+    n, c, h, w = x.shape
+    kh, kw = kernel
+    sh, sw = stride
+    oh, ow = out_size("im2col", (h, w), kernel, stride, padding)
+    xp = _padded(x, padding)
+    cols = np.empty((c, kh, kw, n, oh, ow), x.dtype)
+    for i in range(kh):
+        for j in range(kw):
+            cols[:, i, j] = xp[:, :, i:i + sh * (oh - 1) + 1:sh,
+                               j:j + sw * (ow - 1) + 1:sw].transpose(1, 0, 2, 3)
+    return cols.reshape(c * kh * kw, n, oh, ow)
+
+
+def _conv_ref(x, w, *, stride, padding):
+    o = w.shape[0]
+    cols = im2col(x, w.shape[2:], stride, padding)
+    k, n, oh, ow = cols.shape
+    y = serial_matmul(w.reshape(o, k), cols.reshape(k, n * oh * ow))
+    return np.ascontiguousarray(y.reshape(o, n, oh, ow).transpose(1, 0, 2, 3))
+
+
+def _grad_weight_ref(g, x, *, stride, padding, kernel):
+    n, o, oh, ow = g.shape
+    cols = im2col(x, kernel, stride, padding)
+    k = cols.shape[0]
+    gm = g.transpose(1, 0, 2, 3).reshape(o, n * oh * ow)
+    dw = serial_matmul(gm, cols.reshape(k, n * oh * ow).T)
+    return np.ascontiguousarray(dw.reshape((o, x.shape[1]) + tuple(kernel)))
+
+
+def col2im(t: np.ndarray, shape: tuple, kernel: tuple, stride: tuple,
+           padding: tuple) -> np.ndarray:
+    """x of ``shape`` (N, C, H, W): per element the serial sum over taps (i, j) row-major of
+    t[(c, i, j), n, oy, ox] reaching it (first term starts; none: +0.0); padding dropped."""
+    n, c, h, w = shape
+    kh, kw = kernel
+    sh, sw = stride
+    ph, pw = padding
+    _, _, oh, ow = t.shape
+    t6 = t.reshape(c, kh, kw, n, oh, ow)
+    acc = np.zeros((n, c, h + 2 * ph, w + 2 * pw), t.dtype)
+    seen = np.zeros(acc.shape, bool)
+    with np.errstate(all="ignore"):
+        for i in range(kh):
+            for j in range(kw):
+                at = (slice(None), slice(None), slice(i, i + sh * (oh - 1) + 1, sh),
+                      slice(j, j + sw * (ow - 1) + 1, sw))
+                v = t6[:, i, j].transpose(1, 0, 2, 3)
+                acc[at] = np.where(seen[at], acc[at] + v, v)
+                seen[at] = True
+    out = acc[:, :, ph:ph + h, pw:pw + w]
+    return np.ascontiguousarray(np.where(seen[:, :, ph:ph + h, pw:pw + w], out,
+                                         t.dtype.type(0.0)))
+
+
+def _grad_input_ref(g, w, *, stride, padding, size):
+    n, o, oh, ow = g.shape
+    _, c, kh, kw = w.shape
+    k = c * kh * kw
+    gm = g.transpose(1, 0, 2, 3).reshape(o, n * oh * ow)
+    t = serial_matmul(w.reshape(o, k).T, gm).reshape(k, n, oh, ow)
+    return col2im(t, (n, c) + tuple(size), (kh, kw), stride, padding)
+
+
+# --------------------------------------------------------------------------- shape rules
+def _conv_infer(shapes_: tuple, attrs: dict) -> tuple[tuple, dict]:
+    x, w = shapes_
+    check_4d("conv2d", "x", x, "(N, C, H, W)")
+    check_4d("conv2d", "w", w, "(O, C, KH, KW)")
+    _positive("conv2d", "x", x, (1, 2, 3))
+    _positive("conv2d", "w", w, (0, 1, 2, 3))
+    if x[1] != w[1]:
+        raise ValueError(f"conv2d: x has {x[1]} channels (shape {tuple(x)}) but w expects "
+                         f"{w[1]} (shape {tuple(w)}); expected x.shape[1] == w.shape[1]")
+    stride, padding = _attrs("conv2d", attrs)
+    oh, ow = out_size("conv2d", x[2:], w[2:], stride, padding)
+    return (x[0], w[0], oh, ow), {"stride": stride, "padding": padding}
+
+
+def _grad_weight_infer(shapes_: tuple, attrs: dict) -> tuple[tuple, dict]:
+    g, x = shapes_
+    op = "conv2d_grad_weight"
+    check_4d(op, "g", g, "(N, O, OH, OW)")
+    check_4d(op, "x", x, "(N, C, H, W)")
+    _positive(op, "g", g, (1, 2, 3))
+    _positive(op, "x", x, (1, 2, 3))
+    stride, padding = _attrs(op, attrs)
+    kernel = pair(op, "kernel", attrs["kernel"], 1)
+    want = (x[0],) + out_size(op, x[2:], kernel, stride, padding)
+    if (g[0], g[2], g[3]) != want:
+        raise ValueError(f"{op}: g has shape {tuple(g)}; expected (N, O, OH, OW) with "
+                         f"(N, OH, OW) = {want} for x {tuple(x)}")
+    return (g[1], x[1]) + kernel, {"stride": stride, "padding": padding, "kernel": kernel}
+
+
+def _grad_input_infer(shapes_: tuple, attrs: dict) -> tuple[tuple, dict]:
+    g, w = shapes_
+    op = "conv2d_grad_input"
+    check_4d(op, "g", g, "(N, O, OH, OW)")
+    check_4d(op, "w", w, "(O, C, KH, KW)")
+    _positive(op, "w", w, (0, 1, 2, 3))
+    stride, padding = _attrs(op, attrs)
+    size = pair(op, "size", attrs["size"], 1)
+    want = (w[0],) + out_size(op, size, w[2:], stride, padding)
+    if (g[1], g[2], g[3]) != want:
+        raise ValueError(f"{op}: g has shape {tuple(g)}; expected (N, O, OH, OW) with "
+                         f"(O, OH, OW) = {want} for w {tuple(w)} and size {size}")
+    return (g[0], w[1]) + size, {"stride": stride, "padding": padding, "size": size}
+
+
+# --------------------------------------------------------------------------- kernels
+# geom = [N, C, H, W, O, KH, KW, OH, OW, sh, sw, ph, pw]
+_GEOM = "long long n, const long long* geom"
+_DECODE = """\
+    const long long N = geom[0], C = geom[1], H = geom[2], W = geom[3], O = geom[4],
+                    KH = geom[5], KW = geom[6], OH = geom[7], OW = geom[8], sh = geom[9],
+                    sw = geom[10], ph = geom[11], pw = geom[12];
+    (void)N; (void)O;
+"""
+_GRID = _DECODE + """\
+    const long long step = (long long)gridDim.x * blockDim.x;
+    for (long long e = (long long)blockIdx.x * blockDim.x + threadIdx.x; e < n; e += step) {
+$ONE    }"""
+
+_CONV_ONE = """\
+        const long long ox = e % OW, oy = (e / OW) % OH, oc = (e / (OW * OH)) % O,
+                        nn = e / (OW * OH * O);
+        $T acc = ($T)0;
+        long long k = 0;
+        for (long long c = 0; c < C; ++c)
+            for (long long i = 0; i < KH; ++i)
+                for (long long j = 0; j < KW; ++j, ++k) {
+                    const long long yy = oy * sh + i - ph, xx = ox * sw + j - pw;
+                    const $T xv = (yy >= 0 && yy < H && xx >= 0 && xx < W)
+                                      ? x[((nn * C + c) * H + yy) * W + xx] : ($T)0;
+                    const $T p = $MUL(w[oc * C * KH * KW + k], xv);
+                    acc = k == 0 ? p : $ADD(acc, p);
+                }
+        y[e] = acc;
+"""
+_GRAD_WEIGHT_ONE = """\
+        const long long j = e % KW, i = (e / KW) % KH, c = (e / (KW * KH)) % C,
+                        oc = e / (KW * KH * C);
+        $T acc = ($T)0;
+        bool first = true;
+        for (long long nn = 0; nn < N; ++nn)
+            for (long long oy = 0; oy < OH; ++oy)
+                for (long long ox = 0; ox < OW; ++ox) {
+                    const long long yy = oy * sh + i - ph, xx = ox * sw + j - pw;
+                    const $T xv = (yy >= 0 && yy < H && xx >= 0 && xx < W)
+                                      ? x[((nn * C + c) * H + yy) * W + xx] : ($T)0;
+                    const $T p = $MUL(g[((nn * O + oc) * OH + oy) * OW + ox], xv);
+                    acc = first ? p : $ADD(acc, p);
+                    first = false;
+                }
+        y[e] = acc;
+"""
+_GRAD_INPUT_ONE = """\
+        const long long xx = e % W, yy = (e / W) % H, c = (e / (W * H)) % C,
+                        nn = e / (W * H * C);
+        $T acc = ($T)0;
+        bool first = true;
+        for (long long i = 0; i < KH; ++i) {
+            const long long ty = yy + ph - i;
+            if (ty < 0 || ty % sh != 0 || ty / sh >= OH) continue;
+            const long long oy = ty / sh;
+            for (long long j = 0; j < KW; ++j) {
+                const long long tx = xx + pw - j;
+                if (tx < 0 || tx % sw != 0 || tx / sw >= OW) continue;
+                const long long ox = tx / sw, k = (c * KH + i) * KW + j;
+                const long long gp = (nn * O * OH + oy) * OW + ox, gs = OH * OW;
+                $T t = $MUL(w[k], g[gp]);
+                for (long long oc = 1; oc < O; ++oc)
+                    t = $ADD(t, $MUL(w[oc * C * KH * KW + k], g[gp + oc * gs]));
+                acc = first ? t : $ADD(acc, t);
+                first = false;
+            }
+        }
+        y[e] = acc;
+"""
+
+# cpu: images split across threads (weight gradient: output channels). Each image is copied
+# once into an im2col panel (padded +0.0); each output then runs its own chain in the defined
+# order, independent outputs side by side (the inner loops over positions / taps vectorize:
+# lanes are different outputs, each lane's product and sum rounded, no FMA).
+_IM2COL = """\
+    // cols[k * P + p] (or colsT[p * K + k]) of image nn: xp[nn, c, oy*sh + i, ox*sw + j];
+    // per tap the columns ox in [lo, hi) read x, the others are padding (+0.0)
+    auto im2col = [=](const T* __restrict__ xn, T* __restrict__ out, bool transposed) {
+        const long long ps = transposed ? K : 1, ks = transposed ? 1 : P;
+        long long k = 0;
+        for (long long c = 0; c < C; ++c)
+            for (long long i = 0; i < KH; ++i)
+                for (long long j = 0; j < KW; ++j, ++k) {
+                    const long long d = pw - j;  // xx = ox*sw - d
+                    long long lo = d > 0 ? (d + sw - 1) / sw : 0;
+                    long long hi = W - 1 + d >= 0 ? (W - 1 + d) / sw + 1 : 0;
+                    if (hi > OW) hi = OW;
+                    if (lo > hi) lo = hi;
+                    T* ok = out + k * ks;
+                    for (long long oy = 0; oy < OH; ++oy) {
+                        const long long yy = oy * sh + i - ph;
+                        T* o = ok + oy * OW * ps;
+                        if (yy < 0 || yy >= H) {
+                            for (long long ox = 0; ox < OW; ++ox) o[ox * ps] = (T)0;
+                            continue;
+                        }
+                        const T* xr = xn + (c * H + yy) * W - d;
+                        for (long long ox = 0; ox < lo; ++ox) o[ox * ps] = (T)0;
+                        for (long long ox = lo; ox < hi; ++ox) o[ox * ps] = xr[ox * sw];
+                        for (long long ox = hi; ox < OW; ++ox) o[ox * ps] = (T)0;
+                    }
+                }
+    };
+"""
+# chains(...): c[r * cs + p] = the serial chain over k ascending of a[r * ar + k * ak] *
+# b[k * bs + p] (the first product starts, each product and sum rounded), for R_ x P_ outputs
+# in register tiles of 4 rows x one 64-byte vector of SIMD lanes, then half and quarter vectors
+# (gtcpu::Vec: each lane's * and + one IEEE operation, no FMA); tiles decide only which outputs
+# run side by side, never the order within one. Edge outputs run the same chain one at a time.
+_CHAINS = """\
+    auto chains = [](const T* __restrict__ a, long long ar, long long ak,
+                     const T* __restrict__ b, long long bs, T* __restrict__ c, long long cs,
+                     long long R_, long long P_, long long K_) {
+        constexpr int TR = 4, L = 64 / sizeof(T);  // 4 rows x one 64-byte vector of lanes
+        // rows r0..r0+3, columns p0.. (N lanes, each lane its own chain)
+        auto tile = [&](auto lanes_, long long r0, long long p0) {
+            constexpr int N = decltype(lanes_)::value;
+            typedef typename gtcpu::Vec<T, N>::type V;
+            V acc[TR];
+            const V b0 = gtcpu::vload<V>(b + p0);
+            for (int r = 0; r < TR; ++r) acc[r] = a[(r0 + r) * ar] * b0;
+            for (long long k = 1; k < K_; ++k) {
+                const V bv = gtcpu::vload<V>(b + k * bs + p0);
+                for (int r = 0; r < TR; ++r) acc[r] = acc[r] + a[(r0 + r) * ar + k * ak] * bv;
+            }
+            for (int r = 0; r < TR; ++r) gtcpu::vstore(c + (r0 + r) * cs + p0, acc[r]);
+        };
+        auto one = [&](long long r, long long p) {
+            T acc = a[r * ar] * b[p];
+            for (long long k = 1; k < K_; ++k) acc = acc + a[r * ar + k * ak] * b[k * bs + p];
+            c[r * cs + p] = acc;
+        };
+        for (long long r0 = 0; r0 < R_; r0 += TR) {
+            if (r0 + TR > R_) {
+                for (long long r = r0; r < R_; ++r)
+                    for (long long p = 0; p < P_; ++p) one(r, p);
+                continue;
+            }
+            long long p0 = 0;
+            for (; p0 + L <= P_; p0 += L) tile(gtcpu::Int<L>{}, r0, p0);
+            if (p0 + L / 2 <= P_) {
+                tile(gtcpu::Int<L / 2>{}, r0, p0);
+                p0 += L / 2;
+            }
+            if (p0 + L / 4 <= P_) {
+                tile(gtcpu::Int<L / 4>{}, r0, p0);
+                p0 += L / 4;
+            }
+            for (; p0 < P_; ++p0)
+                for (int r = 0; r < TR; ++r) one(r0 + r, p0);
+        }
+    };
+"""
+_CPU_CONV = Template(_DECODE + """\
+    typedef $T T;
+    const long long P = OH * OW, K = C * KH * KW;
+$IM2COL$CHAINS
+    gtcpu::parallel_for(N, O * K * P + K * P, [=](long long lo, long long hi) {
+        T* cols = new T[K * P];
+        for (long long nn = lo; nn < hi; ++nn) {
+            im2col(x + nn * C * H * W, cols, false);
+            chains(w, K, 1, cols, P, y + nn * O * P, P, O, P, K);  // y[nn] = w @ cols
+        }
+        delete[] cols;
+    });""")
+_CPU_GRAD_WEIGHT = Template(_DECODE + """\
+    typedef $T T;
+    const long long P = OH * OW, K = C * KH * KW, Q = N * P;
+$IM2COL$CHAINS
+    if (Q == 0) {
+        for (long long e = 0; e < n; ++e) y[e] = (T)0;
+        return;
+    }
+    // colsT[q][k] over every position q = (nn, p) and gm[o][q] = g[nn, o, p]: exact copies
+    T* colsT = new T[Q * K];
+    T* gm = new T[O * Q];
+    for (long long nn = 0; nn < N; ++nn) {
+        im2col(x + nn * C * H * W, colsT + nn * P * K, true);
+        for (long long oc = 0; oc < O; ++oc)
+            for (long long p = 0; p < P; ++p) gm[oc * Q + nn * P + p] = g[(nn * O + oc) * P + p];
+    }
+    gtcpu::parallel_for(O, Q * K, [=](long long lo, long long hi) {
+        chains(gm + lo * Q, Q, 1, colsT, K, y + lo * K, K, hi - lo, K, Q);  // dw = gm @ colsT
+    });
+    delete[] gm;
+    delete[] colsT;""")
+_CPU_GRAD_INPUT = Template(_DECODE + """\
+    typedef $T T;
+    const long long P = OH * OW, K = C * KH * KW;
+$CHAINS
+    gtcpu::parallel_for(N, O * K * P + K * P, [=](long long lo, long long hi) {
+        T* t = new T[K * P];
+        char* seen = new char[C * H * W];
+        for (long long nn = lo; nn < hi; ++nn) {
+            chains(w, 1, K, g + nn * O * P, P, t, P, K, P, O);  // t[k, p]: serial over o
+            // col2im: taps (c, i, j) in row-major order, the first reaching one starts
+            T* dx = y + nn * C * H * W;
+            for (long long q = 0; q < C * H * W; ++q) seen[q] = 0;
+            long long k = 0;
+            for (long long c = 0; c < C; ++c)
+                for (long long i = 0; i < KH; ++i)
+                    for (long long j = 0; j < KW; ++j, ++k)
+                        for (long long oy = 0; oy < OH; ++oy) {
+                            const long long yy = oy * sh + i - ph;
+                            if (yy < 0 || yy >= H) continue;
+                            for (long long ox = 0; ox < OW; ++ox) {
+                                const long long xx = ox * sw + j - pw;
+                                if (xx < 0 || xx >= W) continue;
+                                const long long q = (c * H + yy) * W + xx;
+                                const T v = t[k * P + oy * OW + ox];
+                                if (seen[q]) {
+                                    dx[q] = dx[q] + v;
+                                } else {
+                                    dx[q] = v;
+                                    seen[q] = 1;
+                                }
+                            }
+                        }
+            for (long long q = 0; q < C * H * W; ++q)
+                if (!seen[q]) dx[q] = (T)0;
+        }
+        delete[] seen;
+        delete[] t;
+    });""")
+
+_FORWARD = ("conv2d", "const $T* x, const $T* w", _CONV_ONE, _CPU_CONV)
+_WEIGHT = ("conv2d_grad_weight", "const $T* g, const $T* x", _GRAD_WEIGHT_ONE, _CPU_GRAD_WEIGHT)
+_INPUT = ("conv2d_grad_input", "const $T* g, const $T* w", _GRAD_INPUT_ONE, _CPU_GRAD_INPUT)
+
+
+def _kernels(spec: tuple, cpu: bool):
+    name, arrays, one, cpu_body = spec
+
+    def kernels(ft: dtypes.FloatType) -> list[Kernel]:
+        t = ft.ctype
+        sig = params(Template(arrays).substitute(T=t) + f", {t}* y, " + _GEOM)
+        if cpu:
+            body = cpu_body.substitute(T=t, IM2COL=_IM2COL, CHAINS=_CHAINS)
+        else:
+            body = Template(_GRID.replace("$ONE", one)).substitute(
+                T=t, MUL=MUL[ft].cname, ADD=ADD[ft].cname)
+        return [Kernel(ft.kernel(name), sig, body, "conv", (MUL[ft], ADD[ft]))]
+
+    return kernels
+
+
+def _launch_with(kernel: Kernel, rt, a, b, out, x_shape, w_shape, y_shape, stride, padding):
+    n, c, h, w = x_shape
+    o, _, kh, kw = w_shape
+    oh, ow = y_shape[2:]
+    if out.size:
+        rt.launch(kernel, grid_for(out.size), BLOCK,
+                  (a, b, out, out.size,
+                   rt.geom((n, c, h, w, o, kh, kw, oh, ow, *stride, *padding))))
+
+
+def _conv_launch(rt, ks, ins, out, *, stride, padding):
+    x, w = ins
+    _launch_with(ks.only, rt, x, w, out, x.shape, w.shape, out.shape, stride, padding)
+
+
+def _grad_weight_launch(rt, ks, ins, out, *, stride, padding, kernel):
+    g, x = ins
+    _launch_with(ks.only, rt, g, x, out, x.shape, out.shape, g.shape, stride,
+                 padding)
+
+
+def _grad_input_launch(rt, ks, ins, out, *, stride, padding, size):
+    g, w = ins
+    _launch_with(ks.only, rt, g, w, out, out.shape, w.shape, g.shape, stride,
+                 padding)
+
+
+# --------------------------------------------------------------------------- backward rules
+def _conv_vjp(be, g, ins, out, needs, stride, padding):
+    x, w = ins
+    return (be.conv2d_grad_input(g, w, stride, padding, tuple(x.shape[2:])) if needs[0]
+            else None,
+            be.conv2d_grad_weight(g, x, stride, padding, tuple(w.shape[2:])) if needs[1]
+            else None)
+
+
+def _grad_input_vjp(be, g2, ins, out, needs, stride, padding, size):
+    # dx = T(g, w) is bilinear, the adjoint of conv2d in x: d/dg = conv2d(g2, w),
+    # d/dw = conv2d_grad_weight(g, g2)
+    g, w = ins
+    return (be.conv2d(g2, w, stride, padding) if needs[0] else None,
+            be.conv2d_grad_weight(g, g2, stride, padding, tuple(w.shape[2:])) if needs[1]
+            else None)
+
+
+def _grad_weight_vjp(be, g2, ins, out, needs, stride, padding, kernel):
+    # dw = U(g, x) is bilinear, the adjoint of conv2d in w: d/dg = conv2d(x, g2),
+    # d/dx = conv2d_grad_input(g, g2)
+    g, x = ins
+    return (be.conv2d(x, g2, stride, padding) if needs[0] else None,
+            be.conv2d_grad_input(g, g2, stride, padding, tuple(x.shape[2:])) if needs[1]
+            else None)
+
+
+register(Op("conv2d", ("x", "w"), ("stride", "padding"), _conv_infer, _conv_ref,
+            _kernels(_FORWARD, False), _conv_launch, _conv_vjp,
+            "NCHW 2-D convolution (no bias): per output a serial chain over (c, kh, kw) "
+            "row-major, padding +0.0 multiplied", {"stride": 1, "padding": 0},
+            cpu=_kernels(_FORWARD, True)))
+register(Op("conv2d_grad_weight", ("g", "x"), ("stride", "padding", "kernel"),
+            _grad_weight_infer, _grad_weight_ref, _kernels(_WEIGHT, False),
+            _grad_weight_launch, _grad_weight_vjp,
+            "conv2d's weight gradient: per weight a serial chain over (n, oy, ox) row-major",
+            {"stride": 1, "padding": 0}, cpu=_kernels(_WEIGHT, True)))
+register(Op("conv2d_grad_input", ("g", "w"), ("stride", "padding", "size"),
+            _grad_input_infer, _grad_input_ref, _kernels(_INPUT, False), _grad_input_launch,
+            _grad_input_vjp,
+            "conv2d's input gradient: per tap a serial chain over o, then col2im over the "
+            "taps (kh, kw) row-major", {"stride": 1, "padding": 0},
+            cpu=_kernels(_INPUT, True)))

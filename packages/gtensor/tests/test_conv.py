@@ -1,0 +1,278 @@
+"""conv2d, its gradients and the pools: the backend under test vs the loop oracles (bitwise,
+special values included), vs torch float64 (forward and both gradients), tie and NaN rules,
+and bad input refused with the op, the argument and what is accepted."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from cases import CASES, case_inputs
+from gtensor import conv_loops as cl
+from gtensor.testing import bits_equal, first_difference
+from hypothesis import given
+from hypothesis import strategies as st
+
+DTYPES = [np.float64, np.float32]
+ORACLES = {
+    "conv2d": lambda a, at: cl.loop_conv2d(*a, at["stride"], at["padding"]),
+    "conv2d_grad_weight": lambda a, at: cl.loop_conv2d_grad_weight(
+        *a, at["stride"], at["padding"], at["kernel"]),
+    "conv2d_grad_input": lambda a, at: cl.loop_conv2d_grad_input(
+        *a, at["stride"], at["padding"], at["size"]),
+    "max_pool2d": lambda a, at: cl.loop_max_pool2d(*a, at["kernel"], at["stride"]),
+    "max_pool2d_grad": lambda a, at: cl.loop_max_pool2d_grad(*a, at["kernel"], at["stride"]),
+    "max_pool2d_pick": lambda a, at: cl.loop_max_pool2d_pick(*a, at["kernel"], at["stride"]),
+    "avg_pool2d": lambda a, at: cl.loop_avg_pool2d(*a, at["kernel"], at["stride"]),
+    "avg_pool2d_grad": lambda a, at: cl.loop_avg_pool2d_grad(*a, at["kernel"], at["stride"],
+                                                             at["size"]),
+}
+ROWS = [c for c in CASES if c.op in ORACLES]
+
+
+def _run(be, op, arrays, **attrs):
+    return be.to_numpy(getattr(be, op)(*[be.asarray(a, dtype=a.dtype) for a in arrays],
+                                       **attrs))
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=["f64", "f32"])
+@pytest.mark.parametrize("case", ROWS, ids=[c.id for c in ROWS])
+@given(data=st.data())
+def test_against_the_loop_oracle(be, case, dtype, data):
+    """Every conv/pool row: the defined order, each operation rounded, bit for bit."""
+    ins = [data.draw(s, label=f"input{i}") for i, s in enumerate(case_inputs(case, dtype))]
+    full = {"stride": 1, "padding": 0, **case.attrs} if case.op.startswith("conv") else \
+        {"stride": None, **case.attrs}
+    want = ORACLES[case.op](ins, full)
+    got = _run(be, case.op, ins, **case.attrs)
+    assert bits_equal(want, got), f"{case.id} {np.dtype(dtype)}: {first_difference(want, got)}"
+
+
+@st.composite
+def _geometry(draw):
+    """A conv geometry: sizes, kernel, stride, padding (kernel <= padded input)."""
+    n, c, o = draw(st.integers(0, 2)), draw(st.integers(1, 3)), draw(st.integers(1, 5))
+    h, w = draw(st.integers(1, 7)), draw(st.integers(1, 7))
+    ph, pw = draw(st.integers(0, 2)), draw(st.integers(0, 2))
+    kh, kw = draw(st.integers(1, h + 2 * ph)), draw(st.integers(1, w + 2 * pw))
+    sh, sw = draw(st.integers(1, 3)), draw(st.integers(1, 3))
+    return (n, c, h, w), (o, c, min(kh, 4), min(kw, 4)), (sh, sw), (ph, pw)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=["f64", "f32"])
+@given(geom=_geometry(), data=st.data())
+def test_conv_geometries_against_the_loops(be, dtype, geom, data):
+    """Random sizes, kernels, strides and paddings (borders, taps skipped by strides, empty
+    batches): all three conv ops bitwise the loop oracles."""
+    from cases import arrays
+
+    xs, ws, stride, padding = geom
+    x = data.draw(arrays(np.dtype(dtype), xs), label="x")
+    w = data.draw(arrays(np.dtype(dtype), ws), label="w")
+    y = _run(be, "conv2d", [x, w], stride=stride, padding=padding)
+    assert bits_equal(cl.loop_conv2d(x, w, stride, padding), y)
+    gy = data.draw(arrays(np.dtype(dtype), y.shape), label="g")
+    got = _run(be, "conv2d_grad_input", [gy, w], stride=stride, padding=padding, size=xs[2:])
+    want = cl.loop_conv2d_grad_input(gy, w, stride, padding, xs[2:])
+    assert bits_equal(want, got), f"grad_input: {first_difference(want, got)}"
+    got = _run(be, "conv2d_grad_weight", [gy, x], stride=stride, padding=padding,
+               kernel=ws[2:])
+    want = cl.loop_conv2d_grad_weight(gy, x, stride, padding, ws[2:])
+    assert bits_equal(want, got), f"grad_weight: {first_difference(want, got)}"
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=["f64", "f32"])
+@given(data=st.data())
+def test_pool_geometries_against_the_loops(be, dtype, data):
+    """Random pool geometries over a few repeated values (ties, +-0.0, NaN, inf): the pools and
+    their gradients bitwise the loop oracles."""
+    from hypothesis.extra import numpy as hnp
+
+    n, c = data.draw(st.integers(0, 2)), data.draw(st.integers(1, 2))
+    h, w = data.draw(st.integers(1, 6)), data.draw(st.integers(1, 6))
+    k = (data.draw(st.integers(1, h)), data.draw(st.integers(1, w)))
+    stride = data.draw(st.one_of(st.none(), st.tuples(st.integers(1, 3), st.integers(1, 3))))
+    vals = st.sampled_from([0.0, -0.0, 1.0, -1.0, 2.0, np.nan, np.inf, -np.inf, 0.5])
+    x = data.draw(hnp.arrays(np.dtype(dtype), (n, c, h, w), elements=vals), label="x")
+    y = _run(be, "max_pool2d", [x], kernel=k, stride=stride)
+    assert bits_equal(cl.loop_max_pool2d(x, k, stride), y)
+    assert bits_equal(cl.loop_avg_pool2d(x, k, stride),
+                      _run(be, "avg_pool2d", [x], kernel=k, stride=stride))
+    gy = data.draw(hnp.arrays(np.dtype(dtype), y.shape, elements=vals), label="g")
+    want = cl.loop_max_pool2d_grad(gy, x, k, stride)
+    got = _run(be, "max_pool2d_grad", [gy, x], kernel=k, stride=stride)
+    assert bits_equal(want, got), f"max grad: {first_difference(want, got)}"
+    want = cl.loop_avg_pool2d_grad(gy, k, stride, (h, w))
+    got = _run(be, "avg_pool2d_grad", [gy], kernel=k, stride=stride, size=(h, w))
+    assert bits_equal(want, got), f"avg grad: {first_difference(want, got)}"
+    assert bits_equal(cl.loop_max_pool2d_pick(x * 2, x, k, stride),
+                      _run(be, "max_pool2d_pick", [x * 2, x], kernel=k, stride=stride))
+
+
+# --------------------------------------------------------------------------- torch float64
+torch = pytest.importorskip("torch")
+F = torch.nn.functional
+CONV_SHAPES = [  # x, w, stride, padding: strides, paddings, odd sizes, 1x1, non-square
+    ((2, 3, 7, 6), (4, 3, 3, 3), 1, 1), ((1, 2, 9, 8), (3, 2, 3, 2), 2, 0),
+    ((3, 1, 5, 7), (2, 1, 2, 3), (2, 3), (1, 2)), ((2, 4, 6, 6), (5, 4, 1, 1), 1, 0),
+    ((1, 3, 8, 8), (2, 3, 5, 5), 3, 2), ((2, 2, 4, 4), (3, 2, 4, 4), 1, 3)]
+
+
+@pytest.mark.parametrize("x_shape,w_shape,stride,padding", CONV_SHAPES)
+def test_conv2d_matches_torch_float64(be, x_shape, w_shape, stride, padding):
+    rng = np.random.default_rng(sum(x_shape) + sum(w_shape))
+    x, w = rng.standard_normal(x_shape), rng.standard_normal(w_shape)
+    xt = torch.tensor(x, requires_grad=True)
+    wt = torch.tensor(w, requires_grad=True)
+    yt = F.conv2d(xt, wt, stride=stride, padding=padding)
+    gy = rng.standard_normal(tuple(yt.shape))
+    yt.backward(torch.tensor(gy))
+    y = _run(be, "conv2d", [x, w], stride=stride, padding=padding)
+    dx = _run(be, "conv2d_grad_input", [gy, w], stride=stride, padding=padding,
+              size=x_shape[2:])
+    dw = _run(be, "conv2d_grad_weight", [gy, x], stride=stride, padding=padding,
+              kernel=w_shape[2:])
+    for what, ours, theirs in (("y", y, yt), ("dx", dx, xt.grad), ("dw", dw, wt.grad)):
+        theirs = theirs.detach().numpy()
+        assert ours.shape == theirs.shape, what
+        err = np.max(np.abs(ours - theirs)) / np.max(np.abs(theirs))
+        assert err < 1e-14, f"{what}: relative error {err:.2e}"
+
+
+POOL_SHAPES = [((2, 3, 8, 8), 2, None), ((1, 2, 7, 9), 3, 2), ((2, 1, 6, 5), (2, 3), (1, 2)),
+               ((1, 2, 5, 5), 3, 1), ((1, 1, 4, 4), 4, None)]
+
+
+@pytest.mark.parametrize("x_shape,kernel,stride", POOL_SHAPES)
+@pytest.mark.parametrize("ties", [False, True], ids=["distinct", "ties"])
+def test_pools_match_torch_float64(be, x_shape, kernel, stride, ties):
+    """Values and gradients; with ties (values drawn from a few integers) both libraries give
+    the gradient to the first maximum of a window in row-major order: equal bits."""
+    rng = np.random.default_rng(sum(x_shape))
+    x = rng.integers(-2, 3, x_shape).astype(np.float64) if ties else rng.standard_normal(x_shape)
+    xt = torch.tensor(x, requires_grad=True)
+    for op, fn in (("max_pool2d", F.max_pool2d), ("avg_pool2d", F.avg_pool2d)):
+        xt.grad = None
+        yt = fn(xt, kernel, stride)
+        gy = rng.standard_normal(tuple(yt.shape))
+        yt.backward(torch.tensor(gy))
+        y = _run(be, op, [x], kernel=kernel, stride=stride)
+        if op == "max_pool2d":
+            dx = _run(be, "max_pool2d_grad", [gy, x], kernel=kernel, stride=stride)
+            assert bits_equal(y, yt.detach().numpy()), op  # a max is exact
+            if ties:  # torch adds a window's contributions in row-major order from +0.0
+                assert np.array_equal(dx, xt.grad.numpy()), f"{op} grad"
+        else:
+            dx = _run(be, "avg_pool2d_grad", [gy], kernel=kernel, stride=stride,
+                      size=x_shape[2:])
+        for what, ours, theirs in (("y", y, yt.detach().numpy()), ("dx", dx, xt.grad.numpy())):
+            err = np.max(np.abs(ours - theirs)) / np.max(np.abs(theirs))
+            assert err < 1e-15, f"{op} {what}: relative error {err:.2e}"
+
+
+def test_max_pool_ties_and_nans(be):
+    """Ties keep the first element (-0.0 before +0.0); the first NaN of a window wins."""
+    x = np.array([[[[-0.0, 0.0], [0.0, -0.0]], [[1.0, np.nan], [np.nan, 5.0]]]])
+    x = x.reshape(1, 2, 2, 2)
+    y = _run(be, "max_pool2d", [x], kernel=2)
+    assert np.signbit(y[0, 0, 0, 0]) and np.isnan(y[0, 1, 0, 0])
+    dx = _run(be, "max_pool2d_grad", [np.full((1, 2, 1, 1), 3.0), x], kernel=2)
+    assert dx.reshape(2, 4).tolist() == [[3.0, 0.0, 0.0, 0.0], [0.0, 3.0, 0.0, 0.0]]
+    assert not np.signbit(dx).any()  # unchosen elements are +0.0
+
+
+def test_overlapping_max_windows_add_in_window_order(be):
+    """stride < kernel: one element chosen by several windows gets their serial sum."""
+    x = np.zeros((1, 1, 3, 3))
+    x[0, 0, 1, 1] = 9.0  # the max of all four 2x2 windows (stride 1)
+    g = np.array([1.0, 0.5, 1e16, 1.0]).reshape(1, 1, 2, 2)
+    # row-major window order; reversed, rows reversed, columns reversed or column-major differ
+    want = ((1.0 + 0.5) + 1e16) + 1.0
+    assert want not in (((1.0 + 1e16) + 0.5) + 1.0, ((1e16 + 1.0) + 1.0) + 0.5,
+                        ((0.5 + 1.0) + 1.0) + 1e16, ((1.0 + 1e16) + 0.5) + 1.0)
+    for op, args in (("max_pool2d_grad", [g, x]), ("avg_pool2d_grad", [g * 4.0])):
+        extra = {} if op == "max_pool2d_grad" else {"size": (3, 3)}
+        dx = _run(be, op, args, kernel=2, stride=1, **extra)
+        assert dx[0, 0, 1, 1] == want, op
+
+
+def test_padding_multiplies_zero(be):
+    """Padded elements are +0.0 and are multiplied: an infinite weight over padding is NaN."""
+    x = np.ones((1, 1, 2, 2))
+    w = np.full((1, 1, 3, 3), np.inf)
+    y = _run(be, "conv2d", [x, w], padding=1)
+    assert np.isnan(y).all()
+    w = np.full((1, 1, 3, 3), -1.0)
+    x = np.zeros((1, 1, 1, 1))
+    # the chain starts at the first product, not at +0.0: nine (-1 * +0) = -0.0 sum to -0.0
+    assert np.signbit(_run(be, "conv2d", [x, w], padding=1)).all()
+
+
+# --------------------------------------------------------------------------- bad input
+BAD = [
+    ("conv2d", [(2, 3, 5), (4, 3, 3, 3)], {}, ValueError, r"conv2d: x has shape \(2, 3, 5\); "
+     r"expected a 4-D array \(N, C, H, W\)"),
+    ("conv2d", [(2, 3, 5, 5), (4, 2, 3, 3)], {}, ValueError,
+     r"conv2d: x has 3 channels .* w expects 2 .*expected x.shape\[1\] == w.shape\[1\]"),
+    ("conv2d", [(1, 1, 2, 2), (1, 1, 3, 3)], {}, ValueError,
+     r"conv2d: kernel \(3, 3\) is larger than the padded input \(2, 2\)"),
+    ("conv2d", [(1, 1, 4, 4), (1, 1, 3, 3)], {"stride": 0}, ValueError,
+     r"conv2d: stride is 0; expected values >= 1"),
+    ("conv2d", [(1, 1, 4, 4), (1, 1, 3, 3)], {"padding": -1}, ValueError,
+     r"conv2d: padding is -1; expected values >= 0"),
+    ("conv2d", [(1, 1, 4, 4), (1, 1, 3, 3)], {"stride": 1.5}, TypeError,
+     r"conv2d: stride is 1.5; expected an int or a pair \(h, w\) of ints"),
+    ("conv2d", [(1, 1, 4, 4), (1, 1, 3, 3)], {"padding": (1, 2, 3)}, TypeError,
+     r"conv2d: padding is \(1, 2, 3\); expected an int or a pair"),
+    ("max_pool2d", [(1, 1, 4)], {"kernel": 2}, ValueError, r"max_pool2d: x has shape \(1, 1, 4\)"),
+    ("max_pool2d", [(1, 1, 4, 4)], {"kernel": 5}, ValueError,
+     r"max_pool2d: kernel \(5, 5\) is larger than the padded input \(4, 4\)"),
+    ("avg_pool2d", [(1, 1, 4, 4)], {"kernel": 2, "stride": -1}, ValueError,
+     r"avg_pool2d: stride is -1; expected values >= 1"),
+    ("avg_pool2d", [(1, 1, 4, 4)], {"kernel": "2"}, TypeError, r"avg_pool2d: kernel is '2'"),
+    ("max_pool2d", [(1, 1, 4, 4)], {"kernel": True}, TypeError, r"max_pool2d: kernel is True"),
+    ("conv2d_grad_input", [(1, 2, 3, 3), (2, 1, 3, 3)], {"size": (4, 4)}, ValueError,
+     r"conv2d_grad_input: g has shape \(1, 2, 3, 3\); expected \(N, O, OH, OW\) with "
+     r"\(O, OH, OW\) = \(2, 2, 2\)"),
+    ("max_pool2d_grad", [(1, 1, 3, 3), (1, 1, 4, 4)], {"kernel": 2}, ValueError,
+     r"max_pool2d_grad: g has shape \(1, 1, 3, 3\); expected \(1, 1, 2, 2\)"),
+]
+
+
+@pytest.mark.parametrize("op,shapes,attrs,exc,match", BAD, ids=[f"{b[0]}-{i}"
+                                                               for i, b in enumerate(BAD)])
+def test_bad_input_is_refused(be, op, shapes, attrs, exc, match):
+    arrays = [be.asarray(np.ones(s)) for s in shapes]
+    with pytest.raises(exc, match=match):
+        getattr(be, op)(*arrays, **attrs)
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+def test_cpu_thread_splits_change_no_bit(be, ref, monkeypatch, dtype):
+    """The cpu kernels split across 1, 2 and 3 threads (split threshold lowered to 1): images,
+    weight-gradient channels and planes end mid-tile; every result equals numpy's bits."""
+    if be.name != "cpu":
+        pytest.skip("the cpu backend's thread splits")
+    from gtensor.runtime import cpu as cpu_runtime
+
+    rng = np.random.default_rng(5)
+    x, w = rng.standard_normal((5, 3, 7, 6)).astype(dtype), rng.standard_normal((7, 3, 3, 3))
+    w = w.astype(dtype)
+    gy = rng.standard_normal((5, 7, 4, 3)).astype(dtype)  # stride 2, padding 1
+    p = rng.standard_normal((5, 3, 3, 2)).astype(dtype)  # max/avg pool 3, stride 2 of x
+    calls = [("conv2d", (x, w), {"stride": 2, "padding": 1}),
+             ("conv2d_grad_input", (gy, w), {"stride": 2, "padding": 1, "size": (7, 6)}),
+             ("conv2d_grad_weight", (gy, x), {"stride": 2, "padding": 1, "kernel": (3, 3)}),
+             ("max_pool2d", (x,), {"kernel": 3, "stride": 2}),
+             ("max_pool2d_grad", (p, x), {"kernel": 3, "stride": 2}),
+             ("avg_pool2d_grad", (p,), {"kernel": 3, "stride": 2, "size": (7, 6)})]
+    old = be.module.set_parallel_work(1)
+    try:
+        for op, args, attrs in calls:
+            want = _run(ref, op, list(args), **attrs)
+            for threads in ("1", "2", "3"):
+                monkeypatch.setenv(cpu_runtime.THREADS_ENV, threads)
+                got = _run(be, op, list(args), **attrs)
+                assert bits_equal(want, got), f"{op} threads={threads}: " \
+                                              f"{first_difference(want, got)}"
+    finally:
+        be.module.set_parallel_work(old)
