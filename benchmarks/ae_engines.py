@@ -262,11 +262,13 @@ COMPILED = "torch.compile (CPU)"
 JAX = "JAX jit (CPU)"
 TAPE_CPU = "tape, cpu backend"
 CAPTURED = "tape, captured cpu step"
+COMPILED_CPU = "tape, captured cpu step compiled (ggpu-fuse)"
 ENGINES: list[Engine] = [
     Engine("tape, numpy backend", tape_step("numpy"), exact=True),
     Engine("tape, sim backend", tape_step("sim"), exact=True, slow=True),
     Engine(TAPE_CPU, tape_step("cpu"), exact=True),
     Engine(CAPTURED, captured_step("cpu"), exact=True),
+    Engine(COMPILED_CPU, captured_step("cpu", fused=True), exact=True),
     Engine("numpy + BLAS, hand-written", numpy_step),
     Engine(TORCH, torch_step),
     Engine(TORCH_1, torch_step_1thread),
@@ -275,14 +277,17 @@ ENGINES: list[Engine] = [
 ]
 TAPE_CPU_FMA = "tape, cpu backend, fma contract"
 CAPTURED_FMA = "tape, captured cpu step, fma contract"
+COMPILED_CPU_FMA = "tape, captured cpu step compiled (ggpu-fuse), fma contract"
 # the width sweep's extra columns: the same exact engines under the fma inner-product contract
 # (other bits than the plain engines' by definition, so not in ENGINES' bit-identity check)
 SWEEP_ONLY: list[Engine] = [
     Engine(TAPE_CPU_FMA, tape_step("cpu", "fma")),
     Engine(CAPTURED_FMA, captured_step("cpu", inner="fma")),
+    Engine(COMPILED_CPU_FMA, captured_step("cpu", fused=True, inner="fma")),
 ]
-SWEEP = {"cpu": TAPE_CPU, "captured": CAPTURED, "torch": TORCH, "torch1": TORCH_1, "jax": JAX,
-         "cpu_fma": TAPE_CPU_FMA, "captured_fma": CAPTURED_FMA}
+SWEEP = {"cpu": TAPE_CPU, "captured": CAPTURED, "compiled": COMPILED_CPU, "torch": TORCH,
+         "torch1": TORCH_1, "jax": JAX, "cpu_fma": TAPE_CPU_FMA, "captured_fma": CAPTURED_FMA,
+         "compiled_fma": COMPILED_CPU_FMA}
 
 
 def make_steps(makers: dict[str, Make], dtype: str, hidden: tuple[int, ...] = model.HIDDEN

@@ -2,8 +2,9 @@
 against the numpy tape of the same contract.
 
 Columns: the eager tape on each backend (a second numpy run checks determinism) and the
-ggpu-replay program on sim and cuda (captured from a numpy tape, inputs re-sent), the same
-program fused by ggpu-fuse (also with every matmul alone in its segment), and gemit's
+ggpu-replay program on sim, cuda and cpu (captured from a numpy tape, inputs re-sent), the same
+program fused by ggpu-fuse (on cpu: one compiled function per phase; also with every matmul
+alone in its segment), and gemit's
 emitted C. An engine adds a column with
 ``@engine(name, backend)``:
 a function ``(graph, dtype) -> Result``, called with ``inner="fma"`` too for the fma
@@ -139,7 +140,7 @@ def run_replay(graph: Graph, dtype: str, device: str, fused: bool = False,
 for _d in ("sim", "cuda", "cpu"):
     engine(f"replay-{_d}", _d)(lambda graph, dtype, inner="plain", _d=_d:
                                run_replay(graph, dtype, _d, inner=inner))
-for _d in ("sim", "cuda"):
+for _d in ("sim", "cuda", "cpu"):  # on cpu: each phase one compiled function
     engine(f"fused-{_d}", _d)(lambda graph, dtype, inner="plain", _d=_d:
                               run_replay(graph, dtype, _d, True, inner=inner))
     # every matmul alone in its segment: one reading a dropped transpose must still be right

@@ -160,10 +160,8 @@ def test_the_tests_see_a_missing_barrier(device, monkeypatch):
     assert any(not bits_equal(prog.value_at(i), v) for i, v in enumerate(racy_values))
 
 
-def test_fuse_refuses_a_cpu_program():
-    from gtensor import testing
-
-    testing.require_backend("cpu")
+def test_fuse_refuses_what_is_not_a_program():
+    # (a cpu program compiles: test_fuse_cpu.py, in the cpu session)
     tp, x, loss, _ = _build(["tanh"], 0)
-    with pytest.raises(ValueError, match="already runs its whole step as one native call"):
-        fuse(capture(tp, loss, backend="cpu"))
+    with pytest.raises(TypeError, match="expected a ggpu_replay Program, got Var"):
+        fuse(loss)

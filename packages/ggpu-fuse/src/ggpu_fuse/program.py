@@ -157,7 +157,9 @@ def batch_rows(prog: Program) -> int:
 
 def fuse(prog: Program, rows: int | None = None,
          alone: tuple[str, ...] | None = None) -> FusedProgram:
-    """A program with ``prog``'s interface whose launches run fused (see the package doc).
+    """A program with ``prog``'s interface whose launches run fused (see the package doc):
+    generated CUDA kernels on sim / cuda; on cpu each phase (forward, backward, the whole step)
+    is ONE compiled C++ function (``cpu_program.CompiledCpuProgram``).
 
     ``rows`` fixes the batch row count R of the block-per-row kernels (default: the leading
     dimension of the program's largest input, see ``batch_rows``). ``alone`` names launch
@@ -167,11 +169,16 @@ def fuse(prog: Program, rows: int | None = None,
     """
     if not isinstance(prog, Program):
         raise TypeError(f"fuse: expected a ggpu_replay Program, got {type(prog).__name__}")
-    if prog.backend.name not in ("sim", "cuda"):
-        raise ValueError(f"fuse: the program runs on {prog.backend.name!r}; fusion generates "
-                         "CUDA kernels (for 'cuda', verified on 'sim'). A 'cpu' program already "
-                         "runs its whole step as one native call")
-    fp = FusedProgram(prog, rows, alone)
+    if prog.backend.name not in ("sim", "cuda", "cpu"):
+        raise ValueError(f"fuse: the program runs on {prog.backend.name!r}; expected a program "
+                         "captured on 'sim' or 'cuda' (CUDA kernels) or 'cpu' (one compiled "
+                         "function per phase)")
+    if prog.backend.name == "cpu":
+        from .cpu_program import CompiledCpuProgram
+
+        fp: FusedProgram = CompiledCpuProgram(prog, rows, alone)
+    else:
+        fp = FusedProgram(prog, rows, alone)
     fp.plan  # noqa: B018 - plans and compiles forward and backward now
     return fp
 

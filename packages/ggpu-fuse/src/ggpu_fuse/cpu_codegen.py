@@ -1,0 +1,523 @@
+"""The fusion plan of a captured cpu program lowered to ONE C++ function (CPU loops).
+
+The planner reads the CUDA twin of each recorded cpu kernel (same name, same parameters: its
+kind and form say what it computes) and cuts the launches into segments; each segment becomes
+a loop nest in one generated function, compiled with the cpu runtime's flags
+(``-ffp-contract=off``, no fast-math) and cached on disk by source hash:
+
+* ``row``  -- rows of the batch in blocks (blocks split across threads): for each block, every
+  launch of the segment in order over those rows (a matmul's row tile, then its epilogue: the
+  bias add, the relu, the loss's elementwise chain, read back from L1);
+* ``flat`` -- element blocks (split across threads): every launch's elements of the block in
+  order (the optimizer's updates of all parameters in one loop);
+* ``tail`` -- one thread, launches in order (the scalar chain);
+* a segment of one launch (or ``node``), and a matmul too large for the row tile to pay,
+  calls the launch's own per-node cpu kernel.
+
+Each statement is one iteration of a recorded launch computed with the same scalar functions in
+the same order (``codegen._statement``: the form's decode and calls); matmul rows keep each
+output's k-ascending chain (``acc = a[i,0]*b[0,j]``, then ``acc = acc + a[i,k]*b[k,j]``).
+Only which thread computes an output, and when, changes: the bits are the per-node step's.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import dataclasses
+import functools
+import hashlib
+import sys
+import threading
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from gtensor.cuda_source import device_functions, device_text
+from gtensor.dtypes import CTYPES, FLOATS
+from gtensor.kernels import Kernel
+from gtensor.ops import REGISTRY
+from gtensor.recording import Launch
+from gtensor.runtime import cache, toolchain
+from gtensor.runtime import cpu as cpurt
+
+from .analysis import Info, address
+from .codegen import _ctype_of, _lit, _row_copy_tables, _statement
+from .planner import Segment
+
+ROW_BLOCK = 8  # rows of a row segment one thread computes together
+FLAT_BLOCK = 2048  # elements of a flat segment one thread computes together
+# a fused matmul with at least this many multiply-adds runs as its per-node (register-tiled,
+# packed) kernel instead: the row tile only pays while b stays in cache
+SPLIT_MACS = 1 << 20
+
+_HELPERS = r"""
+namespace gtfuse {
+// The plain contract's steps of one output's chain (SIMD lanes hold independent outputs):
+// acc = a[0]*b[0], then acc = acc + a[kk]*b[kk], each product and sum rounded (no FMA:
+// -ffp-contract=off).
+struct Plain {
+    template <class S, class V>
+    static __forceinline__ V first(S a, V b) { return a * b; }
+    template <class S, class V>
+    static __forceinline__ V next(S a, V b, V acc) { return acc + a * b; }
+};
+$CONTRACTS
+// R rows of c (row pointers ar, cr; strides lda, ldc), columns [j0, j1), b row stride n:
+// each output's chain over kk ascending, by contract C (SIMD lanes: independent outputs).
+template <class T, int R, class C, int N>
+static __forceinline__ void mm_cols(const T* __restrict__ ar, long long lda,
+                                    const T* __restrict__ b, T* __restrict__ cr, long long ldc,
+                                    long long k, long long n, long long j)
+{
+    typedef typename gtcpu::Vec<T, N>::type V;
+    V acc[R];
+    const V b0 = gtcpu::vload<V>(b + j);
+    for (int r = 0; r < R; ++r) acc[r] = C::first(ar[r * lda], b0);
+    for (long long kk = 1; kk < k; ++kk) {
+        const V c0 = gtcpu::vload<V>(b + kk * n + j);
+        for (int r = 0; r < R; ++r) acc[r] = C::next(ar[r * lda + kk], c0, acc[r]);
+    }
+    for (int r = 0; r < R; ++r) gtcpu::vstore(cr + r * ldc + j, acc[r]);
+}
+
+template <class T, int R, class C>
+static inline void mm_tile(const T* __restrict__ ar, long long lda, const T* __restrict__ b,
+                           T* __restrict__ cr, long long ldc, long long k, long long n,
+                           long long j0, long long j1)
+{
+    constexpr int L = 64 / sizeof(T);
+    typedef typename gtcpu::Vec<T, L>::type V;
+    long long j = j0;
+    for (; j + 2 * L <= j1; j += 2 * L) {
+        V acc[R][2];
+        const V b0 = gtcpu::vload<V>(b + j), b1 = gtcpu::vload<V>(b + j + L);
+        for (int r = 0; r < R; ++r) {
+            acc[r][0] = C::first(ar[r * lda], b0);
+            acc[r][1] = C::first(ar[r * lda], b1);
+        }
+        for (long long kk = 1; kk < k; ++kk) {
+            const V c0 = gtcpu::vload<V>(b + kk * n + j), c1 = gtcpu::vload<V>(b + kk * n + j + L);
+            for (int r = 0; r < R; ++r) {
+                const T av = ar[r * lda + kk];
+                acc[r][0] = C::next(av, c0, acc[r][0]);
+                acc[r][1] = C::next(av, c1, acc[r][1]);
+            }
+        }
+        for (int r = 0; r < R; ++r) {
+            gtcpu::vstore(cr + r * ldc + j, acc[r][0]);
+            gtcpu::vstore(cr + r * ldc + j + L, acc[r][1]);
+        }
+    }
+    for (; j + L <= j1; j += L) mm_cols<T, R, C, L>(ar, lda, b, cr, ldc, k, n, j);
+    if (L >= 4 && j + L / 2 <= j1) {
+        mm_cols<T, R, C, (L >= 4 ? L / 2 : 1)>(ar, lda, b, cr, ldc, k, n, j);
+        j += L / 2;
+    }
+    if (L >= 8 && j + L / 4 <= j1) {
+        mm_cols<T, R, C, (L >= 8 ? L / 4 : 1)>(ar, lda, b, cr, ldc, k, n, j);
+        j += L / 4;
+    }
+    for (; j < j1; ++j) mm_cols<T, R, C, 1>(ar, lda, b, cr, ldc, k, n, j);
+}
+
+// rows [r0, r1) of c = a @ b (a: rows of k, b: k x n, both contiguous); k == 0 gives +0.0
+template <class T, class C>
+static inline void mm_rows(const T* a, const T* b, T* c, long long r0, long long r1, long long k,
+                           long long n)
+{
+    if (k == 0) {
+        for (long long e = r0 * n; e < r1 * n; ++e) c[e] = (T)0;
+        return;
+    }
+    long long r = r0;
+    for (; r + 8 <= r1; r += 8) mm_tile<T, 8, C>(a + r * k, k, b, c + r * n, n, k, n, 0, n);
+    for (; r + 4 <= r1; r += 4) mm_tile<T, 4, C>(a + r * k, k, b, c + r * n, n, k, n, 0, n);
+    for (; r < r1; ++r) mm_tile<T, 1, C>(a + r * k, k, b, c + r * n, n, k, n, 0, n);
+}
+
+// elements [lo, hi) of c = a @ b (row-major c: element e is row e / n, column e % n)
+template <class T, class C>
+static inline void mm_range(const T* a, const T* b, T* c, long long k, long long n, long long lo,
+                            long long hi)
+{
+    if (k == 0) {
+        for (long long e = lo; e < hi; ++e) c[e] = (T)0;
+        return;
+    }
+    long long e = lo;
+    while (e < hi) {
+        const long long i = e / n, j0 = e % n;
+        if (j0 == 0 && hi - e >= n) {
+            const long long rows = (hi - e) / n;
+            mm_rows<T, C>(a, b, c, i, i + rows, k, n);
+            e += rows * n;
+            continue;
+        }
+        const long long j1 = n < j0 + (hi - e) ? n : j0 + (hi - e);
+        mm_tile<T, 1, C>(a + i * k, k, b, c + i * n, n, k, n, j0, j1);
+        e += j1 - j0;
+    }
+}
+}  // namespace gtfuse
+
+extern "C" long long gtfuse_set_parallel_work(long long work)
+{
+    const long long old = gtcpu::PARALLEL_WORK;
+    if (work > 0) gtcpu::PARALLEL_WORK = work;
+    return old;
+}
+"""
+# The fma contract's steps (only in modules that use it: gtcpu::vfma is the per-node kernels'
+# fused multiply-add, one rounding per lane): acc = fma(a[0], b[0], +0.0), then
+# acc = fma(a[kk], b[kk], acc) -- the chain from acc = +0.0 of gt_dot_fma.
+_FMA_CONTRACT = """\
+struct Fma {
+    template <class S, class V>
+    static __forceinline__ V first(S a, V b) { return gtcpu::vfma(a, b, V{}); }
+    template <class S, class V>
+    static __forceinline__ V next(S a, V b, V acc) { return gtcpu::vfma(a, b, acc); }
+};
+"""
+
+
+@functools.cache
+def _twins() -> dict[str, Kernel]:
+    """Every op's CUDA kernels by name (a cpu kernel's twin: same name and parameters)."""
+    out: dict[str, Kernel] = {}
+    for op in REGISTRY.values():
+        for ft in FLOATS:
+            for k in op.kernel_set(ft).kernels:
+                out[k.name] = k
+    return out
+
+
+def as_planned(launch: Launch) -> Launch:
+    """``launch`` with its cpu kernel replaced by the CUDA twin the planner reads (its kind,
+    form and calls); a kernel without a twin of the same parameters stays as it is."""
+    twin = _twins().get(launch.kernel.name)
+    if twin is None or twin.params != launch.kernel.params:
+        return launch
+    return dataclasses.replace(launch, kernel=twin)
+
+
+class _Pointers:
+    """The arrays the function reads and writes: one slot of its pointer table each."""
+
+    def __init__(self) -> None:
+        self.slots: dict[tuple, str] = {}
+        self.decls: list[str] = []
+        self.values: list[Any] = []
+
+    def array(self, a: Any, ctype: str) -> str:
+        """The local pointer naming array ``a`` as ``ctype`` (a parameter's C type)."""
+        base = ctype.removeprefix("const ").rstrip("*").strip()
+        key = (address(a), base) if a.size else (id(a), base)
+        if key not in self.slots:
+            name = f"p{len(self.values)}"
+            self.slots[key] = name
+            self.decls.append(f"    {base}* const {name} = ({base}*)P[{len(self.values)}];")
+            self.values.append(a)
+        return self.slots[key]
+
+    def geometry(self, a: Any) -> str:
+        """A launch-geometry array baked in as a constant (so decodes fold: ranks, shapes and
+        strides known to the compiler); one per distinct value."""
+        values = tuple(int(x) for x in np.asarray(a, np.int64).ravel())
+        key = ("geom", values)
+        if key not in self.slots:
+            name = f"g{len(self.slots)}"
+            self.slots[key] = name
+            body = ", ".join(f"{v}LL" for v in values) or "0LL"
+            self.decls.append(f"    static constexpr long long {name}[] = {{{body}}};")
+        return self.slots[key]
+
+    def table(self, host: np.ndarray) -> str:
+        """A host int64 index table the function reads (kept alive with it)."""
+        return self.array(np.ascontiguousarray(host, np.int64), "const long long*")
+
+
+def _bind(info: Info, ptrs: _Pointers) -> dict[str, str]:
+    """Parameter name of the launch -> the local pointer holding that array."""
+    if info.transposed:
+        raise AssertionError("cpu lowering: transposes are never dropped (keep every buffer)")
+    return {p.name: ptrs.geometry(v) if p.is_geometry else ptrs.array(v, p.ctype)
+            for p, v in zip(info.launch.kernel.params, info.launch.args) if p.is_pointer}
+
+
+def _macs(info: Info) -> int:
+    a = info.args
+    return int(a["batch"]) * int(a["m"]) * int(a["k"]) * int(a["n"])
+
+
+def _node_call(launch: Launch, ptrs: _Pointers) -> str:
+    """A call of the launch's per-node cpu kernel with its recorded arguments."""
+    args = []
+    for p, v in zip(launch.kernel.params, launch.args):
+        if p.is_pointer:
+            args.append(ptrs.geometry(v) if p.is_geometry else ptrs.array(v, p.ctype))
+        else:
+            args.append(_lit(v, p.ctype))
+    return f"    {launch.kernel.name}({', '.join(args)});  // node {launch.tag}"
+
+
+def _affine(info: Info) -> tuple[list[int], dict[str, tuple[int, list[int]]], tuple] | None:
+    """A zip's or copy's geometry (the layouts ``gtensor.kernels`` documents for the kinds) as
+    (dims, {array: (offset, strides)}, out) when it has one or two (collapsed) dimensions, else
+    None; ``out`` is (offset, strides) of a copy's y."""
+    g = [int(x) for x in np.asarray(info.args.get("geom", ()), np.int64).ravel()]
+    if not g or not 1 <= g[0] <= 2:
+        return None
+    rank = g[0]
+    dims = g[1:1 + rank]
+    if info.kind == "zip":  # rank, shape, then each input's strides
+        names = [p.name for p in info.launch.kernel.params
+                 if p.is_pointer and p.is_const and not p.is_geometry]
+        if len(g) != 1 + rank * (1 + len(names)):
+            return None
+        return dims, {nm: (0, g[1 + (k + 1) * rank:1 + (k + 2) * rank])
+                      for k, nm in enumerate(names)}, ()
+    if info.kind == "copy":  # rank, shape, in strides, in offset, out strides, out offset
+        if len(g) != 3 + 3 * rank:
+            return None
+        si, ioff = g[1 + rank:1 + 2 * rank], g[1 + 2 * rank]
+        so, ooff = g[2 + 2 * rank:2 + 3 * rank], g[2 + 3 * rank]
+        return dims, {"x": (ioff, si)}, (ooff, so)
+    return None
+
+
+def _range_loop(info: Info, v: dict[str, str], lo: str, hi: str, indent: str) -> str:
+    """Iterations [lo, hi) of the launch: a zip or copy of rank <= 2 as rows of its innermost
+    dimension (unit-stride or broadcast inner loops the compiler vectorizes; the same element
+    offsets as the geometry decode), anything else as its statement in a loop."""
+    aff = _affine(info) if info.kind in ("zip", "copy") else None
+    if aff is None or (info.kind == "copy" and not aff[2]):
+        return (f"{indent}for (long long i = {lo}; i < {hi}; ++i) {{\n"
+                f"{indent}    {_statement(info, v, 'i')}\n{indent}}}")
+    dims, ins, out = aff
+    inner = dims[-1]
+    if inner == 0:
+        return f"{indent}// no elements"
+
+    def s0(st: list[int]) -> int:  # the outer stride (0 for one dimension)
+        return st[0] if len(st) == 2 else 0
+
+    if info.kind == "copy":
+        (ioff, si), (ooff, so) = ins["x"], out
+        body = (f"{v['y']}[{ooff}LL + q * {s0(so)}LL + j * {so[-1]}LL] = "
+                f"{v['x']}[{ioff}LL + q * {s0(si)}LL + j * {si[-1]}LL];")
+    else:
+        fn = info.launch.kernel.calls[0]
+        fn = getattr(fn, "cname", None) or fn.name
+        args = ", ".join(f"{v[nm]}[q * {s0(st)}LL + j * {st[-1]}LL]"
+                         for nm, (_, st) in ins.items())
+        body = f"{v['y']}[q * {inner}LL + j] = {fn}({args});"
+    return (f"{indent}for (long long i = {lo}; i < {hi};) {{\n"
+            f"{indent}    const long long q = i / {inner}LL, j0 = i % {inner}LL;\n"
+            f"{indent}    const long long j1 = {inner}LL < j0 + ({hi} - i) ? {inner}LL : "
+            f"j0 + ({hi} - i);\n"
+            f"{indent}    for (long long j = j0; j < j1; ++j) {body}\n"
+            f"{indent}    i += j1 - j0;\n{indent}}}")
+
+
+def _row_piece(items: list[Info], rows: int, ptrs: _Pointers) -> str:
+    """Rows in blocks of ROW_BLOCK split across threads; every launch over each block."""
+    body, cost = [], 0
+    for info in items:
+        v = _bind(info, ptrs)
+        body.append(f"            // {info.name} (launch {info.index}, node {info.launch.tag})")
+        if info.kind == "matmul":
+            a, t = info.args, _ctype_of(info)
+            k, n = int(a["k"]), int(a["n"])
+            body.append(f"            gtfuse::mm_rows<{t}, {_contract(info)}>({v['a']}, "
+                        f"{v['b']}, {v['c']}, r0, r1, {k}LL, {n}LL);")
+            cost += max(k, 1) * n
+        elif info.kind == "copy" and not info.out_identity:
+            start, oo, oi = _row_copy_tables(info, rows, lambda h: h)
+            s, o, i = (ptrs.table(x) for x in (start, oo, oi))
+            body.append(f"            for (long long e = {s}[r0]; e < {s}[r1]; ++e) "
+                        f"{v['y']}[{o}[e]] = {v['x']}[{i}[e]];")
+            cost += info.out.size // rows
+        else:
+            per_row = info.out.size // rows
+            body.append(_range_loop(info, v, f"r0 * {per_row}LL", f"r1 * {per_row}LL",
+                                    "            "))
+            cost += per_row
+    blocks = -(-rows // ROW_BLOCK)
+    return (f"    gtcpu::parallel_for({blocks}LL, {max(cost, 1) * ROW_BLOCK}LL, "
+            "[=](long long lo, long long hi) {\n"
+            "        for (long long blk = lo; blk < hi; ++blk) {\n"
+            f"            const long long r0 = blk * {ROW_BLOCK}LL, r1 = r0 + {ROW_BLOCK}LL < "
+            f"{rows}LL ? r0 + {ROW_BLOCK}LL : {rows}LL;\n"
+            + "\n".join(body) + "\n        }\n    });")
+
+
+def _flat(items: list[Info], ptrs: _Pointers) -> str:
+    """Element blocks split across threads; every launch's elements of each block in order."""
+    body, most, cost = [], max(info.n for info in items), 0
+    for info in items:
+        v = _bind(info, ptrs)
+        body.append(f"            // {info.name} (launch {info.index}, node {info.launch.tag})\n"
+                    f"            {{ const long long e1 = e0 + {FLAT_BLOCK}LL < {info.n}LL ? "
+                    f"e0 + {FLAT_BLOCK}LL : {info.n}LL;")
+        if info.kind == "matmul":
+            a, t = info.args, _ctype_of(info)
+            k, n = int(a["k"]), int(a["n"])
+            body.append(f"              if (e0 < e1) gtfuse::mm_range<{t}, {_contract(info)}>("
+                        f"{v['a']}, {v['b']}, {v['c']}, {k}LL, {n}LL, e0, e1); }}")
+            cost += max(k, 1)
+        else:
+            body.append(_range_loop(info, v, "e0", "e1", "              ") + " }")
+            cost += 1
+    blocks = -(-most // FLAT_BLOCK)
+    return (f"    gtcpu::parallel_for({blocks}LL, {cost * FLAT_BLOCK}LL, "
+            "[=](long long lo, long long hi) {\n"
+            "        for (long long blk = lo; blk < hi; ++blk) {\n"
+            f"            const long long e0 = blk * {FLAT_BLOCK}LL;\n"
+            + "\n".join(body) + "\n        }\n    });")
+
+
+def _tail(items: list[Info], ptrs: _Pointers) -> str:
+    """One thread: each launch's iterations in order."""
+    out = []
+    for info in items:
+        v = _bind(info, ptrs)
+        out.append(f"    // {info.name} (launch {info.index}, node {info.launch.tag})\n"
+                   f"    for (long long i = 0; i < {info.n}LL; ++i) {{\n"
+                   f"        {_statement(info, v, 'i')}\n    }}")
+    return "\n".join(out)
+
+
+def _contract(info: Info) -> str:
+    """The row helpers' contract struct of a matmul launch: its kernel's inner-product
+    contract (``k_matmul_fma_<sfx>``: fma; ``k_matmul_<sfx>``: plain)."""
+    return "gtfuse::Fma" if "_fma_" in info.name else "gtfuse::Plain"
+
+
+def lower(segments: list[Segment], rows: int, launches: list[Launch], name: str
+          ) -> tuple[str, list[Any], list[str]]:
+    """The function ``name`` computing ``segments`` (planned over ``launches``): its source,
+    its pointer table's arrays, and the per-node cpu kernels it calls (by name)."""
+    ptrs = _Pointers()
+    nodes: dict[str, Kernel] = {}
+    parts: list[str] = []
+
+    def node(info: Info) -> None:
+        launch = launches[info.index]
+        nodes.setdefault(launch.kernel.name, launch.kernel)
+        parts.append(_node_call(launch, ptrs))
+
+    for seg in segments:
+        if not seg.fused:
+            for info in seg.items:
+                node(info)
+        elif seg.cls == "tail":
+            parts.append(_tail(seg.items, ptrs))
+        elif seg.cls == "row":  # a matmul too large for the row tile splits the segment
+            piece: list[Info] = []
+            for info in seg.items:
+                if info.kind == "matmul" and _macs(info) >= SPLIT_MACS:
+                    if piece:
+                        parts.append(_row_piece(piece, rows, ptrs))
+                    piece = []
+                    node(info)
+                else:
+                    piece.append(info)
+            if piece:
+                parts.append(_row_piece(piece, rows, ptrs))
+        elif seg.cls == "flat":  # reductions and large matmuls run as their per-node
+            piece = []           # kernels (vectorized across outputs; packed panels)
+            for info in seg.items:
+                if info.kind == "reduce" or (info.kind == "matmul" and _macs(info) >= SPLIT_MACS):
+                    if piece:
+                        parts.append(_flat(piece, ptrs))
+                    piece = []
+                    node(info)
+                else:
+                    piece.append(info)
+            if piece:
+                parts.append(_flat(piece, ptrs))
+        else:
+            raise AssertionError(seg.cls)
+    # the per-node kernels as local functions (never resolved against the cpu module's)
+    kernels = "\n".join(k.source().replace('extern "C" ', "static ", 1) for k in nodes.values())
+    fn = (f'extern "C" int {name}(void* const* P)\n{{\n    gtcpu::FpEnv env;\n'
+          + "\n".join(ptrs.decls) + "\n" + "\n".join(parts) + "\n    return 0;\n}\n")
+    return kernels + "\n" + fn, ptrs.values, list(nodes)
+
+
+_HEADER = """\
+// ggpu-fuse: one captured cpu step as one function (generated; do not edit). Each statement is
+// one iteration of a recorded launch, computed with its own scalar functions in its order.
+"""
+_LOADED: dict[str, ctypes.CDLL] = {}
+_LOCK = threading.Lock()
+
+
+def translation_unit(body: str) -> str:
+    """The cpu runtime header, every device function, the matmul row helpers, ``body``."""
+    helpers = _HELPERS.replace("$CONTRACTS", _FMA_CONTRACT if "gtfuse::Fma" in body else "")
+    return "\n".join([toolchain.header_text(cpurt.HEADER_PATH), _HEADER,
+                      device_text(device_functions()), helpers, body])
+
+
+def load(body: str) -> ctypes.CDLL:
+    """The compiled library of ``body`` (built once per source hash, cached on disk)."""
+    tu = translation_unit(body)
+    command = toolchain.compiler_command()
+    flags = tuple(f for f in cpurt.CXX_FLAGS)
+    key = hashlib.sha256("\0".join(
+        [tu, toolchain.compiler_identity(tuple(command)), " ".join(flags),
+         cpurt._host_identity(), sys.version]).encode()).hexdigest()
+    with _LOCK:
+        if key not in _LOADED:
+            lib = cache.library(
+                "cpu", key, tu,
+                lambda src, out: toolchain.compile_shared("ggpu-fuse cpu", command, flags, src,
+                                                          out),
+                "a captured cpu step as one function (g++)")
+            _LOADED[key] = ctypes.CDLL(str(lib))
+        return _LOADED[key]
+
+
+@dataclass
+class CompiledStep:
+    """One phase of a captured cpu program as one compiled native function."""
+
+    name: str
+    source: str
+    lib: ctypes.CDLL
+    arrays: list[Any]  # what the pointer table points at (kept alive)
+    table: np.ndarray  # the pointer table
+    node_kernels: list[str]
+
+    def __call__(self) -> None:
+        """Run the phase (one native call)."""
+        status = self._fn(self._table_addr)
+        if status != 0:
+            raise RuntimeError(f"ggpu_fuse cpu: {self.name} failed with status {status}")
+
+    def __post_init__(self) -> None:
+        self._table_addr = int(self.table.ctypes.data)  # the table lives as long as self
+        self._fn = getattr(self.lib, self.name)
+        self._fn.argtypes = (ctypes.c_void_p,)
+        self._fn.restype = ctypes.c_int
+
+    def set_parallel_work(self, work: int) -> int:
+        """Set the work from which a loop splits across threads (a test knob: the split never
+        changes a bit); returns the previous value."""
+        fn = self.lib.gtfuse_set_parallel_work
+        fn.argtypes = (ctypes.c_longlong,)
+        fn.restype = ctypes.c_longlong
+        return int(fn(int(work)))
+
+
+def compile_step(segments: list[Segment], rows: int, launches: list[Launch], name: str
+                 ) -> CompiledStep:
+    """Lower and compile ``segments`` (planned over ``launches``) as the function ``name``."""
+    body, arrays, nodes = lower(segments, rows, launches, name)
+    for a in arrays:
+        if not isinstance(a, np.ndarray) or a.dtype not in CTYPES:
+            raise TypeError(f"compile_step: an argument of the step is {type(a).__name__}; "
+                            "expected numpy arrays of the cpu backend")
+    table = np.array([a.ctypes.data for a in arrays] or [0], np.uint64)
+    return CompiledStep(name, body, load(body), arrays, table, nodes)

@@ -1,0 +1,54 @@
+"""A captured cpu program whose forward, backward and whole step each run as ONE compiled
+function: ggpu-fuse's plan lowered to CPU loops (``cpu_codegen``)."""
+
+from __future__ import annotations
+
+import hashlib
+import time
+
+from ggpu_replay import Program
+from ggpu_replay.device import Device
+from gtensor.kernels import Kernel
+from gtensor.recording import Launch
+
+from .analysis import analyse, buffer
+from .cpu_codegen import as_planned, compile_step
+from .planner import plan
+from .program import Fused, FusedProgram
+
+
+class CompiledCpuProgram(FusedProgram):
+    """A cpu ``Program`` run as compiled functions (made by ``ggpu_fuse.fuse(prog)`` on a cpu
+    program): the same buffers and interface as ``prog``, the same bits as its per-node step.
+
+    ``fused(phase).module`` is the phase's ``CompiledStep`` (its ``source``, its
+    ``set_parallel_work`` knob); ``plan`` lists the segments the function computes.
+    """
+
+    def __init__(self, prog: Program, rows: int | None = None,
+                 alone: tuple[str, ...] | None = None) -> None:
+        super().__init__(prog, rows, alone)
+        self._device = Device()  # each unit's run is one native call: run them in order
+
+    def _fuse(self, phase: str, launches: list[Launch]) -> Fused:
+        planned = [as_planned(launch) for launch in launches]
+        infos = [analyse(i, launch) for i, launch in enumerate(planned)]
+        tr = self.trace
+        # NOTE: every buffer is kept: no transpose copy is dropped, so each matmul reads
+        # contiguous operands (unit-stride row tiles) and can always run as its per-node kernel
+        keep = [buffer(a) for a in [*tr.values, *tr.grads] if a is not None]
+        keep += [info.out for info in infos]
+        segments, rows = plan(infos, self._rows, self._alone, keep)
+        digest = hashlib.sha256(repr([launch.tag for launch in launches]).encode()).hexdigest()
+        t0 = time.perf_counter()
+        step = compile_step(segments, rows, list(launches), f"gtfuse_{phase}_{digest[:12]}")
+        seconds = time.perf_counter() - t0
+        unit = Launch(Kernel(step.name, (), ""), (1, 1, 1), (1, 1, 1), (), f"compiled {phase}",
+                      step)
+        return Fused([unit], segments, rows, len(launches), seconds, step, step.arrays)
+
+    @property
+    def plan(self) -> list[str]:
+        """One line per segment of the whole step (or of forward + backward before the first
+        ``step``): index, class (row / tail / flat, or a per-node kernel call), nodes."""
+        return super().plan

@@ -1,0 +1,143 @@
+"""The captured cpu step as one compiled function per phase: bitwise the per-node cpu replay and
+the tape, over many episodes, on random graph mixes, and with its loops split across threads."""
+
+from __future__ import annotations
+
+import gtape as g
+import numpy as np
+import pytest
+from fuse_testutil import train
+from ggpu_fuse import fuse
+from ggpu_fuse.cpu_program import CompiledCpuProgram
+from ggpu_replay import capture
+from gtensor import testing
+from gtensor.testing import bits_equal, first_difference
+from test_fuse_graphs import D, R, _build
+
+EPISODES = 40
+
+pytestmark = pytest.mark.skipif(
+    testing.backend_name() != "cpu",
+    reason="the compiled cpu step compiles a module per program: tested in the cpu session")
+
+
+def _same_run(want, got, name: str) -> None:
+    (want_l, want_p), (got_l, got_p) = want, got
+    assert bits_equal(np.array(got_l), np.array(want_l)), (
+        f"{name} loss trace: {first_difference(np.array(want_l), np.array(got_l))}")
+    for k, (a, b) in enumerate(zip(want_p, got_p)):
+        assert bits_equal(a, b), f"{name} param {k}: {first_difference(a, b)}"
+
+
+def _contract_args(inner: str) -> tuple:
+    """``train``'s contract argument (none for plain); a skip where this tree has no fma
+    contract (``gtape.Tape(inner=...)``)."""
+    if inner == "plain":
+        return ()
+    try:
+        g.Tape("numpy", "float64", inner=inner)
+    except TypeError:
+        pytest.skip(f"the {inner!r} inner-product contract is not in this tree")
+    return (inner,)
+
+
+@pytest.mark.default_plan
+@pytest.mark.parametrize("inner", ["plain", "fma"])
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+def test_compiled_run_is_bitwise_the_per_node_replay_and_the_tape(dtype, inner):
+    """40 AE episodes under each inner-product contract (the row tiles run the contract's
+    chain: plain products and sums, or gtcpu::vfma from +0.0)."""
+    c = _contract_args(inner)
+    want_l, want_p, _ = train("tape", "cpu", EPISODES, dtype, *c)
+    node_l, node_p, _ = train("replay", "cpu", EPISODES, dtype, *c)
+    got_l, got_p, prog = train("fused", "cpu", EPISODES, dtype, *c)
+    assert isinstance(prog, CompiledCpuProgram)
+    _same_run((want_l, want_p), (node_l, node_p), "per-node replay")
+    _same_run((want_l, want_p), (got_l, got_p), "compiled step")
+    assert want_l[-1] < 0.5 * want_l[0]
+    step = prog.fused("step")
+    assert len(step.units) == 1 and step.launches_before > 100  # one native function
+    # the first layer's matmul, its bias add and relu share one row loop (the tile's epilogue)
+    row = next(s for s in step.segments if s.cls == "row")
+    names = [i.name for i in row.items]
+    sfx = "f" + dtype[5:]
+    mm = f"k_matmul_{sfx}" if inner == "plain" else f"k_matmul_fma_{sfx}"
+    assert names[:3] == [mm, f"k_add_{sfx}", f"k_relu_{sfx}"], prog.plan
+    source = step.module.source
+    assert ("gtfuse::Fma" in source, "gtfuse::Plain" in source) == (
+        (True, False) if inner == "fma" else (False, True))
+    flat = [s for s in step.segments if s.cls == "flat" and s.fused]
+    assert any(sum(i.kind == "elementwise" for i in s.items) >= 4 for s in flat), prog.plan
+
+
+@pytest.mark.default_plan
+def test_loops_split_across_threads_give_the_same_bits(monkeypatch):
+    want_l, want_p, _ = train("replay", "cpu", 6)
+    _, _, prog = train("fused", "cpu", 2)  # compiles (and loads) the three phases
+    monkeypatch.setenv("GTENSOR_CPU_THREADS", "2")
+    modules = [prog.fused(p).module for p in ("forward", "backward", "step")]
+    old = [m.set_parallel_work(1) for m in modules]  # every loop with 2+ blocks splits
+    try:
+        got_l, got_p, _ = train("fused", "cpu", 6)
+    finally:
+        for m, w in zip(modules, old):
+            m.set_parallel_work(w)
+    _same_run((want_l, want_p), (got_l, got_p), "compiled step on 2 threads")
+
+
+MIXES = [["gram", "row_sum", "tanh"], ["col_sum", "slice_concat", "sigmoid_mul"],
+         ["softmax", "relu_linear", "pad_slice"],
+         ["row_param", "div_sqrt", "exp_scaled", "relu_linear"]]
+
+
+# NOTE: each graph compiles its own module (seconds with an empty cache): the mixes run as
+# planned; one of them also with every matmul alone in its segment (the test below)
+@pytest.mark.default_plan
+@pytest.mark.parametrize("steps", MIXES, ids=["-".join(m) for m in MIXES])
+def test_graph_mixes_compile_bitwise(steps):
+    _check_mix(steps)
+
+
+def test_a_graph_mix_with_and_without_matmuls_alone():
+    _check_mix(["relu_linear", "gram", "relu_linear"])
+
+
+def _check_mix(steps: list[str]) -> None:
+    tp, x, loss, rng = _build(steps, 3)
+    prog = capture(tp, loss, backend="cpu")
+    fp = fuse(prog)
+    # the compiled program runs FIRST on the new input: a buffer it fails to rewrite still
+    # holds capture-time data
+    fp.set_input(x, rng.normal(size=(R, D)))
+    fp.forward()
+    fp.backward()
+    got = [(fp.value_at(i), fp.grad_at(i)) for i in range(len(prog.nodes))]
+    prog.forward()
+    prog.backward()
+    for i, (b, gb) in enumerate(got):
+        a, ga = prog.value_at(i), prog.grad_at(i)
+        assert bits_equal(a, b), f"{steps} node {i} value: {first_difference(a, b)}"
+        assert (ga is None) == (gb is None), f"{steps} node {i}: a gradient on one side only"
+        if ga is not None:
+            assert bits_equal(ga, gb), f"{steps} node {i} grad: {first_difference(ga, gb)}"
+    assert len(fp.fused("forward").units) == 1
+
+
+@pytest.mark.default_plan
+def test_a_large_matmul_runs_as_its_per_node_kernel_inside_the_function():
+    rng = np.random.default_rng(0)
+    tp = g.Tape()
+    w = tp.param(rng.normal(0, 0.1, (128, 128)))
+    x = tp.const(rng.normal(size=(96, 128)))
+    loss = g.mean(g.relu(x @ w + 1.0) * 2.0)
+    prog = capture(tp, loss, backend="cpu")
+    fp = fuse(prog)
+    fwd = fp.fused("forward")
+    assert "k_matmul_f64" in fwd.module.node_kernels  # 96*128*128 MACs >= SPLIT_MACS
+    fp.forward()
+    fp.backward()
+    got = fp.loss(), fp.grad(w)
+    prog.forward()
+    prog.backward()
+    assert bits_equal(np.array(got[0]), np.array(prog.loss()))
+    assert bits_equal(got[1], prog.grad(w))
