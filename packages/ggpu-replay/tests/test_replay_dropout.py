@@ -116,3 +116,21 @@ def test_set_input_refuses_a_float_key(device):
         prog = capture(tp, loss, backend=device)
         with pytest.raises(TypeError, match="int64"):
             prog.set_input("rng_key", np.array([1.0, 2.0]))
+
+
+def test_a_key_never_refreshed_is_refused_from_the_second_step(device):
+    """The first step may run on the captured key; the second on the same key would redraw the
+    first step's masks: refused before anything runs, even when no input was ever refreshed."""
+    init, data = _problem(1)
+    with g.Tape("numpy") as tp:
+        ps = [tp.param(a) for a in init]
+        loss, d, _ = _loss(tp.const(data[0][0]), tp.const(data[0][1]), ps, BASE)
+        prog = capture(tp, loss, backend=device)
+        prog.forward()
+        first = prog.value(d).copy()
+        with pytest.raises(StaleInputError, match="rng_key.*fresh key"):
+            prog.forward()
+        assert prog.value(d).tobytes() == first.tobytes()  # nothing ran
+        prog.hold_input("rng_key")  # reusing the masks on purpose is allowed, once declared
+        prog.forward()
+        assert prog.value(d).tobytes() == first.tobytes()

@@ -345,6 +345,10 @@ class InputClock:
     input of P must be in R (unless held): otherwise the step raises ``StaleInputError``
     naming the stale ones, before anything runs. A step with no refresh at all (full-batch
     training) is fine, and so is a first refresh of only some inputs.
+
+    A key input of the random ops (an input that an op reads as its ``key``: dropout's mask,
+    ``g.rng`` draws) is stricter: after the program's first step, every step must refresh it
+    (unless held), since a step on the previous key redraws the previous step's random numbers.
     """
 
     def __init__(self, prog: Program) -> None:
@@ -356,6 +360,10 @@ class InputClock:
                 names[name if name not in names else f"{name}#{n.index}"] = v
         self.names = names
         self._label = {v.index: k for k, v in names.items()}
+        self.keys = {n.inputs[n.op.inputs.index("key")] for n in prog._tr.nodes
+                     if not isinstance(n.op, gtape.Leaf) and "key" in n.op.inputs}
+        self.keys &= set(self._label)  # keys made by ops (rng_fold of an input) follow theirs
+        self.steps = 0
         self.now: set[int] = set()
         self.before: set[int] = set()
         self.held: set[int] = set()
@@ -372,7 +380,16 @@ class InputClock:
         self.now.add(i)
 
     def check(self, where: str) -> None:
-        """Refuse a step that mixes fresh and stale inputs; then start the next step's count."""
+        """Refuse a step that mixes fresh and stale inputs, or that would reuse the previous
+        step's random key; then start the next step's count."""
+        stale_keys = sorted(self.keys - self.now - self.held) if self.steps else []
+        if stale_keys:
+            name = self._label[stale_keys[0]]
+            raise StaleInputError(
+                f"{where}: random key input(s) {[self._label[i] for i in stale_keys]} were not "
+                "refreshed for this step: it would redraw the previous step's random numbers "
+                f"(dropout masks); call set_input({name!r}, key) with a fresh key each step "
+                f"(e.g. base.fold(step)), or hold_input({name!r}) to reuse them on purpose")
         if self.now:
             stale = sorted(self.before - self.now - self.held)
             if stale:
@@ -384,6 +401,7 @@ class InputClock:
                     f"{names[0]!r} data; call set_input for every input each step (or "
                     f"hold_input({names[0]!r}) if it is meant to keep its data)")
             self.before, self.now = self.now, set()
+        self.steps += 1
 
 
 class ParamStore:
