@@ -56,6 +56,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--sweep-only", action="store_true",
                     help="only the width sweep (both inner-product contracts), written to "
                          "benchmarks/results/ae_sweep.md")
+    ap.add_argument("--runs", type=int, default=3,
+                    help="separate runs of the width sweep (--sweep-only; default 3)")
     args = ap.parse_args(argv)
     if args.sweep_only:
         return _sweep_only(args, argv)
@@ -95,23 +97,37 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _sweep_only(args: argparse.Namespace, argv: list[str] | None) -> int:
-    """The width sweep alone, with its command, to benchmarks/results/ae_sweep.md."""
+    """The width sweep alone, ``--runs`` separate times, with its command, to
+    benchmarks/results/ae_sweep.md."""
     import os
 
-    sweep = width_sweep(WIDTHS, args.sweep_steps, args.warmup, _show_sweep)
+    from ae_sweep_runs import ratio_table, repeated_sweeps, times_table
+
+    def show(r: int, w: int, dtype: str, row: dict) -> None:
+        print(f"run {r + 1}/{args.runs} ", end="")
+        _show_sweep(w, dtype, row)
+
+    sweeps = repeated_sweeps(WIDTHS, args.sweep_steps, args.warmup, args.runs, show)
     cmd = "python benchmarks/bench_ae_step.py " + " ".join(argv if argv is not None
                                                           else sys.argv[1:])
     load = " / ".join(f"{x:.1f}" for x in os.getloadavg())
+    ratios, times = ratio_table(sweeps), times_table(sweeps)
+    print(ratios)
     text = f"""# The AE step's width sweep, both inner-product contracts
 
 One training step of rung 1's autoencoder (forward + backward + Adam with L2, batch 200) at
-hidden widths (w, w/2, w): the exact cpu tape and the captured cpu step under the plain
-contract and under the fma contract (`g.Tape("cpu", inner="fma")`; docs/semantics.md), against
-torch eager (all threads, one thread) and JAX jit where installed. Engines interleaved in
-blocks; medians in us ({args.sweep_steps} timed steps at w=64, fewer when wider, at least 20).
-One run on a shared 2-core host (load average at the end: {load}): compare ratios, not
-absolute times. The fma engines give other bits than the plain ones by definition (each
-contract is bitwise across engines: tests, not this table).
+hidden widths (w, w/2, w): the exact cpu tape, the captured cpu step (per-node plan, one native
+call) and the compiled captured step (ggpu-fuse's plan lowered to one compiled C++ function)
+under the plain contract and under the fma contract (`g.Tape("cpu", inner="fma")`;
+docs/semantics.md), against torch eager (all threads, one thread) and JAX jit where installed.
+
+{args.runs} separate runs; in each, every engine is made afresh and the engines of one width and
+dtype take turns in blocks of timed steps ({args.sweep_steps} timed steps at w=64, fewer when
+wider, at least 20; medians). A ratio below is the median of the {args.runs} per-run ratios of
+two engines' medians, with the lowest and highest run beside it. On a shared 2-core host
+(load average at the end: {load}): compare ratios, not absolute times. The fma engines give other
+bits than the plain ones by definition (each contract is bitwise across engines: tests, not
+this table).
 
 Command (from the repository root):
 
@@ -119,7 +135,13 @@ Command (from the repository root):
 {cmd}
 ```
 
-{sweep_table(sweep)}
+## Ratios (median of {args.runs} runs)
+
+{ratios}
+
+## Step times (us: median over the runs of each run's median, lowest - highest run)
+
+{times}
 """
     out = ROOT / "benchmarks" / "results" / "ae_sweep.md"
     out.write_text(text)

@@ -47,8 +47,10 @@ from .planner import Segment
 ROW_BLOCK = 8  # rows of a row segment one thread computes together
 FLAT_BLOCK = 2048  # elements of a flat segment one thread computes together
 # a fused matmul with at least this many multiply-adds runs as its per-node (register-tiled,
-# packed) kernel instead: the row tile only pays while b stays in cache
-SPLIT_MACS = 1 << 20
+# packed) kernel instead: the row tile reads b unpacked and loses to the packed kernel from
+# small sizes on (the w=64 AE step, fma, one thread, thread CPU time: 255 us with the row tile
+# for every matmul under 2**20 MACs, 229 us with this bound; the per-node replay 226 us)
+SPLIT_MACS = 1 << 14
 
 _HELPERS = r"""
 namespace gtfuse {
