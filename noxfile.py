@@ -254,5 +254,7 @@ def bench(session: nox.Session) -> None:
     _install(session, _closure("gdemos"), {})
     session.install(TORCH)
     # the JAX column is optional: the benchmark leaves it out when jax does not install
-    session.run("python", "-m", "pip", "install", "jax", "jaxlib", success_codes=[0, 1])
+    # (pinned: the version benchmarks/results/ae_sweep.md was measured with)
+    session.run("python", "-m", "pip", "install", "jax==0.10.2", "jaxlib==0.10.2",
+                success_codes=[0, 1])
     session.run("python", "benchmarks/bench_ae_step.py", *session.posargs)
