@@ -14,11 +14,12 @@ from hypothesis import strategies as st
 
 DTYPES = [np.float64, np.float32]
 ORACLES = {
-    "conv2d": lambda a, at: cl.loop_conv2d(*a, at["stride"], at["padding"]),
+    "conv2d": lambda a, at: cl.loop_conv2d(*a, at["stride"], at["padding"],
+                                           at.get("inner", "plain")),
     "conv2d_grad_weight": lambda a, at: cl.loop_conv2d_grad_weight(
-        *a, at["stride"], at["padding"], at["kernel"]),
+        *a, at["stride"], at["padding"], at["kernel"], at.get("inner", "plain")),
     "conv2d_grad_input": lambda a, at: cl.loop_conv2d_grad_input(
-        *a, at["stride"], at["padding"], at["size"]),
+        *a, at["stride"], at["padding"], at["size"], at.get("inner", "plain")),
     "max_pool2d": lambda a, at: cl.loop_max_pool2d(*a, at["kernel"], at["stride"]),
     "max_pool2d_grad": lambda a, at: cl.loop_max_pool2d_grad(*a, at["kernel"], at["stride"]),
     "max_pool2d_pick": lambda a, at: cl.loop_max_pool2d_pick(*a, at["kernel"], at["stride"]),
