@@ -47,7 +47,8 @@ class Tape(NodeTable, Freshness):
     """A define-by-run tape: every op runs eagerly on a gtensor backend and appends one node.
 
     ``inner`` is the inner-product contract of every matmul / bmm / conv2d (and conv2d's
-    gradient ops) recorded on it (forward, backward, higher order): ``"plain"`` or ``"fma"`` (docs/semantics.md, "Inner products").
+    gradient ops) recorded on it (forward, backward, higher order): ``"plain"`` or ``"fma"``
+    (docs/semantics.md, "Inner products").
     """
 
     def __init__(self, backend: str | gtensor.Backend = "numpy", dtype: Any = "float64",
