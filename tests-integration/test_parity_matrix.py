@@ -201,3 +201,18 @@ def test_graphs_are_finite_and_differentiable(graph: Graph) -> None:
     r = reference(graph, "float64")
     assert np.isfinite(r.loss).all()
     assert all(np.isfinite(v).all() and np.any(v != 0) for v in r.param_grads.values())
+
+
+def test_conv_graph_fma_rows_run_the_conv_fma_contract() -> None:
+    """The CNN graph's fma rows run conv2d's fma contract too (not only the linear layer's
+    matmul): its conv nodes carry inner="fma", and the first conv's weight gradient differs
+    from the plain contract's."""
+    graph = next(gr for gr in GRAPHS if "cnn" in gr.name)
+    plain, fused = reference(graph, "float64"), reference(graph, "float64", "fma")
+    assert not bits_equal(plain.param_grads["w1"], fused.param_grads["w1"])
+    with g.Tape("numpy", inner="fma") as tp:
+        v = {k: tp.param(a) if k in graph.params else tp.const(a)
+             for k, a in graph.data().items()}
+        graph.build(v)
+        conv = [n.attrs["inner"] for n in tp.nodes() if n.op.name == "conv2d"]
+    assert conv == ["fma", "fma"]

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import gtape as g
 import numpy as np
+import pytest
 from ggpu_fuse import fuse
 from ggpu_replay import capture
 from gtensor.testing import bits_equal, first_difference
@@ -39,3 +40,45 @@ def test_conv_and_pool_launches_stay_alone_and_bits_equal():
                     assert not seg.fused and len(seg.items) == 1, (phase, kinds)
                     seen |= kinds
         assert seen == {"conv", "pool"}
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+@pytest.mark.parametrize("backend", ["device", "cpu"])
+def test_fma_contract_cnn_step_is_the_tapes(device, backend, dtype):
+    """A CNN step captured from a Tape(inner="fma") (on the device, or as the compiled cpu
+    step), then fused: its conv launches (forward and backward) are the fma kernels, and every
+    node's value and gradient equals the numpy tape's bits -- not the plain contract's."""
+    rng = np.random.default_rng(9)
+    w0, b0 = rng.normal(0, 0.5, (3, 2, 3, 3)), rng.normal(0, 0.1, 3)
+    w1, x0 = rng.normal(0, 0.5, (2, 3, 2, 2)), rng.normal(size=(4, 2, 6, 6))
+
+    def episode(inner):
+        tp = g.Tape("numpy", dtype, inner=inner)
+        w, b, v = tp.param(w0), tp.param(b0), tp.param(w1)
+        h = g.tanh(g.conv2d(tp.const(x0), w, b, stride=1, padding=1))
+        h = g.conv2d(g.max_pool2d(h, 2), v, stride=(2, 1), padding=(0, 1))
+        return tp, g.mean(h * h)
+
+    ref, rloss = episode("fma")
+    ref.backward(rloss)
+    tp, loss = episode("fma")
+    prog = capture(tp, loss, backend=device if backend == "device" else "cpu")
+    fp = fuse(prog)
+    names = [info.name for phase in ("forward", "backward")
+             for seg in fp._phase(phase).segments for info in seg.items if info.kind == "conv"]
+    # 2 forwards, 2 weight gradients, the second conv's input gradient (x is a const)
+    assert len(names) == 5 and all("_fma_" in n for n in names), names
+    assert {n.rsplit("_fma_", 1)[0][2:] for n in names} == {"conv2d", "conv2d_grad_input",
+                                                             "conv2d_grad_weight"}
+    for p in (prog, fp):
+        p.forward()
+        p.backward()
+        for i in range(len(p.nodes)):
+            a, c = ref.value_at(i), p.value_at(i)
+            assert bits_equal(a, c), f"node {i} value: {first_difference(a, c)}"
+            ga, gc = ref.grad_at(i), p.grad_at(i)
+            assert (ga is None) == (gc is None)
+            assert ga is None or bits_equal(ga, gc), f"node {i} grad: {first_difference(ga, gc)}"
+    plain, ploss = episode("plain")
+    plain.backward(ploss)
+    assert not bits_equal(plain.grad_at(1), fp.grad_at(1))  # w's gradient

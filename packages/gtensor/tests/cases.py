@@ -114,20 +114,23 @@ def _conv_out(size: int, k: int, s: int, p: int) -> int:
 
 
 def _conv_cases() -> list[Case]:
-    """Rows of conv2d, its gradients and the pools: strides, paddings, odd sizes, 1x1."""
+    """Rows of conv2d, its gradients (both inner-product contracts) and the pools: strides,
+    paddings, odd sizes, 1x1, a kernel wider than the input (padding), an empty batch."""
     cases: list[Case] = []
     for (n, c, h, w), (o, kh, kw), stride, padding in [
             ((2, 3, 5, 5), (4, 3, 3), 1, 0), ((1, 2, 6, 7), (3, 3, 3), 1, 1),
             ((2, 1, 7, 6), (2, 3, 2), 2, 1), ((1, 2, 4, 4), (2, 1, 1), 1, 0),
             ((1, 1, 5, 4), (1, 2, 3), (2, 1), (0, 2)), ((1, 2, 3, 3), (2, 3, 3), 3, 2),
-            ((0, 2, 4, 4), (3, 3, 3), 1, 1)]:
+            ((0, 2, 4, 4), (3, 3, 3), 1, 1), ((2, 1, 2, 2), (3, 4, 3), 1, (1, 2))]:
         sh, sw = stride if isinstance(stride, tuple) else (stride, stride)
         ph, pw = padding if isinstance(padding, tuple) else (padding, padding)
         gs = (n, o, _conv_out(h, kh, sh, ph), _conv_out(w, kw, sw, pw))
-        at = {"stride": stride, "padding": padding}
-        cases.append(Case("conv2d", ((n, c, h, w), (o, c, kh, kw)), at))
-        cases.append(Case("conv2d_grad_weight", (gs, (n, c, h, w)), {**at, "kernel": (kh, kw)}))
-        cases.append(Case("conv2d_grad_input", (gs, (o, c, kh, kw)), {**at, "size": (h, w)}))
+        for at in ({"stride": stride, "padding": padding},
+                   {"stride": stride, "padding": padding, "inner": "fma"}):
+            cases.append(Case("conv2d", ((n, c, h, w), (o, c, kh, kw)), at))
+            cases.append(Case("conv2d_grad_weight", (gs, (n, c, h, w)),
+                              {**at, "kernel": (kh, kw)}))
+            cases.append(Case("conv2d_grad_input", (gs, (o, c, kh, kw)), {**at, "size": (h, w)}))
     for x, kernel, stride in [((2, 3, 4, 4), 2, None), ((1, 2, 5, 7), 3, 2), ((1, 1, 5, 5), 3, 1),
                               ((2, 1, 6, 5), (2, 3), (1, 2)), ((1, 2, 3, 3), 3, None),
                               ((1, 1, 4, 6), 1, 2)]:

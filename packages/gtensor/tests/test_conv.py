@@ -14,11 +14,12 @@ from hypothesis import strategies as st
 
 DTYPES = [np.float64, np.float32]
 ORACLES = {
-    "conv2d": lambda a, at: cl.loop_conv2d(*a, at["stride"], at["padding"]),
+    "conv2d": lambda a, at: cl.loop_conv2d(*a, at["stride"], at["padding"],
+                                           at.get("inner", "plain")),
     "conv2d_grad_weight": lambda a, at: cl.loop_conv2d_grad_weight(
-        *a, at["stride"], at["padding"], at["kernel"]),
+        *a, at["stride"], at["padding"], at["kernel"], at.get("inner", "plain")),
     "conv2d_grad_input": lambda a, at: cl.loop_conv2d_grad_input(
-        *a, at["stride"], at["padding"], at["size"]),
+        *a, at["stride"], at["padding"], at["size"], at.get("inner", "plain")),
     "max_pool2d": lambda a, at: cl.loop_max_pool2d(*a, at["kernel"], at["stride"]),
     "max_pool2d_grad": lambda a, at: cl.loop_max_pool2d_grad(*a, at["kernel"], at["stride"]),
     "max_pool2d_pick": lambda a, at: cl.loop_max_pool2d_pick(*a, at["kernel"], at["stride"]),
@@ -58,26 +59,74 @@ def _geometry(draw):
     return (n, c, h, w), (o, c, min(kh, 4), min(kw, 4)), (sh, sw), (ph, pw)
 
 
+@pytest.mark.parametrize("inner", ["plain", "fma"])
 @pytest.mark.parametrize("dtype", DTYPES, ids=["f64", "f32"])
 @given(geom=_geometry(), data=st.data())
-def test_conv_geometries_against_the_loops(be, dtype, geom, data):
+def test_conv_geometries_against_the_loops(be, dtype, inner, geom, data):
     """Random sizes, kernels, strides and paddings (borders, taps skipped by strides, empty
-    batches): all three conv ops bitwise the loop oracles."""
+    batches): all three conv ops bitwise the loop oracles, under both contracts."""
     from cases import arrays
 
     xs, ws, stride, padding = geom
+    at = {"stride": stride, "padding": padding, "inner": inner}
     x = data.draw(arrays(np.dtype(dtype), xs), label="x")
     w = data.draw(arrays(np.dtype(dtype), ws), label="w")
-    y = _run(be, "conv2d", [x, w], stride=stride, padding=padding)
-    assert bits_equal(cl.loop_conv2d(x, w, stride, padding), y)
+    y = _run(be, "conv2d", [x, w], **at)
+    want = cl.loop_conv2d(x, w, stride, padding, inner)
+    assert bits_equal(want, y), f"conv2d: {first_difference(want, y)}"
     gy = data.draw(arrays(np.dtype(dtype), y.shape), label="g")
-    got = _run(be, "conv2d_grad_input", [gy, w], stride=stride, padding=padding, size=xs[2:])
-    want = cl.loop_conv2d_grad_input(gy, w, stride, padding, xs[2:])
+    got = _run(be, "conv2d_grad_input", [gy, w], size=xs[2:], **at)
+    want = cl.loop_conv2d_grad_input(gy, w, stride, padding, xs[2:], inner)
     assert bits_equal(want, got), f"grad_input: {first_difference(want, got)}"
-    got = _run(be, "conv2d_grad_weight", [gy, x], stride=stride, padding=padding,
-               kernel=ws[2:])
-    want = cl.loop_conv2d_grad_weight(gy, x, stride, padding, ws[2:])
+    got = _run(be, "conv2d_grad_weight", [gy, x], kernel=ws[2:], **at)
+    want = cl.loop_conv2d_grad_weight(gy, x, stride, padding, ws[2:], inner)
     assert bits_equal(want, got), f"grad_weight: {first_difference(want, got)}"
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=["f64", "f32"])
+def test_contracts_differ_where_they_must(be, dtype):
+    """One output, taps w = [-1, v], x = [1, v] with v = 1 + 2^-(p//2+2): plain rounds v*v
+    before adding -1 (the 2^-2(p//2+2) bit is lost), fma keeps it; so in the weight gradient
+    (positions g = [-1, v] against x) and in the input gradient (per tap, over o); the taps'
+    sum in col2im is a plain add under both."""
+    p = 53 if dtype == np.float64 else 24
+    v = 1 + 2.0 ** -(p // 2 + 2)
+    plain_bits, fma_bits = dtype(2.0 ** -(p // 2 + 1)), dtype(2.0 ** -(p // 2 + 1)
+                                                              + 2.0 ** -(2 * (p // 2 + 2)))
+    x = np.array([1.0, v], dtype).reshape(1, 2, 1, 1)  # 2 channels: 2 taps of a 1x1 kernel
+    w = np.array([-1.0, v], dtype).reshape(1, 2, 1, 1)
+    got = {inner: _run(be, "conv2d", [x, w], inner=inner) for inner in ("plain", "fma")}
+    assert got["plain"].item() == plain_bits and got["fma"].item() == fma_bits, got
+    xs = np.array([1.0, v], dtype).reshape(2, 1, 1, 1)  # 2 images: 2 positions
+    gs = np.array([-1.0, v], dtype).reshape(2, 1, 1, 1)
+    got = {inner: _run(be, "conv2d_grad_weight", [gs, xs], kernel=1, inner=inner)
+           for inner in ("plain", "fma")}
+    assert got["plain"].item() == plain_bits and got["fma"].item() == fma_bits, got
+    wo = np.array([-1.0, v], dtype).reshape(2, 1, 1, 1)  # 2 output channels
+    go = np.array([1.0, v], dtype).reshape(1, 2, 1, 1)
+    got = {inner: _run(be, "conv2d_grad_input", [go, wo], size=1, inner=inner)
+           for inner in ("plain", "fma")}
+    assert got["plain"].item() == plain_bits and got["fma"].item() == fma_bits, got
+    assert got["plain"].tobytes() != got["fma"].tobytes()
+
+
+def test_fma_reference_is_the_fma_matmul_of_im2col(ref):
+    """conv2d under fma: the fma matmul of w.reshape(O, K) by im2col(x padded), bit for bit
+    (padded zeros multiplied: fma(w, +0.0, acc))."""
+    from gtensor.ops.conv import im2col
+
+    rng = np.random.default_rng(11)
+    x = rng.standard_normal((2, 3, 5, 4))
+    w = rng.standard_normal((4, 3, 3, 2))
+    x[0, 1, 2, 2] = np.inf  # meets padded zeros in no window: every tap is inside
+    cols = im2col(x, (3, 2), (1, 2), (2, 1))
+    k, n, oh, ow = cols.shape
+    mm = ref.to_numpy(ref.matmul(w.reshape(4, k), cols.reshape(k, -1), inner="fma"))
+    want = np.ascontiguousarray(mm.reshape(4, n, oh, ow).transpose(1, 0, 2, 3))
+    got = _run(ref, "conv2d", [x, w], stride=(1, 2), padding=(2, 1), inner="fma")
+    assert bits_equal(want, got), first_difference(want, got)
+    with pytest.raises(ValueError, match=r"conv2d: inner is 'fused'; expected one of"):
+        ref.conv2d(ref.asarray(x), ref.asarray(w), inner="fused")
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=["f64", "f32"])
@@ -246,8 +295,9 @@ def test_bad_input_is_refused(be, op, shapes, attrs, exc, match):
         getattr(be, op)(*arrays, **attrs)
 
 
+@pytest.mark.parametrize("inner", ["plain", "fma"])
 @pytest.mark.parametrize("dtype", ["float64", "float32"])
-def test_cpu_thread_splits_change_no_bit(be, ref, monkeypatch, dtype):
+def test_cpu_thread_splits_change_no_bit(be, ref, monkeypatch, dtype, inner):
     """The cpu kernels split across 1, 2 and 3 threads (split threshold lowered to 1): images,
     weight-gradient channels and planes end mid-tile; every result equals numpy's bits."""
     if be.name != "cpu":
@@ -259,9 +309,10 @@ def test_cpu_thread_splits_change_no_bit(be, ref, monkeypatch, dtype):
     w = w.astype(dtype)
     gy = rng.standard_normal((5, 7, 4, 3)).astype(dtype)  # stride 2, padding 1
     p = rng.standard_normal((5, 3, 3, 2)).astype(dtype)  # max/avg pool 3, stride 2 of x
-    calls = [("conv2d", (x, w), {"stride": 2, "padding": 1}),
-             ("conv2d_grad_input", (gy, w), {"stride": 2, "padding": 1, "size": (7, 6)}),
-             ("conv2d_grad_weight", (gy, x), {"stride": 2, "padding": 1, "kernel": (3, 3)}),
+    at = {"stride": 2, "padding": 1, "inner": inner}
+    calls = [("conv2d", (x, w), at),
+             ("conv2d_grad_input", (gy, w), {**at, "size": (7, 6)}),
+             ("conv2d_grad_weight", (gy, x), {**at, "kernel": (3, 3)}),
              ("max_pool2d", (x,), {"kernel": 3, "stride": 2}),
              ("max_pool2d_grad", (p, x), {"kernel": 3, "stride": 2}),
              ("avg_pool2d_grad", (p,), {"kernel": 3, "stride": 2, "size": (7, 6)})]

@@ -46,15 +46,16 @@ class Mark:
 class Tape(NodeTable, Freshness):
     """A define-by-run tape: every op runs eagerly on a gtensor backend and appends one node.
 
-    ``inner`` is the inner-product contract of every matmul / bmm recorded on it (forward,
-    backward, higher order): ``"plain"`` or ``"fma"`` (docs/semantics.md, "Inner products").
+    ``inner`` is the inner-product contract of every matmul / bmm / conv2d (and conv2d's
+    gradient ops) recorded on it (forward, backward, higher order): ``"plain"`` or ``"fma"``
+    (docs/semantics.md, "Inner products").
     """
 
     def __init__(self, backend: str | gtensor.Backend = "numpy", dtype: Any = "float64",
                  inner: str = "plain") -> None:
         if not isinstance(inner, str) or inner not in INNER:
             raise ValueError(f"Tape: inner is {inner!r}; expected one of {INNER} (the "
-                             "inner-product contract of matmul and bmm: docs/semantics.md)")
+                             "inner-product contract of matmul, bmm and conv2d: docs/semantics.md)")
         if isinstance(backend, str):
             self._be = gtensor.backend(backend)
         elif all(callable(getattr(backend, m, None)) for m in ("apply", "asarray", "is_array")):
@@ -95,9 +96,9 @@ class Tape(NodeTable, Freshness):
 
     @property
     def inner(self) -> str:
-        """The inner-product contract of every matmul / bmm on this tape, forward and backward:
-        ``"plain"`` (each product and sum rounded) or ``"fma"`` (one fused multiply-add per
-        term, from +0.0). Part of a run's identity (checkpoints, digests)."""
+        """The inner-product contract of every matmul / bmm / conv on this tape, forward and
+        backward: ``"plain"`` (each product and sum rounded) or ``"fma"`` (one fused
+        multiply-add per term, from +0.0). Part of a run's identity (checkpoints, digests)."""
         return self._inner
 
     @property

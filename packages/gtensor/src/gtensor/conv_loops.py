@@ -3,11 +3,61 @@
 Each loop follows docs/semantics.md word for word on numpy scalars (``np.float64`` /
 ``np.float32``: one IEEE rounding per operation), independent of the vectorized references
 in ``gtensor.ops.conv`` / ``gtensor.ops.pool`` (no im2col, no masks). Meant for tiny shapes.
+Under ``inner="fma"`` each chain starts at +0.0 and takes one fused multiply-add per term,
+computed here by ``exact_fma`` from the exact rational value (fractions, rounded by integer
+arithmetic), independent of the vectorized ``gtensor.fma``.
 """
 
 from __future__ import annotations
 
+import math
+from fractions import Fraction
+
 import numpy as np
+
+# significand bits, minimum normal exponent, maximum exponent
+_FORMATS = {np.float64: (53, -1022, 1023), np.float32: (24, -126, 127)}
+
+
+def _round(x: Fraction, T) -> float:
+    """x != 0 rounded to nearest-even in format T (subnormals included; overflow: inf)."""
+    p, emin, emax = _FORMATS[T]
+    n, d = abs(x.numerator), x.denominator
+    e = n.bit_length() - d.bit_length()  # 2^e <= |x| < 2^(e+2) after the fix below
+    if (n < d << e) if e >= 0 else (n << -e < d):
+        e -= 1
+    q = max(e, emin) - (p - 1)  # exponent of the last significand bit
+    r = round(Fraction(n, d << q) if q >= 0 else Fraction(n << -q, d))  # half to even
+    if r and (r * 2 ** q if q >= 0 else Fraction(r, 2 ** -q)) >= 2 ** (emax + 1):
+        return math.inf if x > 0 else -math.inf
+    v = math.ldexp(r, q)  # exact: r <= 2^p
+    return v if x > 0 else -v
+
+
+def exact_fma(a, b, c):
+    """IEEE 754 fma(a, b, c) = a*b + c rounded once, for numpy scalars of one float type."""
+    T = type(c)
+    fa, fb, fc = float(a), float(b), float(c)
+    if not (math.isfinite(fa) and math.isfinite(fb)):
+        with np.errstate(all="ignore"):  # a*b is inf or NaN exactly: IEEE's class
+            return T(T(a) * T(b) + c)
+    if not math.isfinite(fc):
+        return c
+    x = Fraction(fa) * Fraction(fb) + Fraction(fc)
+    if x == 0:  # -0.0 only when a*b and c are both zeros of sign -
+        neg = (fa == 0 or fb == 0) and fc == 0 and math.copysign(1, fc) < 0 \
+            and math.copysign(1, fa) * math.copysign(1, fb) < 0
+        return T(-0.0 if neg else 0.0)
+    return T(_round(x, T))
+
+
+def _chain(T, inner: str):
+    """The chain step of contract ``inner``: (acc, a, b) -> the next acc (acc None: first)."""
+    if inner == "fma":
+        return lambda acc, a, b: exact_fma(a, b, T(0.0) if acc is None else acc)
+    if inner != "plain":
+        raise ValueError(f"conv loops: inner is {inner!r}; expected 'plain' or 'fma'")
+    return lambda acc, a, b: a * b if acc is None else acc + a * b
 
 
 def _pair(v) -> tuple[int, int]:
@@ -29,14 +79,17 @@ def _xp(x: np.ndarray, n: int, c: int, yy: int, xx: int):
     return _T(x)(0.0)
 
 
-def loop_conv2d(x: np.ndarray, w: np.ndarray, stride=1, padding=0) -> np.ndarray:
-    """y[n, o, oy, ox]: serial over (c, i, j) row-major of w * x_padded, the first starts."""
+def loop_conv2d(x: np.ndarray, w: np.ndarray, stride=1, padding=0,
+                inner="plain") -> np.ndarray:
+    """y[n, o, oy, ox]: serial over (c, i, j) row-major of w * x_padded, the first starts
+    (fma: from +0.0, one fma per term)."""
     (sh, sw), (ph, pw) = _pair(stride), _pair(padding)
     n_, c_, h, wd = x.shape
     o_, _, kh, kw = w.shape
     oh, ow = _out(h, kh, sh, ph), _out(wd, kw, sw, pw)
     y = np.zeros((n_, o_, oh, ow), x.dtype)
     T = _T(x)
+    step = _chain(T, inner)
     with np.errstate(all="ignore"):
         for n in range(n_):
             for o in range(o_):
@@ -46,48 +99,48 @@ def loop_conv2d(x: np.ndarray, w: np.ndarray, stride=1, padding=0) -> np.ndarray
                         for c in range(c_):
                             for i in range(kh):
                                 for j in range(kw):
-                                    p = T(w[o, c, i, j]) * _xp(x, n, c, oy * sh + i - ph,
-                                                               ox * sw + j - pw)
-                                    acc = p if acc is None else acc + p
+                                    acc = step(acc, T(w[o, c, i, j]),
+                                               _xp(x, n, c, oy * sh + i - ph, ox * sw + j - pw))
                         y[n, o, oy, ox] = acc
     return y
 
 
 def loop_conv2d_grad_weight(g: np.ndarray, x: np.ndarray, stride=1, padding=0,
-                            kernel=(3, 3)) -> np.ndarray:
-    """dw[o, c, i, j]: serial over (n, oy, ox) row-major of g * x_padded (none: +0.0)."""
+                            kernel=(3, 3), inner="plain") -> np.ndarray:
+    """dw[o, c, i, j]: serial over (n, oy, ox) row-major of g * x_padded (none: +0.0; fma:
+    from +0.0, one fma per term)."""
     (sh, sw), (ph, pw), (kh, kw) = _pair(stride), _pair(padding), _pair(kernel)
     n_, o_, oh, ow = g.shape
     c_ = x.shape[1]
     dw = np.zeros((o_, c_, kh, kw), g.dtype)
     T = _T(g)
+    step = _chain(T, inner)
     with np.errstate(all="ignore"):
         for o in range(o_):
             for c in range(c_):
                 for i in range(kh):
                     for j in range(kw):
-                        acc = T(0.0)
-                        first = True
+                        acc = None
                         for n in range(n_):
                             for oy in range(oh):
                                 for ox in range(ow):
-                                    p = T(g[n, o, oy, ox]) * _xp(x, n, c, oy * sh + i - ph,
-                                                                 ox * sw + j - pw)
-                                    acc = p if first else acc + p
-                                    first = False
-                        dw[o, c, i, j] = acc
+                                    acc = step(acc, T(g[n, o, oy, ox]),
+                                               _xp(x, n, c, oy * sh + i - ph, ox * sw + j - pw))
+                        dw[o, c, i, j] = T(0.0) if acc is None else acc
     return dw
 
 
 def loop_conv2d_grad_input(g: np.ndarray, w: np.ndarray, stride=1, padding=0,
-                           size=(3, 3)) -> np.ndarray:
+                           size=(3, 3), inner="plain") -> np.ndarray:
     """dx[n, c, y, x]: serial over the taps (i, j) row-major reaching it of the tap's serial
-    chain over o of w * g; the first tap starts; none: +0.0."""
+    chain over o of w * g (fma: from +0.0, one fma per term); the first tap starts, the taps'
+    sum is plain adds under both contracts; none: +0.0."""
     (sh, sw), (ph, pw), (h, wd) = _pair(stride), _pair(padding), _pair(size)
     n_, o_, oh, ow = g.shape
     _, c_, kh, kw = w.shape
     dx = np.zeros((n_, c_, h, wd), g.dtype)
     T = _T(g)
+    step = _chain(T, inner)
     with np.errstate(all="ignore"):
         for n in range(n_):
             for c in range(c_):
@@ -104,8 +157,7 @@ def loop_conv2d_grad_input(g: np.ndarray, w: np.ndarray, stride=1, padding=0,
                                     continue
                                 t = None
                                 for o in range(o_):
-                                    p = T(w[o, c, i, j]) * T(g[n, o, oy, ox])
-                                    t = p if t is None else t + p
+                                    t = step(t, T(w[o, c, i, j]), T(g[n, o, oy, ox]))
                                 acc = t if acc is None else acc + t
                         dx[n, c, yy, xx] = T(0.0) if acc is None else acc
     return dx

@@ -91,7 +91,8 @@ class Param:
 #   index   int64 / bool data in or out without arithmetic (argmax, index_weight)
 #   random  y[i] from Philox word(s) of an int64 key at element i (and x[i]): rng_*, dropout;
 #           calls = (the Philox helper, the transform)
-#   conv    conv2d and its two gradients: per output a serial chain over its taps (ops.conv)
+#   conv    conv2d and its two gradients: per output a serial chain over its taps (ops.conv;
+#           k_<op>_<sfx> plain, k_<op>_fma_<sfx> the fma contract)
 #   pool    max / avg pooling and their gradients: windows in a defined order (ops.pool)
 #   other   anything else
 KINDS = ("map", "scalar", "zip", "copy", "fill", "matmul", "reduce", "rows", "elementwise",

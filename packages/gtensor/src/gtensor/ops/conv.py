@@ -19,6 +19,13 @@ K = C*KH*KW taps k = (c, i, j) in row-major order; P = (n, oy, ox) output positi
   (i, j) in row-major order that reach it (oy = (y + ph - i) / sh an integer in [0, OH), ox
   likewise) of t[(c, i, j), (n, oy, ox)], the accumulator starting at the first one; an
   element no tap reaches is +0.0. Taps landing in the padding are dropped.
+
+The ``inner`` attr chooses the inner-product contract, as matmul's (a tape sets it from
+``Tape.inner``): ``"plain"`` (above) or ``"fma"``: every chain above (conv2d's over k, the
+weight gradient's over (n, oy, ox), the input gradient's per tap over o) keeps its order but
+starts from acc = +0.0 and takes one fused multiply-add per term, acc = fma(a, b, acc) (the fma
+matmul of the same operands). The input gradient's col2im sums over the taps stay plain adds
+(the first tap starts) under both.
 """
 
 from __future__ import annotations
@@ -30,7 +37,7 @@ import numpy as np
 from .. import dtypes
 from ..kernels import Kernel, params
 from .elementwise import ADD, BLOCK, MUL, grid_for
-from .linalg import serial_matmul
+from .linalg import _FMA_INTRINSIC, INNER, _check_inner, serial_matmul
 from .registry import Op, register
 
 
@@ -69,9 +76,10 @@ def _positive(op: str, arg: str, shape: tuple, axes: tuple) -> None:
                          f"{axes}")
 
 
-def _attrs(op: str, attrs: dict) -> tuple[tuple, tuple]:
+def _attrs(op: str, attrs: dict) -> tuple[tuple, tuple, str]:
+    _check_inner(op, attrs)
     return (pair(op, "stride", attrs.get("stride", 1), 1),
-            pair(op, "padding", attrs.get("padding", 0), 0))
+            pair(op, "padding", attrs.get("padding", 0), 0), attrs.get("inner", "plain"))
 
 
 # --------------------------------------------------------------------------- numpy
@@ -95,20 +103,20 @@ def im2col(x: np.ndarray, kernel: tuple, stride: tuple, padding: tuple) -> np.nd
     return cols.reshape(c * kh * kw, n, oh, ow)
 
 
-def _conv_ref(x, w, *, stride, padding):
+def _conv_ref(x, w, *, stride, padding, inner="plain"):
     o = w.shape[0]
     cols = im2col(x, w.shape[2:], stride, padding)
     k, n, oh, ow = cols.shape
-    y = serial_matmul(w.reshape(o, k), cols.reshape(k, n * oh * ow))
+    y = serial_matmul(w.reshape(o, k), cols.reshape(k, n * oh * ow), inner)
     return np.ascontiguousarray(y.reshape(o, n, oh, ow).transpose(1, 0, 2, 3))
 
 
-def _grad_weight_ref(g, x, *, stride, padding, kernel):
+def _grad_weight_ref(g, x, *, stride, padding, kernel, inner="plain"):
     n, o, oh, ow = g.shape
     cols = im2col(x, kernel, stride, padding)
     k = cols.shape[0]
     gm = g.transpose(1, 0, 2, 3).reshape(o, n * oh * ow)
-    dw = serial_matmul(gm, cols.reshape(k, n * oh * ow).T)
+    dw = serial_matmul(gm, cols.reshape(k, n * oh * ow).T, inner)
     return np.ascontiguousarray(dw.reshape((o, x.shape[1]) + tuple(kernel)))
 
 
@@ -137,12 +145,12 @@ def col2im(t: np.ndarray, shape: tuple, kernel: tuple, stride: tuple,
                                          t.dtype.type(0.0)))
 
 
-def _grad_input_ref(g, w, *, stride, padding, size):
+def _grad_input_ref(g, w, *, stride, padding, size, inner="plain"):
     n, o, oh, ow = g.shape
     _, c, kh, kw = w.shape
     k = c * kh * kw
     gm = g.transpose(1, 0, 2, 3).reshape(o, n * oh * ow)
-    t = serial_matmul(w.reshape(o, k).T, gm).reshape(k, n, oh, ow)
+    t = serial_matmul(w.reshape(o, k).T, gm, inner).reshape(k, n, oh, ow)
     return col2im(t, (n, c) + tuple(size), (kh, kw), stride, padding)
 
 
@@ -156,9 +164,9 @@ def _conv_infer(shapes_: tuple, attrs: dict) -> tuple[tuple, dict]:
     if x[1] != w[1]:
         raise ValueError(f"conv2d: x has {x[1]} channels (shape {tuple(x)}) but w expects "
                          f"{w[1]} (shape {tuple(w)}); expected x.shape[1] == w.shape[1]")
-    stride, padding = _attrs("conv2d", attrs)
+    stride, padding, inner = _attrs("conv2d", attrs)
     oh, ow = out_size("conv2d", x[2:], w[2:], stride, padding)
-    return (x[0], w[0], oh, ow), {"stride": stride, "padding": padding}
+    return (x[0], w[0], oh, ow), {"stride": stride, "padding": padding, "inner": inner}
 
 
 def _grad_weight_infer(shapes_: tuple, attrs: dict) -> tuple[tuple, dict]:
@@ -168,13 +176,14 @@ def _grad_weight_infer(shapes_: tuple, attrs: dict) -> tuple[tuple, dict]:
     check_4d(op, "x", x, "(N, C, H, W)")
     _positive(op, "g", g, (1, 2, 3))
     _positive(op, "x", x, (1, 2, 3))
-    stride, padding = _attrs(op, attrs)
+    stride, padding, inner = _attrs(op, attrs)
     kernel = pair(op, "kernel", attrs["kernel"], 1)
     want = (x[0],) + out_size(op, x[2:], kernel, stride, padding)
     if (g[0], g[2], g[3]) != want:
         raise ValueError(f"{op}: g has shape {tuple(g)}; expected (N, O, OH, OW) with "
                          f"(N, OH, OW) = {want} for x {tuple(x)}")
-    return (g[1], x[1]) + kernel, {"stride": stride, "padding": padding, "kernel": kernel}
+    return (g[1], x[1]) + kernel, {"stride": stride, "padding": padding, "kernel": kernel,
+                                   "inner": inner}
 
 
 def _grad_input_infer(shapes_: tuple, attrs: dict) -> tuple[tuple, dict]:
@@ -183,13 +192,14 @@ def _grad_input_infer(shapes_: tuple, attrs: dict) -> tuple[tuple, dict]:
     check_4d(op, "g", g, "(N, O, OH, OW)")
     check_4d(op, "w", w, "(O, C, KH, KW)")
     _positive(op, "w", w, (0, 1, 2, 3))
-    stride, padding = _attrs(op, attrs)
+    stride, padding, inner = _attrs(op, attrs)
     size = pair(op, "size", attrs["size"], 1)
     want = (w[0],) + out_size(op, size, w[2:], stride, padding)
     if (g[1], g[2], g[3]) != want:
         raise ValueError(f"{op}: g has shape {tuple(g)}; expected (N, O, OH, OW) with "
                          f"(O, OH, OW) = {want} for w {tuple(w)} and size {size}")
-    return (g[0], w[1]) + size, {"stride": stride, "padding": padding, "size": size}
+    return (g[0], w[1]) + size, {"stride": stride, "padding": padding, "size": size,
+                                 "inner": inner}
 
 
 # --------------------------------------------------------------------------- kernels
@@ -217,26 +227,20 @@ _CONV_ONE = """\
                     const long long yy = oy * sh + i - ph, xx = ox * sw + j - pw;
                     const $T xv = (yy >= 0 && yy < H && xx >= 0 && xx < W)
                                       ? x[((nn * C + c) * H + yy) * W + xx] : ($T)0;
-                    const $T p = $MUL(w[oc * C * KH * KW + k], xv);
-                    acc = k == 0 ? p : $ADD(acc, p);
-                }
+$STEP                }
         y[e] = acc;
 """
 _GRAD_WEIGHT_ONE = """\
         const long long j = e % KW, i = (e / KW) % KH, c = (e / (KW * KH)) % C,
                         oc = e / (KW * KH * C);
         $T acc = ($T)0;
-        bool first = true;
-        for (long long nn = 0; nn < N; ++nn)
+$INIT        for (long long nn = 0; nn < N; ++nn)
             for (long long oy = 0; oy < OH; ++oy)
                 for (long long ox = 0; ox < OW; ++ox) {
                     const long long yy = oy * sh + i - ph, xx = ox * sw + j - pw;
                     const $T xv = (yy >= 0 && yy < H && xx >= 0 && xx < W)
                                       ? x[((nn * C + c) * H + yy) * W + xx] : ($T)0;
-                    const $T p = $MUL(g[((nn * O + oc) * OH + oy) * OW + ox], xv);
-                    acc = first ? p : $ADD(acc, p);
-                    first = false;
-                }
+$STEP                }
         y[e] = acc;
 """
 _GRAD_INPUT_ONE = """\
@@ -253,20 +257,54 @@ _GRAD_INPUT_ONE = """\
                 if (tx < 0 || tx % sw != 0 || tx / sw >= OW) continue;
                 const long long ox = tx / sw, k = (c * KH + i) * KW + j;
                 const long long gp = (nn * O * OH + oy) * OW + ox, gs = OH * OW;
-                $T t = $MUL(w[k], g[gp]);
-                for (long long oc = 1; oc < O; ++oc)
-                    t = $ADD(t, $MUL(w[oc * C * KH * KW + k], g[gp + oc * gs]));
-                acc = first ? t : $ADD(acc, t);
+$STEP                acc = first ? t : $ADD(acc, t);
                 first = false;
             }
         }
         y[e] = acc;
 """
 
+# Each output's chain step per contract (``$STEP`` of the bodies above; ``$INIT`` declares
+# what the plain step needs): plain, the first product starts and each product and sum is
+# rounded (MUL, ADD); fma, acc (t) starts at +0.0 and takes one fused multiply-add per term
+# (__fma_rn / __fmaf_rn, as linalg's gt_dot_fma). The input gradient's sum over the taps is
+# ADD under both.
+_STEPS = {
+    "conv2d": {
+        "plain": ("", """\
+                    const $T p = $MUL(w[oc * C * KH * KW + k], xv);
+                    acc = k == 0 ? p : $ADD(acc, p);
+"""),
+        "fma": ("", """\
+                    acc = $FMA(w[oc * C * KH * KW + k], xv, acc);
+""")},
+    "conv2d_grad_weight": {
+        "plain": ("        bool first = true;\n", """\
+                    const $T p = $MUL(g[((nn * O + oc) * OH + oy) * OW + ox], xv);
+                    acc = first ? p : $ADD(acc, p);
+                    first = false;
+"""),
+        "fma": ("", """\
+                    acc = $FMA(g[((nn * O + oc) * OH + oy) * OW + ox], xv, acc);
+""")},
+    "conv2d_grad_input": {
+        "plain": ("", """\
+                $T t = $MUL(w[k], g[gp]);
+                for (long long oc = 1; oc < O; ++oc)
+                    t = $ADD(t, $MUL(w[oc * C * KH * KW + k], g[gp + oc * gs]));
+"""),
+        "fma": ("", """\
+                $T t = ($T)0;
+                for (long long oc = 0; oc < O; ++oc)
+                    t = $FMA(w[oc * C * KH * KW + k], g[gp + oc * gs], t);
+""")},
+}
+
 # cpu: images split across threads (weight gradient: output channels). Each image is copied
 # once into an im2col panel (padded +0.0); each output then runs its own chain in the defined
 # order, independent outputs side by side (the inner loops over positions / taps vectorize:
-# lanes are different outputs, each lane's product and sum rounded, no FMA).
+# lanes are different outputs, each lane's product and sum rounded, no FMA -- or, under the
+# fma contract, one fused multiply-add per lane from +0.0).
 _IM2COL = """\
     // cols[k * P + p] (or colsT[p * K + k]) of image nn: xp[nn, c, oy*sh + i, ox*sw + j];
     // per tap the columns ox in [lo, hi) read x, the others are padding (+0.0)
@@ -302,6 +340,8 @@ _IM2COL = """\
 # in register tiles of 4 rows x one 64-byte vector of SIMD lanes, then half and quarter vectors
 # (gtcpu::Vec: each lane's * and + one IEEE operation, no FMA); tiles decide only which outputs
 # run side by side, never the order within one. Edge outputs run the same chain one at a time.
+# Under the fma contract the chain starts at +0.0 and each step is one fused multiply-add
+# (gtcpu::vfma per lane, std::fma for one output): ``_CPU_STEPS``.
 _CHAINS = """\
     auto chains = [](const T* __restrict__ a, long long ar, long long ak,
                      const T* __restrict__ b, long long bs, T* __restrict__ c, long long cs,
@@ -313,16 +353,16 @@ _CHAINS = """\
             typedef typename gtcpu::Vec<T, N>::type V;
             V acc[TR];
             const V b0 = gtcpu::vload<V>(b + p0);
-            for (int r = 0; r < TR; ++r) acc[r] = a[(r0 + r) * ar] * b0;
+            for (int r = 0; r < TR; ++r) acc[r] = $VFIRST;
             for (long long k = 1; k < K_; ++k) {
                 const V bv = gtcpu::vload<V>(b + k * bs + p0);
-                for (int r = 0; r < TR; ++r) acc[r] = acc[r] + a[(r0 + r) * ar + k * ak] * bv;
+                for (int r = 0; r < TR; ++r) acc[r] = $VNEXT;
             }
             for (int r = 0; r < TR; ++r) gtcpu::vstore(c + (r0 + r) * cs + p0, acc[r]);
         };
         auto one = [&](long long r, long long p) {
-            T acc = a[r * ar] * b[p];
-            for (long long k = 1; k < K_; ++k) acc = acc + a[r * ar + k * ak] * b[k * bs + p];
+            T acc = $SFIRST;
+            for (long long k = 1; k < K_; ++k) acc = $SNEXT;
             c[r * cs + p] = acc;
         };
         for (long long r0 = 0; r0 < R_; r0 += TR) {
@@ -346,6 +386,15 @@ _CHAINS = """\
         }
     };
 """
+# the chains' steps per contract: a vector tile's first term and next ones, then one output's
+_CPU_STEPS = {
+    "plain": {"VFIRST": "a[(r0 + r) * ar] * b0",
+              "VNEXT": "acc[r] + a[(r0 + r) * ar + k * ak] * bv",
+              "SFIRST": "a[r * ar] * b[p]", "SNEXT": "acc + a[r * ar + k * ak] * b[k * bs + p]"},
+    "fma": {"VFIRST": "gtcpu::vfma(a[(r0 + r) * ar], b0, V{})",
+            "VNEXT": "gtcpu::vfma(a[(r0 + r) * ar + k * ak], bv, acc[r])",
+            "SFIRST": "std::fma(a[r * ar], b[p], (T)0)",
+            "SNEXT": "std::fma(a[r * ar + k * ak], b[k * bs + p], acc)"}}
 _CPU_CONV = Template(_DECODE + """\
     typedef $T T;
     const long long P = OH * OW, K = C * KH * KW;
@@ -423,18 +472,39 @@ _WEIGHT = ("conv2d_grad_weight", "const $T* g, const $T* x", _GRAD_WEIGHT_ONE, _
 _INPUT = ("conv2d_grad_input", "const $T* g, const $T* w", _GRAD_INPUT_ONE, _CPU_GRAD_INPUT)
 
 
+def kernel_base(op: str, inner: str) -> str:
+    """The base name of conv op ``op``'s kernel of contract ``inner`` (its KernelSet key)."""
+    return op if inner == "plain" else f"{op}_{inner}"
+
+
+def fma_kernel_names() -> set[str]:
+    """The names of the conv ops' fma-contract kernels (both dtypes)."""
+    return {ft.kernel(kernel_base(spec[0], "fma")) for spec in (_FORWARD, _WEIGHT, _INPUT)
+            for ft in dtypes.FLOATS}
+
+
 def _kernels(spec: tuple, cpu: bool):
     name, arrays, one, cpu_body = spec
 
     def kernels(ft: dtypes.FloatType) -> list[Kernel]:
         t = ft.ctype
         sig = params(Template(arrays).substitute(T=t) + f", {t}* y, " + _GEOM)
-        if cpu:
-            body = cpu_body.substitute(T=t, IM2COL=_IM2COL, CHAINS=_CHAINS)
-        else:
-            body = Template(_GRID.replace("$ONE", one)).substitute(
-                T=t, MUL=MUL[ft].cname, ADD=ADD[ft].cname)
-        return [Kernel(ft.kernel(name), sig, body, "conv", (MUL[ft], ADD[ft]))]
+        out = []
+        for inner in INNER:
+            init, step = _STEPS[name][inner]
+            if cpu:
+                chains = Template(_CHAINS).substitute(_CPU_STEPS[inner])
+                body = cpu_body.substitute(T=t, IM2COL=_IM2COL, CHAINS=chains)
+            else:
+                text = _GRID.replace("$ONE", one.replace("$INIT", init).replace("$STEP", step))
+                body = Template(text).substitute(T=t, MUL=MUL[ft].cname, ADD=ADD[ft].cname,
+                                                 FMA=_FMA_INTRINSIC[ft])
+            # the scalar functions each contract's text calls (fma: the intrinsic, and the
+            # input gradient's ADD over the taps)
+            calls = ((MUL[ft], ADD[ft]) if inner == "plain"
+                     else (ADD[ft],) if name == "conv2d_grad_input" else ())
+            out.append(Kernel(ft.kernel(kernel_base(name, inner)), sig, body, "conv", calls))
+        return out
 
     return kernels
 
@@ -449,63 +519,67 @@ def _launch_with(kernel: Kernel, rt, a, b, out, x_shape, w_shape, y_shape, strid
                    rt.geom((n, c, h, w, o, kh, kw, oh, ow, *stride, *padding))))
 
 
-def _conv_launch(rt, ks, ins, out, *, stride, padding):
+def _conv_launch(rt, ks, ins, out, *, stride, padding, inner="plain"):
     x, w = ins
-    _launch_with(ks.only, rt, x, w, out, x.shape, w.shape, out.shape, stride, padding)
+    _launch_with(ks[kernel_base("conv2d", inner)], rt, x, w, out, x.shape, w.shape, out.shape,
+                 stride, padding)
 
 
-def _grad_weight_launch(rt, ks, ins, out, *, stride, padding, kernel):
+def _grad_weight_launch(rt, ks, ins, out, *, stride, padding, kernel, inner="plain"):
     g, x = ins
-    _launch_with(ks.only, rt, g, x, out, x.shape, out.shape, g.shape, stride,
-                 padding)
+    _launch_with(ks[kernel_base("conv2d_grad_weight", inner)], rt, g, x, out, x.shape,
+                 out.shape, g.shape, stride, padding)
 
 
-def _grad_input_launch(rt, ks, ins, out, *, stride, padding, size):
+def _grad_input_launch(rt, ks, ins, out, *, stride, padding, size, inner="plain"):
     g, w = ins
-    _launch_with(ks.only, rt, g, w, out, out.shape, w.shape, g.shape, stride,
-                 padding)
+    _launch_with(ks[kernel_base("conv2d_grad_input", inner)], rt, g, w, out, out.shape,
+                 w.shape, g.shape, stride, padding)
 
 
 # --------------------------------------------------------------------------- backward rules
-def _conv_vjp(be, g, ins, out, needs, stride, padding):
+# every backward inner product under the forward's contract (``inner`` passed on)
+def _conv_vjp(be, g, ins, out, needs, stride, padding, inner="plain"):
     x, w = ins
-    return (be.conv2d_grad_input(g, w, stride, padding, tuple(x.shape[2:])) if needs[0]
-            else None,
-            be.conv2d_grad_weight(g, x, stride, padding, tuple(w.shape[2:])) if needs[1]
-            else None)
+    return (be.conv2d_grad_input(g, w, stride, padding, tuple(x.shape[2:]), inner=inner)
+            if needs[0] else None,
+            be.conv2d_grad_weight(g, x, stride, padding, tuple(w.shape[2:]), inner=inner)
+            if needs[1] else None)
 
 
-def _grad_input_vjp(be, g2, ins, out, needs, stride, padding, size):
+def _grad_input_vjp(be, g2, ins, out, needs, stride, padding, size, inner="plain"):
     # dx = T(g, w) is bilinear, the adjoint of conv2d in x: d/dg = conv2d(g2, w),
     # d/dw = conv2d_grad_weight(g, g2)
     g, w = ins
-    return (be.conv2d(g2, w, stride, padding) if needs[0] else None,
-            be.conv2d_grad_weight(g, g2, stride, padding, tuple(w.shape[2:])) if needs[1]
-            else None)
+    return (be.conv2d(g2, w, stride, padding, inner=inner) if needs[0] else None,
+            be.conv2d_grad_weight(g, g2, stride, padding, tuple(w.shape[2:]), inner=inner)
+            if needs[1] else None)
 
 
-def _grad_weight_vjp(be, g2, ins, out, needs, stride, padding, kernel):
+def _grad_weight_vjp(be, g2, ins, out, needs, stride, padding, kernel, inner="plain"):
     # dw = U(g, x) is bilinear, the adjoint of conv2d in w: d/dg = conv2d(x, g2),
     # d/dx = conv2d_grad_input(g, g2)
     g, x = ins
-    return (be.conv2d(x, g2, stride, padding) if needs[0] else None,
-            be.conv2d_grad_input(g, g2, stride, padding, tuple(x.shape[2:])) if needs[1]
-            else None)
+    return (be.conv2d(x, g2, stride, padding, inner=inner) if needs[0] else None,
+            be.conv2d_grad_input(g, g2, stride, padding, tuple(x.shape[2:]), inner=inner)
+            if needs[1] else None)
 
 
-register(Op("conv2d", ("x", "w"), ("stride", "padding"), _conv_infer, _conv_ref,
+register(Op("conv2d", ("x", "w"), ("stride", "padding", "inner"), _conv_infer, _conv_ref,
             _kernels(_FORWARD, False), _conv_launch, _conv_vjp,
             "NCHW 2-D convolution (no bias): per output a serial chain over (c, kh, kw) "
-            "row-major, padding +0.0 multiplied", {"stride": 1, "padding": 0},
+            "row-major, padding +0.0 multiplied (inner: the plain or fma contract)",
+            {"stride": 1, "padding": 0, "inner": "plain"},
             cpu=_kernels(_FORWARD, True)))
-register(Op("conv2d_grad_weight", ("g", "x"), ("stride", "padding", "kernel"),
+register(Op("conv2d_grad_weight", ("g", "x"), ("stride", "padding", "kernel", "inner"),
             _grad_weight_infer, _grad_weight_ref, _kernels(_WEIGHT, False),
             _grad_weight_launch, _grad_weight_vjp,
-            "conv2d's weight gradient: per weight a serial chain over (n, oy, ox) row-major",
-            {"stride": 1, "padding": 0}, cpu=_kernels(_WEIGHT, True)))
-register(Op("conv2d_grad_input", ("g", "w"), ("stride", "padding", "size"),
+            "conv2d's weight gradient: per weight a serial chain over (n, oy, ox) row-major "
+            "(inner: the plain or fma contract)",
+            {"stride": 1, "padding": 0, "inner": "plain"}, cpu=_kernels(_WEIGHT, True)))
+register(Op("conv2d_grad_input", ("g", "w"), ("stride", "padding", "size", "inner"),
             _grad_input_infer, _grad_input_ref, _kernels(_INPUT, False), _grad_input_launch,
             _grad_input_vjp,
             "conv2d's input gradient: per tap a serial chain over o, then col2im over the "
-            "taps (kh, kw) row-major", {"stride": 1, "padding": 0},
-            cpu=_kernels(_INPUT, True)))
+            "taps (kh, kw) row-major, plain adds (inner: the chains' plain or fma contract)",
+            {"stride": 1, "padding": 0, "inner": "plain"}, cpu=_kernels(_INPUT, True)))

@@ -233,9 +233,12 @@ def kernel_base(inner: str) -> str:
 
 
 def fma_contract_text(kernels: tuple[Kernel, ...]) -> list[str]:
-    """The texts of the fma contract among ``kernels`` (its kernels' sources, its ``gt_dot_fma``
-    helpers): the only text of a module that may name a fused multiply-add."""
-    names = {ft.kernel(kernel_base("fma")) for ft in DOT_FMA}
+    """The texts of the fma contract among ``kernels`` (its kernels' sources: matmul's and the
+    conv ops'; its ``gt_dot_fma`` helpers): the only text of a module that may name a fused
+    multiply-add."""
+    from .conv import fma_kernel_names  # conv builds on this module
+
+    names = {ft.kernel(kernel_base("fma")) for ft in DOT_FMA} | fma_kernel_names()
     return ([k.source() for k in kernels if k.name in names]
             + [fn.text for fn in DOT_FMA.values()])
 
