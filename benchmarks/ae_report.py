@@ -114,8 +114,8 @@ def _phase_calls(cpu: dict) -> str:
              f"{c['backward']} for the whole backward pass ({bw.get('vjps', '?')} VJPs; a "
              "repeated graph's pass is recorded once and replayed, `docs/tape.md`)",
              f"{c['optimizer']} in the optimizer's step of {cpu['params']} parameters (its "
-             "update recorded on the first step, `docs/optimizers.md`, plus the parameters' "
-             "`set_value` copies)",
+             "update recorded on the first step and replayed, one in-place update kernel per "
+             "parameter, `docs/optimizers.md`)",
              f"{c['reset']} for `reset_to`'s gradient zeroing"]
     if c["read"]:
         parts.append(f"{c['read']} reading the loss back")

@@ -212,10 +212,10 @@ TEXT_MUTANTS = [
     (COMMON_H, "static __forceinline__ float __fsqrt_rn(float a) { return std::sqrt(a); }",
      "static __forceinline__ float __fsqrt_rn(float a) { return (float)std::sqrt((double)a) "
      "* 1.0000001f; }", "sim: float sqrt off by an ulp"),
-    (f"{OP}/src/gopt/adam.py", 'out=ws(("new", i), shape)', 'out=ws("new", shape)',
-     "gopt: Adam's new parameter values share one buffer per shape"),
-    (f"{OP}/src/gopt/adam.py", 'out=ws(("adam_m", i), shape)', 'out=ws("adam_m", shape)',
-     "gopt: Adam's first moments share one buffer per shape"),
+    (f"{OP}/src/gopt/adam.py", "eps=self._eps, alpha=slot.alpha, clip=clip)",
+     "eps=self._eps, alpha=0.0, clip=clip)", "gopt: Adam's in-place update drops the L2 term"),
+    (f"{OP}/src/gopt/sgd.py", "alpha=slot.alpha, clip=clip)", "alpha=slot.alpha, clip=False)",
+     "gopt: SGD's in-place update ignores the clip"),
     (f"{OP}/src/gopt/gradients.py", 'ws(("sumsq", i), ())', 'ws("sumsq", ())',
      "gopt: the per-parameter sums of squares share one buffer"),
 ]

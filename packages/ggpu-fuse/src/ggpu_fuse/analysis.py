@@ -1,6 +1,7 @@
 """What each recorded launch computes, read from its kernel's description and arguments.
 
-For every launch: the buffer it writes and the buffers it reads, and for each iteration of its
+For every launch: the buffers it writes (``writes``; ``out`` is the first, the only one of every
+fusable kind) and the buffers it reads, and for each iteration of its
 thread loop the element it writes and the elements it reads (index maps, exact, computed from
 the very geometry arrays the kernel reads). The planner asks two questions of them:
 
@@ -18,7 +19,10 @@ from typing import Any
 import numpy as np
 from gtensor.recording import Launch
 
-FUSABLE = ("map", "scalar", "zip", "copy", "fill", "matmul", "reduce", "elementwise")
+FUSABLE = ("map", "scalar", "zip", "copy", "fill", "matmul", "reduce", "elementwise", "update")
+# kinds whose written buffers are read too (read-modify-write in place: the optimizer's
+# in-place updates, which write several buffers, element i of each at iteration i)
+READ_WRITE = ("update",)
 
 
 def address(a: Any) -> int:
@@ -64,9 +68,11 @@ class Info:
     launch: Launch
     kind: str
     args: dict[str, Any]
-    out: Buffer
-    reads: list[tuple[str, Buffer]]  # (parameter name, buffer) of every array input
+    out: Buffer  # the first buffer written (a fusable launch writes only it)
+    reads: list[tuple[str, Buffer]]  # (parameter name, buffer) of every array read
     n: int  # iterations of the thread loop
+    # (parameter name, buffer) of every array written: every hazard is checked on each
+    writes: list[tuple[str, Buffer]] = field(default_factory=list)
     oo: np.ndarray | None = None  # output element written by iteration i
     oi: dict[str, np.ndarray] = field(default_factory=dict)  # input element(s) read by it
     ranges: dict[str, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)
@@ -79,9 +85,21 @@ class Info:
         return self.launch.kernel.name
 
     @property
+    def written(self) -> list[Buffer]:
+        """Every buffer the launch writes."""
+        return [b for _, b in self.writes]
+
+    def writes_into(self, b: Buffer) -> bool:
+        """Whether the launch writes any byte of ``b``."""
+        return any(w.overlaps(b) for _, w in self.writes)
+
+    @property
     def fusable(self) -> bool:
-        """Whether a generated kernel can compute this launch's iterations."""
+        """Whether a generated kernel can compute this launch's iterations (a launch writing
+        several buffers only through its form's index maps, the same for each of them)."""
         if self.kind not in FUSABLE:
+            return False
+        if len(self.writes) > 1 and (self.launch.kernel.form is None or self.kind != "update"):
             return False
         return not (self.kind == "matmul" and int(self.args["batch"]) != 1)
 
@@ -102,8 +120,9 @@ class Info:
 
     def row_local(self, rows: int) -> bool:
         """Block r can compute this launch's part of row r: the output is row-shaped and
-        every row-shaped input is read only at the row being written."""
-        return self.fusable and row_shaped(self.out, rows) and all(
+        every row-shaped input is read only at the row being written (a launch writing several
+        buffers never is: flat or tail segments only)."""
+        return self.fusable and len(self.writes) == 1 and row_shaped(self.out, rows) and all(
             self.row_aligned(p, rows) or not row_shaped(b, rows) for p, b in self.reads)
 
     def row_aligned(self, param: str, rows: int) -> bool:
@@ -148,11 +167,14 @@ def analyse(index: int, launch: Launch) -> Info:
     """The Info of one recorded launch (its kernel's ``kind`` says how to read the args)."""
     k = launch.kernel
     args = {p.name: v for p, v in zip(k.params, launch.args)}
-    writes = [p.name for p in k.params if p.is_pointer and not p.is_const]
+    writes = [(p.name, buffer(args[p.name])) for p in k.params
+              if p.is_pointer and not p.is_const]
     reads = [(p.name, buffer(args[p.name])) for p in k.params
              if p.is_pointer and p.is_const and not p.is_geometry]
-    out = buffer(args[writes[0]]) if writes else Buffer(0, 0, (), 0)
-    info = Info(index, launch, k.kind, args, out, reads, 0)
+    if k.kind in READ_WRITE:
+        reads += writes
+    out = writes[0][1] if writes else Buffer(0, 0, (), 0)
+    info = Info(index, launch, k.kind, args, out, reads, 0, writes=writes)
     kind = k.kind
     if k.form is not None and kind in FUSABLE:  # the form owns its geometry's layout
         acc = k.form.index_maps(

@@ -39,6 +39,7 @@ from gtensor.ops import REGISTRY
 from gtensor.recording import Launch
 from gtensor.runtime import cache, toolchain
 from gtensor.runtime import cpu as cpurt
+from gtensor.updates import UPDATES
 
 from .analysis import Info, address
 from .codegen import _ctype_of, _lit, _row_copy_tables, _statement
@@ -184,9 +185,10 @@ struct Fma {
 
 @functools.cache
 def _twins() -> dict[str, Kernel]:
-    """Every op's CUDA kernels by name (a cpu kernel's twin: same name and parameters)."""
+    """Every op's (and in-place update's) CUDA kernels by name (a cpu kernel's twin: same name
+    and parameters)."""
     out: dict[str, Kernel] = {}
-    for op in REGISTRY.values():
+    for op in (*REGISTRY.values(), *UPDATES.values()):
         for ft in FLOATS:
             for k in op.kernel_set(ft).kernels:
                 out[k.name] = k

@@ -37,7 +37,7 @@ class CompiledCpuProgram(FusedProgram):
         # NOTE: every buffer is kept: no transpose copy is dropped, so each matmul reads
         # contiguous operands (unit-stride row tiles) and can always run as its per-node kernel
         keep = [buffer(a) for a in [*tr.values, *tr.grads] if a is not None]
-        keep += [info.out for info in infos]
+        keep += [b for info in infos for b in info.written]
         segments, rows = plan(infos, self._rows, self._alone, keep)
         digest = hashlib.sha256(repr([launch.tag for launch in launches]).encode()).hexdigest()
         t0 = time.perf_counter()

@@ -60,7 +60,7 @@ class Segment:
             return False  # each launch goes to its best class (row-local work stays per row)
         if self.cls == "tail":
             return True
-        if self._hits(info.out, self.whole_reads):
+        if any(self._hits(w, self.whole_reads) for w in info.written):
             return False  # would overwrite what another thread/row of the segment reads
         for param, b in info.reads:
             if not self._hits(b, self.written):
@@ -73,7 +73,7 @@ class Segment:
     def add(self, info: Info, rows: int) -> None:
         """Append ``info`` and record what it writes and reads across threads."""
         self.items.append(info)
-        self.written.append(info.out)
+        self.written.extend(info.written)
         for param, b in info.reads:
             local = (info.row_aligned(param, rows) if self.cls == "row" else info.aligned(param))
             if self.cls != "tail" and not local:
@@ -109,14 +109,16 @@ def choose_rows(infos: list[Info]) -> int:
 
 def dependencies(infos: list[Info]) -> list[set[int]]:
     """For each launch, the earlier launches it must follow (read-after-write,
-    write-after-read, write-after-write on overlapping buffers)."""
+    write-after-read, write-after-write on overlapping buffers), over every buffer each
+    launch writes."""
     deps: list[set[int]] = []
     for j, b in enumerate(infos):
         d = set()
         for i in range(j):
             a = infos[i]
-            if (any(a.out.overlaps(r) for _, r in b.reads) or a.out.overlaps(b.out)
-                    or any(r.overlaps(b.out) for _, r in a.reads)):
+            if (any(a.writes_into(r) for _, r in b.reads)
+                    or any(a.writes_into(w) for w in b.written)
+                    or any(b.writes_into(r) for _, r in a.reads)):
                 d.add(i)
         deps.append(d)
     return deps
@@ -126,11 +128,12 @@ def early(infos: list[Info], deps: list[set[int]], rows: int) -> list[bool]:
     """Launches computed from leaves only (through other such launches), none row-shaped,
     that feed row-local work (the backward seed, transposed weights): scheduled first so they
     never split a row segment."""
-    producers = [[i for i in deps[j] if any(infos[i].out.overlaps(r) for _, r in info.reads)]
+    producers = [[i for i in deps[j] if any(infos[i].writes_into(r) for _, r in info.reads)]
                  for j, info in enumerate(infos)]
     leafy: list[bool] = []
     for j, info in enumerate(infos):
-        leafy.append(not row_shaped(info.out, rows) and all(leafy[i] for i in producers[j]))
+        leafy.append(not any(row_shaped(w, rows) for w in info.written)
+                     and all(leafy[i] for i in producers[j]))
     out = [False] * len(infos)
     for j in range(len(infos) - 1, -1, -1):
         for i in producers[j]:
@@ -149,13 +152,13 @@ def virtual_transposes(infos: list[Info], keep: Sequence[Buffer] = ()) -> list[I
     dropped: set[int] = set()
     for info in infos:
         source = transpose_source(info)
-        if source is None or any(info.out.overlaps(k) for k in keep):
+        if source is None or any(info.writes_into(k) for k in keep):
             continue
         readers = [(r, p) for r in infos for p, b in r.reads if r is not info
                    and b.overlaps(info.out)]
         last = max((r.index for r, _ in readers), default=info.index)
         src = buffer(source)
-        rewritten = any(r.out.overlaps(src) for r in infos if info.index < r.index <= last)
+        rewritten = any(r.writes_into(src) for r in infos if info.index < r.index <= last)
         if not readers or rewritten or any(r.index < info.index or r.kind != "matmul"
                                            or not r.fusable or p in r.transposed
                                            for r, p in readers):

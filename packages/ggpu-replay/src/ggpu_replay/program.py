@@ -442,6 +442,14 @@ class ParamStore:
         """The parameter's device gradient buffer."""
         return self._prog._tr.grads[p.index]
 
+    def param_buffer(self, p: gtape.Var) -> Any:
+        """The parameter's device value buffer, for an in-place update (gopt's step)."""
+        return self._prog._tr.values[p.index]
+
+    def note_updated(self, p: gtape.Var) -> None:
+        """An in-place update of the parameter's buffer happened (nothing to track here: the
+        program's steps read the buffers where they are)."""
+
     def set_value(self, p: gtape.Var, x: Any) -> None:
         """Copy ``x`` into the parameter's buffer: a device array by the copy op, host data
         (numpy, of the program's dtype and the parameter's shape) by a transfer."""

@@ -8,10 +8,12 @@ rounded once to the tape's dtype, into a 0-d backend buffer that the update mult
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any
 
 import gtape
 from gtensor import describe
+from gtensor.updates import adam_update
 
 from . import checks
 from .base import Optimizer, Slot
@@ -73,16 +75,12 @@ class Adam(Optimizer):
         self._ws.put("adam_lr_t", self._lr_t)
 
     def _update(self, be: Any, ws: Workspace, i: int, slot: Slot, p: Any, g: Any, scale: Any,
-                clip: bool) -> tuple[Any, dict[str, Any]]:
-        shape, a = slot.shape, slot.alpha
+                clip: bool) -> Callable[[], None]:
+        # in place, per element: m <- b1*m + (1-b1)*gk; v <- b2*v + (1-b2)*(gk*gk);
+        # p <- p - (lr_t*m) / (sqrt(v) + eps), gk = g (* scale) (+ alpha*p), from the old p
         m, v = slot.state["m"], slot.state["v"]
-        # m <- b1*m + (1-b1)*gk; v <- b2*v + (1-b2)*(gk*gk); gk = g (* scale) (+ alpha*p)
-        m_new = be.adam_m(m, g, p, scale, self._b1, a, clip, out=ws(("adam_m", i), shape))
-        v_new = be.adam_v(v, g, p, scale, self._b2, a, clip, out=ws(("adam_v", i), shape))
-        # p <- p - (lr_t*m) / (sqrt(v) + eps)
-        p_new = be.adam_p(p, m_new, v_new, ws("adam_lr_t", ()), self._eps,
-                          out=ws(("new", i), shape))
-        return p_new, {"m": m_new, "v": v_new}
+        return adam_update(be, m, v, p, g, scale, ws("adam_lr_t", ()), beta1=self._b1,
+                           beta2=self._b2, eps=self._eps, alpha=slot.alpha, clip=clip)
 
     def _hyper(self) -> dict[str, float]:
         return {"lr": self._lr, "beta1": self._b1, "beta2": self._b2, "eps": self._eps}

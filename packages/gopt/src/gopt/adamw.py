@@ -6,13 +6,14 @@ Per step, on the host in float64 (running powers, no libm ``pow``)::
     S  = lr / (1 - b1^t)                  # torch's step_size
     R  = sqrt(1 - b2^t)                   # torch's bias_correction2_sqrt
 
-each written, rounded once to the dtype, into a 0-d backend buffer. Per parameter, gtensor ops::
+each written, rounded once to the dtype, into a 0-d backend buffer. Per parameter, one in-place
+kernel (``gtensor.updates.adamw_update``) computing per element, in this order::
 
-    m <- adam_m(m, g)                     # b1*m + (1-b1)*gk, as Adam
-    v <- adam_v(v, g)                     # b2*v + (1-b2)*(gk*gk), as Adam
-    den = adds(div(sqrt(v), R), eps)      # sqrt(v)/R + eps
-    q   = div(mul(m, S), den)             # (S*m) / den
-    p  <- sub(mul(p, D), q)               # p*D - q
+    m <- b1*m + (1-b1)*gk                 # adam_m, as Adam
+    v <- b2*v + (1-b2)*(gk*gk)            # adam_v, as Adam
+    den = sqrt(v)/R + eps                 # sqrt, div, adds
+    q   = (m*S) / den                     # mul, div
+    p  <- p*D - q                         # mul, sub
 
 which is torch's ``p.mul_(1 - lr*wd); p.addcdiv_(m, den, value=-S)`` (``-(S*m)/den`` added is
 ``(S*m)/den`` subtracted, exactly). Every per-step number (D, S, R) lives in a buffer, so a
@@ -22,9 +23,11 @@ learning-rate change or a schedule reaches a recorded or captured step without r
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any
 
 import gtape
+from gtensor.updates import adamw_update
 
 from . import checks
 from .adam import Adam
@@ -70,21 +73,11 @@ class AdamW(Adam):
         self._ws.put("adamw_bc2", math.sqrt(1.0 - self._b2_pow))
 
     def _update(self, be: Any, ws: Workspace, i: int, slot: Slot, p: Any, g: Any, scale: Any,
-                clip: bool) -> tuple[Any, dict[str, Any]]:
-        shape, a = slot.shape, slot.alpha
+                clip: bool) -> Callable[[], None]:
         m, v = slot.state["m"], slot.state["v"]
-        m_new = be.adam_m(m, g, p, scale, self._b1, a, clip, out=ws(("adam_m", i), shape))
-        v_new = be.adam_v(v, g, p, scale, self._b2, a, clip, out=ws(("adam_v", i), shape))
-        # three scratch buffers per parameter, reused along the chain
-        s1, s2, s3 = (ws((f"adamw_{k}", i), shape) for k in "abc")
-        be.sqrt(v_new, out=s1)
-        be.div(s1, ws("adamw_bc2", ()), out=s2)
-        den = be.adds(s2, self._eps, out=s1)
-        num = be.mul(m_new, ws("adamw_step", ()), out=s2)
-        q = be.div(num, den, out=s3)
-        decayed = be.mul(p, ws("adamw_decay", ()), out=s1)
-        p_new = be.sub(decayed, q, out=ws(("new", i), shape))
-        return p_new, {"m": m_new, "v": v_new}
+        return adamw_update(be, m, v, p, g, scale, ws("adamw_step", ()), ws("adamw_bc2", ()),
+                            ws("adamw_decay", ()), beta1=self._b1, beta2=self._b2,
+                            eps=self._eps, alpha=slot.alpha, clip=clip)
 
     @property
     def lr_t(self) -> float:

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -33,7 +33,10 @@ class Optimizer:
 
     The optimizer works over a *parameter store*: a ``gtape.Tape``, or any object with the same
     ``backend``, ``dtype``, ``value(p)``, ``grad(p)``, ``set_value(p, array)`` plus
-    ``check_param(where, p)`` (a replay program holding the tape's parameters on a device).
+    ``check_param(where, p)`` (a replay program holding the tape's parameters on a device);
+    a step updates each parameter's buffer in place: ``param_buffer(p)`` where the store has
+    it (else ``value(p)``, which must then be the writable buffer), followed by
+    ``note_updated(p)`` where the store has it (a tape: its write clock ticks).
     A step is two halves: ``advance`` (host: the step count and per-step scalars, written into
     small backend buffers) and ``device_step`` (backend ops only, on buffers that never move),
     so a replay engine can record the second half once and re-run it every step (``check_step``
@@ -62,9 +65,9 @@ class Optimizer:
         # one version per piece of configuration; every change bumps its version
         self._versions = {name: Version(f"{type(self).__name__}.{name}")
                           for name in ("lr", "clip", "alpha", "params", *self._more_config())}
-        # the device half of the step, recorded on a kernel backend and replayed: (run, new
-        # parameter buffers); re-recorded when the configuration it bakes in moved
-        self._replay: Recording[tuple[Any, list[Any]]] = Recording(
+        # the device half of the step, recorded on a kernel backend and replayed as one call;
+        # re-recorded when the configuration it bakes in moved
+        self._replay: Recording[Callable[[], None]] = Recording(
             f"{type(self).__name__}'s recorded update", self.recorded_deps)
 
     def _more_config(self) -> tuple[str, ...]:
@@ -195,9 +198,9 @@ class Optimizer:
     def step(self) -> None:
         """One update of every registered parameter from its current gradient; advances t.
 
-        All or nothing: every new value (parameters and state) is computed into workspace
-        buffers first and only then copied into place, and the host state (t, running powers)
-        is restored if anything raises before that.
+        All or nothing: every parameter's in-place update is prepared (every check done)
+        before the first one writes, the writes themselves cannot fail, and the host state
+        (t, running powers) is restored if anything raises before them.
         """
         self.check_step()
         host = (self._t, self._stepped_at, self._host_state())
@@ -238,21 +241,34 @@ class Optimizer:
         """The backend half of a step: backend ops only, on buffers that never move.
 
         The global norm and the clip scale are a few 0-d ops; each parameter's update is then
-        gtensor's fused update ops (``adam_m``, ``adam_v``, ``adam_p``; ``sgd_p``), which apply
-        the clip scale and the L2 term to the gradient inside, in gopt's order.
+        ONE of gtensor's in-place update kernels (``gtensor.updates``: ``adam_update``,
+        ``adamw_update``, ``sgd_update``), which read g, p and the state and write the new
+        state and parameter over the old, element by element, with the bits of the unfused
+        ops. Every parameter's update is prepared (all checks done) before the first runs.
         """
-        self._commit_params(self._device_update(self._be, self._ws))
+        for run in self._device_update(self._be, self._ws):
+            run()
+        self._note_params()
 
-    def _commit_params(self, new: list[Any]) -> None:
-        """Copy each parameter's new value into the store (the step's last writes)."""
-        for s, p_new in zip(self._slots, new):
-            self._tp.set_value(s.var, p_new)
+    def _param_buffer(self, p: gtape.Var) -> Any:
+        """The writable buffer of parameter ``p`` (the store's ``param_buffer`` where it has
+        one, a tape's; else ``value(p)``, which a replay program's store returns writable)."""
+        get = getattr(self._tp, "param_buffer", None)
+        return get(p) if get is not None else self._tp.value(p)
 
-    def _device_update(self, be: Any, ws: Workspace) -> list[Any]:
-        """Every parameter's new value into workspace buffers, then the state committed (by
-        copies into the state buffers), all as ops of backend ``be`` on workspace ``ws`` (the
-        optimizer's own, or a recording view of them); returns the new values, for the caller
-        to commit."""
+    def _note_params(self) -> None:
+        """Tell the store every parameter was updated in place (the step's last act; a tape
+        ticks its write clock, as ``set_value`` does, so stale forwards are refused)."""
+        note = getattr(self._tp, "note_updated", None)
+        if note is not None:
+            for s in self._slots:
+                note(s.var)
+
+    def _device_update(self, be: Any, ws: Workspace) -> list[Callable[[], None]]:
+        """Every parameter's update, prepared as ops of backend ``be`` on workspace ``ws`` (the
+        optimizer's own, or a recording view of them) and returned unrun: nothing above the
+        clip scale's 0-d workspace ops has written anything when this returns, and running
+        the returned calls (in order) cannot fail -- so a step is all or nothing."""
         tp = self._tp
         grads = [tp.grad(s.var) for s in self._slots]
         clip = self._clip_consts is not None
@@ -262,13 +278,8 @@ class Optimizer:
             self._last_norm = norm
         else:
             scale = ws("no_clip", ())  # a 0-d placeholder: the no-clip kernels never read it
-        new = [self._update(be, ws, i, s, tp.value(s.var), g, scale, clip)
-               for i, (s, g) in enumerate(zip(self._slots, grads))]
-        # commit: nothing above wrote a parameter or a state buffer; now only copies do
-        for s, (_, state_new) in zip(self._slots, new):
-            for name, buf in state_new.items():
-                be.copy(buf, out=s.state[name])
-        return [p_new for p_new, _ in new]
+        return [self._update(be, ws, i, s, self._param_buffer(s.var), g, scale, clip)
+                for i, (s, g) in enumerate(zip(self._slots, grads))]
 
     def _replays(self) -> bool:
         """Whether steps record their device half once and replay it: a tape on a kernel
@@ -283,18 +294,19 @@ class Optimizer:
         The recording depends on ``recorded_deps`` (registering a parameter, ``set_clip``,
         an alpha, lr where baked in, ``load_state_dict``): a change re-records it.
         """
-        held = self._replay.current()
-        if held is None:
-            new, run = record(self._be, self._update_on)
-            held = self._replay.keep((run, new))
+        run = self._replay.current()
+        if run is None:
+            _, run = record(self._be, self._update_on)
+            self._replay.keep(run)
         else:
-            held[0]()
-        self._commit_params(held[1])
+            run()
+        self._note_params()
 
-    def _update_on(self, be: Any) -> list[Any]:
+    def _update_on(self, be: Any) -> None:
         """``_device_update`` with its ops (and new workspace buffers) on backend ``be`` (a
-        recording backend): an explicit argument, nothing of the optimizer swapped."""
-        return self._device_update(be, self._ws.on(be))
+        recording backend), then run: an explicit argument, nothing of the optimizer swapped."""
+        for run in self._device_update(be, self._ws.on(be)):
+            run()
 
     @property
     def last_norm(self) -> float | None:
@@ -307,10 +319,12 @@ class Optimizer:
         """Host-side per-step scalars (after t has advanced), written with ``be.write``."""
 
     def _update(self, be: Any, ws: Workspace, i: int, slot: Slot, p: Any, g: Any, scale: Any,
-                clip: bool) -> tuple[Any, dict[str, Any]]:
-        """Parameter ``i``'s new value and new state buffers (all buffers of workspace ``ws``,
-        ops of backend ``be``), from its value, its raw gradient and the clip scale (a 0-d
-        array, used when ``clip``); writes neither the parameter nor its state."""
+                clip: bool) -> Callable[[], None]:
+        """Parameter ``i``'s update on backend ``be`` (per-step scalars in workspace ``ws``),
+        prepared and returned unrun: ``p`` its writable value buffer, ``g`` its raw gradient,
+        ``scale`` the clip scale (a 0-d array, used when ``clip``). Preparing writes nothing
+        and does every check; the returned call writes the parameter and its state in place
+        and cannot fail."""
         raise NotImplementedError
 
     # ---------------------------------------------------------------- state

@@ -8,9 +8,11 @@ step, without re-recording anything.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import gtape
+from gtensor.updates import sgd_update
 
 from .base import Optimizer, Slot
 from .workspace import Workspace
@@ -31,16 +33,7 @@ class SGD(Optimizer):
         self._ws.put("sgd_lr", self._lr)
 
     def _update(self, be: Any, ws: Workspace, i: int, slot: Slot, p: Any, g: Any, scale: Any,
-                clip: bool) -> tuple[Any, dict[str, Any]]:
-        shape = slot.shape
-        gk = g
-        if clip:  # gk = g * scale
-            gk = be.mul(g, scale, out=ws(("sgd_gk", i), shape))
-        if slot.alpha != 0.0:  # gk = gk + p * alpha
-            a = be.muls(p, slot.alpha, out=ws(("sgd_l2", i), shape))
-            gk = be.add(gk, a, out=ws(("sgd_gl", i), shape))
-        # p - (gk * L) * 1: sgd_p's clip variant with the 0-d buffer L as its "scale" and the
-        # op scalar lr = 1 (x * 1 == x for every x, -0.0 and NaN included): one kernel computing
-        # exactly p - fl(gk * fl(lr)), with fl(lr) read from the buffer at run time
-        out = be.sgd_p(p, gk, p, ws("sgd_lr", ()), 1.0, 0.0, True, out=ws(("new", i), shape))
-        return out, {}
+                clip: bool) -> Callable[[], None]:
+        # in place: p - gk * L, gk = g (* scale) (+ p * alpha), L the 0-d "sgd_lr" buffer read
+        # at run time: the bits of mul, muls, add, then sgd_p's p - (gk * L) * 1
+        return sgd_update(be, p, g, scale, ws("sgd_lr", ()), alpha=slot.alpha, clip=clip)

@@ -185,6 +185,29 @@ class Tape(NodeTable, Freshness):
         self._be.copy(src, out=buf)
         self._note_write(p.index)
 
+    def param_buffer(self, p: Var) -> Any:
+        """Parameter ``p``'s live value buffer, writable: for a backend op that updates it in
+        place (gopt's fused update kernels), which must then call ``note_updated(p)``.
+
+        Anything else writes a parameter with ``set_value``: a write into this buffer that is
+        not noted would let a forward recorded before it pass as fresh.
+        """
+        self._check_param(p, "param_buffer")
+        return self._values[p.index]
+
+    def note_updated(self, p: Var) -> None:
+        """Record that a backend op overwrote parameter ``p``'s buffer (``param_buffer``) in
+        place: the write clock ticks exactly as ``set_value``'s copy makes it tick, so a
+        backward of a forward recorded before the update is refused as stale."""
+        self._check_param(p, "note_updated")
+        self._note_write(p.index)
+
+    def _check_param(self, p: Var, where: str) -> None:
+        """``p`` checked to be a live parameter Var of this tape."""
+        self._check_var(p, where)
+        if self._op[p.index] is not PARAM:
+            raise ValueError(f"{where}: {p!r} is not a param; only parameters can be updated")
+
     # ---------------------------------------------------------------- reading
     def value(self, v: Var) -> Any:
         """A read-only view of ``v``'s value (valid until a reset past ``v`` or close)."""

@@ -13,6 +13,7 @@ from ..cuda_source import device_functions, device_text
 from ..dtypes import FLOATS
 from ..kernels import Kernel
 from ..ops import REGISTRY
+from ..updates import UPDATES
 
 _HEADER = """\
 // gtensor cpu module (generated from gtensor's op definitions; do not edit).
@@ -28,8 +29,8 @@ def cpu_kernels() -> tuple[Kernel, ...]:
     tests/test_registry.py requires them of every op).
     """
     seen: dict[str, Kernel] = {}
-    for op in REGISTRY.values():
-        if op.cpu is None:
+    for op in (*REGISTRY.values(), *UPDATES.values()):  # the ops, then the in-place updates
+        if getattr(op, "cpu", True) is None:
             continue
         for ft in FLOATS:
             for k in op.kernel_set(ft, cpu=True).kernels:
