@@ -88,8 +88,9 @@ INNER = ("plain", "fma")  # the inner-product contracts (the ``inner`` attr's va
 # only decide which independent outputs are computed side by side, never the order within one;
 # leftover columns use narrower vectors.
 # Each k x 2L column panel of op(b) is first copied (exactly) into a contiguous buffer, so the
-# tiles stream it at unit stride whatever n is (with tb: gathered from b's rows). With ta the
-# tiles read a's columns in place (strides 1 and m: R rows of one k-step share a cache line).
+# tiles stream it at unit stride whatever n is (with tb: gathered from b's rows). With ta each
+# row block of op(a) (columns of a) is first copied (exactly) into groups of 8 rows whose
+# k-steps are contiguous: read in place, every k-step of a tile would touch a new page.
 _CPU_MATMUL = Template("""\
     typedef $T T;
     using gtcpu::Int;
@@ -102,12 +103,12 @@ _CPU_MATMUL = Template("""\
     // rows in blocks of MC (a multiple of 8): a block's rows of a (512 KB) stay in L2 while
     // every panel of b passes (each panel is packed once per block)
     const long long MC = 8 * (((524288 / (k * (long long)sizeof(T) + 1)) + 7) / 8);
-    // op(a)[i, kk] is a[i * ars + kk * aks]: (k, 1), or (1, m) when a is read transposed (ta)
-    const long long ars = ta ? 1 : k, aks = ta ? m : 1;
-    // R rows of c from row pointer ar (strides ars, aks), panel columns from bp (row stride PW)
-    // (steps k0..k1 of the chain: k0 == 0 starts it, else it resumes from c)
-    auto tile = [=](auto rows_, auto lanes_, auto nv_, const T* __restrict__ ar,
-                    const T* __restrict__ bp, T* __restrict__ cr, long long k0, long long k1) {
+    // R rows of c from ar (op(a)[r, kk] at ar[r * rs + kk * ks]: rows of a, rs = k, ks = 1;
+    // or, under ta, a packed group of 8 rows, rs = 1, ks = 8), panel columns from bp (row
+    // stride PW) (steps k0..k1 of the chain: k0 == 0 starts it, else it resumes from c)
+    auto tile = [=](auto rows_, auto lanes_, auto nv_, const T* __restrict__ ar, long long rs,
+                    long long ks, const T* __restrict__ bp, T* __restrict__ cr, long long k0,
+                    long long k1) {
         constexpr int R = decltype(rows_)::value, N = decltype(lanes_)::value,
                       NV = decltype(nv_)::value;
         typedef typename gtcpu::Vec<T, N>::type V;
@@ -127,41 +128,43 @@ _CPU_MATMUL = Template("""\
             V bv[NV];
             for (int v = 0; v < NV; ++v) bv[v] = gtcpu::vload<V>(bp + kk * PW + v * N);
             for (int r = 0; r < R; ++r) {
-                const T av = ar[r * ars + kk * aks];
+                const T av = ar[r * rs + kk * ks];
                 for (int v = 0; v < NV; ++v) acc[r][v] = $NEXT;
             }
         }
         for (int r = 0; r < R; ++r)
             for (int v = 0; v < NV; ++v) gtcpu::vstore(cr + r * n + v * N, acc[r][v]);
     };
-    // rows r0.. (R of them), columns j..j1 of the panel starting at column j0 (packed in pk)
+    // rows r0.. (R of them), columns j..j1 of the panel starting at column j0 (packed in pk);
+    // under ta, op(a)'s rows from pa: the row block starting at rb packed in groups of 8 rows
     auto cols = [=](auto rows_, long long r0, const T* pk, long long j0, long long j,
-                    long long j1, long long k0, long long k1) {
-        const long long bi = r0 / m;  // tiles never cross batches
-        const T* ar = a + bi * m * k + (r0 - bi * m) * ars;
+                    long long j1, long long k0, long long k1, const T* pa, long long rb) {
+        const T* ar = ta ? pa + (r0 - rb) / 8 * k * 8 + (r0 - rb) % 8 : a + r0 * k;
+        const long long rs = ta ? 1 : k, ks = ta ? 8 : 1;
         T* cr = c + r0 * n;
         if (j + 2 * L <= j1) {
-            tile(rows_, Int<L>{}, Int<2>{}, ar, pk + (j - j0), cr + j, k0, k1);
+            tile(rows_, Int<L>{}, Int<2>{}, ar, rs, ks, pk + (j - j0), cr + j, k0, k1);
             j += 2 * L;
         }
         if (j + L <= j1) {
-            tile(rows_, Int<L>{}, Int<1>{}, ar, pk + (j - j0), cr + j, k0, k1);
+            tile(rows_, Int<L>{}, Int<1>{}, ar, rs, ks, pk + (j - j0), cr + j, k0, k1);
             j += L;
         }
         if (j + L / 2 <= j1) {
-            tile(rows_, Int<L / 2>{}, Int<1>{}, ar, pk + (j - j0), cr + j, k0, k1);
+            tile(rows_, Int<L / 2>{}, Int<1>{}, ar, rs, ks, pk + (j - j0), cr + j, k0, k1);
             j += L / 2;
         }
         if (j + L / 4 <= j1) {
-            tile(rows_, Int<L / 4>{}, Int<1>{}, ar, pk + (j - j0), cr + j, k0, k1);
+            tile(rows_, Int<L / 4>{}, Int<1>{}, ar, rs, ks, pk + (j - j0), cr + j, k0, k1);
             j += L / 4;
         }
         if (L >= 16 && j + L / 8 <= j1) {
-            tile(rows_, Int<(L >= 16 ? L / 8 : 1)>{}, Int<1>{}, ar, pk + (j - j0), cr + j, k0,
-                 k1);
+            tile(rows_, Int<(L >= 16 ? L / 8 : 1)>{}, Int<1>{}, ar, rs, ks, pk + (j - j0), cr + j,
+                 k0, k1);
             j += L / 8;
         }
-        for (; j < j1; ++j) tile(rows_, Int<1>{}, Int<1>{}, ar, pk + (j - j0), cr + j, k0, k1);
+        for (; j < j1; ++j)
+            tile(rows_, Int<1>{}, Int<1>{}, ar, rs, ks, pk + (j - j0), cr + j, k0, k1);
     };
     const long long rows = batch * m;
     if (k == 0) {
@@ -178,10 +181,25 @@ _CPU_MATMUL = Template("""\
         const size_t need = (size_t)((p1 - p0) * k * PW);
         if (packed.size() < need) packed.resize(need);
         T* pks = packed.data();
+        static thread_local std::vector<T> apacked;  // under ta: one row block of op(a)
+        if (ta && apacked.size() < (size_t)(MC * k)) apacked.resize((size_t)(MC * k));
+        T* pa = apacked.data();
         for (long long s0 = lo; s0 < hi;) {  // the rows of one batch at a time
             const long long bi = s0 / m, send = hi < (bi + 1) * m ? hi : (bi + 1) * m;
             for (long long rb = s0; rb < send; rb += MC) {  // row blocks: a's rows stay in L2
                 const long long rbe = rb + MC < send ? rb + MC : send;
+                if (ta) {  // op(a)'s rows rb..rbe: columns of a[bi], copied (exactly) in groups
+                    // of 8 rows, k-steps contiguous (pa[(g * k + kk) * 8 + r % 8]), reading
+                    // each row of a[bi] contiguously
+                    const T* ab = a + bi * m * k + (rb - bi * m);
+                    const long long w = rbe - rb;
+                    for (long long g0 = 0; g0 < w; g0 += 8) {
+                        const long long gw = w - g0 < 8 ? w - g0 : 8;
+                        T* pg = pa + g0 * k;
+                        for (long long kk = 0; kk < k; ++kk)
+                            for (long long r = 0; r < gw; ++r) pg[kk * 8 + r] = ab[kk * m + g0 + r];
+                    }
+                }
                 for (long long p = p0; p < p1 && p * PW < n; ++p) {
                     const long long j0 = p * PW, j1 = j0 + PW < n ? j0 + PW : n;
                     T* pk = pks + (p - p0) * k * PW;
@@ -206,13 +224,13 @@ _CPU_MATMUL = Template("""\
                         long long r = rb;
                         while (r < rbe) {
                             if (r + 8 <= rbe) {
-                                cols(Int<8>{}, r, pk, j0, j0, j1, k0, k1);
+                                cols(Int<8>{}, r, pk, j0, j0, j1, k0, k1, pa, rb);
                                 r += 8;
                             } else if (r + 4 <= rbe) {
-                                cols(Int<4>{}, r, pk, j0, j0, j1, k0, k1);
+                                cols(Int<4>{}, r, pk, j0, j0, j1, k0, k1, pa, rb);
                                 r += 4;
                             } else {
-                                cols(Int<1>{}, r, pk, j0, j0, j1, k0, k1);
+                                cols(Int<1>{}, r, pk, j0, j0, j1, k0, k1, pa, rb);
                                 r += 1;
                             }
                         }
@@ -235,8 +253,8 @@ _CPU_MATMUL = Template("""\
 
 
 # the register tiles' chain steps per contract: the first term (k = 0) and every next one
-_CPU_STEPS = {"plain": ("ar[r * ars] * bv", "acc[r][v] + av * bv[v]"),
-              "fma": ("gtcpu::vfma(ar[r * ars], bv, V{})", "gtcpu::vfma(av, bv[v], acc[r][v])")}
+_CPU_STEPS = {"plain": ("ar[r * rs] * bv", "acc[r][v] + av * bv[v]"),
+              "fma": ("gtcpu::vfma(ar[r * rs], bv, V{})", "gtcpu::vfma(av, bv[v], acc[r][v])")}
 
 
 def _cpu_kernels(ft: FloatType) -> list[Kernel]:
