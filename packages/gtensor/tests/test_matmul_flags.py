@@ -149,3 +149,18 @@ def test_non_bool_flags_refused(be, bad):
         with pytest.raises(TypeError, match=rf"bmm: {flag} is .*; expected a bool"):
             be.bmm(be.asarray(np.ones((1, 2, 2))), be.asarray(np.ones((1, 2, 2))),
                    **{flag: bad})
+
+
+@pytest.mark.parametrize("threads", ["1", "2"])
+def test_transpose_tiles_exact(be, monkeypatch, threads):
+    """The transpose (the cpu kernel's buffered 32 x 32 tiles, partial bands in place): an
+    exact copy, NaN payloads and signed zeros included (compared as raw bits)."""
+    monkeypatch.setenv(cpu_runtime.THREADS_ENV, threads)
+    rng = np.random.default_rng(15)
+    for dtype, ui in (("float64", np.uint64), ("float32", np.uint32)):
+        for shape in [(1024, 512), (200, 1024), (3, 64, 96), (65, 33), (32, 32), (31, 97)]:
+            bits = rng.integers(0, np.iinfo(ui).max, size=shape, dtype=ui, endpoint=True)
+            x = bits.view(dtype)
+            got = be.to_numpy(be.transpose(be.asarray(x), (*range(len(shape) - 2),
+                                                           len(shape) - 1, len(shape) - 2)))
+            assert np.array_equal(got.view(ui), np.swapaxes(bits, -1, -2)), (dtype, shape)
