@@ -103,14 +103,15 @@ _CPU_MATMUL = Template("""\
     // rows in blocks of MC (a multiple of 8): a block's rows of a (512 KB) stay in L2 while
     // every panel of b passes (each panel is packed once per block)
     const long long MC = 8 * (((524288 / (k * (long long)sizeof(T) + 1)) + 7) / 8);
-    // R rows of c from ar (op(a)[r, kk] at ar[r * rs + kk * ks]: rows of a, rs = k, ks = 1;
-    // or, under ta, a packed group of 8 rows, rs = 1, ks = 8), panel columns from bp (row
+    // R rows of c from ar (op(a)[r, kk] at ar[r * rs + kk * KS]: rows of a, rs = k, KS = 1;
+    // or, under ta, a packed group of 8 rows, rs = 1, KS = 8), panel columns from bp (row
     // stride PW) (steps k0..k1 of the chain: k0 == 0 starts it, else it resumes from c)
-    auto tile = [=](auto rows_, auto lanes_, auto nv_, const T* __restrict__ ar, long long rs,
-                    long long ks, const T* __restrict__ bp, T* __restrict__ cr, long long k0,
-                    long long k1) {
+    auto tile = [=](auto rows_, auto lanes_, auto nv_, auto ks_, const T* __restrict__ ar,
+                    const T* __restrict__ bp, T* __restrict__ cr, long long k0, long long k1) {
         constexpr int R = decltype(rows_)::value, N = decltype(lanes_)::value,
                       NV = decltype(nv_)::value;
+        constexpr long long KS = decltype(ks_)::value;
+        const long long rs = KS == 1 ? k : 1;
         typedef typename gtcpu::Vec<T, N>::type V;
         V acc[R][NV];
         long long kk = k0;
@@ -128,7 +129,7 @@ _CPU_MATMUL = Template("""\
             V bv[NV];
             for (int v = 0; v < NV; ++v) bv[v] = gtcpu::vload<V>(bp + kk * PW + v * N);
             for (int r = 0; r < R; ++r) {
-                const T av = ar[r * rs + kk * ks];
+                const T av = ar[r * rs + kk * KS];
                 for (int v = 0; v < NV; ++v) acc[r][v] = $NEXT;
             }
         }
@@ -137,34 +138,42 @@ _CPU_MATMUL = Template("""\
     };
     // rows r0.. (R of them), columns j..j1 of the panel starting at column j0 (packed in pk);
     // under ta, op(a)'s rows from pa: the row block starting at rb packed in groups of 8 rows
-    auto cols = [=](auto rows_, long long r0, const T* pk, long long j0, long long j,
+    auto cols = [=](auto rows_, auto ks_, long long r0, const T* pk, long long j0, long long j,
                     long long j1, long long k0, long long k1, const T* pa, long long rb) {
-        const T* ar = ta ? pa + (r0 - rb) / 8 * k * 8 + (r0 - rb) % 8 : a + r0 * k;
-        const long long rs = ta ? 1 : k, ks = ta ? 8 : 1;
+        const T* ar = decltype(ks_)::value == 8 ? pa + (r0 - rb) / 8 * k * 8 + (r0 - rb) % 8
+                                                : a + r0 * k;
         T* cr = c + r0 * n;
         if (j + 2 * L <= j1) {
-            tile(rows_, Int<L>{}, Int<2>{}, ar, rs, ks, pk + (j - j0), cr + j, k0, k1);
+            tile(rows_, Int<L>{}, Int<2>{}, ks_, ar, pk + (j - j0), cr + j, k0, k1);
             j += 2 * L;
         }
         if (j + L <= j1) {
-            tile(rows_, Int<L>{}, Int<1>{}, ar, rs, ks, pk + (j - j0), cr + j, k0, k1);
+            tile(rows_, Int<L>{}, Int<1>{}, ks_, ar, pk + (j - j0), cr + j, k0, k1);
             j += L;
         }
         if (j + L / 2 <= j1) {
-            tile(rows_, Int<L / 2>{}, Int<1>{}, ar, rs, ks, pk + (j - j0), cr + j, k0, k1);
+            tile(rows_, Int<L / 2>{}, Int<1>{}, ks_, ar, pk + (j - j0), cr + j, k0, k1);
             j += L / 2;
         }
         if (j + L / 4 <= j1) {
-            tile(rows_, Int<L / 4>{}, Int<1>{}, ar, rs, ks, pk + (j - j0), cr + j, k0, k1);
+            tile(rows_, Int<L / 4>{}, Int<1>{}, ks_, ar, pk + (j - j0), cr + j, k0, k1);
             j += L / 4;
         }
         if (L >= 16 && j + L / 8 <= j1) {
-            tile(rows_, Int<(L >= 16 ? L / 8 : 1)>{}, Int<1>{}, ar, rs, ks, pk + (j - j0), cr + j,
+            tile(rows_, Int<(L >= 16 ? L / 8 : 1)>{}, Int<1>{}, ks_, ar, pk + (j - j0), cr + j,
                  k0, k1);
             j += L / 8;
         }
         for (; j < j1; ++j)
-            tile(rows_, Int<1>{}, Int<1>{}, ar, rs, ks, pk + (j - j0), cr + j, k0, k1);
+            tile(rows_, Int<1>{}, Int<1>{}, ks_, ar, pk + (j - j0), cr + j, k0, k1);
+    };
+    // op(a) read as rows of a, or (ta) from the packed groups: the a-stride a constant either way
+    auto run = [=](auto rows_, long long r0, const T* pk, long long j0, long long j1,
+                   long long k0, long long k1, const T* pa, long long rb) {
+        if (ta)
+            cols(rows_, Int<8>{}, r0, pk, j0, j0, j1, k0, k1, pa, rb);
+        else
+            cols(rows_, Int<1>{}, r0, pk, j0, j0, j1, k0, k1, pa, rb);
     };
     const long long rows = batch * m;
     if (k == 0) {
@@ -224,13 +233,13 @@ _CPU_MATMUL = Template("""\
                         long long r = rb;
                         while (r < rbe) {
                             if (r + 8 <= rbe) {
-                                cols(Int<8>{}, r, pk, j0, j0, j1, k0, k1, pa, rb);
+                                run(Int<8>{}, r, pk, j0, j1, k0, k1, pa, rb);
                                 r += 8;
                             } else if (r + 4 <= rbe) {
-                                cols(Int<4>{}, r, pk, j0, j0, j1, k0, k1, pa, rb);
+                                run(Int<4>{}, r, pk, j0, j1, k0, k1, pa, rb);
                                 r += 4;
                             } else {
-                                cols(Int<1>{}, r, pk, j0, j0, j1, k0, k1, pa, rb);
+                                run(Int<1>{}, r, pk, j0, j1, k0, k1, pa, rb);
                                 r += 1;
                             }
                         }
