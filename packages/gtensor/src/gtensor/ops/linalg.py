@@ -218,11 +218,13 @@ _CPU_MATMUL = Template("""\
                             for (long long j = 0; j < j1 - j0; ++j)
                                 pk[kk * PW + j] = bb[kk * n + j];
                     } else if (rb == s0) {  // op(b) = b[bi]^T: rows j0..j1 of b[bi], gathered
-                        // 8 k-steps at a time, so each row of b is read a cache line at a time
+                        // a cache line of k-steps at a time (KB), each row of b read a line
+                        // at a time
+                        constexpr long long KB = 64 / sizeof(T);
                         const T* bb = b + bi * k * n + j0 * k;
                         const long long w = j1 - j0;
-                        for (long long kb = 0; kb < k; kb += 8) {
-                            const long long ke = kb + 8 < k ? kb + 8 : k;
+                        for (long long kb = 0; kb < k; kb += KB) {
+                            const long long ke = kb + KB < k ? kb + KB : k;
                             for (long long j = 0; j < w; ++j)
                                 for (long long kk = kb; kk < ke; ++kk)
                                     pk[kk * PW + j] = bb[j * k + kk];
