@@ -89,7 +89,8 @@ def test_loops_split_across_threads_give_the_same_bits(monkeypatch):
 
 MIXES = [["gram", "row_sum", "tanh"], ["col_sum", "slice_concat", "sigmoid_mul"],
          ["softmax", "relu_linear", "pad_slice"],
-         ["row_param", "div_sqrt", "exp_scaled", "relu_linear"]]
+         ["row_param", "div_sqrt", "exp_scaled", "relu_linear"],
+         ["linear_tb", "gram_ta", "row_sum"]]  # flagged matmuls: their per-node kernels
 
 
 # NOTE: each graph compiles its own module (seconds with an empty cache): the mixes run as

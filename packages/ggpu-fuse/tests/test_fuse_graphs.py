@@ -28,6 +28,9 @@ STEPS = {
     "row_param": lambda h, p: h * p["w2"],  # a leaf of the batch's shape
     "col_sum": lambda h, p: h + g.sum(h, axis=0, keepdims=True) * 0.1,  # reads every row
     "pad_slice": lambda h, p: g.slice(g.pad(h, 1, 1, 1), 1, 1, D + 1),
+    # flagged products: op(b) = w^T read in place (row-local), h^T h read in place (rows mixed)
+    "linear_tb": lambda h, p: g.relu(g.matmul(h, p["w"], tb=True) + p["b"]),
+    "gram_ta": lambda h, p: h + g.matmul(h, g.matmul(h, h, ta=True)) * 0.01,
 }
 
 
@@ -64,6 +67,18 @@ def _compare(prog, fp) -> None:
 @given(steps=st.lists(st.sampled_from(sorted(STEPS)), min_size=1, max_size=5),
        seed=st.integers(0, 2**16))
 def test_random_graphs_fuse_bitwise(device, steps, seed):
+    _fused_is_per_node(device, steps, seed)
+
+
+@pytest.mark.parametrize("steps", [["linear_tb", "gram_ta", "tanh"],
+                                   ["gram_ta", "row_sum", "linear_tb", "relu_linear"]])
+def test_flagged_matmuls_fuse_bitwise(device, steps):
+    """matmuls reading an operand transposed under ta / tb (the forward's and every
+    backward's): fused == per node, bit for bit."""
+    _fused_is_per_node(device, steps, 7)
+
+
+def _fused_is_per_node(device: str, steps: list[str], seed: int) -> None:
     tp, x, loss, rng = _build(steps, seed)
     prog = capture(tp, loss, backend=device)
     fp = fuse(prog)

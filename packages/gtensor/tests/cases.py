@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import numpy as np
+from gtensor.ops.linalg import INNER
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
@@ -70,6 +71,16 @@ def _cases() -> list[Case]:
     for a, b in [((1, 1, 1), (1, 1, 1)), ((2, 3, 4), (2, 4, 5)), ((3, 1, 7), (3, 7, 2))]:
         cases.append(Case("bmm", (a, b)))
         cases.append(Case("bmm", (a, b), {"inner": "fma"}))
+    # operands read transposed in place (ta / tb): op(a) @ op(b)
+    for op, a, b, ta, tb in [("matmul", (5, 3), (5, 2), True, False),
+                             ("matmul", (3, 5), (2, 5), False, True),
+                             ("matmul", (13, 2), (3, 13), True, True),
+                             ("matmul", (0, 3), (2, 0), True, True),
+                             ("bmm", (2, 4, 3), (2, 4, 5), True, False),
+                             ("bmm", (3, 1, 7), (3, 2, 7), False, True),
+                             ("bmm", (2, 4, 3), (2, 5, 4), True, True)]:
+        for inner in INNER:
+            cases.append(Case(op, (a, b), {"inner": inner, "ta": ta, "tb": tb}))
     for s, axes in [((3, 5), None), ((1, 7), None), ((2, 3, 4), (0, 2, 1)),
                     ((2, 3, 4), (2, 0, 1)), ((2, 3, 4), None), ((7,), None)]:
         cases.append(Case("transpose", (s,), {} if axes is None else {"axes": axes}))

@@ -76,7 +76,8 @@ class Info:
     oo: np.ndarray | None = None  # output element written by iteration i
     oi: dict[str, np.ndarray] = field(default_factory=dict)  # input element(s) read by it
     ranges: dict[str, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)
-    # matmul operands read in place from the buffer a (dropped) transpose copy would read
+    # matmul operands read transposed in place: the launch's own operand under its ta / tb
+    # flag, or the buffer a (dropped) transpose copy would read
     transposed: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -92,6 +93,12 @@ class Info:
     def writes_into(self, b: Buffer) -> bool:
         """Whether the launch writes any byte of ``b``."""
         return any(w.overlaps(b) for _, w in self.writes)
+
+    @property
+    def reads_dropped(self) -> bool:
+        """Whether an operand is read from a dropped transpose's source (not the recorded
+        argument): the recorded launch alone would read the dead copy."""
+        return any(src is not self.args[p] for p, src in self.transposed.items())
 
     @property
     def fusable(self) -> bool:
@@ -184,4 +191,7 @@ def analyse(index: int, launch: Launch) -> Info:
         info.ranges.update(acc.ranges)
     elif kind == "matmul":
         info.n = int(args["batch"]) * int(args["m"]) * int(args["n"])
+        for flag, param in (("ta", "a"), ("tb", "b")):  # op(x) = x transposed: read in place
+            if int(args.get(flag, 0)):
+                info.transposed[param] = args[param]
     return info

@@ -11,7 +11,8 @@ a loop nest in one generated function, compiled with the cpu runtime's flags
 * ``flat`` -- element blocks (split across threads): every launch's elements of the block in
   order (the optimizer's updates of all parameters in one loop);
 * ``tail`` -- one thread, launches in order (the scalar chain);
-* a segment of one launch (or ``node``), and a matmul too large for the row tile to pay,
+* a segment of one launch (or ``node``), and a matmul too large for the row tile to pay (or
+  reading an operand transposed under its ta / tb flag),
   calls the launch's own per-node cpu kernel.
 
 Each statement is one iteration of a recorded launch computed with the same scalar functions in
@@ -242,7 +243,7 @@ class _Pointers:
 
 def _bind(info: Info, ptrs: _Pointers) -> dict[str, str]:
     """Parameter name of the launch -> the local pointer holding that array."""
-    if info.transposed:
+    if info.reads_dropped:
         raise AssertionError("cpu lowering: transposes are never dropped (keep every buffer)")
     return {p.name: ptrs.geometry(v) if p.is_geometry else ptrs.array(v, p.ctype)
             for p, v in zip(info.launch.kernel.params, info.launch.args) if p.is_pointer}
@@ -251,6 +252,13 @@ def _bind(info: Info, ptrs: _Pointers) -> dict[str, str]:
 def _macs(info: Info) -> int:
     a = info.args
     return int(a["batch"]) * int(a["m"]) * int(a["k"]) * int(a["n"])
+
+
+def _own_kernel(info: Info) -> bool:
+    """A matmul the lowering runs as its per-node kernel inside a row or flat segment: one too
+    large for the row tile to pay, or one reading an operand transposed (its ta / tb flag: the
+    row helpers read contiguous operands; the per-node kernel reads the flag)."""
+    return info.kind == "matmul" and (_macs(info) >= SPLIT_MACS or bool(info.transposed))
 
 
 def _node_call(launch: Launch, ptrs: _Pointers) -> str:
@@ -419,7 +427,7 @@ def lower(segments: list[Segment], rows: int, launches: list[Launch], name: str
         elif seg.cls == "row":  # a matmul too large for the row tile splits the segment
             piece: list[Info] = []
             for info in seg.items:
-                if info.kind == "matmul" and _macs(info) >= SPLIT_MACS:
+                if _own_kernel(info):
                     if piece:
                         parts.append(_row_piece(piece, rows, ptrs))
                     piece = []
@@ -431,7 +439,7 @@ def lower(segments: list[Segment], rows: int, launches: list[Launch], name: str
         elif seg.cls == "flat":  # reductions and large matmuls run as their per-node
             piece = []           # kernels (vectorized across outputs; packed panels)
             for info in seg.items:
-                if info.kind == "reduce" or (info.kind == "matmul" and _macs(info) >= SPLIT_MACS):
+                if info.kind == "reduce" or _own_kernel(info):
                     if piece:
                         parts.append(_flat(piece, ptrs))
                     piece = []

@@ -44,10 +44,11 @@ class Segment:
     @property
     def fused(self) -> bool:
         """Whether this segment becomes a generated kernel: two launches or more, or one that
-        reads a dropped transpose in place (its recorded launch would read the dead copy)."""
+        reads a dropped transpose in place (its recorded launch would read the dead copy; a
+        matmul's own ta / tb flags its per-node kernel reads as they are)."""
         if self.cls == "node":
             return False
-        return len(self.items) > 1 or any(info.transposed for info in self.items)
+        return len(self.items) > 1 or any(info.reads_dropped for info in self.items)
 
     def _hits(self, b: Buffer, among: list[Buffer]) -> bool:
         return any(b.overlaps(w) for w in among)

@@ -152,14 +152,16 @@ def sum_to(x: Operand, shape: Sequence[int]) -> Var:
 
 
 # ---------------------------------------------------------------- inner products
-def matmul(a: Operand, b: Operand) -> Var:
-    """(m, k) @ (k, n) with serial inner products."""
-    return apply("matmul", (a, b))
+def matmul(a: Operand, b: Operand, ta: bool = False, tb: bool = False) -> Var:
+    """op(a) (m, k) @ op(b) (k, n) with serial inner products; ``ta`` / ``tb`` read that
+    operand transposed (exactly ``matmul(transpose(a), b)``, without the copy)."""
+    return apply("matmul", (a, b), ta=ta, tb=tb)
 
 
-def bmm(a: Operand, b: Operand) -> Var:
-    """(batch, m, k) @ (batch, k, n) with serial inner products."""
-    return apply("bmm", (a, b))
+def bmm(a: Operand, b: Operand, ta: bool = False, tb: bool = False) -> Var:
+    """op(a) (batch, m, k) @ op(b) (batch, k, n) with serial inner products; ``ta`` / ``tb``
+    swap that operand's last two axes (exactly a transpose first, without the copy)."""
+    return apply("bmm", (a, b), ta=ta, tb=tb)
 
 
 # ---------------------------------------------------------------- movement

@@ -112,14 +112,16 @@ def sum_to(x: FloatOperand, shape: Sequence[int]) -> Var:
     differentiable; result float]"""
 
 
-def matmul(a: FloatOperand, b: FloatOperand) -> Var:
-    """(m, k) @ (k, n) with serial inner products. [gtensor op matmul: differentiable; result
-    float]"""
-
-
-def bmm(a: FloatOperand, b: FloatOperand) -> Var:
-    """(batch, m, k) @ (batch, k, n) with serial inner products. [gtensor op bmm:
+def matmul(a: FloatOperand, b: FloatOperand, ta: bool = False, tb: bool = False) -> Var:
+    """op(a) (m, k) @ op(b) (k, n) with serial inner products; ``ta`` / ``tb`` read that operand
+    transposed (exactly ``matmul(transpose(a), b)``, without the copy). [gtensor op matmul:
     differentiable; result float]"""
+
+
+def bmm(a: FloatOperand, b: FloatOperand, ta: bool = False, tb: bool = False) -> Var:
+    """op(a) (batch, m, k) @ op(b) (batch, k, n) with serial inner products; ``ta`` / ``tb``
+    swap that operand's last two axes (exactly a transpose first, without the copy). [gtensor op
+    bmm: differentiable; result float]"""
 
 
 def copy(x: FloatOperand) -> Var:

@@ -494,7 +494,10 @@ _CPU_COPY = """\
     const long long* s2 = geom + 2 + 2 * rank;
     if (rank >= 2 && s1[rank - 2] == 1 && s1[rank - 1] != 1 && s2[rank - 1] == 1) {
         // the last two axes swapped (a transpose): TB x TB tiles, so that the strided reads of
-        // one tile share cache lines and pages instead of touching a new one per element
+        // one tile share cache lines and pages instead of touching a new one per element; each
+        // tile goes through a small contiguous buffer (read along x's rows, written along y's)
+        // -- NOTE: read in place, a tile's lines lie a power-of-two stride apart for the common
+        // shapes, all in one L1 set, and evict each other on every element
         constexpr long long TB = 32;
         const long long R = shape[rank - 2], C = shape[rank - 1];
         const long long si = s1[rank - 1], so = s2[rank - 2];
@@ -502,14 +505,26 @@ _CPU_COPY = """\
         long long planes = 1;
         for (int d = 0; d < rank - 2; ++d) planes *= shape[d];
         gtcpu::parallel_for(planes * bands, TB * C, [=](long long lo, long long hi) {
+            typedef typename std::remove_reference<decltype(*y)>::type E;
+            E tmp[TB * TB];  // one tile, contiguous (8 KB in float64)
             for (long long t = lo; t < hi; ++t) {
                 long long o1 = geom[1 + 2 * rank], o2 = geom[2 + 3 * rank];
                 gtcpu::offsets2(rank - 2, shape, s1, s2, t / bands, o1, o2);
                 const long long r0 = t % bands * TB, r1 = r0 + TB < R ? r0 + TB : R;
                 for (long long c0 = 0; c0 < C; c0 += TB) {
                     const long long c1 = c0 + TB < C ? c0 + TB : C;
-                    for (long long r = r0; r < r1; ++r)
-                        for (long long c = c0; c < c1; ++c) y[o2 + r * so + c] = x[o1 + r + c * si];
+                    if (r1 - r0 < TB) {  // a partial band: in place
+                        for (long long r = r0; r < r1; ++r)
+                            for (long long c = c0; c < c1; ++c)
+                                y[o2 + r * so + c] = x[o1 + r + c * si];
+                        continue;
+                    }
+                    for (long long c = c0; c < c1; ++c)
+                        for (long long r = 0; r < TB; ++r)
+                            tmp[(c - c0) * TB + r] = x[o1 + r0 + r + c * si];
+                    for (long long r = 0; r < TB; ++r)
+                        for (long long c = c0; c < c1; ++c)
+                            y[o2 + (r0 + r) * so + c] = tmp[(c - c0) * TB + r];
                 }
             }
         });

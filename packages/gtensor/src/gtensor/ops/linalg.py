@@ -8,6 +8,11 @@ Two contracts, chosen by the ``inner`` attr (a tape sets it from ``Tape.inner``)
   one IEEE fused multiply-add (a single rounding) per term (``gtensor.fma`` in numpy).
 
 An empty inner dimension gives +0.0 under both.
+
+The ``ta`` / ``tb`` attrs (bool, default False) make the op compute ``op(a) @ op(b)``, op(x) being
+x with its last two axes swapped when its flag is set: exactly transpose-then-matmul (a
+transpose is an exact copy, so the same products in the same order), but the kernels read the
+operand in place. The backward uses them instead of transpose copies.
 """
 
 from __future__ import annotations
@@ -29,7 +34,9 @@ _MATMUL = Template("""\
     for (long long idx = (long long)blockIdx.x * blockDim.x + threadIdx.x; idx < total;
          idx += step) {
         const long long bi = idx / mn, rem = idx % mn, i = rem / n, j = rem % n;
-        c[idx] = $DOT(a + bi * m * k + i * k, 1, b + bi * k * n + j, n, k);
+        // row i of op(a), column j of op(b): a flagged operand is read transposed in place
+        c[idx] = $DOT(a + bi * m * k + (ta ? i : i * k), ta ? m : 1,
+                      b + bi * k * n + (tb ? j * k : j), tb ? 1 : n, k);
     }""")
 
 # One output of an inner product: the definition's serial chain over k, reading a and b with
@@ -80,8 +87,10 @@ INNER = ("plain", "fma")  # the inner-product contracts (the ``inner`` attr's va
 # acc) from acc = +0.0 (gtcpu::vfma: one fused multiply-add per lane, vfmadd on x86). Tiles
 # only decide which independent outputs are computed side by side, never the order within one;
 # leftover columns use narrower vectors.
-# Each k x 2L column panel of b is first copied (exactly) into a contiguous buffer, so the
-# tiles stream it at unit stride whatever n is.
+# Each k x 2L column panel of op(b) is first copied (exactly) into a contiguous buffer, so the
+# tiles stream it at unit stride whatever n is (with tb: gathered from b's rows). With ta each
+# row block of op(a) (columns of a) is first copied (exactly) into groups of 8 rows whose
+# k-steps are contiguous: read in place, every k-step of a tile would touch a new page.
 _CPU_MATMUL = Template("""\
     typedef $T T;
     using gtcpu::Int;
@@ -94,12 +103,15 @@ _CPU_MATMUL = Template("""\
     // rows in blocks of MC (a multiple of 8): a block's rows of a (512 KB) stay in L2 while
     // every panel of b passes (each panel is packed once per block)
     const long long MC = 8 * (((524288 / (k * (long long)sizeof(T) + 1)) + 7) / 8);
-    // R rows of c from row pointer ar (row stride k), panel columns from bp (row stride PW)
-    // (steps k0..k1 of the chain: k0 == 0 starts it, else it resumes from c)
-    auto tile = [=](auto rows_, auto lanes_, auto nv_, const T* __restrict__ ar,
+    // R rows of c from ar (op(a)[r, kk] at ar[r * rs + kk * KS]: rows of a, rs = k, KS = 1;
+    // or, under ta, a packed group of 8 rows, rs = 1, KS = 8), panel columns from bp (row
+    // stride PW) (steps k0..k1 of the chain: k0 == 0 starts it, else it resumes from c)
+    auto tile = [=](auto rows_, auto lanes_, auto nv_, auto ks_, const T* __restrict__ ar,
                     const T* __restrict__ bp, T* __restrict__ cr, long long k0, long long k1) {
         constexpr int R = decltype(rows_)::value, N = decltype(lanes_)::value,
                       NV = decltype(nv_)::value;
+        constexpr long long KS = decltype(ks_)::value;
+        const long long rs = KS == 1 ? k : 1;
         typedef typename gtcpu::Vec<T, N>::type V;
         V acc[R][NV];
         long long kk = k0;
@@ -117,40 +129,51 @@ _CPU_MATMUL = Template("""\
             V bv[NV];
             for (int v = 0; v < NV; ++v) bv[v] = gtcpu::vload<V>(bp + kk * PW + v * N);
             for (int r = 0; r < R; ++r) {
-                const T av = ar[r * k + kk];
+                const T av = ar[r * rs + kk * KS];
                 for (int v = 0; v < NV; ++v) acc[r][v] = $NEXT;
             }
         }
         for (int r = 0; r < R; ++r)
             for (int v = 0; v < NV; ++v) gtcpu::vstore(cr + r * n + v * N, acc[r][v]);
     };
-    // rows r0.. (R of them), columns j..j1 of the panel starting at column j0 (packed in pk)
-    auto cols = [=](auto rows_, long long r0, const T* pk, long long j0, long long j,
-                    long long j1, long long k0, long long k1) {
-        const T* ar = a + r0 * k;
+    // rows r0.. (R of them), columns j..j1 of the panel starting at column j0 (packed in pk);
+    // under ta, op(a)'s rows from pa: the row block starting at rb packed in groups of 8 rows
+    auto cols = [=](auto rows_, auto ks_, long long r0, const T* pk, long long j0, long long j,
+                    long long j1, long long k0, long long k1, const T* pa, long long rb) {
+        const T* ar = decltype(ks_)::value == 8 ? pa + (r0 - rb) / 8 * k * 8 + (r0 - rb) % 8
+                                                : a + r0 * k;
         T* cr = c + r0 * n;
         if (j + 2 * L <= j1) {
-            tile(rows_, Int<L>{}, Int<2>{}, ar, pk + (j - j0), cr + j, k0, k1);
+            tile(rows_, Int<L>{}, Int<2>{}, ks_, ar, pk + (j - j0), cr + j, k0, k1);
             j += 2 * L;
         }
         if (j + L <= j1) {
-            tile(rows_, Int<L>{}, Int<1>{}, ar, pk + (j - j0), cr + j, k0, k1);
+            tile(rows_, Int<L>{}, Int<1>{}, ks_, ar, pk + (j - j0), cr + j, k0, k1);
             j += L;
         }
         if (j + L / 2 <= j1) {
-            tile(rows_, Int<L / 2>{}, Int<1>{}, ar, pk + (j - j0), cr + j, k0, k1);
+            tile(rows_, Int<L / 2>{}, Int<1>{}, ks_, ar, pk + (j - j0), cr + j, k0, k1);
             j += L / 2;
         }
         if (j + L / 4 <= j1) {
-            tile(rows_, Int<L / 4>{}, Int<1>{}, ar, pk + (j - j0), cr + j, k0, k1);
+            tile(rows_, Int<L / 4>{}, Int<1>{}, ks_, ar, pk + (j - j0), cr + j, k0, k1);
             j += L / 4;
         }
         if (L >= 16 && j + L / 8 <= j1) {
-            tile(rows_, Int<(L >= 16 ? L / 8 : 1)>{}, Int<1>{}, ar, pk + (j - j0), cr + j, k0,
-                 k1);
+            tile(rows_, Int<(L >= 16 ? L / 8 : 1)>{}, Int<1>{}, ks_, ar, pk + (j - j0), cr + j,
+                 k0, k1);
             j += L / 8;
         }
-        for (; j < j1; ++j) tile(rows_, Int<1>{}, Int<1>{}, ar, pk + (j - j0), cr + j, k0, k1);
+        for (; j < j1; ++j)
+            tile(rows_, Int<1>{}, Int<1>{}, ks_, ar, pk + (j - j0), cr + j, k0, k1);
+    };
+    // op(a) read as rows of a, or (ta) from the packed groups: the a-stride a constant either way
+    auto run = [=](auto rows_, long long r0, const T* pk, long long j0, long long j1,
+                   long long k0, long long k1, const T* pa, long long rb) {
+        if (ta)
+            cols(rows_, Int<8>{}, r0, pk, j0, j0, j1, k0, k1, pa, rb);
+        else
+            cols(rows_, Int<1>{}, r0, pk, j0, j0, j1, k0, k1, pa, rb);
     };
     const long long rows = batch * m;
     if (k == 0) {
@@ -167,31 +190,58 @@ _CPU_MATMUL = Template("""\
         const size_t need = (size_t)((p1 - p0) * k * PW);
         if (packed.size() < need) packed.resize(need);
         T* pks = packed.data();
+        static thread_local std::vector<T> apacked;  // under ta: one row block of op(a)
+        if (ta && apacked.size() < (size_t)(MC * k)) apacked.resize((size_t)(MC * k));
+        T* pa = apacked.data();
         for (long long s0 = lo; s0 < hi;) {  // the rows of one batch at a time
             const long long bi = s0 / m, send = hi < (bi + 1) * m ? hi : (bi + 1) * m;
             for (long long rb = s0; rb < send; rb += MC) {  // row blocks: a's rows stay in L2
                 const long long rbe = rb + MC < send ? rb + MC : send;
+                if (ta) {  // op(a)'s rows rb..rbe: columns of a[bi], copied (exactly) in groups
+                    // of 8 rows, k-steps contiguous (pa[(g * k + kk) * 8 + r % 8]), reading
+                    // each row of a[bi] contiguously
+                    const T* ab = a + bi * m * k + (rb - bi * m);
+                    const long long w = rbe - rb;
+                    for (long long g0 = 0; g0 < w; g0 += 8) {
+                        const long long gw = w - g0 < 8 ? w - g0 : 8;
+                        T* pg = pa + g0 * k;
+                        for (long long kk = 0; kk < k; ++kk)
+                            for (long long r = 0; r < gw; ++r) pg[kk * 8 + r] = ab[kk * m + g0 + r];
+                    }
+                }
                 for (long long p = p0; p < p1 && p * PW < n; ++p) {
                     const long long j0 = p * PW, j1 = j0 + PW < n ? j0 + PW : n;
                     T* pk = pks + (p - p0) * k * PW;
-                    if (rb == s0) {  // first use: an exact copy of b[bi][:, j0:j1]
+                    if (rb == s0 && !tb) {  // first use: an exact copy of b[bi][:, j0:j1]
                         const T* bb = b + bi * k * n + j0;
                         for (long long kk = 0; kk < k; ++kk)
                             for (long long j = 0; j < j1 - j0; ++j)
                                 pk[kk * PW + j] = bb[kk * n + j];
+                    } else if (rb == s0) {  // op(b) = b[bi]^T: rows j0..j1 of b[bi], gathered
+                        // a cache line of k-steps at a time (KB), each row of b read a line
+                        // at a time
+                        constexpr long long KB = 64 / sizeof(T);
+                        const T* bb = b + bi * k * n + j0 * k;
+                        const long long w = j1 - j0;
+                        for (long long kb = 0; kb < k; kb += KB) {
+                            const long long ke = kb + KB < k ? kb + KB : k;
+                            for (long long j = 0; j < w; ++j)
+                                for (long long kk = kb; kk < ke; ++kk)
+                                    pk[kk * PW + j] = bb[j * k + kk];
+                        }
                     }
                     for (long long k0 = 0; k0 < k; k0 += KC) {
                         const long long k1 = k0 + KC < k ? k0 + KC : k;
                         long long r = rb;
                         while (r < rbe) {
                             if (r + 8 <= rbe) {
-                                cols(Int<8>{}, r, pk, j0, j0, j1, k0, k1);
+                                run(Int<8>{}, r, pk, j0, j1, k0, k1, pa, rb);
                                 r += 8;
                             } else if (r + 4 <= rbe) {
-                                cols(Int<4>{}, r, pk, j0, j0, j1, k0, k1);
+                                run(Int<4>{}, r, pk, j0, j1, k0, k1, pa, rb);
                                 r += 4;
                             } else {
-                                cols(Int<1>{}, r, pk, j0, j0, j1, k0, k1);
+                                run(Int<1>{}, r, pk, j0, j1, k0, k1, pa, rb);
                                 r += 1;
                             }
                         }
@@ -214,8 +264,8 @@ _CPU_MATMUL = Template("""\
 
 
 # the register tiles' chain steps per contract: the first term (k = 0) and every next one
-_CPU_STEPS = {"plain": ("ar[r * k] * bv", "acc[r][v] + av * bv[v]"),
-              "fma": ("gtcpu::vfma(ar[r * k], bv, V{})", "gtcpu::vfma(av, bv[v], acc[r][v])")}
+_CPU_STEPS = {"plain": ("ar[r * rs] * bv", "acc[r][v] + av * bv[v]"),
+              "fma": ("gtcpu::vfma(ar[r * rs], bv, V{})", "gtcpu::vfma(av, bv[v], acc[r][v])")}
 
 
 def _cpu_kernels(ft: FloatType) -> list[Kernel]:
@@ -246,7 +296,7 @@ def fma_contract_text(kernels: tuple[Kernel, ...]) -> list[str]:
 def _kernels(ft: FloatType) -> list[Kernel]:
     t = ft.ctype
     sig = params(f"const {t}* a, const {t}* b, {t}* c, long long batch, long long m, "
-                 "long long k, long long n")
+                 "long long k, long long n, long long ta, long long tb")
     return [Kernel(ft.kernel(kernel_base(inner)), sig, _MATMUL.substitute(DOT=dot[ft].name),
                    "matmul", (dot[ft],))
             for inner, dot in zip(INNER, (DOT, DOT_FMA))]
@@ -283,60 +333,118 @@ def _check_inner(op: str, attrs: dict) -> None:
     if not isinstance(inner, str) or inner not in INNER:
         raise ValueError(f"{op}: inner is {inner!r}; expected one of {INNER} (the "
                          "inner-product contract)")
+    for flag, arg in (("ta", "a"), ("tb", "b")):
+        v = attrs.get(flag, False)
+        if type(v) is not bool and not isinstance(v, np.bool_):
+            raise TypeError(f"{op}: {flag} is {v!r}; expected a bool (True: read {arg} "
+                            "transposed, its last two axes swapped)")
+
+
+def _flags(op: str, attrs: dict) -> dict:
+    """The attrs with ``ta`` / ``tb`` checked and made plain bools (False when absent)."""
+    _check_inner(op, attrs)
+    out = dict(attrs)
+    out["ta"], out["tb"] = bool(attrs.get("ta", False)), bool(attrs.get("tb", False))
+    return out
+
+
+def _swap(shape: tuple, flag: bool) -> tuple:
+    """``shape`` with its last two axes swapped when ``flag`` (the shape op(x) has)."""
+    return (*shape[:-2], shape[-1], shape[-2]) if flag and len(shape) >= 2 else tuple(shape)
+
+
+def _named(name: str, shape: tuple, flag: bool) -> str:
+    """How an error names an operand: ``a (3, 4)``, or ``a^T (4, 3) (a (3, 4), ta=True)``."""
+    if not flag:
+        return f"{name} {shape}"
+    return f"{name}^T {_swap(shape, True)} ({name} {shape}, t{name}=True)"
 
 
 def _infer_matmul(shapes_: tuple, attrs: dict) -> tuple[tuple, dict]:
-    _check_inner("matmul", attrs)
-    a, b = shapes_
-    if len(a) != 2 or len(b) != 2:
-        raise ValueError(f"matmul: expected 2-D operands, got a {a} and b {b} "
+    attrs = _flags("matmul", attrs)
+    ta, tb = attrs["ta"], attrs["tb"]
+    a0, b0 = shapes_
+    if len(a0) != 2 or len(b0) != 2:
+        raise ValueError(f"matmul: expected 2-D operands, got a {a0} and b {b0} "
                          "(use bmm for batches)")
+    a, b = _swap(a0, ta), _swap(b0, tb)
     if a[1] != b[0]:
-        raise ValueError(f"matmul: inner dimensions differ: a {a} @ b {b} "
+        raise ValueError(f"matmul: inner dimensions differ: {_named('a', a0, ta)} @ "
+                         f"{_named('b', b0, tb)} (expected op(a).shape[1] == op(b).shape[0], "
+                         "op(x) = x transposed when its flag is set)" if ta or tb else
+                         f"matmul: inner dimensions differ: a {a} @ b {b} "
                          f"(expected a.shape[1] == b.shape[0])")
     return (a[0], b[1]), attrs
 
 
 def _infer_bmm(shapes_: tuple, attrs: dict) -> tuple[tuple, dict]:
-    _check_inner("bmm", attrs)
-    a, b = shapes_
-    if len(a) != 3 or len(b) != 3:
-        raise ValueError(f"bmm: expected 3-D operands (batch, rows, cols), got a {a} and b {b}")
-    if a[0] != b[0]:
-        raise ValueError(f"bmm: batch sizes differ: a {a} and b {b} "
+    attrs = _flags("bmm", attrs)
+    ta, tb = attrs["ta"], attrs["tb"]
+    a0, b0 = shapes_
+    if len(a0) != 3 or len(b0) != 3:
+        raise ValueError(f"bmm: expected 3-D operands (batch, rows, cols), got a {a0} and b {b0}")
+    if a0[0] != b0[0]:
+        raise ValueError(f"bmm: batch sizes differ: a {a0} and b {b0} "
                          "(expected a.shape[0] == b.shape[0])")
+    a, b = _swap(a0, ta), _swap(b0, tb)
     if a[2] != b[1]:
-        raise ValueError(f"bmm: inner dimensions differ: a {a} @ b {b} "
+        raise ValueError(f"bmm: inner dimensions differ: {_named('a', a0, ta)} @ "
+                         f"{_named('b', b0, tb)} (expected op(a).shape[2] == op(b).shape[1], "
+                         "op(x) = x with its last two axes swapped when its flag is set)"
+                         if ta or tb else
+                         f"bmm: inner dimensions differ: a {a} @ b {b} "
                          "(expected a.shape[2] == b.shape[1])")
     return (a[0], a[1], b[2]), attrs
 
 
-def _launch(rt, ks, ins, out, inner="plain") -> None:
+def reference(a: np.ndarray, b: np.ndarray, inner: str = "plain", ta: bool = False,
+              tb: bool = False) -> np.ndarray:
+    """The numpy definition of matmul / bmm: ``serial_matmul`` on op(a), op(b) (views)."""
+    return serial_matmul(np.swapaxes(a, -1, -2) if ta else a,
+                         np.swapaxes(b, -1, -2) if tb else b, inner)
+
+
+def _launch(rt, ks, ins, out, inner="plain", ta=False, tb=False) -> None:
     a, b = ins
     if not out.size:
         return
     batch = a.shape[0] if a.ndim == 3 else 1
-    m, k = a.shape[-2:]
-    n = b.shape[-1]
-    rt.launch(ks[kernel_base(inner)], grid_for(out.size), BLOCK, (a, b, out, batch, m, k, n))
+    m, n = out.shape[-2:]
+    k = a.shape[-2] if ta else a.shape[-1]
+    rt.launch(ks[kernel_base(inner)], grid_for(out.size), BLOCK,
+              (a, b, out, batch, m, k, n, int(ta), int(tb)))
 
 
-# each backward inner product under the forward's contract
-def _matmul_vjp(be, g, ins, out, needs, inner="plain"):
-    a, b = ins
-    return (be.matmul(g, be.transpose(b), inner=inner) if needs[0] else None,
-            be.matmul(be.transpose(a), g, inner=inner) if needs[1] else None)
+# Each backward inner product under the forward's contract, with flags in place of transpose
+# copies. For c = op(a) @ op(b) with upstream g:
+#   d op(a) = g @ op(b)^T, d op(b) = op(a)^T @ g, and da = d op(a) (transposed back if ta):
+#   da = matmul(g, b, tb=not tb)         (ta False)    da = matmul(b, g, ta=tb, tb=True)  (ta)
+#   db = matmul(a, g, ta=not ta)         (tb False)    db = matmul(g, a, ta=True, tb=ta)  (tb)
+# Each output is the same chain of the same products as transpose-then-matmul's (a product's
+# operands commute exactly), so the bits are those of the explicit-transpose composition.
+def _grads(mm, g, a, b, needs, inner, ta, tb):
+    ga = gb = None
+    if needs[0]:
+        ga = (mm(b, g, inner=inner, ta=tb, tb=True) if ta
+              else mm(g, b, inner=inner, tb=not tb))
+    if needs[1]:
+        gb = (mm(g, a, inner=inner, ta=True, tb=ta) if tb
+              else mm(a, g, inner=inner, ta=not ta))
+    return ga, gb
 
 
-def _bmm_vjp(be, g, ins, out, needs, inner="plain"):
-    a, b = ins
-    return (be.bmm(g, be.transpose(b, (0, 2, 1)), inner=inner) if needs[0] else None,
-            be.bmm(be.transpose(a, (0, 2, 1)), g, inner=inner) if needs[1] else None)
+def _matmul_vjp(be, g, ins, out, needs, inner="plain", ta=False, tb=False):
+    return _grads(be.matmul, g, *ins, needs, inner, ta, tb)
 
 
-register(Op("matmul", ("a", "b"), ("inner",), _infer_matmul, serial_matmul, _kernels, _launch,
-            _matmul_vjp, "(m, k) @ (k, n), serial inner products", {"inner": "plain"},
-            cpu=_cpu_kernels))
-register(Op("bmm", ("a", "b"), ("inner",), _infer_bmm, serial_matmul, _kernels, _launch,
-            _bmm_vjp, "(b, m, k) @ (b, k, n), serial inner products per batch",
-            {"inner": "plain"}, cpu=_cpu_kernels))
+def _bmm_vjp(be, g, ins, out, needs, inner="plain", ta=False, tb=False):
+    return _grads(be.bmm, g, *ins, needs, inner, ta, tb)
+
+
+_DEFAULTS = {"inner": "plain", "ta": False, "tb": False}
+register(Op("matmul", ("a", "b"), ("inner", "ta", "tb"), _infer_matmul, reference, _kernels,
+            _launch, _matmul_vjp, "op(a) (m, k) @ op(b) (k, n), serial inner products "
+            "(op: transposed when ta / tb)", dict(_DEFAULTS), cpu=_cpu_kernels))
+register(Op("bmm", ("a", "b"), ("inner", "ta", "tb"), _infer_bmm, reference, _kernels, _launch,
+            _bmm_vjp, "op(a) (b, m, k) @ op(b) (b, k, n), serial inner products per batch "
+            "(op: last two axes swapped when ta / tb)", dict(_DEFAULTS), cpu=_cpu_kernels))
