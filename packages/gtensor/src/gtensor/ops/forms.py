@@ -286,6 +286,7 @@ class Pointwise:
 
 
 ROW_THREADS = 128  # threads of a row block (at most; a power of two)
+ROW_LANES = 8  # contiguous rows a cpu row kernel runs side by side (independent chains)
 MAX_ROW_BLOCKS = 4096
 
 
@@ -332,6 +333,17 @@ class Rows:
     def cpu_body(self, body: str) -> str:
         """The cpu body: rows split across threads, each row by one thread in order."""
         return _CPU_ROWS.substitute(BODY=body)
+
+    def cpu_interleaved_body(self, body: str, lanes_body: str, lanes: int = ROW_LANES) -> str:
+        """The cpu body with contiguous rows (B == 1) run ``lanes`` at a time, side by side.
+
+        ``lanes_body`` handles the G rows (G a compile-time constant: ``lanes``, then 4, 2, 1
+        for the rows left over) whose first element is ``base``; row k starts at
+        ``base + k * R``. It keeps each row's serial chains in their defined order and only
+        interleaves independent rows (G accumulators, one per row), so no bit changes;
+        ``body`` runs rows of B > 1.
+        """
+        return _CPU_ROWS_LANES.substitute(BODY=body, LANES_BODY=lanes_body, L=str(lanes))
 
 
 def _coords(i: np.ndarray, shape: np.ndarray) -> list[np.ndarray]:
@@ -614,6 +626,29 @@ $BODY
 _CPU_ROWS = Template("""\
     gtcpu::parallel_for(A * B, R * 8, [=](long long lo, long long hi) {
         for (long long row = lo; row < hi; ++row) {
+            const long long base = (row / B) * R * B + row % B;
+$BODY
+        }
+    });""")
+
+# The same with contiguous rows (B == 1) taken G at a time: G independent serial chains side by
+# side hide the latency of each one (a row's chain alone waits on every add); each row keeps
+# its own order. ``rows`` is instantiated for G = $L, then 4, 2, 1 (the rows left over).
+_CPU_ROWS_LANES = Template("""\
+    gtcpu::parallel_for(A * B, R * 8, [=](long long lo, long long hi) {
+        long long row = lo;
+        if (B == 1) {
+            auto rows = [&](auto lanes) {
+                constexpr int G = decltype(lanes)::value;
+                const long long base = row * R;
+$LANES_BODY
+            };
+            for (; row + $L <= hi; row += $L) rows(std::integral_constant<int, $L>{});
+            for (; row + 4 <= hi; row += 4) rows(std::integral_constant<int, 4>{});
+            for (; row + 2 <= hi; row += 2) rows(std::integral_constant<int, 2>{});
+            for (; row < hi; ++row) rows(std::integral_constant<int, 1>{});
+        }
+        for (; row < hi; ++row) {
             const long long base = (row / B) * R * B + row % B;
 $BODY
         }
