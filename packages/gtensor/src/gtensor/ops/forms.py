@@ -569,8 +569,9 @@ _REDUCE = Template(_GEOM + """\
 # CPU body, same geometry. Each output slot is still one serial sum in row-major order, first
 # element first. Two layouts get loops the compiler vectorizes across output slots: a column
 # sum (one reduced axis outside one contiguous kept axis: y[o] = x[o], then y[o] = y[o] +
-# x[r*rs + o] for r ascending) and a row sum over a contiguous run; the rest is the CUDA body's
-# serial sum (the SUM device function).
+# x[r*rs + o] for r ascending; also in runs, when more kept axes lie outside the contiguous
+# one) and a row sum over a contiguous run; the rest is the CUDA body's serial sum (the SUM
+# device function).
 _CPU_REDUCE = Template(_GEOM + """\
     if (ro == 1 && rr == 1 && ostride[0] == 1 && nred > 0) {
         const long long rs = rstride[0];
@@ -582,6 +583,30 @@ _CPU_REDUCE = Template(_GEOM + """\
             }
             if (mean)
                 for (long long o = lo; o < hi; ++o) y[o] = $DIV(y[o], count);
+        });
+        return;
+    }
+    if (ro > 1 && rr == 1 && ostride[ro - 1] == 1 && nred > 0 && nout > 0) {
+        // the column sum in runs: the innermost kept axis is contiguous, so outputs come in
+        // runs of L whose bases are decoded once; each run is the column sum above
+        const long long L = oshape[ro - 1], rs = rstride[0];
+        gtcpu::parallel_for(nout / L, L * nred, [=](long long lo, long long hi) {
+            for (long long run = lo; run < hi; ++run) {
+                long long rem = run, base = 0;
+                for (int d = ro - 2; d >= 0; --d) {
+                    base += (rem % oshape[d]) * ostride[d];
+                    rem /= oshape[d];
+                }
+                const $T* xb = x + base;
+                $T* yo = y + run * L;
+                for (long long o = 0; o < L; ++o) yo[o] = xb[o];
+                for (long long r = 1; r < nred; ++r) {
+                    const $T* xr = xb + r * rs;
+                    for (long long o = 0; o < L; ++o) yo[o] = $ADD(yo[o], xr[o]);
+                }
+                if (mean)
+                    for (long long o = 0; o < L; ++o) yo[o] = $DIV(yo[o], count);
+            }
         });
         return;
     }
