@@ -506,8 +506,13 @@ _CPU_COPY = """\
     const long long* s2 = geom + 2 + 2 * rank;
     if (rank >= 2 && s1[rank - 2] == 1 && s1[rank - 1] != 1 && s2[rank - 1] == 1) {
         // the last two axes swapped (a transpose): TB x TB tiles, so that the strided reads of
-        // one tile share cache lines and pages instead of touching a new one per element
-        constexpr long long TB = 32;
+        // one tile share cache lines and pages instead of touching a new one per element.
+        // Where the input's row stride is a multiple of 2 KiB, a tile's 32 strided lines fall
+        // in one or two cache sets and evict each other: then each tile is walked in RB x CB
+        // micro tiles (RB: one cache line of input row, CB = 8 output columns), 8 lines per
+        // set at a time.
+        constexpr long long TB = 32, RB = 64 / (long long)sizeof(*x);
+        const long long CB = (s1[rank - 1] * (long long)sizeof(*x)) % 2048 ? TB : 8;
         const long long R = shape[rank - 2], C = shape[rank - 1];
         const long long si = s1[rank - 1], so = s2[rank - 2];
         const long long bands = (R + TB - 1) / TB;
@@ -518,10 +523,20 @@ _CPU_COPY = """\
                 long long o1 = geom[1 + 2 * rank], o2 = geom[2 + 3 * rank];
                 gtcpu::offsets2(rank - 2, shape, s1, s2, t / bands, o1, o2);
                 const long long r0 = t % bands * TB, r1 = r0 + TB < R ? r0 + TB : R;
-                for (long long c0 = 0; c0 < C; c0 += TB) {
-                    const long long c1 = c0 + TB < C ? c0 + TB : C;
-                    for (long long r = r0; r < r1; ++r)
-                        for (long long c = c0; c < c1; ++c) y[o2 + r * so + c] = x[o1 + r + c * si];
+                for (long long c0 = 0; c0 < C; c0 += CB) {
+                    const long long c1 = c0 + CB < C ? c0 + CB : C;
+                    if (CB == TB) {
+                        for (long long r = r0; r < r1; ++r)
+                            for (long long c = c0; c < c1; ++c)
+                                y[o2 + r * so + c] = x[o1 + r + c * si];
+                        continue;
+                    }
+                    for (long long q0 = r0; q0 < r1; q0 += RB) {
+                        const long long q1 = q0 + RB < r1 ? q0 + RB : r1;
+                        for (long long r = q0; r < q1; ++r)
+                            for (long long c = c0; c < c1; ++c)
+                                y[o2 + r * so + c] = x[o1 + r + c * si];
+                    }
                 }
             }
         });
