@@ -191,6 +191,24 @@ def test_short_training_bitwise_equal_on_other_backend(other, ids):
         assert bits_equal(got.weights[n], ref.weights[n]), n
 
 
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+def test_fma_contract_training_bitwise_equal_on_other_backend_and_not_plain(other, ids, dtype):
+    # inner="fma" threads through LoRAConfig to the tape: the backend under test lands on the
+    # numpy run's bits under fma too, and those bits are not the plain contract's
+    m = Qwen2.random(BLOCK, seed=2, dtype=dtype)
+    cfg = lt.LoRAConfig(steps=2, rank=2, alpha=4, inner="fma")
+    ref, ref_losses, ref_final = lt.finetune(m, ids, cfg)
+    got, got_losses, got_final = lt.finetune(
+        m, ids, lt.LoRAConfig(**{**cfg.__dict__, "backend": other}))
+    assert np.array(got_losses + [got_final]).tobytes() == \
+        np.array(ref_losses + [ref_final]).tobytes()
+    for n in ref.names():
+        assert bits_equal(got.weights[n], ref.weights[n]), n
+    plain, _, _ = lt.finetune(
+        m, ids, lt.LoRAConfig(**{**cfg.__dict__, "backend": other, "inner": "plain"}))
+    assert any(not bits_equal(plain.weights[n], got.weights[n]) for n in ref.names())
+
+
 # ---------------------------------------------------------------- tokenizers and errors
 def test_byte_tokenizer_fallback(tmp_path):
     m = Qwen2.random(lt.SMALL, seed=0)

@@ -35,6 +35,7 @@ class LoRAConfig:
     backend: str = "numpy"
     engine: str = "tape"  # or "replay" (ggpu-replay on backend sim/cuda)
     device_dtype: str | None = None  # replay only: "float32" = f32 device buffers (tolerance)
+    inner: str = "plain"  # the inner-product contract ("plain" or "fma": gtape.Tape's inner)
 
 
 @dataclass
@@ -67,14 +68,15 @@ def finetune(model: Qwen2, ids: np.ndarray, cfg: LoRAConfig,
     mark/reset loop. ``"replay"``: one episode recorded on a numpy tape is captured by
     ggpu-replay and replayed on ``cfg.backend`` (sim, cuda or cpu) with the device Adam; with
     ``cfg.device_dtype = "float32"`` the device runs float32 buffers for a float64 model (a
-    tolerance, not bits: docs/replay.md).
+    tolerance, not bits: docs/replay.md). ``cfg.inner`` is the tape's inner-product contract
+    (``"plain"`` or ``"fma"``, docs/semantics.md) for every matmul, forward and backward.
     """
     if cfg.engine == "replay":
         return _finetune_replay(model, ids, cfg, progress)
     if cfg.engine != "tape":
         raise ValueError(f"finetune: engine {cfg.engine!r}; expected 'tape' or 'replay'")
     lora = LoRA(model, r=cfg.rank, alpha=cfg.alpha, seed=cfg.seed)
-    tp = gtape.Tape(cfg.backend, model.dtype.name)
+    tp = gtape.Tape(cfg.backend, model.dtype.name, inner=cfg.inner)
     lora.attach(tp)
     opt = Adam(tp, lr=cfg.lr)
     for p in lora.params():
@@ -113,7 +115,7 @@ def _finetune_replay(model: Qwen2, ids: np.ndarray, cfg: LoRAConfig,
                          f"{cfg.backend!r}, expected 'sim', 'cuda' or 'cpu' (the captured "
                          "CPU step)")
     lora = LoRA(model, r=cfg.rank, alpha=cfg.alpha, seed=cfg.seed)
-    tp = gtape.Tape("numpy", model.dtype.name)
+    tp = gtape.Tape("numpy", model.dtype.name, inner=cfg.inner)
     lora.attach(tp)
     prog = capture(tp, lora.loss(tp, ids), backend=cfg.backend, dtype=cfg.device_dtype)
     dopt = prog.adam(lr=cfg.lr)

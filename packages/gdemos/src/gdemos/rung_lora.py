@@ -144,6 +144,9 @@ def add_parser(sub, common) -> None:
     a.add_argument("--lr", type=float, default=d.lr)
     a.add_argument("--seed", type=int, default=d.seed)
     a.add_argument("--dtype", choices=["float64", "float32"], default="float64")
+    a.add_argument("--inner", choices=["plain", "fma"], default=d.inner,
+                   help="the inner-product contract of every matmul (default: plain; fma: "
+                        "one fused multiply-add per term, docs/semantics.md)")
     a.add_argument("--engine", choices=ENGINES, default="tape",
                    help="tape (the tape on --backend) or replay (ggpu-replay: a numpy tape's "
                         "episode captured and replayed on --backend sim, cuda or cpu)")
@@ -159,7 +162,7 @@ def main(args) -> int:
     text = args.text.read_text(encoding="utf-8") if args.text is not None else None
     cfg = lt.LoRAConfig(rank=args.rank, alpha=args.alpha, steps=args.steps, lr=args.lr,
                         seed=args.seed, backend=args.backend, engine=args.engine,
-                        device_dtype=args.device_dtype)
+                        device_dtype=args.device_dtype, inner=args.inner)
     try:
         r = run(cfg, args.out, args.model, text, args.dtype, progress=not args.no_progress)
     except (NotImplementedError, ValueError) as e:

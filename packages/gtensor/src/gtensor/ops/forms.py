@@ -286,6 +286,7 @@ class Pointwise:
 
 
 ROW_THREADS = 128  # threads of a row block (at most; a power of two)
+ROW_LANES = 8  # contiguous rows a cpu row kernel runs side by side (independent chains)
 MAX_ROW_BLOCKS = 4096
 
 
@@ -332,6 +333,17 @@ class Rows:
     def cpu_body(self, body: str) -> str:
         """The cpu body: rows split across threads, each row by one thread in order."""
         return _CPU_ROWS.substitute(BODY=body)
+
+    def cpu_interleaved_body(self, body: str, lanes_body: str, lanes: int = ROW_LANES) -> str:
+        """The cpu body with contiguous rows (B == 1) run ``lanes`` at a time, side by side.
+
+        ``lanes_body`` handles the G rows (G a compile-time constant: ``lanes``, then 4, 2, 1
+        for the rows left over) whose first element is ``base``; row k starts at
+        ``base + k * R``. It keeps each row's serial chains in their defined order and only
+        interleaves independent rows (G accumulators, one per row), so no bit changes;
+        ``body`` runs rows of B > 1.
+        """
+        return _CPU_ROWS_LANES.substitute(BODY=body, LANES_BODY=lanes_body, L=str(lanes))
 
 
 def _coords(i: np.ndarray, shape: np.ndarray) -> list[np.ndarray]:
@@ -572,8 +584,9 @@ _REDUCE = Template(_GEOM + """\
 # CPU body, same geometry. Each output slot is still one serial sum in row-major order, first
 # element first. Two layouts get loops the compiler vectorizes across output slots: a column
 # sum (one reduced axis outside one contiguous kept axis: y[o] = x[o], then y[o] = y[o] +
-# x[r*rs + o] for r ascending) and a row sum over a contiguous run; the rest is the CUDA body's
-# serial sum (the SUM device function).
+# x[r*rs + o] for r ascending; also in runs, when more kept axes lie outside the contiguous
+# one) and a row sum over a contiguous run; the rest is the CUDA body's serial sum (the SUM
+# device function).
 _CPU_REDUCE = Template(_GEOM + """\
     if (ro == 1 && rr == 1 && ostride[0] == 1 && nred > 0) {
         const long long rs = rstride[0];
@@ -585,6 +598,30 @@ _CPU_REDUCE = Template(_GEOM + """\
             }
             if (mean)
                 for (long long o = lo; o < hi; ++o) y[o] = $DIV(y[o], count);
+        });
+        return;
+    }
+    if (ro > 1 && rr == 1 && ostride[ro - 1] == 1 && nred > 0 && nout > 0) {
+        // the column sum in runs: the innermost kept axis is contiguous, so outputs come in
+        // runs of L whose bases are decoded once; each run is the column sum above
+        const long long L = oshape[ro - 1], rs = rstride[0];
+        gtcpu::parallel_for(nout / L, L * nred, [=](long long lo, long long hi) {
+            for (long long run = lo; run < hi; ++run) {
+                long long rem = run, base = 0;
+                for (int d = ro - 2; d >= 0; --d) {
+                    base += (rem % oshape[d]) * ostride[d];
+                    rem /= oshape[d];
+                }
+                const $T* xb = x + base;
+                $T* yo = y + run * L;
+                for (long long o = 0; o < L; ++o) yo[o] = xb[o];
+                for (long long r = 1; r < nred; ++r) {
+                    const $T* xr = xb + r * rs;
+                    for (long long o = 0; o < L; ++o) yo[o] = $ADD(yo[o], xr[o]);
+                }
+                if (mean)
+                    for (long long o = 0; o < L; ++o) yo[o] = $DIV(yo[o], count);
+            }
         });
         return;
     }
@@ -629,6 +666,29 @@ $BODY
 _CPU_ROWS = Template("""\
     gtcpu::parallel_for(A * B, R * 8, [=](long long lo, long long hi) {
         for (long long row = lo; row < hi; ++row) {
+            const long long base = (row / B) * R * B + row % B;
+$BODY
+        }
+    });""")
+
+# The same with contiguous rows (B == 1) taken G at a time: G independent serial chains side by
+# side hide the latency of each one (a row's chain alone waits on every add); each row keeps
+# its own order. ``rows`` is instantiated for G = $L, then 4, 2, 1 (the rows left over).
+_CPU_ROWS_LANES = Template("""\
+    gtcpu::parallel_for(A * B, R * 8, [=](long long lo, long long hi) {
+        long long row = lo;
+        if (B == 1) {
+            auto rows = [&](auto lanes) {
+                constexpr int G = decltype(lanes)::value;
+                const long long base = row * R;
+$LANES_BODY
+            };
+            for (; row + $L <= hi; row += $L) rows(std::integral_constant<int, $L>{});
+            for (; row + 4 <= hi; row += 4) rows(std::integral_constant<int, 4>{});
+            for (; row + 2 <= hi; row += 2) rows(std::integral_constant<int, 2>{});
+            for (; row < hi; ++row) rows(std::integral_constant<int, 1>{});
+        }
+        for (; row < hi; ++row) {
             const long long base = (row / B) * R * B + row % B;
 $BODY
         }

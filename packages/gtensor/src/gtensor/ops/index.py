@@ -317,7 +317,35 @@ def _loop(template: str, one: str, cost: str = "2") -> Template:
 _ALONG = _loop(_GRID_LOOP, _ALONG_ONE)
 _CPU_ALONG = _loop(_CPU_LOOP, _ALONG_ONE)
 _ALONG_GRAD = _loop(_GRID_LOOP, _ALONG_GRAD_ONE)
-_CPU_ALONG_GRAD = _loop(_CPU_LOOP, _ALONG_GRAD_ONE, "K + 1")
+# The cpu kernel walks each destination column (a, :, b) once instead of scanning the K ids for
+# every one of its N outputs: the column is +0.0-filled, then its ids are visited k ascending,
+# the first contribution to a destination stored and later ones added (the defined order and
+# the defined first-contribution start: ``seen`` marks the destinations already started and
+# is cleared again for the ids of the column). An id outside [0, N) after wrapping (never
+# there after the host's check) contributes nothing, as in the per-output kernel.
+_CPU_ALONG_GRAD = Template("""\
+    gtcpu::parallel_for(A * B, N + 2 * K, [=](long long lo, long long hi) {
+        std::vector<unsigned char> seen((size_t)N, 0);
+        for (long long c = lo; c < hi; ++c) {
+            const long long a = c / B, b = c % B;
+            $T* yc = y + a * N * B + b;
+            for (long long i = 0; i < N; ++i) yc[i * B] = ($T)0;
+            for (long long k = 0; k < K; ++k) {
+                const long long p = (a * K + k) * B + b;
+                long long d = ids[p];
+                if (has_ignore && d == ignore) continue;
+                if (d < 0) d += N;
+                if (d < 0 || d >= N) continue;
+                yc[d * B] = seen[d] ? $ADD(yc[d * B], g[p]) : g[p];
+                seen[d] = 1;
+            }
+            for (long long k = 0; k < K; ++k) {
+                long long d = ids[(a * K + k) * B + b];
+                if (d < 0) d += N;
+                if (d >= 0 && d < N) seen[d] = 0;
+            }
+        }
+    });""")
 
 
 def _along_kernels(name: str, cuda: Template, cpu_t: Template, cpu: bool, first: str):

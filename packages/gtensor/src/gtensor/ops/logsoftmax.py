@@ -25,7 +25,7 @@ from .elementwise import ADD, EXP, LOG, MUL, SUB, of
 from .forms import GY_ROWS, XY_ROWS, Rows, row_geometry
 from .reduce import serial_sum
 from .registry import Op, register
-from .softmax import ROW_MAX_TREE, _fns, _infer_axis, _launch_rows
+from .softmax import ROW_MAX_LANES, ROW_MAX_TREE, ROW_SUM_LANES, _fns, _infer_axis, _launch_rows
 
 _ROW_MAX = ROW_MAX_TREE + """\
         mx = $ADD(buf[0], ($T)0);
@@ -58,6 +58,24 @@ _CPU_LOG_SOFTMAX = Template("""\
             const $T ls = $LOG(s);
             for (long long r = 0; r < R; ++r) yr[r * B] = $SUB($SUB(xr[r * B], mx), ls);""")
 
+# The cpu kernels G contiguous rows at a time (softmax.py: ROW_MAX_LANES, ROW_SUM_LANES): the
+# rows' serial chains side by side, each in its own order; the maps row by row.
+_CPU_LOG_SOFTMAX_LANES = Template("""\
+                const $T* xr = x + base;
+                $T* yr = y + base;
+""" + ROW_MAX_LANES + """\
+                for (int k = 0; k < G; ++k) {
+                    const $T m = mx[k] = $ADD(mx[k], ($T)0);
+                    for (long long r = 0; r < R; ++r)
+                        yr[k * R + r] = $EXP($SUB(xr[k * R + r], m));
+                }
+""" + ROW_SUM_LANES + """\
+                for (int k = 0; k < G; ++k) {
+                    const $T m = mx[k], ls = $LOG(s[k]);
+                    for (long long r = 0; r < R; ++r)
+                        yr[k * R + r] = $SUB($SUB(xr[k * R + r], m), ls);
+                }""")
+
 _LOG_SOFTMAX_GRAD = Template("""\
         const $T* gr = g + base;
         const $T* yr = y + base;
@@ -80,6 +98,20 @@ _CPU_LOG_SOFTMAX_GRAD = Template("""\
             for (long long r = 1; r < R; ++r) d = $ADD(d, gr[r * B]);
             for (long long r = 0; r < R; ++r)
                 outr[r * B] = $SUB(gr[r * B], $MUL($EXP(yr[r * B]), d));""")
+
+_CPU_LOG_SOFTMAX_GRAD_LANES = Template("""\
+                const $T* gr = g + base;
+                const $T* yr = y + base;
+                $T* outr = out + base;
+                $T d[G];
+                for (int k = 0; k < G; ++k) d[k] = gr[k * R];
+                for (long long r = 1; r < R; ++r)
+                    for (int k = 0; k < G; ++k) d[k] = $ADD(d[k], gr[k * R + r]);
+                for (int k = 0; k < G; ++k) {
+                    const $T dk = d[k];
+                    for (long long r = 0; r < R; ++r)
+                        outr[k * R + r] = $SUB(gr[k * R + r], $MUL($EXP(yr[k * R + r]), dk));
+                }""")
 
 _LSE_SHIFT = """\
         const bool inf = mx == $INF || mx == -$INF;
@@ -109,7 +141,8 @@ def _f(ft: FloatType) -> dict[str, str]:
     return {**_fns(ft), "LOG": LOG[ft].cname, "INF": ft.literal(np.inf)}
 
 
-def _kernels(name: str, form: Rows, cuda: Template, cpu_t: Template, calls, shared: bool):
+def _kernels(name: str, form: Rows, cuda: Template, cpu_t: Template, calls, shared: bool,
+             lanes: Template | None = None):
     def cuda_kernels(ft: FloatType) -> list[Kernel]:
         t, f = ft.ctype, _f(ft)
         pre = form.shared_buffer(t) if shared else ""
@@ -118,7 +151,9 @@ def _kernels(name: str, form: Rows, cuda: Template, cpu_t: Template, calls, shar
                        tuple(c[ft] for c in calls), form)]
 
     def cpu_kernels(ft: FloatType) -> list[Kernel]:
-        text = form.cpu_body(cpu_t.substitute(_f(ft)))
+        f = _f(ft)
+        text = (form.cpu_body(cpu_t.substitute(f)) if lanes is None
+                else form.cpu_interleaved_body(cpu_t.substitute(f), lanes.substitute(f)))
         return [Kernel(k.name, k.params, text, form=form) for k in cuda_kernels(ft)]
 
     return cuda_kernels, cpu_kernels
@@ -192,9 +227,10 @@ def _log_softmax_grad_vjp(be, gg, ins, out, needs, axis):
 
 _SM_CALLS = (EXP, SUB, ADD, LOG)
 _ls_cuda, _ls_cpu = _kernels("log_softmax", XY_ROWS, _LOG_SOFTMAX, _CPU_LOG_SOFTMAX, _SM_CALLS,
-                             True)
+                             True, _CPU_LOG_SOFTMAX_LANES)
 _lsg_cuda, _lsg_cpu = _kernels("log_softmax_grad", GY_ROWS, _LOG_SOFTMAX_GRAD,
-                               _CPU_LOG_SOFTMAX_GRAD, (EXP, SUB, ADD, MUL), False)
+                               _CPU_LOG_SOFTMAX_GRAD, (EXP, SUB, ADD, MUL), False,
+                               _CPU_LOG_SOFTMAX_GRAD_LANES)
 _lse_cuda, _lse_cpu = _kernels("logsumexp", XY_ROWS, _LOGSUMEXP, _CPU_LOGSUMEXP, _SM_CALLS, True)
 
 

@@ -8,7 +8,9 @@ depends on it, and x - (+0) and x - (-0) give the same exp. softmax_grad:
 ``d = serial sum of g_i * y_i``, ``out_i = y_i * (g_i - d)``.
 
 The kernels run a block per row: a shared-memory tree for the max, a parallel map, and the
-serial sums on thread 0 (the sum order is the definition, so it is not a tree).
+serial sums on thread 0 (the sum order is the definition, so it is not a tree). The cpu
+kernels run each row on one thread in order; contiguous rows go 8 at a time with their serial
+chains interleaved (independent accumulators, one per row), which changes no bit.
 """
 
 from __future__ import annotations
@@ -90,10 +92,61 @@ _CPU_SOFTMAX_GRAD = Template("""\
             for (long long r = 0; r < R; ++r) outr[r * B] = $MUL(yr[r * B], $SUB(gr[r * B], d));""")
 
 
-def _cpu_kernels(cuda, body: Template):
+# The same rows G at a time (contiguous rows, Rows.cpu_interleaved_body: row k of the G at
+# xr + k * R): the serial chains (max, sum) of the G rows run side by side, one accumulator
+# per row, each over its own row in the defined order; the maps between them run row by row
+# over contiguous elements (they vectorize). ROW_MAX_LANES leaves row k's max in mx[k].
+ROW_MAX_LANES = """\
+                $T mx[G];
+                for (int k = 0; k < G; ++k) mx[k] = xr[k * R];
+                for (long long r = 1; r < R; ++r)
+                    for (int k = 0; k < G; ++k) mx[k] = $MAX(mx[k], xr[k * R + r]);
+"""
+# Row k's serial sum of yr (first element first) into s[k].
+ROW_SUM_LANES = """\
+                $T s[G];
+                for (int k = 0; k < G; ++k) s[k] = yr[k * R];
+                for (long long r = 1; r < R; ++r)
+                    for (int k = 0; k < G; ++k) s[k] = $ADD(s[k], yr[k * R + r]);
+"""
+
+_CPU_SOFTMAX_LANES = Template("""\
+                const $T* xr = x + base;
+                $T* yr = y + base;
+""" + ROW_MAX_LANES + """\
+                for (int k = 0; k < G; ++k) {
+                    const $T m = mx[k];
+                    for (long long r = 0; r < R; ++r)
+                        yr[k * R + r] = $EXP($SUB(xr[k * R + r], m));
+                }
+""" + ROW_SUM_LANES + """\
+                for (int k = 0; k < G; ++k) {
+                    const $T sk = s[k];
+                    for (long long r = 0; r < R; ++r) yr[k * R + r] = $DIV(yr[k * R + r], sk);
+                }""")
+
+_CPU_SOFTMAX_GRAD_LANES = Template("""\
+                const $T* gr = g + base;
+                const $T* yr = y + base;
+                $T* outr = out + base;
+                $T d[G];
+                for (int k = 0; k < G; ++k) d[k] = $MUL(gr[k * R], yr[k * R]);
+                for (long long r = 1; r < R; ++r)
+                    for (int k = 0; k < G; ++k)
+                        d[k] = $ADD(d[k], $MUL(gr[k * R + r], yr[k * R + r]));
+                for (int k = 0; k < G; ++k) {
+                    const $T dk = d[k];
+                    for (long long r = 0; r < R; ++r)
+                        outr[k * R + r] = $MUL(yr[k * R + r], $SUB(gr[k * R + r], dk));
+                }""")
+
+
+def _cpu_kernels(cuda, body: Template, lanes: Template):
     def kernels(ft: FloatType) -> list[Kernel]:
         f = _fns(ft)
-        return [Kernel(k.name, k.params, k.form.cpu_body(body.substitute(f)), form=k.form)
+        return [Kernel(k.name, k.params,
+                       k.form.cpu_interleaved_body(body.substitute(f), lanes.substitute(f)),
+                       form=k.form)
                 for k in cuda(ft)]
 
     return kernels
@@ -173,11 +226,12 @@ register(Op("softmax", ("x",), ("axis",), _infer_axis("softmax"), _softmax_refer
                 rt, ks.only, (ins[0], out), out.shape, axis),
             lambda be, g, ins, out, needs, axis: (be.softmax_grad(g, out, axis),),
             "exp(x - max) / serial sum, along one axis", {"axis": -1},
-            cpu=_cpu_kernels(_softmax_kernels, _CPU_SOFTMAX)))
+            cpu=_cpu_kernels(_softmax_kernels, _CPU_SOFTMAX, _CPU_SOFTMAX_LANES)))
 register(Op("softmax_grad", ("g", "y"), ("axis",), _infer_axis("softmax_grad"),
             _softmax_grad_reference, _softmax_grad_kernels,
             lambda rt, ks, ins, out, *, axis: _launch_rows(
                 rt, ks.only, (ins[0], ins[1], out), out.shape, axis),
             _softmax_grad_vjp,
             "y * (g - serial sum(g * y)) along one axis (softmax's backward from y)",
-            {"axis": -1}, cpu=_cpu_kernels(_softmax_grad_kernels, _CPU_SOFTMAX_GRAD)))
+            {"axis": -1}, cpu=_cpu_kernels(_softmax_grad_kernels, _CPU_SOFTMAX_GRAD,
+                                                _CPU_SOFTMAX_GRAD_LANES)))

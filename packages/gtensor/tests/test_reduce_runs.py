@@ -1,0 +1,57 @@
+"""sum, mean and sum_to whose innermost kept axis is contiguous with more kept axes outside it
+(the cpu kernel's column sum in runs, e.g. backward's (2, 4, 128, 32) -> (2, 1, 128, 32) of
+grouped-query attention) against the numpy reference, bitwise: special values (+-inf, NaN,
++-0: a sum of -0.0 alone stays -0.0), run lengths across the SIMD width, 1 and 2 threads on
+cpu (split threshold lowered to 1).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from gtensor.runtime import cpu as cpu_runtime
+from gtensor.testing import bits_equal, first_difference
+
+SPECIAL = np.array([np.inf, -np.inf, np.nan, -0.0, 0.0, 1e300, -1e300])
+
+# (x shape, op, attrs): a single reduced axis inside, kept axes on both sides
+CASES = [((2, 4, 128, 32), "sum_to", {"shape": (2, 1, 128, 32)}),
+         ((3, 5, 1), "sum_to", {"shape": (3, 1, 1)}),
+         ((3, 5, 7), "sum_to", {"shape": (3, 1, 7)}),
+         ((2, 3, 9, 8), "sum_to", {"shape": (2, 3, 1, 8)}),
+         ((4, 2, 17), "sum", {"axis": 1}), ((4, 2, 17), "mean", {"axis": 1}),
+         ((2, 3, 4, 33), "sum", {"axis": 2, "keepdims": True}),
+         ((2, 6, 3, 9), "mean", {"axis": 1}), ((5, 1, 8), "sum", {"axis": 1})]
+
+
+def _x(shape: tuple, dtype: str, seed: int, axis: int) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal(shape)
+    pick = rng.random(shape) < 0.2
+    x[pick] = rng.choice(SPECIAL, int(pick.sum()))
+    zero = [0] * len(shape)
+    zero[axis] = slice(None)
+    x[tuple(zero)] = -0.0  # the first output sums only -0.0s: -0.0 (a +0.0 start: +0.0)
+    with np.errstate(over="ignore"):
+        return x.astype(dtype)
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+@pytest.mark.parametrize("shape,op,attrs", CASES)
+def test_reduce_runs_bitwise(ref, other, monkeypatch, shape, op, attrs, dtype):
+    axis = attrs["axis"] if "axis" in attrs else \
+        next(i for i, (a, b) in enumerate(zip(shape, attrs["shape"])) if a != b)
+    x = _x(shape, dtype, len(shape) * 100 + shape[-1], axis)
+    want = ref.to_numpy(ref.apply(op, [ref.asarray(x)], **attrs))
+    threads = ("1", "2") if other.name == "cpu" else (None,)
+    old = other.module.set_parallel_work(1) if other.name == "cpu" else None
+    try:
+        for t in threads:
+            if t is not None:
+                monkeypatch.setenv(cpu_runtime.THREADS_ENV, t)
+            got = other.to_numpy(other.apply(op, [other.asarray(x)], **attrs))
+            assert bits_equal(want, got), f"{op} {shape} threads={t}: " \
+                                          f"{first_difference(want, got)}"
+    finally:
+        if old is not None:
+            other.module.set_parallel_work(old)
