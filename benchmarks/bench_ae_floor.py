@@ -133,10 +133,11 @@ shapes ({threads} threads, wall, median of 7 rounds), and the least memory traff
 optimizer (Adam reads p, g, m, v and writes p, m, v: 7 passes over the parameters) at the
 copy bandwidth measured over arrays 4x the parameters' size. The floor is the matmuls'
 measured time plus Adam's traffic, leaving out every other op (the bias adds, relus, their
-gradients, the loss): no exact engine's step is shorter. torch eager and JAX jit ran in the
-same process, interleaved (medians). A target ratio below "floor / peer" cannot be met on this
-machine by any engine that computes this step exactly; only a faster peer run or a faster
-matmul (closer to the peak column) moves it. Load average at the end: {load}.
+gradients, the loss): no step built on this exact matmul kernel is shorter, and with the
+arithmetic at the peak column instead (a kernel at 100% of the FMA peak) no exact step at all.
+torch eager and JAX jit ran in the same process, interleaved (medians). A target ratio below
+"floor / peer" cannot be met here with this kernel; only a matmul closer to the peak column
+(or a slower peer run) moves it. Load average at the end: {load}.
 
 Command (from the repository root):
 

@@ -191,8 +191,10 @@ to reach the adapters of earlier layers. The `cpu` backend (compiled, a register
 matmul that keeps every output's accumulation order) attacks exactly that and lands on the
 same bits; torch's remaining advantage is its BLAS, not the graph. On the cpu backend
 (`python benchmarks/profile_lora_step.py --dtype float64 --inner fma`, one thread, op by op)
-the serial matmuls take about 57% of the timed ops, the backward's transposes of the base
-weights 14%, attention's bmm 6%, softmax / log_softmax and their grads 7% (docs/lora.md).
+the serial matmuls took about 57% of the timed ops, the backward's transposes of the base
+weights 14%, attention's bmm 6%, softmax / log_softmax and their grads 7% (docs/lora.md);
+since then the backward reads those transposes in place (matmul's `ta` / `tb`) and the
+softmax rows run as interleaved chains.
 """
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(text)
