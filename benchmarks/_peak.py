@@ -31,8 +31,13 @@ static double run(long long iters) {
         for (int i = 0; i < N; ++i) acc[j][i] = (T)(j + i) * (T)0.01;
     for (long long it = 0; it < iters; ++it) {
 #pragma GCC unroll 32
-        for (int j = 0; j < CH; ++j)
+        for (int j = 0; j < CH; ++j) {
+            // the empty asm says x may have changed: y * x is computed again for every chain
+            // (without it the loop-invariant product is hoisted and the mul+add probe times
+            // adds alone)
+            asm volatile("" : "+v"(x));
             acc[j] = FUSED ? gtcpu::vfma(y, x, acc[j]) : acc[j] + y * x;  // the kernels' steps
+        }
     }
     T s = 0;
     for (int j = 0; j < CH; ++j)
