@@ -2,13 +2,14 @@
 
 Shape: hidden 256, 4 layers, 8 query / 2 kv heads of 32, MLP 704, vocab 4096 (tied head),
 128 tokens; LoRA r=8, alpha=16 on q/k/v/o/gate/up/down (224 adapter matrices, 0.6 M params).
-Engines: our tape (gdemos.lora) on each gtensor CPU backend present (numpy, cpu, sim; all
-bit-identical) under each inner-product contract asked for (``plain``: every product and sum
-rounded separately; ``fma``: one fused multiply-add per term; both exact, each bit-identical
-across backends, docs/semantics.md), and transformers'
-Qwen2ForCausalLM + PEFT on torch CPU (eager attention, torch.optim.Adam on the adapters, the
-loss as F.cross_entropy in the model's dtype). float64 and float32. Each engine repeats the same
-step on the same sequence; we time every step (perf_counter) after warm-up and report medians.
+Engines: our tape (gdemos.lora) on each gtensor CPU backend present (numpy, cpu, sim; all bit-
+identical) under each inner-product contract asked for (``plain``: every product and sum rounded
+separately; ``fma``: one fused multiply-add per term; both exact, each bit-identical across
+backends, docs/semantics.md), the same step captured from a numpy tape and replayed on the cpu
+backend (ggpu-replay; per-node and compiled by ggpu-fuse; same bits as the tape), and transformers'
+Qwen2ForCausalLM + PEFT on torch CPU (eager attention, torch.optim.Adam on the adapters, the loss
+as F.cross_entropy in the model's dtype). float64 and float32. Each engine repeats the same step on
+the same sequence; we time every step (perf_counter) after warm-up and report medians.
 
     python benchmarks/bench_lora_step.py [--backends numpy,cpu,sim] [--inner plain,fma] [--steps 3]
 
@@ -61,6 +62,34 @@ def tape_step(backend: str, inner: str = "plain") -> Callable[[str], Step]:
             opt.add(p)
         ids = _ids()
         return tape_loop_step(tp, opt, lambda: lora.loss(tp, ids))
+    return make
+
+
+def captured_step(inner: str = "plain", fused: bool = False) -> Callable[[str], Step]:
+    """The same step captured once from a numpy tape (ggpu-replay) and replayed on the cpu
+    backend as one native call per step (``prog.step``, the program's Adam); with ``fused``
+    the program is first compiled to one C++ function by ggpu-fuse. Bit-identical to the
+    tape under the same contract (gdemos' test_lora_replay)."""
+    def make(dtype: str) -> Step:
+        from ggpu_replay import capture
+
+        model = Qwen2.random(CFG, seed=0, dtype=dtype)
+        lora = LoRA(model, r=R, alpha=ALPHA, seed=0)
+        tp = gtape.Tape("numpy", dtype, inner=inner)
+        lora.attach(tp)
+        prog = capture(tp, lora.loss(tp, _ids()), backend="cpu")
+        if fused:
+            from ggpu_fuse import fuse
+
+            prog = fuse(prog)
+        opt = prog.adam(lr=LR)
+        for p in lora.params():
+            opt.add(p)
+
+        def step() -> float:
+            prog.step(opt)
+            return prog.loss()
+        return step
     return make
 
 
@@ -118,6 +147,10 @@ def main() -> None:
     ap.add_argument("--inner", default="plain,fma",
                     help="our tape's inner-product contracts, comma-separated (default "
                          "plain,fma: a row per backend and contract)")
+    ap.add_argument("--captured", action=argparse.BooleanOptionalAction, default=True,
+                    help="also time the step captured from a numpy tape and replayed on the "
+                         "cpu backend, per-node and compiled by ggpu-fuse (default on, when "
+                         "cpu is among --backends)")
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks/results/lora_step.md")
     args = ap.parse_args()
     import torch
@@ -132,6 +165,11 @@ def main() -> None:
         ap.error(f"--inner {args.inner}: expected a comma-separated subset of {INNER}")
     engines = [(f"tape, {b} backend, inner={c}", tape_step(b, c), 1, args.steps)
                for b in present for c in inners]
+    if args.captured and "cpu" in present:
+        engines += [(f"captured cpu step, inner={c}", captured_step(c), 2, args.steps)
+                    for c in inners]
+        engines += [(f"captured cpu step compiled (ggpu-fuse), inner={c}",
+                     captured_step(c, fused=True), 2, args.steps) for c in inners]
     engines.append(("transformers + PEFT, torch CPU (eager)", torch_step, 3, args.torch_steps))
     rows = {}
     for name, make, warm, n in engines:
@@ -155,17 +193,18 @@ def main() -> None:
     load = " / ".join(f"{x:.1f}" for x in os.getloadavg())
     cmd = (f"python benchmarks/bench_lora_step.py --backends {','.join(present)}"
            f" --inner {','.join(inners)}"
-           + (f" --steps {args.steps}" if args.steps != 5 else ""))
+           + (f" --steps {args.steps}" if args.steps != 5 else "")
+           + ("" if args.captured else " --no-captured"))
     text = f"""# One LoRA training step of a small Qwen2
 
 Forward + backward + Adam of LoRA r={R} (alpha {ALPHA:g}) on q/k/v/o/gate/up/down of a Qwen2
 with hidden {CFG.hidden_size}, {CFG.num_hidden_layers} layers, {CFG.num_attention_heads} query /
 {CFG.num_key_value_heads} kv heads of {CFG.head_dim}, MLP {CFG.intermediate_size}, vocab
-{CFG.vocab_size} (tied head), on one sequence of {T} tokens; median seconds per step after
-warm-up (ours: 1 warm-up step; torch: 3). Our tape is exact (serial inner products in a fixed
-order, our own exp/log/sigmoid; bit-identical on every backend), under each inner-product
-contract: `inner=plain` rounds every product and every sum, `inner=fma` does one fused
-multiply-add per term (docs/semantics.md; the two contracts give different, equally
+{CFG.vocab_size} (tied head), on one sequence of {T} tokens; median seconds per step after warm-up
+(our tape: 1 warm-up step; the captured steps: 2; torch: 3). Our tape is exact (serial inner
+products in a fixed order, our own exp/log/sigmoid; bit-identical on every backend), under each
+inner-product contract: `inner=plain` rounds every product and every sum, `inner=fma` does one
+fused multiply-add per term (docs/semantics.md; the two contracts give different, equally
 reproducible bits). torch uses oneDNN/MKL matmuls.
 
 Command (from the repository root, packages installed plus torch, transformers, peft):
