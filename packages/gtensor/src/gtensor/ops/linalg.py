@@ -86,14 +86,15 @@ INNER = ("plain", "fma")  # the inner-product contracts (the ``inner`` attr's va
 # sum rounded (the vector form of MUL and ADD; no FMA) -- or, under the fma contract, acc =
 # fma(a[i,k], b[k,j], acc) from acc = +0.0 (gtcpu::vfma: one fused multiply-add per lane, vfmadd
 # on x86). Tiles only decide which independent outputs are computed side by side, never the
-# order within one. (Wider tiles -- 8 x 3, 12 x 2, 6 x 4 vectors -- were measured no faster on
-# AVX-512: the 8 x 2 loop already runs near the FMA ports' rate; the losses are elsewhere.)
+# order within one. (Wider tiles -- 8 x 3, 12 x 2, 6 x 4 vectors, 16 x 1 for narrow columns --
+# measured no faster on AVX-512: the 8 x 2 loop runs near the FMA rate from L1.)
 # Each k x 2L column panel of op(b) is first copied (exactly) into a contiguous, 64-byte aligned
 # buffer, so the tiles stream it at unit stride whatever n is (with tb: gathered from b's rows);
-# a last panel narrower than 2L is zero-padded to 2L. Leftover columns (n % L) are computed in
-# one more vector over the padded panel: every lane's chain is its own, so the padded lanes'
-# values (never loaded from c, never stored) change no stored bit, and only the w real lanes
-# are read from / written to c.
+# a last panel narrower than 2L is zero-padded to 2L. (With few rows, m <= 32, a panel of whole
+# vectors is read in place instead: the copy would cost what it saves.) The leftover columns
+# (n % L) are computed in one more vector over the padded panel: every lane's chain is its own,
+# so the padded lanes' values (never loaded from c, never stored) change no stored bit, and only
+# the w real lanes are read from / written to c.
 # With ta, op(a)'s row r at k-step kk is a[kk, r]: a tile's 8 rows are 8 contiguous values
 # per k-step, m apart. They are read in place (each k-step one cache line) when a is small
 # (<= 128 KB: it stays in cache) or there is one panel (a is read once) and m is at most 2 KB
@@ -118,12 +119,12 @@ _CPU_MATMUL = Template("""\
                        (n > PW || m * (long long)sizeof(T) > 2048);
     // R rows of c from ar (op(a)[r, kk] at ar[r * rs + kk * ks]: rows of a, rs = k, ks = 1
     // (KS = 1); under ta, a packed group of 8 rows, rs = 1, ks = 8 (KS = 8), or a itself,
-    // rs = 1, ks = m (KS = 0)), NV vectors of panel columns from bp (row stride PW), the last
-    // one holding w real lanes when P (else all L) (steps k0..k1 of the chain: k0 == 0 starts
-    // it, else it resumes from c)
+    // rs = 1, ks = m (KS = 0)), NV vectors of panel columns from bp (row stride bs: PW, or n
+    // for a panel read in place), the last one holding w real lanes when P (else all L)
+    // (steps k0..k1 of the chain: k0 == 0 starts it, else it resumes from c)
     auto tile = [=](auto rows_, auto nv_, auto part_, auto ks_, const T* __restrict__ ar,
                     const T* __restrict__ bp, T* __restrict__ cr, long long k0, long long k1,
-                    int w) {
+                    int w, long long bs) {
         constexpr int R = decltype(rows_)::value, NV = decltype(nv_)::value;
         constexpr bool P = decltype(part_)::value;
         constexpr long long KS = decltype(ks_)::value;
@@ -150,7 +151,7 @@ _CPU_MATMUL = Template("""\
         }
         for (; kk < k1; ++kk) {
             V bv[NV];
-            for (int v = 0; v < NV; ++v) bv[v] = gtcpu::vload<V>(bp + kk * PW + v * L);
+            for (int v = 0; v < NV; ++v) bv[v] = gtcpu::vload<V>(bp + kk * bs + v * L);
             for (int r = 0; r < R; ++r) {
                 const T av = ar[r * rs + kk * ks];
                 for (int v = 0; v < NV; ++v) acc[r][v] = $NEXT;
@@ -165,10 +166,11 @@ _CPU_MATMUL = Template("""\
                 }
             }
     };
-    // rows r0.. (R of them), the columns j0..j1 (<= 2L) of the panel packed in pk; under ta,
-    // op(a)'s rows from pa (the row block starting at rb packed in groups of 8 rows) or a
-    auto cols = [=](auto rows_, auto ks_, long long r0, const T* pk, long long j0, long long j1,
-                    long long k0, long long k1, const T* pa, long long rb) {
+    // rows r0.. (R of them), the columns j0..j1 (<= 2L) of the panel at pk (row stride bs);
+    // under ta, op(a)'s rows from pa (the row block starting at rb packed in groups of 8 rows)
+    // or a
+    auto cols = [=](auto rows_, auto ks_, long long r0, const T* pk, long long bs, long long j0,
+                    long long j1, long long k0, long long k1, const T* pa, long long rb) {
         constexpr long long KS = decltype(ks_)::value;
         const T* ar = KS == 0   ? a + r0 / m * m * k + r0 % m
                       : KS == 8 ? pa + (r0 - rb) / 8 * k * 8 + (r0 - rb) % 8
@@ -179,24 +181,24 @@ _CPU_MATMUL = Template("""\
         const std::false_type whole;
         const std::true_type part;
         if (full == 2)
-            tile(rows_, Int<2>{}, whole, ks_, ar, pk, cr, k0, k1, L);
+            tile(rows_, Int<2>{}, whole, ks_, ar, pk, cr, k0, k1, L, bs);
         else if (full == 1 && w == 0)
-            tile(rows_, Int<1>{}, whole, ks_, ar, pk, cr, k0, k1, L);
+            tile(rows_, Int<1>{}, whole, ks_, ar, pk, cr, k0, k1, L, bs);
         else if (full == 1)
-            tile(rows_, Int<2>{}, part, ks_, ar, pk, cr, k0, k1, w);
+            tile(rows_, Int<2>{}, part, ks_, ar, pk, cr, k0, k1, w, bs);
         else
-            tile(rows_, Int<1>{}, part, ks_, ar, pk, cr, k0, k1, w);
+            tile(rows_, Int<1>{}, part, ks_, ar, pk, cr, k0, k1, w, bs);
     };
     // op(a) read as rows of a, or (ta) from the packed groups or in place: the a-strides
     // constants where they can be
-    auto run = [=](auto rows_, long long r0, const T* pk, long long j0, long long j1,
-                   long long k0, long long k1, const T* pa, long long rb) {
+    auto run = [=](auto rows_, long long r0, const T* pk, long long bs, long long j0,
+                   long long j1, long long k0, long long k1, const T* pa, long long rb) {
         if (packa)
-            cols(rows_, Int<8>{}, r0, pk, j0, j1, k0, k1, pa, rb);
+            cols(rows_, Int<8>{}, r0, pk, bs, j0, j1, k0, k1, pa, rb);
         else if (ta)
-            cols(rows_, Int<0>{}, r0, pk, j0, j1, k0, k1, pa, rb);
+            cols(rows_, Int<0>{}, r0, pk, bs, j0, j1, k0, k1, pa, rb);
         else
-            cols(rows_, Int<1>{}, r0, pk, j0, j1, k0, k1, pa, rb);
+            cols(rows_, Int<1>{}, r0, pk, bs, j0, j1, k0, k1, pa, rb);
     };
     const long long rows = batch * m;
     if (k == 0) {
@@ -236,15 +238,25 @@ _CPU_MATMUL = Template("""\
                 }
                 for (long long p = p0; p < p1 && p * PW < n; ++p) {
                     const long long j0 = p * PW, j1 = j0 + PW < n ? j0 + PW : n, w = j1 - j0;
-                    T* pk = pks + (p - p0) * k * PW;
-                    if (rb == s0 && !tb) {  // first use: an exact copy of b[bi][:, j0:j1],
-                        // zero-padded to PW columns
+                    T* pw = pks + (p - p0) * k * PW;
+                    // few rows (m <= 32: at most 4 row tiles use a panel): a panel of whole
+                    // vectors is read in place (row stride n), its copy would cost as much as
+                    // the loads it saves
+                    const bool direct = !tb && m <= 32 && w % L == 0;
+                    const T* pk = direct ? b + bi * k * n + j0 : pw;
+                    const long long bs = direct ? n : PW;  // the panel's row stride
+                    if (rb == s0 && !tb && !direct) {  // first use: an exact copy of
+                        // b[bi][:, j0:j1], zero-padded to PW columns
                         const T* bb = b + bi * k * n + j0;
-                        for (long long kk = 0; kk < k; ++kk) {
-                            std::memcpy(pk + kk * PW, bb + kk * n, (size_t)w * sizeof(T));
-                            if (w < PW) std::memset(pk + kk * PW + w, 0, (size_t)(PW - w) * sizeof(T));
-                        }
-                    } else if (rb == s0) {  // op(b) = b[bi]^T: rows j0..j1 of b[bi], gathered
+                        if (w == PW)  // a constant size: inlined vector moves
+                            for (long long kk = 0; kk < k; ++kk)
+                                std::memcpy(pw + kk * PW, bb + kk * n, PW * sizeof(T));
+                        else
+                            for (long long kk = 0; kk < k; ++kk) {
+                                std::memcpy(pw + kk * PW, bb + kk * n, (size_t)w * sizeof(T));
+                                std::memset(pw + kk * PW + w, 0, (size_t)(PW - w) * sizeof(T));
+                            }
+                    } else if (rb == s0 && tb) {  // op(b) = b[bi]^T: rows j0..j1 of b[bi], gathered
                         // a cache line of k-steps at a time (KB), each row of b read a line
                         // at a time; zero-padded to PW columns
                         constexpr long long KB = 64 / sizeof(T);
@@ -253,9 +265,9 @@ _CPU_MATMUL = Template("""\
                             const long long ke = kb + KB < k ? kb + KB : k;
                             for (long long j = 0; j < w; ++j)
                                 for (long long kk = kb; kk < ke; ++kk)
-                                    pk[kk * PW + j] = bb[j * k + kk];
+                                    pw[kk * PW + j] = bb[j * k + kk];
                             for (long long j = w; j < PW; ++j)
-                                for (long long kk = kb; kk < ke; ++kk) pk[kk * PW + j] = (T)0;
+                                for (long long kk = kb; kk < ke; ++kk) pw[kk * PW + j] = (T)0;
                         }
                     }
                     for (long long k0 = 0; k0 < k; k0 += KC) {
@@ -264,19 +276,19 @@ _CPU_MATMUL = Template("""\
                         while (r < rbe) {
                             const long long left = rbe - r;
                             if (left >= 8) {
-                                run(Int<8>{}, r, pk, j0, j1, k0, k1, pa, rb);
+                                run(Int<8>{}, r, pk, bs, j0, j1, k0, k1, pa, rb);
                                 r += 8;
                             } else if (left >= 6) {
-                                run(Int<6>{}, r, pk, j0, j1, k0, k1, pa, rb);
+                                run(Int<6>{}, r, pk, bs, j0, j1, k0, k1, pa, rb);
                                 r += 6;
                             } else if (left >= 4) {
-                                run(Int<4>{}, r, pk, j0, j1, k0, k1, pa, rb);
+                                run(Int<4>{}, r, pk, bs, j0, j1, k0, k1, pa, rb);
                                 r += 4;
                             } else if (left >= 2) {
-                                run(Int<2>{}, r, pk, j0, j1, k0, k1, pa, rb);
+                                run(Int<2>{}, r, pk, bs, j0, j1, k0, k1, pa, rb);
                                 r += 2;
                             } else {
-                                run(Int<1>{}, r, pk, j0, j1, k0, k1, pa, rb);
+                                run(Int<1>{}, r, pk, bs, j0, j1, k0, k1, pa, rb);
                                 r += 1;
                             }
                         }
