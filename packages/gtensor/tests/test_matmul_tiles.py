@@ -1,10 +1,10 @@
 """matmul / bmm across every branch of the cpu kernel's tiling, bit for bit against the numpy
 definition (both contracts, both dtypes, ta / tb, batches, special values): the row tiles
 (8, 6, 4, 2, 1 rows), the column tiles (2 or 1 whole vectors, one partial vector over a
-zero-padded panel), a k block resumed from c (KC = 256), and op(a) under ta read in place or
-packed in groups of 8 rows, panels of b read in place (m <= 32, whole vectors) or copied.
-Shapes are sized from the lanes L of a 64-byte vector; on the other backends the same shapes
-are one more sweep of the definition."""
+zero-padded panel, L or L/2 lanes wide), a k block resumed from c (KC = 256), op(a) under ta
+read in place or packed in groups of 8 rows, and panels of b read in place (m <= 16, or <= 32
+with a small b; whole vectors) or copied. Shapes are sized from the lanes L of a 64-byte
+vector; on the other backends the same shapes are one more sweep of the definition."""
 
 from __future__ import annotations
 
@@ -45,13 +45,14 @@ def _cases(dtype: str) -> list[tuple[int, int, int, int, bool, bool]]:
         out += [(1, m, 5, pw + 3, ta, tb) for ta, tb in flags]
     for n in [*range(1, pw + 2), pw + lanes, pw + lanes + 1, 2 * pw + 3]:  # column tiles
         out += [(1, 9, 3, n, ta, tb) for ta, tb in flags]
-    for n in (lanes - 1, lanes, lanes + 3, pw, pw + 5):  # a k block resumed, partial lanes too
+    for n in (3, lanes - 1, lanes, lanes + 3, pw, pw + 5):  # a k block resumed, partial too
         out += [(1, 7, KC + 3, n, ta, tb) for ta, tb in flags]
     # under ta: a small (in place), one panel with a large a of few columns (in place), many
     # panels with a large a (packed), one panel with a large a of many columns (packed)
     out += [(1, 13, 40, 2 * pw + 1, True, False), (1, 100, big // 100 + 7, pw - 3, True, False),
             (1, 70, big // 70 + 9, 2 * pw + 5, True, False),
             (1, 2048 // np.dtype(dtype).itemsize + 3, 70, lanes + 1, True, True)]
+    out += [(1, 24, 300, 1100, False, False), (1, 24, 9, 200, True, False)]  # b large / small
     out += [(3, 6, 4, lanes + 1, True, False), (2, 13, 9, pw + 1, True, True),  # batches
             (2, 9, 5, pw + lanes, False, False), (2, 40, 5, pw + lanes, True, False),
             (2, 70, big // 70 + 9, 2 * pw + 5, True, False), (3, 11, KC + 1, 5, False, True)]

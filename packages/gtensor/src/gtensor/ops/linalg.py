@@ -90,11 +90,12 @@ INNER = ("plain", "fma")  # the inner-product contracts (the ``inner`` attr's va
 # measured no faster on AVX-512: the 8 x 2 loop runs near the FMA rate from L1.)
 # Each k x 2L column panel of op(b) is first copied (exactly) into a contiguous, 64-byte aligned
 # buffer, so the tiles stream it at unit stride whatever n is (with tb: gathered from b's rows);
-# a last panel narrower than 2L is zero-padded to 2L. (With few rows, m <= 32, a panel of whole
-# vectors is read in place instead: the copy would cost what it saves.) The leftover columns
-# (n % L) are computed in one more vector over the padded panel: every lane's chain is its own,
-# so the padded lanes' values (never loaded from c, never stored) change no stored bit, and only
-# the w real lanes are read from / written to c.
+# a last panel narrower than 2L is zero-padded to 2L. (With few rows -- m <= 16, or m <= 32 and
+# b in L2 -- a panel of whole vectors is read in place instead: the copy would cost what it
+# saves.) The leftover columns (n % L) are computed in one more vector over the padded panel (a
+# half vector, L/2 lanes, when they fit one: measured faster than a mostly idle full one):
+# every lane's chain is its own, so the padded lanes' values (never loaded from c, never
+# stored) change no stored bit, and only the w real lanes are read from / written to c.
 # With ta, op(a)'s row r at k-step kk is a[kk, r]: a tile's 8 rows are 8 contiguous values
 # per k-step, m apart. They are read in place (each k-step one cache line) when a is small
 # (<= 128 KB: it stays in cache) or there is one panel (a is read once) and m is at most 2 KB
@@ -119,22 +120,23 @@ _CPU_MATMUL = Template("""\
                        (n > PW || m * (long long)sizeof(T) > 2048);
     // R rows of c from ar (op(a)[r, kk] at ar[r * rs + kk * ks]: rows of a, rs = k, ks = 1
     // (KS = 1); under ta, a packed group of 8 rows, rs = 1, ks = 8 (KS = 8), or a itself,
-    // rs = 1, ks = m (KS = 0)), NV vectors of panel columns from bp (row stride bs: PW, or n
-    // for a panel read in place), the last one holding w real lanes when P (else all L)
-    // (steps k0..k1 of the chain: k0 == 0 starts it, else it resumes from c)
-    auto tile = [=](auto rows_, auto nv_, auto part_, auto ks_, const T* __restrict__ ar,
-                    const T* __restrict__ bp, T* __restrict__ cr, long long k0, long long k1,
-                    int w, long long bs) {
-        constexpr int R = decltype(rows_)::value, NV = decltype(nv_)::value;
+    // rs = 1, ks = m (KS = 0)), NV vectors of N lanes of panel columns from bp (row stride bs:
+    // PW, or n for a panel read in place), the last one holding w real lanes when P (else all
+    // N) (steps k0..k1 of the chain: k0 == 0 starts it, else it resumes from c)
+    auto tile = [=](auto rows_, auto lanes_, auto nv_, auto part_, auto ks_,
+                    const T* __restrict__ ar, const T* __restrict__ bp, T* __restrict__ cr,
+                    long long k0, long long k1, int w, long long bs) {
+        constexpr int R = decltype(rows_)::value, N = decltype(lanes_)::value,
+                      NV = decltype(nv_)::value;
         constexpr bool P = decltype(part_)::value;
         constexpr long long KS = decltype(ks_)::value;
         const long long rs = KS == 1 ? k : 1, ks = KS == 0 ? m : KS;
-        typedef typename gtcpu::Vec<T, L>::type V;
+        typedef typename gtcpu::Vec<T, N>::type V;
         V acc[R][NV];
         long long kk = k0;
         if (k0 == 0) {
             for (int v = 0; v < NV; ++v) {
-                const V bv = gtcpu::vload<V>(bp + v * L);
+                const V bv = gtcpu::vload<V>(bp + v * N);
                 for (int r = 0; r < R; ++r) acc[r][v] = $FIRST;
             }
             kk = 1;
@@ -143,15 +145,15 @@ _CPU_MATMUL = Template("""\
                 for (int v = 0; v < NV; ++v) {
                     if (P && v == NV - 1) {  // the real lanes only (the rest: never stored)
                         acc[r][v] = V{};
-                        for (int l = 0; l < w; ++l) acc[r][v][l] = cr[r * n + v * L + l];
+                        for (int l = 0; l < w; ++l) acc[r][v][l] = cr[r * n + v * N + l];
                     } else {
-                        acc[r][v] = gtcpu::vload<V>(cr + r * n + v * L);
+                        acc[r][v] = gtcpu::vload<V>(cr + r * n + v * N);
                     }
                 }
         }
         for (; kk < k1; ++kk) {
             V bv[NV];
-            for (int v = 0; v < NV; ++v) bv[v] = gtcpu::vload<V>(bp + kk * bs + v * L);
+            for (int v = 0; v < NV; ++v) bv[v] = gtcpu::vload<V>(bp + kk * bs + v * N);
             for (int r = 0; r < R; ++r) {
                 const T av = ar[r * rs + kk * ks];
                 for (int v = 0; v < NV; ++v) acc[r][v] = $NEXT;
@@ -160,9 +162,9 @@ _CPU_MATMUL = Template("""\
         for (int r = 0; r < R; ++r)
             for (int v = 0; v < NV; ++v) {
                 if (P && v == NV - 1) {
-                    for (int l = 0; l < w; ++l) cr[r * n + v * L + l] = acc[r][v][l];
+                    for (int l = 0; l < w; ++l) cr[r * n + v * N + l] = acc[r][v][l];
                 } else {
-                    gtcpu::vstore(cr + r * n + v * L, acc[r][v]);
+                    gtcpu::vstore(cr + r * n + v * N, acc[r][v]);
                 }
             }
     };
@@ -181,13 +183,15 @@ _CPU_MATMUL = Template("""\
         const std::false_type whole;
         const std::true_type part;
         if (full == 2)
-            tile(rows_, Int<2>{}, whole, ks_, ar, pk, cr, k0, k1, L, bs);
+            tile(rows_, Int<L>{}, Int<2>{}, whole, ks_, ar, pk, cr, k0, k1, L, bs);
         else if (full == 1 && w == 0)
-            tile(rows_, Int<1>{}, whole, ks_, ar, pk, cr, k0, k1, L, bs);
+            tile(rows_, Int<L>{}, Int<1>{}, whole, ks_, ar, pk, cr, k0, k1, L, bs);
         else if (full == 1)
-            tile(rows_, Int<2>{}, part, ks_, ar, pk, cr, k0, k1, w, bs);
+            tile(rows_, Int<L>{}, Int<2>{}, part, ks_, ar, pk, cr, k0, k1, w, bs);
+        else if (2 * w <= L)  // a half vector holds them
+            tile(rows_, Int<L / 2>{}, Int<1>{}, part, ks_, ar, pk, cr, k0, k1, w, bs);
         else
-            tile(rows_, Int<1>{}, part, ks_, ar, pk, cr, k0, k1, w, bs);
+            tile(rows_, Int<L>{}, Int<1>{}, part, ks_, ar, pk, cr, k0, k1, w, bs);
     };
     // op(a) read as rows of a, or (ta) from the packed groups or in place: the a-strides
     // constants where they can be
@@ -239,10 +243,12 @@ _CPU_MATMUL = Template("""\
                 for (long long p = p0; p < p1 && p * PW < n; ++p) {
                     const long long j0 = p * PW, j1 = j0 + PW < n ? j0 + PW : n, w = j1 - j0;
                     T* pw = pks + (p - p0) * k * PW;
-                    // few rows (m <= 32: at most 4 row tiles use a panel): a panel of whole
-                    // vectors is read in place (row stride n), its copy would cost as much as
-                    // the loads it saves
-                    const bool direct = !tb && m <= 32 && w % L == 0;
+                    // few rows (m <= 16, or m <= 32 with b[bi] in L2: at most 4 row tiles use
+                    // a panel): a panel of whole vectors is read in place (row stride n), its
+                    // copy would cost as much as the loads it saves
+                    const bool direct =
+                        !tb && w % L == 0 &&
+                        (m <= 16 || (m <= 32 && k * n * (long long)sizeof(T) <= 262144));
                     const T* pk = direct ? b + bi * k * n + j0 : pw;
                     const long long bs = direct ? n : PW;  // the panel's row stride
                     if (rb == s0 && !tb && !direct) {  // first use: an exact copy of
