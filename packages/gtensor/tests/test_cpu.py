@@ -31,7 +31,7 @@ def _calls(rng, dtype):
     e = rng.standard_normal((60, 71)).astype(dtype)
     f = rng.standard_normal((3, 60, 7)).astype(dtype)
     h = rng.standard_normal((2, 3, 33, 70)).astype(dtype)  # tiled transposes end mid-tile
-    # k past one k block (KC = 128) and rows past one row block (MC = 64 rows at k = 1100 f64)
+    # k past one k block (KC = 256) and rows past one row block (MC = 64 rows at k = 1100 f64)
     p = rng.standard_normal((70, 1100)).astype(dtype)
     q = rng.standard_normal((1100, 19)).astype(dtype)
     return [("matmul", (a, b), {}), ("bmm", (c, d), {}), ("exp", (e,), {}),

@@ -10,10 +10,11 @@ from gtensor.ops.linalg import INNER, serial_matmul
 from gtensor.runtime import cpu as cpu_runtime
 from gtensor.testing import bits_equal, first_difference
 
-# (m, k, n): 1, 7, 17, 33, 65 cross the cpu register tiles (8 / 4 / 1 rows, 2L / L / ... lanes)
-# and the packed panel (2L columns); 130 crosses a k block (KC = 128 f64); k = 0; empty outputs
+# (m, k, n): 1, 7, 17, 33, 65 cross the cpu register tiles (8 / 6 / 4 / 2 / 1 rows, 2 / 1
+# whole vectors of L lanes, a partial one) and the packed panel (2L columns); 260 crosses a k
+# block (KC = 256); k = 0; empty outputs (test_matmul_tiles.py sweeps every branch)
 SHAPES = [(1, 1, 1), (7, 17, 33), (65, 33, 17), (17, 65, 65), (33, 7, 1), (1, 65, 7),
-          (9, 130, 40), (33, 0, 7), (0, 5, 3), (4, 3, 0), (70, 1100, 19)]
+          (9, 130, 40), (9, 260, 40), (33, 0, 7), (0, 5, 3), (4, 3, 0), (70, 1100, 19)]
 FLAGS = [(True, False), (False, True), (True, True)]
 
 

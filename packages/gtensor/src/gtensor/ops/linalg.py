@@ -80,38 +80,57 @@ DOT_FMA = {ft: DeviceFn(ft.fn("dot_fma"),
 INNER = ("plain", "fma")  # the inner-product contracts (the ``inner`` attr's values)
 
 
-# CPU body: rows of c split across threads. Outputs are computed in register tiles (8, 4 or 1
-# rows x SIMD lanes of columns, gtcpu::Vec); every output keeps its own k-ascending chain: acc =
-# a[i,0]*b[0,j], then acc = acc + a[i,k]*b[k,j], each lane's product and sum rounded (the
-# vector form of MUL and ADD; no FMA) -- or, under the fma contract, acc = fma(a[i,k], b[k,j],
-# acc) from acc = +0.0 (gtcpu::vfma: one fused multiply-add per lane, vfmadd on x86). Tiles
-# only decide which independent outputs are computed side by side, never the order within one;
-# leftover columns use narrower vectors.
-# Each k x 2L column panel of op(b) is first copied (exactly) into a contiguous buffer, so the
-# tiles stream it at unit stride whatever n is (with tb: gathered from b's rows). With ta each
-# row block of op(a) (columns of a) is first copied (exactly) into groups of 8 rows whose
-# k-steps are contiguous: read in place, every k-step of a tile would touch a new page.
+# CPU body: rows of c split across threads. Outputs are computed in register tiles (8, 6, 4, 2
+# or 1 rows x up to 2 SIMD vectors of L lanes of columns, gtcpu::Vec); every output keeps its own
+# k-ascending chain: acc = a[i,0]*b[0,j], then acc = acc + a[i,k]*b[k,j], each lane's product and
+# sum rounded (the vector form of MUL and ADD; no FMA) -- or, under the fma contract, acc =
+# fma(a[i,k], b[k,j], acc) from acc = +0.0 (gtcpu::vfma: one fused multiply-add per lane, vfmadd
+# on x86). Tiles only decide which independent outputs are computed side by side, never the
+# order within one. (Wider tiles -- 8 x 3, 12 x 2, 6 x 4 vectors, 16 x 1 for narrow columns --
+# measured no faster on AVX-512: the 8 x 2 loop runs near the FMA rate from L1.)
+# Each k x 2L column panel of op(b) is first copied (exactly) into a contiguous, 64-byte aligned
+# buffer, so the tiles stream it at unit stride whatever n is (with tb: gathered from b's rows);
+# a last panel narrower than 2L is zero-padded to 2L. (With few rows -- m <= 16, or m <= 32 and
+# b in L2 -- a panel of whole vectors is read in place instead: the copy would cost what it
+# saves.) The leftover columns (n % L) are computed in one more vector over the padded panel (a
+# half vector, L/2 lanes, when they fit one: measured faster than a mostly idle full one):
+# every lane's chain is its own, so the padded lanes' values (never loaded from c, never
+# stored) change no stored bit, and only the w real lanes are read from / written to c.
+# With ta, op(a)'s row r at k-step kk is a[kk, r]: a tile's 8 rows are 8 contiguous values
+# per k-step, m apart. They are read in place (each k-step one cache line) when a is small
+# (<= 128 KB: it stays in cache) or there is one panel (a is read once) and m is at most 2 KB
+# of values (the k-steps' lines stay a stride the prefetchers follow, pages a few k-steps
+# long); otherwise each row block of op(a) (columns of a) is first copied (exactly) into
+# groups of 8 rows whose k-steps are contiguous: read in place from a large a, every k-step of
+# a tile would touch a new page (and each panel would read a again).
 _CPU_MATMUL = Template("""\
     typedef $T T;
     using gtcpu::Int;
     constexpr int L = 64 / sizeof(T);  // lanes of one 64-byte vector
     constexpr long long PW = 2 * L;    // width of a packed panel of b
-    // k runs in blocks of KC (a 16 KB slice of the panel stays in L1 across row tiles); an
+    // k runs in blocks of KC (a 32 KB slice of the panel stays in L1 across row tiles); an
     // output's accumulator goes to c between blocks and comes back exactly, so its chain over
     // k is the same one (k ascending, one accumulator)
-    constexpr long long KC = 16384 / (PW * (long long)sizeof(T));
+    constexpr long long KC = 32768 / (PW * (long long)sizeof(T));
     // rows in blocks of MC (a multiple of 8): a block's rows of a (512 KB) stay in L2 while
     // every panel of b passes (each panel is packed once per block)
     const long long MC = 8 * (((524288 / (k * (long long)sizeof(T) + 1)) + 7) / 8);
-    // R rows of c from ar (op(a)[r, kk] at ar[r * rs + kk * KS]: rows of a, rs = k, KS = 1;
-    // or, under ta, a packed group of 8 rows, rs = 1, KS = 8), panel columns from bp (row
-    // stride PW) (steps k0..k1 of the chain: k0 == 0 starts it, else it resumes from c)
-    auto tile = [=](auto rows_, auto lanes_, auto nv_, auto ks_, const T* __restrict__ ar,
-                    const T* __restrict__ bp, T* __restrict__ cr, long long k0, long long k1) {
+    // under ta: op(a)'s row blocks copied into groups of 8 rows (pa) or read in place
+    const bool packa = ta && m * k * (long long)sizeof(T) > 131072 &&
+                       (n > PW || m * (long long)sizeof(T) > 2048);
+    // R rows of c from ar (op(a)[r, kk] at ar[r * rs + kk * ks]: rows of a, rs = k, ks = 1
+    // (KS = 1); under ta, a packed group of 8 rows, rs = 1, ks = 8 (KS = 8), or a itself,
+    // rs = 1, ks = m (KS = 0)), NV vectors of N lanes of panel columns from bp (row stride bs:
+    // PW, or n for a panel read in place), the last one holding w real lanes when P (else all
+    // N) (steps k0..k1 of the chain: k0 == 0 starts it, else it resumes from c)
+    auto tile = [=](auto rows_, auto lanes_, auto nv_, auto part_, auto ks_,
+                    const T* __restrict__ ar, const T* __restrict__ bp, T* __restrict__ cr,
+                    long long k0, long long k1, int w, long long bs) {
         constexpr int R = decltype(rows_)::value, N = decltype(lanes_)::value,
                       NV = decltype(nv_)::value;
+        constexpr bool P = decltype(part_)::value;
         constexpr long long KS = decltype(ks_)::value;
-        const long long rs = KS == 1 ? k : 1;
+        const long long rs = KS == 1 ? k : 1, ks = KS == 0 ? m : KS;
         typedef typename gtcpu::Vec<T, N>::type V;
         V acc[R][NV];
         long long kk = k0;
@@ -123,57 +142,67 @@ _CPU_MATMUL = Template("""\
             kk = 1;
         } else {
             for (int r = 0; r < R; ++r)
-                for (int v = 0; v < NV; ++v) acc[r][v] = gtcpu::vload<V>(cr + r * n + v * N);
+                for (int v = 0; v < NV; ++v) {
+                    if (P && v == NV - 1) {  // the real lanes only (the rest: never stored)
+                        acc[r][v] = V{};
+                        for (int l = 0; l < w; ++l) acc[r][v][l] = cr[r * n + v * N + l];
+                    } else {
+                        acc[r][v] = gtcpu::vload<V>(cr + r * n + v * N);
+                    }
+                }
         }
         for (; kk < k1; ++kk) {
             V bv[NV];
-            for (int v = 0; v < NV; ++v) bv[v] = gtcpu::vload<V>(bp + kk * PW + v * N);
+            for (int v = 0; v < NV; ++v) bv[v] = gtcpu::vload<V>(bp + kk * bs + v * N);
             for (int r = 0; r < R; ++r) {
-                const T av = ar[r * rs + kk * KS];
+                const T av = ar[r * rs + kk * ks];
                 for (int v = 0; v < NV; ++v) acc[r][v] = $NEXT;
             }
         }
         for (int r = 0; r < R; ++r)
-            for (int v = 0; v < NV; ++v) gtcpu::vstore(cr + r * n + v * N, acc[r][v]);
+            for (int v = 0; v < NV; ++v) {
+                if (P && v == NV - 1) {
+                    for (int l = 0; l < w; ++l) cr[r * n + v * N + l] = acc[r][v][l];
+                } else {
+                    gtcpu::vstore(cr + r * n + v * N, acc[r][v]);
+                }
+            }
     };
-    // rows r0.. (R of them), columns j..j1 of the panel starting at column j0 (packed in pk);
-    // under ta, op(a)'s rows from pa: the row block starting at rb packed in groups of 8 rows
-    auto cols = [=](auto rows_, auto ks_, long long r0, const T* pk, long long j0, long long j,
+    // rows r0.. (R of them), the columns j0..j1 (<= 2L) of the panel at pk (row stride bs);
+    // under ta, op(a)'s rows from pa (the row block starting at rb packed in groups of 8 rows)
+    // or a
+    auto cols = [=](auto rows_, auto ks_, long long r0, const T* pk, long long bs, long long j0,
                     long long j1, long long k0, long long k1, const T* pa, long long rb) {
-        const T* ar = decltype(ks_)::value == 8 ? pa + (r0 - rb) / 8 * k * 8 + (r0 - rb) % 8
-                                                : a + r0 * k;
-        T* cr = c + r0 * n;
-        if (j + 2 * L <= j1) {
-            tile(rows_, Int<L>{}, Int<2>{}, ks_, ar, pk + (j - j0), cr + j, k0, k1);
-            j += 2 * L;
-        }
-        if (j + L <= j1) {
-            tile(rows_, Int<L>{}, Int<1>{}, ks_, ar, pk + (j - j0), cr + j, k0, k1);
-            j += L;
-        }
-        if (j + L / 2 <= j1) {
-            tile(rows_, Int<L / 2>{}, Int<1>{}, ks_, ar, pk + (j - j0), cr + j, k0, k1);
-            j += L / 2;
-        }
-        if (j + L / 4 <= j1) {
-            tile(rows_, Int<L / 4>{}, Int<1>{}, ks_, ar, pk + (j - j0), cr + j, k0, k1);
-            j += L / 4;
-        }
-        if (L >= 16 && j + L / 8 <= j1) {
-            tile(rows_, Int<(L >= 16 ? L / 8 : 1)>{}, Int<1>{}, ks_, ar, pk + (j - j0), cr + j,
-                 k0, k1);
-            j += L / 8;
-        }
-        for (; j < j1; ++j)
-            tile(rows_, Int<1>{}, Int<1>{}, ks_, ar, pk + (j - j0), cr + j, k0, k1);
-    };
-    // op(a) read as rows of a, or (ta) from the packed groups: the a-stride a constant either way
-    auto run = [=](auto rows_, long long r0, const T* pk, long long j0, long long j1,
-                   long long k0, long long k1, const T* pa, long long rb) {
-        if (ta)
-            cols(rows_, Int<8>{}, r0, pk, j0, j0, j1, k0, k1, pa, rb);
+        constexpr long long KS = decltype(ks_)::value;
+        const T* ar = KS == 0   ? a + r0 / m * m * k + r0 % m
+                      : KS == 8 ? pa + (r0 - rb) / 8 * k * 8 + (r0 - rb) % 8
+                                : a + r0 * k;
+        T* cr = c + r0 * n + j0;
+        const long long full = (j1 - j0) / L;
+        const int w = (int)((j1 - j0) % L);  // lanes of a last, partial vector
+        const std::false_type whole;
+        const std::true_type part;
+        if (full == 2)
+            tile(rows_, Int<L>{}, Int<2>{}, whole, ks_, ar, pk, cr, k0, k1, L, bs);
+        else if (full == 1 && w == 0)
+            tile(rows_, Int<L>{}, Int<1>{}, whole, ks_, ar, pk, cr, k0, k1, L, bs);
+        else if (full == 1)
+            tile(rows_, Int<L>{}, Int<2>{}, part, ks_, ar, pk, cr, k0, k1, w, bs);
+        else if (2 * w <= L)  // a half vector holds them
+            tile(rows_, Int<L / 2>{}, Int<1>{}, part, ks_, ar, pk, cr, k0, k1, w, bs);
         else
-            cols(rows_, Int<1>{}, r0, pk, j0, j0, j1, k0, k1, pa, rb);
+            tile(rows_, Int<L>{}, Int<1>{}, part, ks_, ar, pk, cr, k0, k1, w, bs);
+    };
+    // op(a) read as rows of a, or (ta) from the packed groups or in place: the a-strides
+    // constants where they can be
+    auto run = [=](auto rows_, long long r0, const T* pk, long long bs, long long j0,
+                   long long j1, long long k0, long long k1, const T* pa, long long rb) {
+        if (packa)
+            cols(rows_, Int<8>{}, r0, pk, bs, j0, j1, k0, k1, pa, rb);
+        else if (ta)
+            cols(rows_, Int<0>{}, r0, pk, bs, j0, j1, k0, k1, pa, rb);
+        else
+            cols(rows_, Int<1>{}, r0, pk, bs, j0, j1, k0, k1, pa, rb);
     };
     const long long rows = batch * m;
     if (k == 0) {
@@ -185,21 +214,23 @@ _CPU_MATMUL = Template("""\
     // rows inside. Rows [lo, hi) of c against panels [p0, p1) of b.
     auto block = [=](long long lo, long long hi, long long p0, long long p1) {
         // every panel [p0, p1) of one batch's b, packed once, at its first use (panel p at
-        // (p - p0) * k * PW), in a buffer each thread keeps between launches (no page faults)
+        // (p - p0) * k * PW), in a buffer each thread keeps between launches (no page faults),
+        // aligned to 64 bytes (whole-vector loads never straddle a cache line)
+        auto aligned = [](std::vector<T>& buf, size_t need) {
+            if (buf.size() < need + L) buf.resize(need + L);
+            return (T*)(((uintptr_t)buf.data() + 63) & ~(uintptr_t)63);
+        };
         static thread_local std::vector<T> packed;
-        const size_t need = (size_t)((p1 - p0) * k * PW);
-        if (packed.size() < need) packed.resize(need);
-        T* pks = packed.data();
+        T* pks = aligned(packed, (size_t)((p1 - p0) * k * PW));
         static thread_local std::vector<T> apacked;  // under ta: one row block of op(a)
-        if (ta && apacked.size() < (size_t)(MC * k)) apacked.resize((size_t)(MC * k));
-        T* pa = apacked.data();
+        T* pa = packa ? aligned(apacked, (size_t)(MC * k)) : nullptr;
         for (long long s0 = lo; s0 < hi;) {  // the rows of one batch at a time
             const long long bi = s0 / m, send = hi < (bi + 1) * m ? hi : (bi + 1) * m;
             for (long long rb = s0; rb < send; rb += MC) {  // row blocks: a's rows stay in L2
                 const long long rbe = rb + MC < send ? rb + MC : send;
-                if (ta) {  // op(a)'s rows rb..rbe: columns of a[bi], copied (exactly) in groups
-                    // of 8 rows, k-steps contiguous (pa[(g * k + kk) * 8 + r % 8]), reading
-                    // each row of a[bi] contiguously
+                if (packa) {  // op(a)'s rows rb..rbe: columns of a[bi], copied (exactly) in
+                    // groups of 8 rows, k-steps contiguous (pa[(g * k + kk) * 8 + r % 8]),
+                    // reading each row of a[bi] contiguously
                     const T* ab = a + bi * m * k + (rb - bi * m);
                     const long long w = rbe - rb;
                     for (long long g0 = 0; g0 < w; g0 += 8) {
@@ -210,38 +241,60 @@ _CPU_MATMUL = Template("""\
                     }
                 }
                 for (long long p = p0; p < p1 && p * PW < n; ++p) {
-                    const long long j0 = p * PW, j1 = j0 + PW < n ? j0 + PW : n;
-                    T* pk = pks + (p - p0) * k * PW;
-                    if (rb == s0 && !tb) {  // first use: an exact copy of b[bi][:, j0:j1]
+                    const long long j0 = p * PW, j1 = j0 + PW < n ? j0 + PW : n, w = j1 - j0;
+                    T* pw = pks + (p - p0) * k * PW;
+                    // few rows (m <= 16, or m <= 32 with b[bi] in L2: at most 4 row tiles use
+                    // a panel): a panel of whole vectors is read in place (row stride n), its
+                    // copy would cost as much as the loads it saves
+                    const bool direct =
+                        !tb && w % L == 0 &&
+                        (m <= 16 || (m <= 32 && k * n * (long long)sizeof(T) <= 262144));
+                    const T* pk = direct ? b + bi * k * n + j0 : pw;
+                    const long long bs = direct ? n : PW;  // the panel's row stride
+                    if (rb == s0 && !tb && !direct) {  // first use: an exact copy of
+                        // b[bi][:, j0:j1], zero-padded to PW columns
                         const T* bb = b + bi * k * n + j0;
-                        for (long long kk = 0; kk < k; ++kk)
-                            for (long long j = 0; j < j1 - j0; ++j)
-                                pk[kk * PW + j] = bb[kk * n + j];
-                    } else if (rb == s0) {  // op(b) = b[bi]^T: rows j0..j1 of b[bi], gathered
+                        if (w == PW)  // a constant size: inlined vector moves
+                            for (long long kk = 0; kk < k; ++kk)
+                                std::memcpy(pw + kk * PW, bb + kk * n, PW * sizeof(T));
+                        else
+                            for (long long kk = 0; kk < k; ++kk) {
+                                std::memcpy(pw + kk * PW, bb + kk * n, (size_t)w * sizeof(T));
+                                std::memset(pw + kk * PW + w, 0, (size_t)(PW - w) * sizeof(T));
+                            }
+                    } else if (rb == s0 && tb) {  // op(b) = b[bi]^T: rows j0..j1 of b[bi], gathered
                         // a cache line of k-steps at a time (KB), each row of b read a line
-                        // at a time
+                        // at a time; zero-padded to PW columns
                         constexpr long long KB = 64 / sizeof(T);
                         const T* bb = b + bi * k * n + j0 * k;
-                        const long long w = j1 - j0;
                         for (long long kb = 0; kb < k; kb += KB) {
                             const long long ke = kb + KB < k ? kb + KB : k;
                             for (long long j = 0; j < w; ++j)
                                 for (long long kk = kb; kk < ke; ++kk)
-                                    pk[kk * PW + j] = bb[j * k + kk];
+                                    pw[kk * PW + j] = bb[j * k + kk];
+                            for (long long j = w; j < PW; ++j)
+                                for (long long kk = kb; kk < ke; ++kk) pw[kk * PW + j] = (T)0;
                         }
                     }
                     for (long long k0 = 0; k0 < k; k0 += KC) {
                         const long long k1 = k0 + KC < k ? k0 + KC : k;
                         long long r = rb;
                         while (r < rbe) {
-                            if (r + 8 <= rbe) {
-                                run(Int<8>{}, r, pk, j0, j1, k0, k1, pa, rb);
+                            const long long left = rbe - r;
+                            if (left >= 8) {
+                                run(Int<8>{}, r, pk, bs, j0, j1, k0, k1, pa, rb);
                                 r += 8;
-                            } else if (r + 4 <= rbe) {
-                                run(Int<4>{}, r, pk, j0, j1, k0, k1, pa, rb);
+                            } else if (left >= 6) {
+                                run(Int<6>{}, r, pk, bs, j0, j1, k0, k1, pa, rb);
+                                r += 6;
+                            } else if (left >= 4) {
+                                run(Int<4>{}, r, pk, bs, j0, j1, k0, k1, pa, rb);
                                 r += 4;
+                            } else if (left >= 2) {
+                                run(Int<2>{}, r, pk, bs, j0, j1, k0, k1, pa, rb);
+                                r += 2;
                             } else {
-                                run(Int<1>{}, r, pk, j0, j1, k0, k1, pa, rb);
+                                run(Int<1>{}, r, pk, bs, j0, j1, k0, k1, pa, rb);
                                 r += 1;
                             }
                         }

@@ -1,0 +1,79 @@
+"""matmul / bmm across every branch of the cpu kernel's tiling, bit for bit against the numpy
+definition (both contracts, both dtypes, ta / tb, batches, special values): the row tiles
+(8, 6, 4, 2, 1 rows), the column tiles (2 or 1 whole vectors, one partial vector over a
+zero-padded panel, L or L/2 lanes wide), a k block resumed from c (KC = 256), op(a) under ta
+read in place or packed in groups of 8 rows, and panels of b read in place (m <= 16, or <= 32
+with a small b; whole vectors) or copied. Shapes are sized from the lanes L of a 64-byte
+vector; on the other backends the same shapes are one more sweep of the definition."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from gtensor.ops.linalg import INNER, serial_matmul
+from gtensor.testing import bits_equal, first_difference
+
+KC = 256  # the cpu kernel's k block (a 32 KB slice of a 2L-wide panel, either dtype)
+
+
+def _t(x: np.ndarray) -> np.ndarray:
+    """x with its last two axes swapped, as a new C-contiguous array."""
+    return np.ascontiguousarray(np.swapaxes(x, -1, -2))
+
+
+def _special(rng, shape, dtype) -> np.ndarray:
+    """Normal values with NaN, infinities, signed zeros and huge / tiny values sprinkled in."""
+    x = rng.standard_normal(shape).astype(dtype)
+    flat = x.reshape(-1)
+    fi = np.finfo(dtype)
+    picks = np.array([np.nan, np.inf, -np.inf, 0.0, -0.0, fi.max, -fi.tiny / 4, fi.max / 3,
+                      fi.tiny], dtype=dtype)
+    if flat.size:
+        at = rng.integers(0, flat.size, size=max(1, flat.size // 7))
+        flat[at] = rng.choice(picks, size=at.size)
+    return x
+
+
+def _cases(dtype: str) -> list[tuple[int, int, int, int, bool, bool]]:
+    """(batch, m, k, n, ta, tb) reaching each branch of the tiling for ``dtype``."""
+    lanes = 64 // np.dtype(dtype).itemsize
+    pw = 2 * lanes  # a packed panel's width
+    big = 131072 // np.dtype(dtype).itemsize  # op(a) above this many values: packed under ta
+    flags = [(False, False), (True, False), (False, True), (True, True)]
+    out = []
+    for m in range(1, 18):  # every row-tile mix: 8 / 6 / 4 / 2 / 1
+        out += [(1, m, 5, pw + 3, ta, tb) for ta, tb in flags]
+    for n in [*range(1, pw + 2), pw + lanes, pw + lanes + 1, 2 * pw + 3]:  # column tiles
+        out += [(1, 9, 3, n, ta, tb) for ta, tb in flags]
+    for n in (3, lanes - 1, lanes, lanes + 3, pw, pw + 5):  # a k block resumed, partial too
+        out += [(1, 7, KC + 3, n, ta, tb) for ta, tb in flags]
+    # under ta: a small (in place), one panel with a large a of few columns (in place), many
+    # panels with a large a (packed), one panel with a large a of many columns (packed)
+    out += [(1, 13, 40, 2 * pw + 1, True, False), (1, 100, big // 100 + 7, pw - 3, True, False),
+            (1, 70, big // 70 + 9, 2 * pw + 5, True, False),
+            (1, 2048 // np.dtype(dtype).itemsize + 3, 70, lanes + 1, True, True)]
+    out += [(1, 24, 300, 1100, False, False), (1, 24, 9, 200, True, False)]  # b large / small
+    out += [(3, 6, 4, lanes + 1, True, False), (2, 13, 9, pw + 1, True, True),  # batches
+            (2, 9, 5, pw + lanes, False, False), (2, 40, 5, pw + lanes, True, False),
+            (2, 70, big // 70 + 9, 2 * pw + 5, True, False), (3, 11, KC + 1, 5, False, True)]
+    return out
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+@pytest.mark.parametrize("inner", INNER)
+def test_matmul_tiles_bitwise(be, dtype, inner):
+    """Every tiling branch equals the serial definition, normal and special values."""
+    rng = np.random.default_rng(21)
+    for batch, m, k, n, ta, tb in _cases(dtype):
+        for special in (False, True):
+            make = _special if special else (lambda r, s, d: r.standard_normal(s).astype(d))
+            a, b = make(rng, (batch, m, k), dtype), make(rng, (batch, k, n), dtype)
+            if batch == 1:
+                a, b = a[0], b[0]
+            fn = be.matmul if batch == 1 else be.bmm
+            got = be.to_numpy(fn(be.asarray(_t(a) if ta else a), be.asarray(_t(b) if tb else b),
+                                 inner=inner, ta=ta, tb=tb))
+            ref = serial_matmul(a, b, inner)
+            tag = f"{dtype} {inner} batch={batch} {m}x{k}x{n} ta={ta} tb={tb} special={special}"
+            assert got.shape == ref.shape, tag
+            assert bits_equal(ref, got), f"{tag}: {first_difference(ref, got)}"
