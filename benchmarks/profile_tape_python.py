@@ -28,14 +28,8 @@ NODES = 100  # nodes recorded per timed block of the per-op table
 
 def lora_phases(dtype: str, steps: int) -> dict[str, float]:
     """Median ms per phase of the LoRA step (forward, backward, Adam, reset_to), stubbed."""
-    model = bench.Qwen2.random(bench.CFG, seed=0, dtype=dtype)
-    lora = bench.LoRA(model, r=bench.R, alpha=bench.ALPHA, seed=0)
-    tp = gtape.Tape("cpu", dtype)
-    lora.attach(tp)
-    opt = bench.Adam(tp, lr=bench.LR)
-    for p in lora.params():
-        opt.add(p)
-    ids, mark = bench._ids(), tp.mark()
+    lora, tp, opt, ids = bench.tape_setup("cpu", dtype)
+    mark = tp.mark()
 
     def step() -> tuple[float, ...]:
         t0 = time.process_time()
