@@ -50,17 +50,23 @@ def _ids() -> np.ndarray:
     return np.random.default_rng(0).integers(0, CFG.vocab_size, T)
 
 
+def tape_setup(backend: str, dtype: str, inner: str = "plain"
+               ) -> tuple[LoRA, gtape.Tape, Adam, np.ndarray]:
+    """The benchmark's model and adapters on a new tape, with Adam on them, and the ids."""
+    model = Qwen2.random(CFG, seed=0, dtype=dtype)
+    lora = LoRA(model, r=R, alpha=ALPHA, seed=0)
+    tp = gtape.Tape(backend, dtype, inner=inner)
+    lora.attach(tp)
+    opt = Adam(tp, lr=LR)
+    for p in lora.params():
+        opt.add(p)
+    return lora, tp, opt, _ids()
+
+
 def tape_step(backend: str, inner: str = "plain") -> Callable[[str], Step]:
     """Our tape on ``backend`` under contract ``inner``: the mark/reset loop body of rung 3."""
     def make(dtype: str) -> Step:
-        model = Qwen2.random(CFG, seed=0, dtype=dtype)
-        lora = LoRA(model, r=R, alpha=ALPHA, seed=0)
-        tp = gtape.Tape(backend, dtype, inner=inner)
-        lora.attach(tp)
-        opt = Adam(tp, lr=LR)
-        for p in lora.params():
-            opt.add(p)
-        ids = _ids()
+        lora, tp, opt, ids = tape_setup(backend, dtype, inner)
         return tape_loop_step(tp, opt, lambda: lora.loss(tp, ids))
     return make
 

@@ -20,7 +20,6 @@ from typing import Any
 
 import _paths  # noqa: F401  (first of ours: puts the repository's packages on sys.path)
 import bench_lora_step as bench  # noqa: E402
-import gtape  # noqa: E402
 from gtensor.backends.cpu_backend import CpuBackend  # noqa: E402
 
 
@@ -43,14 +42,7 @@ def profile(dtype: str, inner: str, steps: int) -> tuple[dict, list[tuple[float,
         stats[key][1] += dt
         return result
 
-    model = bench.Qwen2.random(bench.CFG, seed=0, dtype=dtype)
-    lora = bench.LoRA(model, r=bench.R, alpha=bench.ALPHA, seed=0)
-    tp = gtape.Tape("cpu", dtype, inner=inner)
-    lora.attach(tp)
-    opt = bench.Adam(tp, lr=bench.LR)
-    for p in lora.params():
-        opt.add(p)
-    ids = bench._ids()
+    lora, tp, opt, ids = bench.tape_setup("cpu", dtype, inner)
     mark = tp.mark()
 
     def step(timing: bool) -> tuple[float, float, float]:

@@ -1,4 +1,5 @@
-"""The rung-1 autoencoder step (Adam + L2 + clip) trained per node, fused, and on the tape."""
+"""The rung-1 autoencoder step (Adam + L2 + clip) trained per node, fused, and on the tape;
+node-by-node comparisons of two runs of one captured graph."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import gtape as g
 import numpy as np
 from ggpu_fuse import fuse
 from ggpu_replay import capture
+from gtensor.testing import bits_equal, first_difference
 
 SIZES = [6, 32, 16, 32, 6]
 BATCH = 40
@@ -69,3 +71,32 @@ def train(engine: str, device: str, episodes: int, dtype: str = "float64",
         losses.append(prog.loss())
     prog.sync_params(tp)
     return losses, [p.numpy() for p in ps], prog
+
+
+def node_bits(run, count: int | None = None) -> list[tuple]:
+    """(value, gradient or None) of each of the first ``count`` nodes (default: all) of a
+    program or tape."""
+    return [(run.value_at(i), run.grad_at(i)) for i in range(
+        len(run.nodes) if count is None else count)]
+
+
+def assert_same_nodes(want: list[tuple], got: list[tuple], label: str = "") -> None:
+    """Each node's value and gradient (``node_bits``) in ``got`` has the bits of ``want``'s."""
+    for i, ((a, ga), (b, gb)) in enumerate(zip(want, got, strict=True)):
+        assert bits_equal(a, b), f"{label}node {i} value: {first_difference(a, b)}"
+        assert (ga is None) == (gb is None), f"{label}node {i}: a gradient on one side only"
+        if ga is not None:
+            assert bits_equal(ga, gb), f"{label}node {i} grad: {first_difference(ga, gb)}"
+
+
+def assert_fused_first_is_per_node(prog, fp, x, new: np.ndarray, label: str = "") -> None:
+    """``fp`` (``fuse(prog)``) run on input ``new``, then ``prog``: every node's bits agree."""
+    # the two share every buffer: the fused program runs FIRST on the new input, so a buffer
+    # it fails to rewrite still holds capture-time data (the per-node run would refresh it)
+    fp.set_input(x, new)
+    fp.forward()
+    fp.backward()
+    got = node_bits(fp, len(prog.nodes))
+    prog.forward()
+    prog.backward()
+    assert_same_nodes(node_bits(prog), got, label)

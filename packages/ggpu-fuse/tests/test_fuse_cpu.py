@@ -6,12 +6,12 @@ from __future__ import annotations
 import gtape as g
 import numpy as np
 import pytest
-from fuse_testutil import train
+from fuse_testutil import assert_fused_first_is_per_node, train
 from ggpu_fuse import fuse
 from ggpu_fuse.cpu_program import CompiledCpuProgram
 from ggpu_replay import capture
 from gtensor import testing
-from gtensor.testing import bits_equal, first_difference
+from gtensor.testing import bits_equal, cpu_thread_runs, first_difference
 from test_fuse_graphs import D, R, _build
 
 EPISODES = 40
@@ -73,17 +73,13 @@ def test_compiled_run_is_bitwise_the_per_node_replay_and_the_tape(dtype, inner):
 
 
 @pytest.mark.default_plan
-def test_loops_split_across_threads_give_the_same_bits(monkeypatch):
+def test_loops_split_across_threads_give_the_same_bits():
     want_l, want_p, _ = train("replay", "cpu", 6)
     _, _, prog = train("fused", "cpu", 2)  # compiles (and loads) the three phases
-    monkeypatch.setenv("GTENSOR_CPU_THREADS", "2")
     modules = [prog.fused(p).module for p in ("forward", "backward", "step")]
-    old = [m.set_parallel_work(1) for m in modules]  # every loop with 2+ blocks splits
-    try:
-        got_l, got_p, _ = train("fused", "cpu", 6)
-    finally:
-        for m, w in zip(modules, old):
-            m.set_parallel_work(w)
+    with cpu_thread_runs(*modules, threads=("2",)) as runs:  # every loop of 2+ blocks splits
+        for _ in runs:
+            got_l, got_p, _ = train("fused", "cpu", 6)
     _same_run((want_l, want_p), (got_l, got_p), "compiled step on 2 threads")
 
 
@@ -109,20 +105,7 @@ def _check_mix(steps: list[str]) -> None:
     tp, x, loss, rng = _build(steps, 3)
     prog = capture(tp, loss, backend="cpu")
     fp = fuse(prog)
-    # the compiled program runs FIRST on the new input: a buffer it fails to rewrite still
-    # holds capture-time data
-    fp.set_input(x, rng.normal(size=(R, D)))
-    fp.forward()
-    fp.backward()
-    got = [(fp.value_at(i), fp.grad_at(i)) for i in range(len(prog.nodes))]
-    prog.forward()
-    prog.backward()
-    for i, (b, gb) in enumerate(got):
-        a, ga = prog.value_at(i), prog.grad_at(i)
-        assert bits_equal(a, b), f"{steps} node {i} value: {first_difference(a, b)}"
-        assert (ga is None) == (gb is None), f"{steps} node {i}: a gradient on one side only"
-        if ga is not None:
-            assert bits_equal(ga, gb), f"{steps} node {i} grad: {first_difference(ga, gb)}"
+    assert_fused_first_is_per_node(prog, fp, x, rng.normal(size=(R, D)), f"{steps} ")
     assert len(fp.fused("forward").units) == 1
 
 

@@ -6,9 +6,10 @@ from __future__ import annotations
 import gtape as g
 import numpy as np
 import pytest
+from fuse_testutil import assert_fused_first_is_per_node, assert_same_nodes, node_bits
 from ggpu_fuse import fuse, worthwhile
 from ggpu_replay import capture
-from gtensor.testing import bits_equal, first_difference
+from gtensor.testing import bits_equal
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -52,13 +53,7 @@ def _build(steps: list[str], seed: int):
 
 
 def _compare(prog, fp) -> None:
-    for i in range(len(prog.nodes)):
-        a, b = prog.value_at(i), fp.value_at(i)
-        assert bits_equal(a, b), f"node {i} ({prog.nodes[i].name}) value: {first_difference(a, b)}"
-        ga, gb = prog.grad_at(i), fp.grad_at(i)
-        assert (ga is None) == (gb is None), f"node {i}: a gradient buffer on one side only"
-        if ga is not None:
-            assert bits_equal(ga, gb), f"node {i} grad: {first_difference(ga, gb)}"
+    assert_same_nodes(node_bits(prog), node_bits(fp))
 
 
 # NOTE: each example compiles and loads its own module (~35 MB of reserved fiber stacks on
@@ -82,21 +77,7 @@ def _fused_is_per_node(device: str, steps: list[str], seed: int) -> None:
     tp, x, loss, rng = _build(steps, seed)
     prog = capture(tp, loss, backend=device)
     fp = fuse(prog)
-    new = rng.normal(size=(R, D))
-    # the two share every buffer: the fused program runs FIRST on the new input, so a buffer
-    # it fails to rewrite still holds capture-time data (the per-node run would refresh it)
-    fp.set_input(x, new)
-    fp.forward()
-    fp.backward()
-    got = [(fp.value_at(i), fp.grad_at(i)) for i in range(len(prog.nodes))]
-    prog.forward()
-    prog.backward()
-    for i, (b, gb) in enumerate(got):
-        a, ga = prog.value_at(i), prog.grad_at(i)
-        assert bits_equal(a, b), f"{steps} node {i} value: {first_difference(a, b)}"
-        assert (ga is None) == (gb is None), f"{steps} node {i}: a gradient on one side only"
-        if ga is not None:
-            assert bits_equal(ga, gb), f"{steps} node {i} grad: {first_difference(ga, gb)}"
+    assert_fused_first_is_per_node(prog, fp, x, rng.normal(size=(R, D)), f"{steps} ")
     fwd = fp.fused("forward")
     # one unit per segment; the loss's scalar chain always fuses, so launches are saved
     assert len(fwd.units) == len(fwd.segments)
@@ -141,11 +122,6 @@ def test_worthwhile_only_on_cuda(device):
     assert worthwhile(prog) is (device == "cuda")
 
 
-def test_fuse_refuses_what_is_not_a_program():
-    with pytest.raises(TypeError, match="expected a ggpu_replay Program"):
-        fuse("prog")
-
-
 @pytest.mark.default_plan
 def test_the_tests_see_a_missing_barrier(device, monkeypatch):
     """Without the __syncthreads between launches of a row kernel, rows are read before they
@@ -175,8 +151,9 @@ def test_the_tests_see_a_missing_barrier(device, monkeypatch):
     assert any(not bits_equal(prog.value_at(i), v) for i, v in enumerate(racy_values))
 
 
-def test_fuse_refuses_what_is_not_a_program():
+@pytest.mark.parametrize("what", ["str", "Var"])
+def test_fuse_refuses_what_is_not_a_program(what):
     # (a cpu program compiles: test_fuse_cpu.py, in the cpu session)
     tp, x, loss, _ = _build(["tanh"], 0)
-    with pytest.raises(TypeError, match="expected a ggpu_replay Program, got Var"):
-        fuse(loss)
+    with pytest.raises(TypeError, match=f"expected a ggpu_replay Program, got {what}"):
+        fuse({"str": "prog", "Var": loss}[what])

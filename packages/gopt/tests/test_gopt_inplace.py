@@ -23,27 +23,31 @@ def _copies(be, pairs):
     return run
 
 
+def _old_moments(opt, be, ws, i, slot, p, g_, scale, clip):
+    """Adam's and AdamW's first step as it was: the new m and v out of place, into ``ws``."""
+    shape, a = slot.shape, slot.alpha
+    m, v = slot.state["m"], slot.state["v"]
+    m_new = be.adam_m(m, g_, p, scale, opt._b1, a, clip, out=ws(("adam_m", i), shape))
+    v_new = be.adam_v(v, g_, p, scale, opt._b2, a, clip, out=ws(("adam_v", i), shape))
+    return [(m_new, m), (v_new, v)]
+
+
 class OldAdam(Adam):
     """Adam as it was: three out-of-place ops, then three copies."""
 
     def _update(self, be, ws, i, slot, p, g_, scale, clip):
-        shape, a = slot.shape, slot.alpha
-        m, v = slot.state["m"], slot.state["v"]
-        m_new = be.adam_m(m, g_, p, scale, self._b1, a, clip, out=ws(("adam_m", i), shape))
-        v_new = be.adam_v(v, g_, p, scale, self._b2, a, clip, out=ws(("adam_v", i), shape))
+        (m_new, _), (v_new, _) = moved = _old_moments(self, be, ws, i, slot, p, g_, scale, clip)
         p_new = be.adam_p(p, m_new, v_new, ws("adam_lr_t", ()), self._eps,
-                          out=ws(("new", i), shape))
-        return _copies(be, [(m_new, m), (v_new, v), (p_new, p)])
+                          out=ws(("new", i), slot.shape))
+        return _copies(be, [*moved, (p_new, p)])
 
 
 class OldAdamW(AdamW):
     """AdamW as it was: adam_m, adam_v, then sqrt, div, adds, mul, div, mul, sub."""
 
     def _update(self, be, ws, i, slot, p, g_, scale, clip):
-        shape, a = slot.shape, slot.alpha
-        m, v = slot.state["m"], slot.state["v"]
-        m_new = be.adam_m(m, g_, p, scale, self._b1, a, clip, out=ws(("adam_m", i), shape))
-        v_new = be.adam_v(v, g_, p, scale, self._b2, a, clip, out=ws(("adam_v", i), shape))
+        shape = slot.shape
+        (m_new, _), (v_new, _) = moved = _old_moments(self, be, ws, i, slot, p, g_, scale, clip)
         s1, s2, s3 = (ws((f"adamw_{k}", i), shape) for k in "abc")
         be.sqrt(v_new, out=s1)
         be.div(s1, ws("adamw_bc2", ()), out=s2)
@@ -52,7 +56,7 @@ class OldAdamW(AdamW):
         q = be.div(num, den, out=s3)
         decayed = be.mul(p, ws("adamw_decay", ()), out=s1)
         p_new = be.sub(decayed, q, out=ws(("new", i), shape))
-        return _copies(be, [(m_new, m), (v_new, v), (p_new, p)])
+        return _copies(be, [*moved, (p_new, p)])
 
 
 class OldSGD(SGD):

@@ -9,8 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from gtensor.runtime import cpu as cpu_runtime
-from gtensor.testing import bits_equal, first_difference
+from gtensor.testing import bits_equal, cpu_thread_runs, first_difference
 
 SPECIAL = np.array([np.inf, -np.inf, np.nan, -0.0, 0.0, 1e300, -1e300, 2.5])
 
@@ -37,26 +36,19 @@ CASES = [(a, n, k, b, ignore)
 
 @pytest.mark.parametrize("dtype", ["float64", "float32"])
 @pytest.mark.parametrize("a,n,k,b,ignore", CASES)
-def test_take_along_axis_grad_bitwise(ref, other, monkeypatch, a, n, k, b, ignore, dtype):
+def test_take_along_axis_grad_bitwise(ref, other, a, n, k, b, ignore, dtype):
     if n == 4096 and a * b > 8 and other.name != "cpu":
         pytest.skip("the vocabulary-sized case with many rows only on cpu (fast there)")
     g, ids = _case(np.random.default_rng(a * 1000 + n + k), a, n, k, b, dtype, ignore)
     attrs = {"n": n, "axis": 1, "ignore": ignore}
     want = ref.to_numpy(ref.apply("take_along_axis_grad",
                                   [ref.asarray(g), ref.asarray(ids, dtype="int64")], **attrs))
-    threads = ("1", "2") if other.name == "cpu" else (None,)
-    old = other.module.set_parallel_work(1) if other.name == "cpu" else None
-    try:
+    with cpu_thread_runs(other) as threads:
         for t in threads:
-            if t is not None:
-                monkeypatch.setenv(cpu_runtime.THREADS_ENV, t)
             got = other.to_numpy(other.apply(
                 "take_along_axis_grad", [other.asarray(g), other.asarray(ids, dtype="int64")],
                 **attrs))
             assert bits_equal(want, got), f"threads={t}: {first_difference(want, got)}"
-    finally:
-        if old is not None:
-            other.module.set_parallel_work(old)
 
 
 def test_first_contribution_starts_the_sum(ref, other):

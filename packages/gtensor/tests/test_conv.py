@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from cases import CASES, case_inputs
 from gtensor import conv_loops as cl
-from gtensor.testing import bits_equal, first_difference
+from gtensor.testing import bits_equal, cpu_thread_runs, first_difference
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -297,13 +297,11 @@ def test_bad_input_is_refused(be, op, shapes, attrs, exc, match):
 
 @pytest.mark.parametrize("inner", ["plain", "fma"])
 @pytest.mark.parametrize("dtype", ["float64", "float32"])
-def test_cpu_thread_splits_change_no_bit(be, ref, monkeypatch, dtype, inner):
+def test_cpu_thread_splits_change_no_bit(be, ref, dtype, inner):
     """The cpu kernels split across 1, 2 and 3 threads (split threshold lowered to 1): images,
     weight-gradient channels and planes end mid-tile; every result equals numpy's bits."""
     if be.name != "cpu":
         pytest.skip("the cpu backend's thread splits")
-    from gtensor.runtime import cpu as cpu_runtime
-
     rng = np.random.default_rng(5)
     x, w = rng.standard_normal((5, 3, 7, 6)).astype(dtype), rng.standard_normal((7, 3, 3, 3))
     w = w.astype(dtype)
@@ -316,14 +314,10 @@ def test_cpu_thread_splits_change_no_bit(be, ref, monkeypatch, dtype, inner):
              ("max_pool2d", (x,), {"kernel": 3, "stride": 2}),
              ("max_pool2d_grad", (p, x), {"kernel": 3, "stride": 2}),
              ("avg_pool2d_grad", (p,), {"kernel": 3, "stride": 2, "size": (7, 6)})]
-    old = be.module.set_parallel_work(1)
-    try:
+    with cpu_thread_runs(be, threads=("1", "2", "3")) as runs:
         for op, args, attrs in calls:
             want = _run(ref, op, list(args), **attrs)
-            for threads in ("1", "2", "3"):
-                monkeypatch.setenv(cpu_runtime.THREADS_ENV, threads)
+            for threads in runs:
                 got = _run(be, op, list(args), **attrs)
                 assert bits_equal(want, got), f"{op} threads={threads}: " \
                                               f"{first_difference(want, got)}"
-    finally:
-        be.module.set_parallel_work(old)

@@ -8,7 +8,7 @@ import pytest
 from gtensor.dtypes import F64
 from gtensor.recording import Recorder
 from gtensor.runtime import cpu as cpu_runtime
-from gtensor.testing import bits_equal, first_difference
+from gtensor.testing import bits_equal, cpu_thread_runs, first_difference
 
 
 @pytest.fixture(scope="module")
@@ -53,20 +53,16 @@ def _calls(rng, dtype):
 
 
 @pytest.mark.parametrize("dtype", ["float64", "float32"])
-def test_thread_count_changes_no_bit(cpu, monkeypatch, dtype):
+def test_thread_count_changes_no_bit(cpu, dtype):
     """Every kernel split across 1, 2 and 3 threads (split threshold lowered to 1)."""
     ref = gtensor.backend("numpy")
-    old = cpu.module.set_parallel_work(1)
-    try:
+    with cpu_thread_runs(cpu, threads=("1", "2", "3")) as runs:
         for op, args, attrs in _calls(np.random.default_rng(3), dtype):
             want = ref.to_numpy(getattr(ref, op)(*[ref.asarray(x) for x in args], **attrs))
-            for threads in ("1", "2", "3"):
-                monkeypatch.setenv(cpu_runtime.THREADS_ENV, threads)
+            for threads in runs:
                 got = cpu.to_numpy(getattr(cpu, op)(*[cpu.asarray(x) for x in args], **attrs))
                 assert bits_equal(want, got), f"{op} {dtype} threads={threads}: " \
                                               f"{first_difference(want, got)}"
-    finally:
-        cpu.module.set_parallel_work(old)
 
 
 def test_plans_tell_apart_what_compares_equal(cpu):

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from gtensor.ops.linalg import INNER, serial_matmul
 from gtensor.runtime import cpu as cpu_runtime
-from gtensor.testing import bits_equal, first_difference
+from gtensor.testing import bits_equal, cpu_thread_runs, first_difference
 
 # (m, k, n): 1, 7, 17, 33, 65 cross the cpu register tiles (8 / 6 / 4 / 2 / 1 rows, 2 / 1
 # whole vectors of L lanes, a partial one) and the packed panel (2L columns); 260 crosses a k
@@ -76,24 +76,21 @@ def test_flagged_bmm_is_transpose_then_bmm(be, dtype, inner):
 
 
 @pytest.mark.parametrize("threads", ["1", "2"])
-def test_flagged_matmul_thread_counts(be, monkeypatch, threads):
+def test_flagged_matmul_thread_counts(be, threads):
     """The cpu kernel's row and panel splits (work threshold lowered to 1) change no bit."""
     if be.name != "cpu":
         pytest.skip("thread counts are the cpu backend's")
-    monkeypatch.setenv(cpu_runtime.THREADS_ENV, threads)
-    old = be.module.set_parallel_work(1)
-    try:
-        rng = np.random.default_rng(13)
-        for m, k, n in [(9, 130, 200), (65, 33, 17), (200, 64, 70), (21, 203, 97)]:
-            for inner in INNER:
-                for ta, tb in FLAGS:
-                    a = rng.standard_normal((m, k))
-                    b = rng.standard_normal((k, n))
-                    _check(be, "matmul", a, b, inner, ta, tb, f"threads={threads}")
-                    _check(be, "bmm", np.stack([a, a[::-1]]), np.stack([b, -b]), inner, ta, tb,
-                           f"threads={threads}")
-    finally:
-        be.module.set_parallel_work(old)
+    with cpu_thread_runs(be, threads=(threads,)) as runs:
+        for _ in runs:
+            rng = np.random.default_rng(13)
+            for m, k, n in [(9, 130, 200), (65, 33, 17), (200, 64, 70), (21, 203, 97)]:
+                for inner in INNER:
+                    for ta, tb in FLAGS:
+                        a = rng.standard_normal((m, k))
+                        b = rng.standard_normal((k, n))
+                        _check(be, "matmul", a, b, inner, ta, tb, f"threads={threads}")
+                        _check(be, "bmm", np.stack([a, a[::-1]]), np.stack([b, -b]), inner,
+                               ta, tb, f"threads={threads}")
 
 
 def test_flagged_vjps_match_explicit_transposes(be):

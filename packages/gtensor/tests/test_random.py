@@ -7,8 +7,7 @@ import numpy as np
 import pytest
 from gtensor import philox
 from gtensor.ops import random as rops
-from gtensor.runtime import cpu as cpu_runtime
-from gtensor.testing import bits_equal, first_difference
+from gtensor.testing import bits_equal, cpu_thread_runs, first_difference
 
 KEYS = [(0, 0), (42, 0), (2**64 - 1, 2**64 - 1), (0x0123456789ABCDEF, 0xFEDCBA9876543210),
         (3, 2**63)]
@@ -46,7 +45,7 @@ def test_many_blocks_of_the_grid(be):
 
 
 @pytest.mark.parametrize("dtype", ["float64", "float32"])
-def test_thread_count_changes_no_bit(monkeypatch, dtype):
+def test_thread_count_changes_no_bit(dtype):
     """The cpu kernels with 1, 2 and 3 threads (parallel split threshold lowered to 1; with 3
     threads the chunks of 1023 outputs start inside a Philox block)."""
     import gtensor
@@ -63,19 +62,15 @@ def test_thread_count_changes_no_bit(monkeypatch, dtype):
              ("rng_uniform", (key,), {"shape": (1023,), "dtype": dtype}),
              ("rng_normal", (key,), {"shape": (1023,), "dtype": dtype}),
              ("dropout", (x, key), {"p": 0.3})]
-    old = cpu.module.set_parallel_work(1)
-    try:
+    with cpu_thread_runs(cpu, threads=("1", "2", "3")) as runs:
         for op, args, attrs in calls:
             want = ref.to_numpy(getattr(ref, op)(*[ref.asarray(a, dtype=a.dtype) for a in args],
                                                   **attrs))
-            for threads in ("1", "2", "3"):
-                monkeypatch.setenv(cpu_runtime.THREADS_ENV, threads)
+            for threads in runs:
                 got = cpu.to_numpy(getattr(cpu, op)(
                     *[cpu.asarray(a, dtype=a.dtype) for a in args], **attrs))
                 assert bits_equal(want, got), f"{op} threads={threads}: " \
                                               f"{first_difference(want, got)}"
-    finally:
-        cpu.module.set_parallel_work(old)
 
 
 @pytest.mark.parametrize("dtype", ["float64", "float32"])

@@ -9,8 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from gtensor.runtime import cpu as cpu_runtime
-from gtensor.testing import bits_equal, first_difference
+from gtensor.testing import bits_equal, cpu_thread_runs, first_difference
 
 SPECIAL = np.array([np.inf, -np.inf, np.nan, -0.0, 0.0, 1e300, -1e300])
 
@@ -38,20 +37,13 @@ def _x(shape: tuple, dtype: str, seed: int, axis: int) -> np.ndarray:
 
 @pytest.mark.parametrize("dtype", ["float64", "float32"])
 @pytest.mark.parametrize("shape,op,attrs", CASES)
-def test_reduce_runs_bitwise(ref, other, monkeypatch, shape, op, attrs, dtype):
+def test_reduce_runs_bitwise(ref, other, shape, op, attrs, dtype):
     axis = attrs["axis"] if "axis" in attrs else \
         next(i for i, (a, b) in enumerate(zip(shape, attrs["shape"])) if a != b)
     x = _x(shape, dtype, len(shape) * 100 + shape[-1], axis)
     want = ref.to_numpy(ref.apply(op, [ref.asarray(x)], **attrs))
-    threads = ("1", "2") if other.name == "cpu" else (None,)
-    old = other.module.set_parallel_work(1) if other.name == "cpu" else None
-    try:
+    with cpu_thread_runs(other) as threads:
         for t in threads:
-            if t is not None:
-                monkeypatch.setenv(cpu_runtime.THREADS_ENV, t)
             got = other.to_numpy(other.apply(op, [other.asarray(x)], **attrs))
             assert bits_equal(want, got), f"{op} {shape} threads={t}: " \
                                           f"{first_difference(want, got)}"
-    finally:
-        if old is not None:
-            other.module.set_parallel_work(old)

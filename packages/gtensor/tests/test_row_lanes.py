@@ -11,8 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from gtensor.runtime import cpu as cpu_runtime
-from gtensor.testing import bits_equal, first_difference
+from gtensor.testing import bits_equal, cpu_thread_runs, first_difference
 
 OPS = {"softmax": 1, "softmax_grad": 2, "log_softmax": 1, "log_softmax_grad": 2,
        "logsumexp": 1}
@@ -81,17 +80,10 @@ def _cases(op: str, n: int, dtype: str) -> list[tuple[list[np.ndarray], int, str
 @pytest.mark.parametrize("dtype", ["float64", "float32"])
 @pytest.mark.parametrize("n", ROW_LENGTHS)
 @pytest.mark.parametrize("op", list(OPS))
-def test_row_ops_bitwise_with_special_rows(ref, other, monkeypatch, op, n, dtype):
+def test_row_ops_bitwise_with_special_rows(ref, other, op, n, dtype):
     cases = _cases(op, n, dtype)
-    if other.name != "cpu":
-        for arrays, axis, label in cases:
-            _check(ref, other, op, arrays, axis, label)
-        return
-    old = other.module.set_parallel_work(1)
-    try:
-        for threads in ("1", "2"):
-            monkeypatch.setenv(cpu_runtime.THREADS_ENV, threads)
+    with cpu_thread_runs(other) as runs:
+        for threads in runs:
             for arrays, axis, label in cases:
-                _check(ref, other, op, arrays, axis, f"{label}, {threads} threads")
-    finally:
-        other.module.set_parallel_work(old)
+                _check(ref, other, op, arrays, axis,
+                       label if threads is None else f"{label}, {threads} threads")

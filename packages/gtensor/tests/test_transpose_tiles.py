@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from gtensor.runtime import cpu as cpu_runtime
+from gtensor.testing import cpu_thread_runs
 
 CASES = [((256, 4096), None), ((4096, 256), None), ((256, 256), None), ((128, 256), None),
          ((704, 256), None), ((256, 704), None), ((33, 512), None), ((512, 37), None),
@@ -30,22 +30,15 @@ def _x(shape: tuple, dtype: str) -> np.ndarray:
 
 @pytest.mark.parametrize("dtype", ["float64", "float32"])
 @pytest.mark.parametrize("shape,axes", CASES)
-def test_transpose_raw_bits(ref, other, monkeypatch, shape, axes, dtype):
+def test_transpose_raw_bits(ref, other, shape, axes, dtype):
     x = _x(shape, dtype)
     ui = np.uint64 if dtype == "float64" else np.uint32
     want = ref.to_numpy(ref.apply("transpose", [ref.asarray(x)], axes=axes))
     assert want.view(ui).tobytes() == np.transpose(x, axes).copy().view(ui).tobytes()
-    threads = ("1", "2") if other.name == "cpu" else (None,)
-    old = other.module.set_parallel_work(1) if other.name == "cpu" else None
-    try:
+    with cpu_thread_runs(other) as threads:
         for t in threads:
-            if t is not None:
-                monkeypatch.setenv(cpu_runtime.THREADS_ENV, t)
             got = other.to_numpy(other.apply("transpose", [other.asarray(x)], axes=axes))
             assert got.shape == want.shape
             diff = np.flatnonzero(got.view(ui) != want.view(ui))
             assert diff.size == 0, f"threads={t}: {diff.size} elements differ, first at " \
                                    f"flat {diff[:1]}"
-    finally:
-        if old is not None:
-            other.module.set_parallel_work(old)

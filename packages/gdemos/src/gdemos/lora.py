@@ -69,6 +69,7 @@ class LoRA:
         self._tp: gtape.Tape | None = None
         self._params: dict[str, gtape.Var] = {}
         self._base: dict[str, gtape.Var] = {}
+        self._tables: dict[tuple, tuple[np.ndarray, ...]] = {}  # _host_tables, by length
 
     def names(self) -> list[str]:
         """The PEFT parameter names, in PEFT's ``named_parameters`` order (A before B)."""
@@ -126,15 +127,29 @@ class LoRA:
         logits = self._forward(tp, ids, rows=len(ids) - 1)
         return qm.cross_entropy(qm.TapeOps(tp), logits, ids[1:])
 
+    def _host_tables(self, n: int) -> tuple[np.ndarray, ...]:
+        """(cos, sin, causal mask) of positions 0..n-1, computed once per length (read-only:
+        ``tp.const`` copies them in)."""
+        key = (n, self.model.config, self.model.dtype)
+        tables = self._tables.get(key)
+        if tables is None:
+            cfg, dt = self.model.config, self.model.dtype
+            tables = (*qm.rotary_tables(cfg, n, dt), qm.causal_mask(n, 0, dt))
+            for a in tables:
+                a.setflags(write=False)
+            if len(self._tables) >= 8:
+                self._tables.clear()
+            self._tables[key] = tables
+        return tables
+
     def _forward(self, tp: gtape.Tape, ids: Sequence[int], rows: int | None) -> gtape.Var:
         self._check_tape(tp, "loss")
         ops = qm.TapeOps(tp)
-        cfg, dt = self.model.config, self.model.dtype
+        cfg = self.model.config
         ids = self.model.check_ids(ids, "LoRA.logits" if rows is None else "LoRA.loss")
-        cos, sin = qm.rotary_tables(cfg, len(ids), dt)
+        cos, sin, mask = self._host_tables(len(ids))
         h = qm.hidden(ops, cfg, self._base, qm.embed(ops, self._base, ids), tp.const(cos),
-                      tp.const(sin), tp.const(qm.causal_mask(len(ids), 0, dt)),
-                      adapters=self._adapters(tp))
+                      tp.const(sin), tp.const(mask), adapters=self._adapters(tp))
         if rows is not None:
             h = gtape.slice(h, 0, 0, rows)
         return qm.head(ops, cfg, self._base, h)

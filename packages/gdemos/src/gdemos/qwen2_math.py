@@ -147,7 +147,9 @@ class TapeOps:
         return self.tp.const(x)
 
     def __getattr__(self, name: str) -> Any:
-        return getattr(gtape, name)
+        fn = getattr(gtape, name)
+        setattr(self, name, fn)  # the next lookup finds it on the instance
+        return fn
 
 
 class ArrayOps:

@@ -48,7 +48,7 @@ def apply(name: Op | str, operands: Sequence[Operand], **attrs: Any) -> Var:
         what = name.name if isinstance(name, Op) else name
         raise TypeError(f"{what}: expected at least one Var of a Tape among the operands, "
                         f"got {got}")
-    return tape._record(name, list(operands), attrs)
+    return tape._record(name, operands, attrs)
 
 
 # ---------------------------------------------------------------- elementwise, binary

@@ -18,6 +18,8 @@ import numpy as np
 from gtensor import Op, describe
 from gtensor.dtypes import BOOL, FLOAT, INT, TYPE_DTYPES
 from gtensor.ops.linalg import INNER
+from gtensor.ops.registry import REGISTRY as _OPS
+from gtensor.ops.registry import attr_key
 from gtensor.recording import record, recordable
 
 from . import backward as _backward
@@ -32,6 +34,7 @@ from .var import Var
 __all__ = ["GROWTH_WARNING_AFTER", "Mark", "Node", "Tape", "TapeGrowthWarning"]
 
 _tape_ids = itertools.count(1)
+CALL_CACHE = 4096  # (op, attrs, input shapes) -> out shape, attrs, dtype kept per tape
 
 
 @dataclass(frozen=True)
@@ -82,6 +85,7 @@ class Tape(NodeTable, Freshness):
         self._grad_loss: int | None = None  # the loss of the last backward (None after reset)
         self._grad_vars: tuple[int, dict] | None = None  # create_graph backward's gradient Vars
         self._names: dict[int, tuple[int, str]] = {}  # const node -> (serial, name): ``const``
+        self._calls: dict[tuple, tuple] = {}  # _record's shape work, by call (CALL_CACHE)
 
     # ---------------------------------------------------------------- properties
     @property
@@ -380,18 +384,21 @@ class Tape(NodeTable, Freshness):
         Everything is checked and computed before anything is appended, so a failing call
         leaves the tape exactly as it was.
         """
-        op = name if isinstance(name, Op) else gtensor.ops.get(name)
+        op = _OPS.get(name) if type(name) is str else None  # an op name: the common case
+        if op is None:
+            op = name if isinstance(name, Op) else gtensor.ops.get(name)  # raises if unknown
         if self._closed:
             self._check_open(op.name)
         values, serial = self._values, self._serial
         n = len(values)
         arrays, idx, consts = [], [], []
-        for k, x in enumerate(operands):
+        for x in operands:
             if type(x) is Var and x._tape is self and x._index < n and (
                     serial[x._index] == x._serial):  # a live Var of this tape: the common case
                 arrays.append(values[x._index])
                 idx.append(x._index)
                 continue
+            k = len(arrays)  # x's position: each operand before it added one array
             arg = f"xs[{k}]" if op.variadic else op.inputs[k]
             if isinstance(x, Var):
                 if x.tape is not self:
@@ -408,6 +415,45 @@ class Tape(NodeTable, Freshness):
             arrays.append(arr)
             idx.append(j)
             consts.append(arr)
+        shapes = (arrays[0].shape, arrays[1].shape) if len(arrays) == 2 else tuple(
+            [a.shape for a in arrays])
+        # a call seen before on this tape (same op, attrs as given, input shapes): its out
+        # shape, normalized attrs (one dict its nodes share; nothing changes it) and dtype
+        try:
+            key = (op, shapes, *[(k, attr_key(v)) for k, v in attrs.items()]) if attrs else (
+                op, shapes)
+            hit = self._calls.get(key)
+        except TypeError:  # an unhashable attr: never kept
+            key = hit = None
+        if hit is None:
+            out_shape, norm, out_dt = self._infer(op, shapes, attrs)
+            if key is not None:
+                if len(self._calls) >= CALL_CACHE:
+                    self._calls.clear()
+                self._calls[key] = (out_shape, norm, out_dt)
+        else:
+            out_shape, norm, out_dt = hit
+        i = n + len(consts)
+        buf = self._vcache[i] if i < len(self._vcache) else None
+        if buf is not None and (buf.shape != out_shape or buf.dtype != out_dt):
+            buf = None
+        value = self._be.apply(op, arrays, out=buf, **norm)
+        for arr in consts:
+            self._append(CONST, (), {}, arr, False)
+        # an int64 / bool result (a mask, an argmax) carries no gradient
+        grad_path = False
+        if op.out_type == FLOAT:
+            req = self._req
+            for j in idx:
+                if req[j]:
+                    grad_path = True
+                    break
+        return self._append(op, tuple(idx), norm, value, grad_path)
+
+    def _infer(self, op: Op, shapes: tuple, attrs: dict) -> tuple[tuple, dict, np.dtype]:
+        """(out shape, normalized attrs, out dtype) of ``op`` on ``shapes`` with ``attrs`` as
+        given: the defaults filled in, the tape's contract for an inner product (raises for
+        another, or for what the op's shape rule refuses)."""
         if op.defaults:
             full = dict(op.defaults)
             full.update(attrs)
@@ -419,19 +465,9 @@ class Tape(NodeTable, Freshness):
                 full["inner"] = self._inner
         else:
             full = attrs
-        out_shape, norm = op.infer(tuple([a.shape for a in arrays]), full)
-        i = n + len(consts)
-        buf = self._vcache[i] if i < len(self._vcache) else None
+        out_shape, norm = op.infer(shapes, full)
         out_dt = self._dtype if op.out_type == FLOAT else TYPE_DTYPES[op.out_type]
-        if buf is not None and (buf.shape != tuple(out_shape) or buf.dtype != out_dt):
-            buf = None
-        value = self._be.apply(op, arrays, out=buf, **norm)
-        for arr in consts:
-            self._append(CONST, (), {}, arr, False)
-        req = self._req
-        # an int64 / bool result (a mask, an argmax) carries no gradient
-        grad_path = op.out_type == FLOAT and any([req[j] for j in idx])
-        return self._append(op, tuple(idx), norm, value, grad_path)
+        return tuple(out_shape), norm, out_dt
 
     # ---------------------------------------------------------------- checks (internal)
     def _node_field(self, v: Var, field: str) -> Any:

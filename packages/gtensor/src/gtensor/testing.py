@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
 
 import numpy as np
 
@@ -39,6 +40,48 @@ def first_difference(a: np.ndarray, b: np.ndarray) -> str:
     i = tuple(idx[0])
     return f"first of {len(idx)} differences at {i}: {a[i]!r} ({a[i].tobytes().hex()}) vs " \
            f"{b[i]!r} ({b[i].tobytes().hex()})"
+
+
+# ------------------------------------------------------------------- cpu thread splits
+class _ThreadRuns:
+    """``cpu_thread_runs``'s counts: each set in $GTENSOR_CPU_THREADS as it is reached."""
+
+    def __init__(self, env: str, counts: tuple[str, ...]) -> None:
+        self.env, self.counts = env, counts
+
+    def __iter__(self) -> Iterator[str]:
+        for t in self.counts:
+            os.environ[self.env] = t
+            yield t
+
+
+@contextmanager
+def cpu_thread_runs(*targets: object, threads: Sequence[str] = ("1", "2")
+                    ) -> Iterator[Iterable[str | None]]:
+    """Split every loop of 2+ blocks in the cpu ``targets``; yield the thread counts to run at."""
+    # targets: gtensor backends (only a cpu one counts: its module) or compiled modules with
+    # set_parallel_work; each module's split threshold is 1 inside the block. Iterating what
+    # is yielded sets each of threads in $GTENSOR_CPU_THREADS in turn; (None,), one run with
+    # nothing set, where no target is a cpu one. The thresholds and the variable are restored
+    # on exit, a failing block included.
+    from .backends.base import Backend
+    from .runtime.cpu import THREADS_ENV
+
+    modules = [t.module if isinstance(t, Backend) else t for t in targets
+               if not isinstance(t, Backend) or t.name == "cpu"]
+    env = os.environ.get(THREADS_ENV)
+    old: list[tuple[object, int]] = []
+    try:
+        for m in modules:
+            old.append((m, m.set_parallel_work(1)))
+        yield _ThreadRuns(THREADS_ENV, tuple(threads)) if modules else (None,)
+    finally:
+        for m, work in reversed(old):
+            m.set_parallel_work(work)
+        if env is None:
+            os.environ.pop(THREADS_ENV, None)
+        else:
+            os.environ[THREADS_ENV] = env
 
 
 # --------------------------------------------------------------- compiled scalar functions

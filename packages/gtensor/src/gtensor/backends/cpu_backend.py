@@ -74,7 +74,7 @@ class CpuBackend(HostKernelBackend):
         if out is None:
             out = CpuArray(out_shape, dtype)
         elif (type(out) is not CpuArray or out.shape != out_shape or out.dtype != dtype
-              or not out.flags.c_contiguous or not out.flags.writeable):
+              or not (flags := out.flags).c_contiguous or not flags.writeable):
             self._check_out(op.name, out, out_shape, dtype, list(inputs))  # raises
         status = self._module.run(plan.addr, *inputs, out)
         if status:

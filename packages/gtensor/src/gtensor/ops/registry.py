@@ -131,12 +131,17 @@ def attr_key(value: Any) -> Any:
     """A hashable key of an attr value that tells apart values comparing equal: 1, 1.0 and
     True (by type), 0.0 and -0.0 (by sign). TypeError for unhashable values (lists, dicts)."""
     t = type(value)
-    if t is int or t is bool or value is None:  # the common attrs first: no further tests
+    if t is bool or t is int or t is str or value is None:  # the common attrs: no more tests
         return (t, value)
     if t is float:
         return (t, value, math.copysign(1.0, value))
     if t is tuple:
-        return (tuple, *map(attr_key, value))
+        # ints alone (axes, shapes): the tuple itself; no other tuple's key equals it (their
+        # element keys start with a type)
+        for x in value:
+            if type(x) is not int:
+                return (tuple, *map(attr_key, value))
+        return (tuple, value)
     if isinstance(value, (float, np.floating)):
         return (t, value, math.copysign(1.0, value))
     hash(value)
