@@ -3,7 +3,8 @@ definition (both contracts, both dtypes, ta / tb, batches, special values): the 
 (8, 6, 4, 2, 1 rows), the column tiles (2 or 1 whole vectors, one partial vector over a
 zero-padded panel, L or L/2 lanes wide), a k block resumed from c (KC = 256), op(a) under ta
 read in place or packed in groups of 8 rows, and panels of b read in place (m <= 16, or <= 32
-with a small b; whole vectors) or copied. Shapes are sized from the lanes L of a 64-byte
+with a small b; whole vectors) or copied (at first use, or, b over 256 KB, all in one pass
+over b's rows). Shapes are sized from the lanes L of a 64-byte
 vector; on the other backends the same shapes are one more sweep of the definition."""
 
 from __future__ import annotations
@@ -53,6 +54,10 @@ def _cases(dtype: str) -> list[tuple[int, int, int, int, bool, bool]]:
             (1, 70, big // 70 + 9, 2 * pw + 5, True, False),
             (1, 2048 // np.dtype(dtype).itemsize + 3, 70, lanes + 1, True, True)]
     out += [(1, 24, 300, 1100, False, False), (1, 24, 9, 200, True, False)]  # b large / small
+    # b over 256 KB (k * n > 65536 values either dtype): its panels copied in one pass over its
+    # rows; few rows (whole panels in place, the partial one copied), under ta, in batches
+    out += [(1, 12, 300, 250, False, False), (1, 30, 270, 250, True, False),
+            (2, 20, 300, 250, False, False), (2, 9, 260, 260, True, False)]
     out += [(3, 6, 4, lanes + 1, True, False), (2, 13, 9, pw + 1, True, True),  # batches
             (2, 9, 5, pw + lanes, False, False), (2, 40, 5, pw + lanes, True, False),
             (2, 70, big // 70 + 9, 2 * pw + 5, True, False), (3, 11, KC + 1, 5, False, True)]

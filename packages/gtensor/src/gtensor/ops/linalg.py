@@ -90,10 +90,14 @@ INNER = ("plain", "fma")  # the inner-product contracts (the ``inner`` attr's va
 # measured no faster on AVX-512: the 8 x 2 loop runs near the FMA rate from L1.)
 # Each k x 2L column panel of op(b) is first copied (exactly) into a contiguous, 64-byte aligned
 # buffer, so the tiles stream it at unit stride whatever n is (with tb: gathered from b's rows);
-# a last panel narrower than 2L is zero-padded to 2L. (With few rows -- m <= 16, or m <= 32 and
-# b in L2 -- a panel of whole vectors is read in place instead: the copy would cost what it
-# saves.) The leftover columns (n % L) are computed in one more vector over the padded panel (a
-# half vector, L/2 lanes, when they fit one: measured faster than a mostly idle full one):
+# a last panel narrower than 2L is zero-padded to 2L. When b is large (> 256 KB) a thread's
+# panels are all copied in one pass over b's rows before its first row block (b read in
+# order; copied a panel at a time, each k-step would start a row n values on, a new page
+# every few k-steps: measured 2-12% slower on large shapes). (With few rows -- m <= 16, or
+# m <= 32 and b in L2 -- a panel of whole vectors is read in place instead: the copy would
+# cost what it saves.) The leftover columns (n % L) are computed in one more vector over the
+# padded panel (a half vector, L/2 lanes, when they fit one: measured faster than a mostly
+# idle full one):
 # every lane's chain is its own, so the padded lanes' values (never loaded from c, never
 # stored) change no stored bit, and only the w real lanes are read from / written to c.
 # With ta, op(a)'s row r at k-step kk is a[kk, r]: a tile's 8 rows are 8 contiguous values
@@ -112,6 +116,9 @@ _CPU_MATMUL = Template("""\
     // output's accumulator goes to c between blocks and comes back exactly, so its chain over
     // k is the same one (k ascending, one accumulator)
     constexpr long long KC = 32768 / (PW * (long long)sizeof(T));
+    // b's copied panels made in one pass over b's rows when b is large (read in order, not
+    // a panel's k-steps n values apart: a new page every few k-steps)
+    const bool rowpack = !tb && k * n * (long long)sizeof(T) > 262144;
     // rows in blocks of MC (a multiple of 8): a block's rows of a (512 KB) stay in L2 while
     // every panel of b passes (each panel is packed once per block)
     const long long MC = 8 * (((524288 / (k * (long long)sizeof(T) + 1)) + 7) / 8);
@@ -220,12 +227,32 @@ _CPU_MATMUL = Template("""\
             if (buf.size() < need + L) buf.resize(need + L);
             return (T*)(((uintptr_t)buf.data() + 63) & ~(uintptr_t)63);
         };
+        auto direct = [=](long long w) {
+            return !tb && w % L == 0 &&
+                   (m <= 16 || (m <= 32 && k * n * (long long)sizeof(T) <= 262144));
+        };
         static thread_local std::vector<T> packed;
         T* pks = aligned(packed, (size_t)((p1 - p0) * k * PW));
         static thread_local std::vector<T> apacked;  // under ta: one row block of op(a)
         T* pa = packa ? aligned(apacked, (size_t)(MC * k)) : nullptr;
         for (long long s0 = lo; s0 < hi;) {  // the rows of one batch at a time
             const long long bi = s0 / m, send = hi < (bi + 1) * m ? hi : (bi + 1) * m;
+            if (rowpack) {  // every copied panel [p0, p1) of b[bi] (not those read in
+                // place), k-step by k-step: b[bi] read row by row, zero-padded to PW columns
+                const T* bb = b + bi * k * n;
+                for (long long kk = 0; kk < k; ++kk)
+                    for (long long p = p0; p < p1 && p * PW < n; ++p) {
+                        const long long j0 = p * PW, w = j0 + PW < n ? PW : n - j0;
+                        if (direct(w)) continue;
+                        T* pw = pks + (p - p0) * k * PW + kk * PW;
+                        if (w == PW) {
+                            std::memcpy(pw, bb + kk * n + j0, PW * sizeof(T));
+                        } else {
+                            std::memcpy(pw, bb + kk * n + j0, (size_t)w * sizeof(T));
+                            std::memset(pw + w, 0, (size_t)(PW - w) * sizeof(T));
+                        }
+                    }
+            }
             for (long long rb = s0; rb < send; rb += MC) {  // row blocks: a's rows stay in L2
                 const long long rbe = rb + MC < send ? rb + MC : send;
                 if (packa) {  // op(a)'s rows rb..rbe: columns of a[bi], copied (exactly) in
@@ -246,12 +273,10 @@ _CPU_MATMUL = Template("""\
                     // few rows (m <= 16, or m <= 32 with b[bi] in L2: at most 4 row tiles use
                     // a panel): a panel of whole vectors is read in place (row stride n), its
                     // copy would cost as much as the loads it saves
-                    const bool direct =
-                        !tb && w % L == 0 &&
-                        (m <= 16 || (m <= 32 && k * n * (long long)sizeof(T) <= 262144));
-                    const T* pk = direct ? b + bi * k * n + j0 : pw;
-                    const long long bs = direct ? n : PW;  // the panel's row stride
-                    if (rb == s0 && !tb && !direct) {  // first use: an exact copy of
+                    const bool dir = direct(w);
+                    const T* pk = dir ? b + bi * k * n + j0 : pw;
+                    const long long bs = dir ? n : PW;  // the panel's row stride
+                    if (rb == s0 && !tb && !dir && !rowpack) {  // first use: an exact copy of
                         // b[bi][:, j0:j1], zero-padded to PW columns
                         const T* bb = b + bi * k * n + j0;
                         if (w == PW)  // a constant size: inlined vector moves
