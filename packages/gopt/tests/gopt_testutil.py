@@ -87,6 +87,23 @@ class Hand:
             out.append(r(d + d))
         return out
 
+    def clipped(self, gs: list[list[float]]) -> list[list[float]]:
+        """The gradients scaled to the global norm ``clip`` (serial sums of squares, in
+        order); the norm is kept in ``self.norm``."""
+        r = self.rnd
+        total = None
+        for gk in gs:
+            s = None
+            for x in gk:
+                sq = r(x * x)
+                s = sq if s is None else r(s + sq)
+            total = s if total is None else r(total + s)
+        norm = r(math.sqrt(total))
+        self.norm = norm
+        mx = r(self.clip)
+        scale = r(mx / norm) if norm > mx else 1.0
+        return [[r(x * scale) for x in gk] for gk in gs]
+
     def step(self, ps: list[list[float]], gs: list[list[float]]) -> list[list[float]]:
         """New parameter values (flat lists, row-major) from values and gradients."""
         r = self.rnd
@@ -95,18 +112,7 @@ class Hand:
             self.m = [[0.0] * len(p) for p in ps]
             self.v = [[0.0] * len(p) for p in ps]
         if self.clip is not None:
-            total = None
-            for gk in gs:
-                s = None
-                for x in gk:
-                    sq = r(x * x)
-                    s = sq if s is None else r(s + sq)
-                total = s if total is None else r(total + s)
-            norm = r(math.sqrt(total))
-            self.norm = norm
-            mx = r(self.clip)
-            scale = r(mx / norm) if norm > mx else 1.0
-            gs = [[r(x * scale) for x in gk] for gk in gs]
+            gs = self.clipped(gs)
         if self.alphas is not None:
             gs = [[r(x + r(r(a) * pi)) if a != 0.0 else x for x, pi in zip(gk, pk)]
                   for gk, pk, a in zip(gs, ps, self.alphas)]

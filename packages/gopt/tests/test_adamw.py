@@ -35,17 +35,7 @@ class HandW(Hand):
             self.m = [[0.0] * len(p) for p in ps]
             self.v = [[0.0] * len(p) for p in ps]
         if self.clip is not None:
-            total = None
-            for gk in gs:
-                s = None
-                for x in gk:
-                    sq = r(x * x)
-                    s = sq if s is None else r(s + sq)
-                total = s if total is None else r(total + s)
-            norm = r(math.sqrt(total))
-            mx = r(self.clip)
-            scale = r(mx / norm) if norm > mx else 1.0
-            gs = [[r(x * scale) for x in gk] for gk in gs]
+            gs = self.clipped(gs)
         if self.alphas is not None:
             gs = [[r(x + r(r(a) * pi)) if a != 0.0 else x for x, pi in zip(gk, pk)]
                   for gk, pk, a in zip(gs, ps, self.alphas)]
