@@ -33,6 +33,7 @@ except ImportError:  # running from a checkout without an installed package
     from gtensor.scalar import transcendental as T
 from gtensor import testing
 from gtensor.scalar.dsl import device_sources
+from gtensor.testing import bits_equal, first_difference
 
 MP_PREC = 160
 
@@ -422,3 +423,27 @@ def test_no_numpy_transcendentals(monkeypatch):
     x = np.linspace(-5, 5, 101)
     for fn in T.ALL:
         fn.numpy(x.astype(np.float64 if fn.out_dt == "f64" else np.float32))
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+def test_exp_decided_lanes(be, dtype):
+    """Lanes whose exp is decided (+0 below EXP_U_THRESHOLD, +inf above EXP_O_THRESHOLD) give
+    exactly +0.0 / +inf next to live lanes of the same array, on the backend under test; the
+    last live lanes on either side keep their values (the min subnormal, a finite max)."""
+    below = [-np.inf, -3.4e38, -1e300, -1e4, -746.0, -745.25, -745.1332191019412]
+    above = [709.782712893383973096 * (1 + 2**-52), 709.875, 710.0, 1e300, np.inf]
+    live = [-745.1332191019411, 709.782712893383973096, 0.0, -1.0, 1.0]
+    if dtype == "float32":  # float32's decided ranges (its exp is the float64 one, widened)
+        below = [-np.inf, -3.4e38, -1e4, -746.0, -104.0, -103.98]
+        above = [88.72283935546875, 89.0, 710.0, 3.4e38, np.inf]
+        live = [-103.97207, 88.72283172607422, 0.0, -1.0, 1.0]
+    x = np.array(below + above + live, dtype=dtype)
+    got = be.to_numpy(be.apply("exp", [be.asarray(x)]))
+    want = T.EXP_F64.numpy(x.astype(np.float64)) if dtype == "float64" else T.EXP_F32.numpy(x)
+    assert bits_equal(got, want), first_difference(want, got)
+    nb = len(below)
+    assert np.all(got[:nb] == 0) and not np.signbit(got[:nb]).any()
+    assert np.all(np.isposinf(got[nb:nb + len(above)]))
+    first_live = got[nb + len(above)]
+    assert first_live == (5e-324 if dtype == "float64" else np.float32(2.0**-149))
+    assert np.isfinite(got[nb + len(above) + 1])
