@@ -63,6 +63,30 @@ def tape_setup(backend: str, dtype: str, inner: str = "plain"
     return lora, tp, opt, _ids()
 
 
+def timed_phases(setup: tuple[LoRA, gtape.Tape, Adam, np.ndarray], clock: Callable[[], float],
+                 before: Callable[[], None] = lambda: None,
+                 after: Callable[[], None] = lambda: None
+                 ) -> Callable[[], tuple[float, float, float, float]]:
+    """A mark/reset step of ``tape_setup``'s model timed by phase with ``clock``: (forward,
+    backward, Adam, reset_to) seconds; ``before`` / ``after`` run around the timed phases."""
+    lora, tp, opt, ids = setup
+    mark = tp.mark()
+
+    def step() -> tuple[float, float, float, float]:
+        before()
+        t0 = clock()
+        loss = lora.loss(tp, ids)
+        t1 = clock()
+        tp.backward(loss)
+        t2 = clock()
+        opt.step()
+        t3 = clock()
+        after()
+        tp.reset_to(mark)
+        return t1 - t0, t2 - t1, t3 - t2, clock() - t3
+    return step
+
+
 def tape_step(backend: str, inner: str = "plain") -> Callable[[str], Step]:
     """Our tape on ``backend`` under contract ``inner``: the mark/reset loop body of rung 3."""
     def make(dtype: str) -> Step:

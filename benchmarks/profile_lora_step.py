@@ -42,22 +42,21 @@ def profile(dtype: str, inner: str, steps: int) -> tuple[dict, list[tuple[float,
         stats[key][1] += dt
         return result
 
-    lora, tp, opt, ids = bench.tape_setup("cpu", dtype, inner)
-    mark = tp.mark()
+    setup = bench.tape_setup("cpu", dtype, inner)
+    tp, timing = setup[1], [False]
 
-    def step(timing: bool) -> tuple[float, float, float]:
+    def before() -> None:
         tp.adjust_next_backward(lambda i, g: g)  # op by op: every backward op is timed
-        on[0] = timing
-        t0 = time.perf_counter()
-        loss = lora.loss(tp, ids)
-        t1 = time.perf_counter()
-        tp.backward(loss)
-        t2 = time.perf_counter()
-        opt.step()
-        t3 = time.perf_counter()
+        on[0] = timing[0]
+
+    def after() -> None:
         on[0] = False
-        tp.reset_to(mark)
-        return t1 - t0, t2 - t1, t3 - t2
+
+    timed_step = bench.timed_phases(setup, time.perf_counter, before, after)
+
+    def step(timed_ops: bool) -> tuple[float, ...]:
+        timing[0] = timed_ops
+        return timed_step()[:3]
 
     CpuBackend.apply = timed
     try:

@@ -28,20 +28,7 @@ NODES = 100  # nodes recorded per timed block of the per-op table
 
 def lora_phases(dtype: str, steps: int) -> dict[str, float]:
     """Median ms per phase of the LoRA step (forward, backward, Adam, reset_to), stubbed."""
-    lora, tp, opt, ids = bench.tape_setup("cpu", dtype)
-    mark = tp.mark()
-
-    def step() -> tuple[float, ...]:
-        t0 = time.process_time()
-        loss = lora.loss(tp, ids)
-        t1 = time.process_time()
-        tp.backward(loss)
-        t2 = time.process_time()
-        opt.step()
-        t3 = time.process_time()
-        tp.reset_to(mark)
-        return t1 - t0, t2 - t1, t3 - t2, time.process_time() - t3
-
+    step = bench.timed_phases(bench.tape_setup("cpu", dtype), time.process_time)
     for _ in range(3):
         step()
     times = _stubbed(lambda: [step() for _ in range(steps)])

@@ -9,6 +9,7 @@ import pytest
 from gtensor.ops.linalg import INNER, serial_matmul
 from gtensor.runtime import cpu as cpu_runtime
 from gtensor.testing import bits_equal, cpu_thread_runs, first_difference
+from matmul_inputs import swapped, with_specials
 
 # (m, k, n): 1, 7, 17, 33, 65 cross the cpu register tiles (8 / 6 / 4 / 2 / 1 rows, 2 / 1
 # whole vectors of L lanes, a partial one) and the packed panel (2L columns); 260 crosses a k
@@ -18,29 +19,12 @@ SHAPES = [(1, 1, 1), (7, 17, 33), (65, 33, 17), (17, 65, 65), (33, 7, 1), (1, 65
 FLAGS = [(True, False), (False, True), (True, True)]
 
 
-def _t(x: np.ndarray) -> np.ndarray:
-    """x with its last two axes swapped, as a new C-contiguous array."""
-    return np.ascontiguousarray(np.swapaxes(x, -1, -2))
-
-
-def _special(rng, shape, dtype) -> np.ndarray:
-    """Normal values with NaN, infinities, signed zeros and huge / tiny values sprinkled in."""
-    x = rng.standard_normal(shape).astype(dtype)
-    flat = x.reshape(-1)
-    fi = np.finfo(dtype)
-    picks = np.array([np.nan, np.inf, -np.inf, 0.0, -0.0, fi.max, -fi.tiny / 4, fi.max / 3,
-                      fi.tiny], dtype=dtype)
-    if flat.size:
-        at = rng.integers(0, flat.size, size=max(1, flat.size // 9))
-        flat[at] = rng.choice(picks, size=at.size)
-    return x
-
-
 def _check(be, op, a, b, inner, ta, tb, what=""):
     """Flagged ``op`` on (op^-1 a, op^-1 b) equals ``op`` on (a, b) and the numpy definition."""
     fn = getattr(be, op)
     want = be.to_numpy(fn(be.asarray(a), be.asarray(b), inner=inner))
-    got = be.to_numpy(fn(be.asarray(_t(a) if ta else a), be.asarray(_t(b) if tb else b),
+    got = be.to_numpy(fn(be.asarray(swapped(a) if ta else a),
+                         be.asarray(swapped(b) if tb else b),
                          inner=inner, ta=ta, tb=tb))
     ref = serial_matmul(a, b, inner)
     tag = f"{op} {a.dtype} {inner} ta={ta} tb={tb} {a.shape}@{b.shape} {what}"
@@ -59,7 +43,8 @@ def test_flagged_matmul_is_transpose_then_matmul(be, dtype, inner):
             a = rng.standard_normal((m, k)).astype(dtype)
             b = rng.standard_normal((k, n)).astype(dtype)
             _check(be, "matmul", a, b, inner, ta, tb)
-            _check(be, "matmul", _special(rng, (m, k), dtype), _special(rng, (k, n), dtype),
+            _check(be, "matmul", with_specials(rng, (m, k), dtype, 9),
+                   with_specials(rng, (k, n), dtype, 9),
                    inner, ta, tb, "special")
 
 
@@ -70,7 +55,7 @@ def test_flagged_bmm_is_transpose_then_bmm(be, dtype, inner):
     rng = np.random.default_rng(12)
     for m, k, n in [(1, 1, 1), (7, 17, 33), (17, 65, 9), (3, 0, 5), (0, 2, 3), (33, 130, 17)]:
         for ta, tb in FLAGS:
-            a = _special(rng, (3, m, k), dtype)
+            a = with_specials(rng, (3, m, k), dtype, 9)
             b = rng.standard_normal((3, k, n)).astype(dtype)
             _check(be, "bmm", a, b, inner, ta, tb)
 
@@ -111,14 +96,14 @@ def test_flagged_vjps_match_explicit_transposes(be):
             want_a = be.to_numpy(fn(G, be.transpose(B, axes), inner=inner))
             want_b = be.to_numpy(fn(be.transpose(A, axes), G, inner=inner))
             for ta, tb in [(False, False), *FLAGS]:
-                xa, xb = (_t(a) if ta else a), (_t(b) if tb else b)
+                xa, xb = (swapped(a) if ta else a), (swapped(b) if tb else b)
                 ga, gb = vjp(be, G, (be.asarray(xa), be.asarray(xb)), None, (True, True),
                              inner=inner, ta=ta, tb=tb)
                 tag = f"{op} {inner} ta={ta} tb={tb}"
                 ga, gb = be.to_numpy(ga), be.to_numpy(gb)
                 assert ga.shape == xa.shape and gb.shape == xb.shape, tag
-                assert bits_equal(_t(want_a) if ta else want_a, ga), tag
-                assert bits_equal(_t(want_b) if tb else want_b, gb), tag
+                assert bits_equal(swapped(want_a) if ta else want_a, ga), tag
+                assert bits_equal(swapped(want_b) if tb else want_b, gb), tag
 
 
 @pytest.mark.parametrize("op, a, b, attrs, match", [

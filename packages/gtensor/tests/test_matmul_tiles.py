@@ -13,26 +13,9 @@ import numpy as np
 import pytest
 from gtensor.ops.linalg import INNER, serial_matmul
 from gtensor.testing import bits_equal, first_difference
+from matmul_inputs import swapped, with_specials
 
 KC = 256  # the cpu kernel's k block (a 32 KB slice of a 2L-wide panel, either dtype)
-
-
-def _t(x: np.ndarray) -> np.ndarray:
-    """x with its last two axes swapped, as a new C-contiguous array."""
-    return np.ascontiguousarray(np.swapaxes(x, -1, -2))
-
-
-def _special(rng, shape, dtype) -> np.ndarray:
-    """Normal values with NaN, infinities, signed zeros and huge / tiny values sprinkled in."""
-    x = rng.standard_normal(shape).astype(dtype)
-    flat = x.reshape(-1)
-    fi = np.finfo(dtype)
-    picks = np.array([np.nan, np.inf, -np.inf, 0.0, -0.0, fi.max, -fi.tiny / 4, fi.max / 3,
-                      fi.tiny], dtype=dtype)
-    if flat.size:
-        at = rng.integers(0, flat.size, size=max(1, flat.size // 7))
-        flat[at] = rng.choice(picks, size=at.size)
-    return x
 
 
 def _cases(dtype: str) -> list[tuple[int, int, int, int, bool, bool]]:
@@ -71,12 +54,14 @@ def test_matmul_tiles_bitwise(be, dtype, inner):
     rng = np.random.default_rng(21)
     for batch, m, k, n, ta, tb in _cases(dtype):
         for special in (False, True):
-            make = _special if special else (lambda r, s, d: r.standard_normal(s).astype(d))
+            make = ((lambda r, s, d: with_specials(r, s, d, 7)) if special
+                    else (lambda r, s, d: r.standard_normal(s).astype(d)))
             a, b = make(rng, (batch, m, k), dtype), make(rng, (batch, k, n), dtype)
             if batch == 1:
                 a, b = a[0], b[0]
             fn = be.matmul if batch == 1 else be.bmm
-            got = be.to_numpy(fn(be.asarray(_t(a) if ta else a), be.asarray(_t(b) if tb else b),
+            got = be.to_numpy(fn(be.asarray(swapped(a) if ta else a),
+                         be.asarray(swapped(b) if tb else b),
                                  inner=inner, ta=ta, tb=tb))
             ref = serial_matmul(a, b, inner)
             tag = f"{dtype} {inner} batch={batch} {m}x{k}x{n} ta={ta} tb={tb} special={special}"
