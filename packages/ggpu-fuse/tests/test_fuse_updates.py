@@ -1,11 +1,14 @@
 """The analysis sees every buffer an in-place optimizer update writes (m, v and p, not just the
-first), so hazards on each of them order and separate launches correctly."""
+first), so hazards on each of them order and separate launches correctly; the grouped hazard search
+finds exactly the pairwise hazards."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 import pytest
-from ggpu_fuse.analysis import analyse, buffer
+from ggpu_fuse.analysis import Buffer, analyse, buffer
 from ggpu_fuse.planner import dependencies, plan
 from gtensor import testing
 from gtensor.recording import Recorder
@@ -83,3 +86,37 @@ def test_a_whole_read_keeps_an_update_out_of_its_segment(rec):
     assert not infos[0].aligned("x")  # premise: the copy reads p across elements
     assert where[0] is not where[1]
     del rev
+
+
+def _pairwise_dependencies(infos) -> list[set[int]]:
+    """The hazard definition, launch pair by launch pair (what ``dependencies`` groups)."""
+    def writes_into(a, b) -> bool:
+        return any(w.overlaps(b) for w in a.written)
+    return [{i for i in range(j)
+             if (any(writes_into(infos[i], r) for _, r in infos[j].reads)
+                 or any(writes_into(infos[i], w) for w in infos[j].written)
+                 or any(writes_into(infos[j], r) for _, r in infos[i].reads))}
+            for j in range(len(infos))]
+
+
+@dataclass
+class _Accesses:
+    """Just what ``dependencies`` reads of an Info: its reads and written buffers."""
+
+    reads: list
+    written: list
+
+
+def test_grouped_dependencies_are_the_pairwise_hazards():
+    """Random launches over overlapping views (nested, shifted, empty, shared): the grouped
+    search finds exactly the pairwise hazards."""
+    rng = np.random.default_rng(5)
+    for trial in range(300):
+        def buf() -> Buffer:
+            addr = int(rng.integers(0, 40)) * 8
+            nbytes = int(rng.choice([0, 8, 16, 64, 128]))
+            return Buffer(addr, nbytes, (nbytes // 8,), nbytes // 8)
+        infos = [_Accesses([("x", buf()) for _ in range(rng.integers(0, 3))],
+                           [buf() for _ in range(rng.integers(0, 3))])
+                 for _ in range(int(rng.integers(1, 12)))]
+        assert dependencies(infos) == _pairwise_dependencies(infos), trial

@@ -111,18 +111,45 @@ def choose_rows(infos: list[Info]) -> int:
 def dependencies(infos: list[Info]) -> list[set[int]]:
     """For each launch, the earlier launches it must follow (read-after-write,
     write-after-read, write-after-write on overlapping buffers), over every buffer each
-    launch writes."""
-    deps: list[set[int]] = []
-    for j, b in enumerate(infos):
-        d = set()
-        for i in range(j):
-            a = infos[i]
-            if (any(a.writes_into(r) for _, r in b.reads)
-                    or any(a.writes_into(w) for w in b.written)
-                    or any(b.writes_into(r) for _, r in a.reads)):
-                d.add(i)
-        deps.append(d)
+    launch writes.
+
+    Only launches touching one group of overlapping byte ranges can conflict: the accesses
+    are grouped so (sorted by address, a group ends where no range reaches further), and
+    launches are compared within each group, in launch order.
+    """
+    accesses = sorted((b.addr, b.addr + b.nbytes, j, write)
+                      for j, info in enumerate(infos)
+                      for write, bufs in ((False, [r for _, r in info.reads]), (True, info.written))
+                      for b in bufs if b.nbytes > 0)
+    deps: list[set[int]] = [set() for _ in infos]
+    group: list[tuple[int, int, int, bool]] = []
+    reach = None
+    for acc in accesses:
+        if group and acc[0] >= reach:
+            _group_dependencies(group, deps)
+            group = []
+        reach = acc[1] if not group else max(reach, acc[1])
+        group.append(acc)
+    if group:
+        _group_dependencies(group, deps)
     return deps
+
+
+def _group_dependencies(group: list[tuple[int, int, int, bool]], deps: list[set[int]]) -> None:
+    """Add to ``deps`` the conflicts among one group's accesses (start, end, launch, write):
+    launch j follows an earlier i when a write of either overlaps an access of the other."""
+    by_launch: dict[int, list[tuple[int, int, bool]]] = {}
+    for start, end, j, write in group:
+        by_launch.setdefault(j, []).append((start, end, write))
+    launches = sorted(by_launch)
+    for n, j in enumerate(launches):
+        mine = by_launch[j]
+        for i in launches[:n]:
+            if i in deps[j]:
+                continue
+            if any((w1 or w2) and s1 < e2 and s2 < e1
+                   for s1, e1, w1 in by_launch[i] for s2, e2, w2 in mine):
+                deps[j].add(i)
 
 
 def early(infos: list[Info], deps: list[set[int]], rows: int) -> list[bool]:
