@@ -447,3 +447,36 @@ def test_exp_decided_lanes(be, dtype):
     first_live = got[nb + len(above)]
     assert first_live == (5e-324 if dtype == "float64" else np.float32(2.0**-149))
     assert np.isfinite(got[nb + len(above) + 1])
+
+
+def test_sigmoid_one_threshold_is_exact():
+    """Above SIGMOID_ONE the correctly rounded sigmoid is exactly 1 (what the decided lanes
+    return), in float64 and so in float32; just below the rounding point it is not."""
+    with mpmath.workprec(MP_PREC):
+        exact = 1 / (1 + mpmath.exp(-mpmath.mpf(T.SIGMOID_ONE)))
+        assert float(exact) == 1.0
+        assert float(1 / (1 + mpmath.exp(-mpmath.mpf(37.0)))) < 1.0
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+def test_sigmoid_decided_lanes(be, dtype):
+    """Lanes whose sigmoid is decided (1 above SIGMOID_ONE, +0 below EXP_U_THRESHOLD) give
+    exactly 1.0 / +0.0 next to live lanes of the same array, on the backend under test, and
+    the live lanes nearest them keep their values (1 - 2**-53 and 1 just below the
+    threshold, the min subnormal at the bottom)."""
+    one = [np.nextafter(T.SIGMOID_ONE, np.inf), 41.0, 709.0, 746.0, 1e300, np.inf]
+    zero = [-np.inf, -1e300, -746.0, -745.1332191019412]
+    live = [T.SIGMOID_ONE, 37.0, -745.1332191019411, 0.0, -1.0, 1.0]
+    if dtype == "float32":  # the float64 sigmoid, widened: the same decided ranges
+        one, zero = [41.0, 746.0, 3.4e38, np.inf], [-np.inf, -3.4e38, -746.0]
+        live = [T.SIGMOID_ONE, 16.0, -103.0, 0.0, -1.0, 1.0]
+    x = np.array(one + zero + live, dtype=dtype)
+    got = be.to_numpy(be.apply("sigmoid", [be.asarray(x)]))
+    fn = T.SIGMOID_F64 if dtype == "float64" else T.SIGMOID_F32
+    assert bits_equal(got, fn.numpy(x)), first_difference(fn.numpy(x), got)
+    assert np.all(got[:len(one)] == 1.0)
+    nz = len(one) + len(zero)
+    assert np.all(got[len(one):nz] == 0) and not np.signbit(got[len(one):nz]).any()
+    assert got[nz] == 1.0 and got[nz + 1] < 1.0 and got[nz + 2] > 0.0
+    if dtype == "float64":
+        assert got[nz + 1] == 1.0 - 2.0**-53 and got[nz + 2] == 5e-324

@@ -181,6 +181,9 @@ Q4 = _w(0x3ED0CFCA, 0x86E65239)  # 4.00821782732936239552e-06
 Q5 = _w(0xBE8AFDB7, 0x6E09C32D)  # -2.01099218183624371326e-07
 EXPM1_NEG_SAT = _w(0x4043687A, 0x00000000)  # ~56*ln2 = 38.816...: expm1(x) rounds to -1 below -this
 TINY54 = _w(0x3C900000, 0x00000000)  # 2**-54: expm1(x) = x below
+# sigmoid(x) is exactly 1 above this: E = exp(-x) < 2**-57, so d_hi = 1, w_lo = -(e_hi + e_lo)
+# and q + w_lo = 1 - E(1 + ~2**-56) rounds to 1 (1 - 2**-54 is the midpoint below 1)
+SIGMOID_ONE = 40.0
 
 
 # --------------------------------------------------------------------------- exp
@@ -402,11 +405,15 @@ def sigmoid_f64(m, x):
     (the same value in real arithmetic; this form neither overflows nor cancels, and keeps
     full relative accuracy down through the subnormals). Each lane ends with one rounding
     of a sum accurate to a few 2**-58, so the error stays near 0.5 ulp.
-    sigmoid(+inf) = 1, sigmoid(-inf) = +0, sigmoid(+-0) = 0.5, sigmoid(NaN) = NaN.
+    sigmoid(x) = 1 for x > SIGMOID_ONE (40), +0 below EXP_U_THRESHOLD (what the general path
+    gives there); sigmoid(+inf) = 1, sigmoid(-inf) = +0, sigmoid(+-0) = 0.5, sigmoid(NaN) = NaN.
     """
     nan = m.isnan(x)
-    u = -m.fabs(m.where(nan, 0.0, x))
-    u = m.where(u < -746.0, -746.0, u)
+    xs = m.where(nan, 0.0, x)
+    # lanes whose result is decided (1 above SIGMOID_ONE, +0 below EXP_U_THRESHOLD: both
+    # overwritten below, with what the general path gives there) compute on 0.0: a large
+    # |x| would drive E through subnormal intermediates, each a microcode assist on x86
+    u = -m.fabs(m.where(xs > SIGMOID_ONE, 0.0, m.where(xs < EXP_U_THRESHOLD, 0.0, xs)))
     y_hi, y_lo, k = _exp_dd(m, u)
     e_hi = _scale(m, y_hi, k)
     e_lo = _scale(m, y_lo, k)
@@ -419,6 +426,7 @@ def sigmoid_f64(m, x):
     n_hi, n_lo = _two_prod(y_hi, q)
     neg = _scale_dd(m, n_hi, n_lo + (y_hi * w_lo + y_lo * q), k)
     res = m.where(x < 0.0, neg, pos)
+    res = m.where(x > SIGMOID_ONE, 1.0, res)
     res = m.where(x < EXP_U_THRESHOLD, 0.0, res)
     return m.where(nan, x + x, res)
 
