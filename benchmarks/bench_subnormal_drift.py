@@ -150,8 +150,9 @@ ggpu-fuse (fma contract), PyTorch eager on one thread, JAX jit. Median step time
 and the weights that are subnormal at the window's end. Weights of hidden units the relu no
 longer reaches get only the L2 gradient, and Adam moves them toward zero geometrically until
 they are subnormal; a multiply or FMA with a subnormal operand or result then takes a
-microcode assist on x86. `1e-39 * 1.0` in float32: {kept}. IEEE arithmetic (ours, torch)
-computes those numbers and pays for them; JAX's CPU backend flushes them to zero, so it
+microcode assist on many x86 cores (Intel's; AMD's Zen 4 takes them at full speed).
+`1e-39 * 1.0` in float32: {kept}. IEEE arithmetic (ours, torch) computes those numbers and,
+on such cores, pays for them; JAX's CPU backend flushes them to zero, so it
 computes other numbers and keeps its speed. Our bits are the contract, so the mode stays IEEE
 (docs/semantics.md, "The floating-point environment").
 
