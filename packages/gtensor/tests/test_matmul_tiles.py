@@ -1,7 +1,8 @@
 """matmul / bmm across every branch of the cpu kernel's tiling, bit for bit against the numpy
 definition (both contracts, both dtypes, ta / tb, batches, special values): the row tiles
-(8, 6, 4, 2, 1 rows), the column tiles (2 or 1 whole vectors, one partial vector over a
-zero-padded panel, L or L/2 lanes wide), a k block resumed from c (KC = 256), op(a) under ta
+(8, 6, 4, 2, 1 rows; 14 under the plain contract on AMD Zen, whose tiles are one vector wide),
+the column tiles (2 or 1 whole vectors, one partial vector over a zero-padded panel, L or L/2
+lanes wide), a k block resumed from c (KC = 256; 128 for Zen's tall tiles), op(a) under ta
 read in place or packed in groups of 8 rows, and panels of b read in place (m <= 16, or <= 32
 with a small b; whole vectors) or copied (at first use, or, b over 256 KB, all in one pass
 over b's rows). Shapes are sized from the lanes L of a 64-byte

@@ -87,7 +87,8 @@ INNER = ("plain", "fma")  # the inner-product contracts (the ``inner`` attr's va
 # fma(a[i,k], b[k,j], acc) from acc = +0.0 (gtcpu::vfma: one fused multiply-add per lane, vfmadd
 # on x86). Tiles only decide which independent outputs are computed side by side, never the
 # order within one. (Wider tiles -- 8 x 3, 12 x 2, 6 x 4 vectors, 16 x 1 for narrow columns --
-# measured no faster on AVX-512: the 8 x 2 loop runs near the FMA rate from L1.)
+# measured no faster on an AVX-512 Xeon: the 8 x 2 loop runs near the FMA rate from L1; on AMD
+# Zen the plain contract's tiles are 14 rows x 1 vector, see ``tall`` below.)
 # Each k x 2L column panel of op(b) is first copied (exactly) into a contiguous, 64-byte aligned
 # buffer, so the tiles stream it at unit stride whatever n is (with tb: gathered from b's rows);
 # a last panel narrower than 2L is zero-padded to 2L. When b is large (> 256 KB) a thread's
@@ -112,10 +113,20 @@ _CPU_MATMUL = Template("""\
     using gtcpu::Int;
     constexpr int L = 64 / sizeof(T);  // lanes of one 64-byte vector
     constexpr long long PW = 2 * L;    // width of a packed panel of b
-    // k runs in blocks of KC (a 32 KB slice of the panel stays in L1 across row tiles); an
-    // output's accumulator goes to c between blocks and comes back exactly, so its chain over
-    // k is the same one (k ascending, one accumulator)
-    constexpr long long KC = 32768 / (PW * (long long)sizeof(T));
+    // On AMD Zen (3 and later) the adds have pipes of their own beside the two FMA pipes, and
+    // plain's separate multiply + add tiles run fastest tall: 14 rows x one vector per tile
+    // (from L1, 512-bit f64: 28.8 G multiply-adds/s against 19.8 for 8 x 2; the fused contract:
+    // 29 either way). Tiles only group independent outputs: no bit depends on this.
+#if defined(__znver3__) || defined(__znver4__) || defined(__znver5__)
+    constexpr bool tall = $TALL;
+#else
+    constexpr bool tall = false;
+#endif
+    // k runs in blocks of KC (a 32 KB slice of the panel stays in L1 across row tiles; 16 KB
+    // with tall tiles, whose 14 rows of a take as much again); an output's accumulator goes to
+    // c between blocks and comes back exactly, so its chain over k is the same one (k
+    // ascending, one accumulator)
+    constexpr long long KC = (tall ? 16384 : 32768) / (PW * (long long)sizeof(T));
     // b's copied panels made in one pass over b's rows when b is large (read in order, not
     // a panel's k-steps n values apart: a new page every few k-steps)
     const bool rowpack = !tb && k * n * (long long)sizeof(T) > 262144;
@@ -125,6 +136,9 @@ _CPU_MATMUL = Template("""\
     // under ta: op(a)'s row blocks copied into groups of 8 rows (pa) or read in place
     const bool packa = ta && m * k * (long long)sizeof(T) > 131072 &&
                        (n > PW || m * (long long)sizeof(T) > 2048);
+    // tall tiles of 14 rows, except from packed groups (8 rows each) and from rows of a whose
+    // stride is a multiple of 4 KB (14 rows in one set of the 8-way L1: 8 rows, then)
+    const bool tall14 = tall && !packa && (ta || (k * (long long)sizeof(T)) % 4096 != 0);
     // R rows of c from ar (op(a)[r, kk] at ar[r * rs + kk * ks]: rows of a, rs = k, ks = 1
     // (KS = 1); under ta, a packed group of 8 rows, rs = 1, ks = 8 (KS = 8), or a itself,
     // rs = 1, ks = m (KS = 0)), NV vectors of N lanes of panel columns from bp (row stride bs:
@@ -189,7 +203,10 @@ _CPU_MATMUL = Template("""\
         const int w = (int)((j1 - j0) % L);  // lanes of a last, partial vector
         const std::false_type whole;
         const std::true_type part;
-        if (full == 2)
+        if (full == 2 && tall) {  // the panel's two vectors, one tile each
+            tile(rows_, Int<L>{}, Int<1>{}, whole, ks_, ar, pk, cr, k0, k1, L, bs);
+            tile(rows_, Int<L>{}, Int<1>{}, whole, ks_, ar, pk + L, cr + L, k0, k1, L, bs);
+        } else if (full == 2)
             tile(rows_, Int<L>{}, Int<2>{}, whole, ks_, ar, pk, cr, k0, k1, L, bs);
         else if (full == 1 && w == 0)
             tile(rows_, Int<L>{}, Int<1>{}, whole, ks_, ar, pk, cr, k0, k1, L, bs);
@@ -306,7 +323,10 @@ _CPU_MATMUL = Template("""\
                         long long r = rb;
                         while (r < rbe) {
                             const long long left = rbe - r;
-                            if (left >= 8) {
+                            if (tall14 && left >= 14) {
+                                run(Int<14>{}, r, pk, bs, j0, j1, k0, k1, pa, rb);
+                                r += 14;
+                            } else if (left >= 8) {
                                 run(Int<8>{}, r, pk, bs, j0, j1, k0, k1, pa, rb);
                                 r += 8;
                             } else if (left >= 6) {
@@ -350,7 +370,8 @@ def _cpu_kernels(ft: FloatType) -> list[Kernel]:
     out = []
     for inner, k in zip(INNER, _kernels(ft)):
         first, nxt = _CPU_STEPS[inner]
-        body = _CPU_MATMUL.substitute(T=ft.ctype, FIRST=first, NEXT=nxt)
+        body = _CPU_MATMUL.substitute(T=ft.ctype, FIRST=first, NEXT=nxt,
+                                      TALL="true" if inner == "plain" else "false")
         out.append(Kernel(k.name, k.params, body))
     return out
 
