@@ -186,6 +186,22 @@ TINY54 = _w(0x3C900000, 0x00000000)  # 2**-54: expm1(x) = x below
 SIGMOID_ONE = 40.0
 
 
+def _live_argument(m, xs, above, below):
+    """xs with the lanes whose result is decided (xs > above, xs < below) set to 0.0.
+
+    Those lanes' results are overwritten afterwards (``_decided``); computing on 0.0 keeps a
+    large |x| from driving the scaling through subnormal intermediates, each a microcode
+    assist on x86 (softmax's masked entries ran ~4x slower).
+    """
+    return m.where(xs > above, 0.0, m.where(xs < below, 0.0, xs))
+
+
+def _decided(m, x, res, above, at_above, below):
+    """res with the decided lanes overwritten: at_above where x > above, +0 where x < below."""
+    res = m.where(x > above, at_above, res)
+    return m.where(x < below, 0.0, res)
+
+
 # --------------------------------------------------------------------------- exp
 @scalar_fn("gt_exp_f64", (F64,), F64)
 def exp_f64(m, x):
@@ -207,15 +223,10 @@ def exp_f64(m, x):
     """
     nan = m.isnan(x)
     xs = m.where(nan, 0.0, x)
-    # lanes whose result is decided (+inf above EXP_O_THRESHOLD, +0 below EXP_U_THRESHOLD:
-    # overwritten below) compute on 0.0: a clamped argument would drive the scaling through
-    # subnormal intermediates, each a microcode assist on x86 (softmax's masked entries, ~4x
-    # slower); the rest keep k in [-1075, 1024]
-    xs = m.where(xs > EXP_O_THRESHOLD, 0.0, m.where(xs < EXP_U_THRESHOLD, 0.0, xs))
-    y_hi, y_lo, k = _exp_dd(m, xs)
-    res = _scale_dd(m, y_hi, y_lo, k)
-    res = m.where(x > EXP_O_THRESHOLD, INF, res)
-    res = m.where(x < EXP_U_THRESHOLD, 0.0, res)
+    # decided lanes: +inf above EXP_O_THRESHOLD, +0 below EXP_U_THRESHOLD; the rest keep k
+    # in [-1075, 1024]
+    y_hi, y_lo, k = _exp_dd(m, _live_argument(m, xs, EXP_O_THRESHOLD, EXP_U_THRESHOLD))
+    res = _decided(m, x, _scale_dd(m, y_hi, y_lo, k), EXP_O_THRESHOLD, INF, EXP_U_THRESHOLD)
     return m.where(nan, x + x, res)
 
 
@@ -410,10 +421,9 @@ def sigmoid_f64(m, x):
     """
     nan = m.isnan(x)
     xs = m.where(nan, 0.0, x)
-    # lanes whose result is decided (1 above SIGMOID_ONE, +0 below EXP_U_THRESHOLD: both
-    # overwritten below, with what the general path gives there) compute on 0.0: a large
-    # |x| would drive E through subnormal intermediates, each a microcode assist on x86
-    u = -m.fabs(m.where(xs > SIGMOID_ONE, 0.0, m.where(xs < EXP_U_THRESHOLD, 0.0, xs)))
+    # decided lanes: 1 above SIGMOID_ONE, +0 below EXP_U_THRESHOLD (what the general path
+    # gives there)
+    u = -m.fabs(_live_argument(m, xs, SIGMOID_ONE, EXP_U_THRESHOLD))
     y_hi, y_lo, k = _exp_dd(m, u)
     e_hi = _scale(m, y_hi, k)
     e_lo = _scale(m, y_lo, k)
@@ -425,9 +435,7 @@ def sigmoid_f64(m, x):
     pos = q + w_lo
     n_hi, n_lo = _two_prod(y_hi, q)
     neg = _scale_dd(m, n_hi, n_lo + (y_hi * w_lo + y_lo * q), k)
-    res = m.where(x < 0.0, neg, pos)
-    res = m.where(x > SIGMOID_ONE, 1.0, res)
-    res = m.where(x < EXP_U_THRESHOLD, 0.0, res)
+    res = _decided(m, x, m.where(x < 0.0, neg, pos), SIGMOID_ONE, 1.0, EXP_U_THRESHOLD)
     return m.where(nan, x + x, res)
 
 
