@@ -155,9 +155,8 @@ class Copy:
         rank = int(g[0])
         shape, si = g[1:1 + rank], g[1 + rank:1 + 2 * rank]
         ioff, so, ooff = int(g[1 + 2 * rank]), g[2 + 2 * rank:2 + 3 * rank], int(g[2 + 3 * rank])
-        c = _coords(np.arange(n), shape)
-        oi = ioff + sum((ci * s for ci, s in zip(c, si)), np.zeros(n, np.int64))
-        oo = ooff + sum((ci * s for ci, s in zip(c, so)), np.zeros(n, np.int64))
+        oi = ioff + _strided_offsets(shape, si, n)
+        oo = ooff + _strided_offsets(shape, so, n)
         return Access(n, oo, {"x": oi})
 
     def statement(self, calls: tuple[str, ...], arrays: dict[str, str], i: str,
@@ -346,6 +345,19 @@ class Rows:
         return _CPU_ROWS_LANES.substitute(BODY=body, LANES_BODY=lanes_body, L=str(lanes))
 
 
+def _strided_offsets(shape: np.ndarray, strides: np.ndarray, n: int) -> np.ndarray:
+    """The flat offsets sum(c[d] * strides[d]) of the n row-major positions c of ``shape``
+    (as the kernels decode them), built by broadcast adds of one axis at a time."""
+    dims = [int(d) for d in shape]
+    out = np.zeros(dims, np.int64)
+    for d, (size, st) in enumerate(zip(dims, strides)):
+        out += (np.arange(size, dtype=np.int64) * np.int64(st)).reshape(
+            [size if e == d else 1 for e in range(len(dims))])
+    if out.size != n:
+        raise ValueError(f"a launch's n ({n}) is not the size of its shape {tuple(dims)}")
+    return out.reshape(-1)
+
+
 def _coords(i: np.ndarray, shape: np.ndarray) -> list[np.ndarray]:
     """Row-major coordinates of flat indices ``i`` over ``shape`` (as the kernels decode)."""
     out = []
@@ -443,13 +455,8 @@ class Zip:
         g = np.asarray(args["geom"], dtype=np.int64)
         rank = int(g[0])
         shape = g[1:1 + rank]
-        rem = np.arange(n, dtype=np.int64)
-        offs = {name: np.zeros(n, np.int64) for name in self.names}
-        for d in range(rank - 1, -1, -1):
-            c = rem % shape[d]
-            rem = rem // shape[d]
-            for k, name in enumerate(self.names):
-                offs[name] += c * g[1 + (k + 1) * rank + d]
+        offs = {name: _strided_offsets(shape, g[1 + (k + 1) * rank:1 + (k + 2) * rank], n)
+                for k, name in enumerate(self.names)}
         return Access(n, np.arange(n), offs)
 
 
