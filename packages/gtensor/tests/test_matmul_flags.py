@@ -62,13 +62,16 @@ def test_flagged_bmm_is_transpose_then_bmm(be, dtype, inner):
 
 @pytest.mark.parametrize("threads", ["1", "2"])
 def test_flagged_matmul_thread_counts(be, threads):
-    """The cpu kernel's row and panel splits (work threshold lowered to 1) change no bit."""
+    """The cpu kernel's row and panel splits (work threshold lowered to 1) change no bit;
+    (200, 40, 200): 13 panels of f64, fewer than its 25 row tiles: rows split, but panels
+    under tb (at least 4 per thread)."""
     if be.name != "cpu":
         pytest.skip("thread counts are the cpu backend's")
     with cpu_thread_runs(be, threads=(threads,)) as runs:
         for _ in runs:
             rng = np.random.default_rng(13)
-            for m, k, n in [(9, 130, 200), (65, 33, 17), (200, 64, 70), (21, 203, 97)]:
+            for m, k, n in [(9, 130, 200), (65, 33, 17), (200, 64, 70), (21, 203, 97),
+                            (200, 40, 200)]:
                 for inner in INNER:
                     for ta, tb in FLAGS:
                         a = rng.standard_normal((m, k))
