@@ -8,7 +8,7 @@ import pytest
 from gtensor.dtypes import F64
 from gtensor.recording import Recorder
 from gtensor.runtime import cpu as cpu_runtime
-from gtensor.testing import bits_equal, cpu_thread_runs, first_difference
+from gtensor.testing import bits_equal, cpu_thread_runs, first_difference, matmul_tile_forms
 
 
 @pytest.fixture(scope="module")
@@ -63,6 +63,29 @@ def test_thread_count_changes_no_bit(cpu, dtype):
                 got = cpu.to_numpy(getattr(cpu, op)(*[cpu.asarray(x) for x in args], **attrs))
                 assert bits_equal(want, got), f"{op} {dtype} threads={threads}: " \
                                               f"{first_difference(want, got)}"
+
+
+def test_matmul_tile_forms_are_set_and_restored(cpu):
+    """set_matmul_tiles takes "host", "tall" or "wide" (returning the previous one) and refuses
+    anything else, naming it; matmul_tile_forms sets tall then wide for plain, one "host" pass
+    for fma, and restores the setting after a failing block."""
+    m = cpu.module
+    with pytest.raises(ValueError, match=r"set_matmul_tiles: form is 'square'; expected one of"):
+        m.set_matmul_tiles("square")
+    assert m.set_matmul_tiles("wide") == "host"
+    assert m.set_matmul_tiles("tall") == "wide"
+    assert m.set_matmul_tiles("host") == "tall"
+    with matmul_tile_forms(cpu, "fma") as forms:
+        assert list(forms) == ["host"]
+    seen = []
+    with pytest.raises(ZeroDivisionError):
+        with matmul_tile_forms(cpu, "plain") as forms:
+            for form in forms:
+                seen.append((form, m.set_matmul_tiles(form)))
+                if form == "wide":
+                    1 / 0  # noqa: B018 - a failing block
+    assert seen == [("tall", "tall"), ("wide", "wide")]
+    assert m.set_matmul_tiles("host") == "host"
 
 
 def test_plans_tell_apart_what_compares_equal(cpu):

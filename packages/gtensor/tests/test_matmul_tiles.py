@@ -1,8 +1,9 @@
 """matmul / bmm across every branch of the cpu kernel's tiling, bit for bit against the numpy
 definition (both contracts, both dtypes, ta / tb, batches, special values): the row tiles
-(8, 6, 4, 2, 1 rows; 14 under the plain contract on AMD Zen, whose tiles are one vector wide),
-the column tiles (2 or 1 whole vectors, one partial vector over a zero-padded panel, L or L/2
-lanes wide), a k block resumed from c (KC = 256; 128 for Zen's tall tiles), op(a) under ta
+(8, 6, 4, 2, 1 rows; 14 in the plain contract's tall tiles, one vector wide, which AMD Zen 3 / 4
+take: on the cpu backend the plain contract runs in both tile forms on every host), the column
+tiles (2 or 1 whole vectors, one partial vector over a zero-padded panel, L or L/2 lanes wide),
+a k block resumed from c (KC = 256; 128 for the tall tiles), op(a) under ta
 read in place or packed in groups of 8 rows, and panels of b read in place (m <= 16, or <= 32
 with a small b; whole vectors) or copied (at first use, or, b over 256 KB, all in one pass
 over b's rows). Shapes are sized from the lanes L of a 64-byte
@@ -13,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from gtensor.ops.linalg import INNER, serial_matmul
-from gtensor.testing import bits_equal, first_difference
+from gtensor.testing import bits_equal, first_difference, matmul_tile_forms
 from matmul_inputs import swapped, with_specials
 
 KC = 256  # the cpu kernel's k block (a 32 KB slice of a 2L-wide panel, either dtype)
@@ -38,6 +39,8 @@ def _cases(dtype: str) -> list[tuple[int, int, int, int, bool, bool]]:
             (1, 70, big // 70 + 9, 2 * pw + 5, True, False),
             (1, 2048 // np.dtype(dtype).itemsize + 3, 70, lanes + 1, True, True)]
     out += [(1, 24, 300, 1100, False, False), (1, 24, 9, 200, True, False)]  # b large / small
+    # rows of a 4 KB apart: 8-row tiles even where tiles are tall (14 such rows share an L1 set)
+    out += [(1, 17, 4096 // np.dtype(dtype).itemsize, pw + 3, False, False)]
     # b over 256 KB (k * n > 65536 values either dtype): its panels copied in one pass over its
     # rows; few rows (whole panels in place, the partial one copied), under ta, in batches
     out += [(1, 12, 300, 250, False, False), (1, 30, 270, 250, True, False),
@@ -52,6 +55,13 @@ def _cases(dtype: str) -> list[tuple[int, int, int, int, bool, bool]]:
 @pytest.mark.parametrize("inner", INNER)
 def test_matmul_tiles_bitwise(be, dtype, inner):
     """Every tiling branch equals the serial definition, normal and special values."""
+    with matmul_tile_forms(be, inner) as forms:
+        for form in forms:
+            _check_cases(be, dtype, inner, f"tiles={form} ")
+
+
+def _check_cases(be, dtype: str, inner: str, label: str) -> None:
+    """Every case of ``_cases``, normal and with special values, against the definition."""
     rng = np.random.default_rng(21)
     for batch, m, k, n, ta, tb in _cases(dtype):
         for special in (False, True):
@@ -65,6 +75,7 @@ def test_matmul_tiles_bitwise(be, dtype, inner):
                          be.asarray(swapped(b) if tb else b),
                                  inner=inner, ta=ta, tb=tb))
             ref = serial_matmul(a, b, inner)
-            tag = f"{dtype} {inner} batch={batch} {m}x{k}x{n} ta={ta} tb={tb} special={special}"
+            tag = (f"{label}{dtype} {inner} batch={batch} {m}x{k}x{n} ta={ta} tb={tb} "
+                   f"special={special}")
             assert got.shape == ref.shape, tag
             assert bits_equal(ref, got), f"{tag}: {first_difference(ref, got)}"

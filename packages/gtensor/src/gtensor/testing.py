@@ -84,6 +84,36 @@ def cpu_thread_runs(*targets: object, threads: Sequence[str] = ("1", "2")
             os.environ[THREADS_ENV] = env
 
 
+class _TileForms:
+    """Iterating sets each matmul tile form of a cpu module in turn (``matmul_tile_forms``)."""
+
+    def __init__(self, module: object, forms: tuple[str, ...]) -> None:
+        self.module, self.forms = module, forms
+
+    def __iter__(self) -> Iterator[str]:
+        for form in self.forms:
+            if self.module is not None:
+                self.module.set_matmul_tiles(form)
+            yield form
+
+
+@contextmanager
+def matmul_tile_forms(be: object, inner: str) -> Iterator[Iterable[str]]:
+    """Yield the matmul tile forms to run contract ``inner`` in on ``be``: on the cpu backend
+    under the plain contract "tall" and "wide" (iterating sets each in turn, so both forms'
+    branches run on any host; the host's choice is restored on exit, a failing block
+    included); else ("host",), the one form there is."""
+    module = getattr(be, "module", None) if getattr(be, "name", None) == "cpu" else None
+    if module is None or inner != "plain":
+        yield _TileForms(None, ("host",))
+        return
+    old = module.set_matmul_tiles("host")
+    try:
+        yield _TileForms(module, ("tall", "wide"))
+    finally:
+        module.set_matmul_tiles(old)
+
+
 # --------------------------------------------------------------- compiled scalar functions
 _SIM_MAP_MODULES: dict[tuple, object] = {}
 

@@ -88,7 +88,7 @@ INNER = ("plain", "fma")  # the inner-product contracts (the ``inner`` attr's va
 # on x86). Tiles only decide which independent outputs are computed side by side, never the
 # order within one. (Wider tiles -- 8 x 3, 12 x 2, 6 x 4 vectors, 16 x 1 for narrow columns --
 # measured no faster on an AVX-512 Xeon: the 8 x 2 loop runs near the FMA rate from L1; on AMD
-# Zen the plain contract's tiles are 14 rows x 1 vector, see ``tall`` below.)
+# Zen 3 / 4 the plain contract's tiles are 14 rows x 1 vector, see ``tall`` below.)
 # Each k x 2L column panel of op(b) is first copied (exactly) into a contiguous, 64-byte aligned
 # buffer, so the tiles stream it at unit stride whatever n is (with tb: gathered from b's rows);
 # a last panel narrower than 2L is zero-padded to 2L. When b is large (> 256 KB) a thread's
@@ -113,20 +113,16 @@ _CPU_MATMUL = Template("""\
     using gtcpu::Int;
     constexpr int L = 64 / sizeof(T);  // lanes of one 64-byte vector
     constexpr long long PW = 2 * L;    // width of a packed panel of b
-    // On AMD Zen (3 and later) the adds have pipes of their own beside the two FMA pipes, and
+    // On AMD Zen 3 / 4 the adds have pipes of their own beside the two 256-bit FMA pipes, and
     // plain's separate multiply + add tiles run fastest tall: 14 rows x one vector per tile
-    // (from L1, 512-bit f64: 28.8 G multiply-adds/s against 19.8 for 8 x 2; the fused contract:
-    // 29 either way). Tiles only group independent outputs: no bit depends on this.
-#if defined(__znver3__) || defined(__znver4__) || defined(__znver5__)
-    constexpr bool tall = $TALL;
-#else
-    constexpr bool tall = false;
-#endif
+    // (gtcpu::tall_tiles; the fused contract's tiles are 8 x 2 on every core). Tiles only
+    // group independent outputs: no bit depends on this.
+    const bool tall = $TALL && gtcpu::tall_tiles();
     // k runs in blocks of KC (a 32 KB slice of the panel stays in L1 across row tiles; 16 KB
     // with tall tiles, whose 14 rows of a take as much again); an output's accumulator goes to
     // c between blocks and comes back exactly, so its chain over k is the same one (k
     // ascending, one accumulator)
-    constexpr long long KC = (tall ? 16384 : 32768) / (PW * (long long)sizeof(T));
+    const long long KC = (tall ? 16384 : 32768) / (PW * (long long)sizeof(T));
     // b's copied panels made in one pass over b's rows when b is large (read in order, not
     // a panel's k-steps n values apart: a new page every few k-steps)
     const bool rowpack = !tb && k * n * (long long)sizeof(T) > 262144;

@@ -46,6 +46,8 @@ CXX_FLAGS = (
 HEADER_PATH = Path(__file__).with_name("cpu_runtime.h")
 EXEC_PATH = Path(__file__).with_name("cpu_exec.h")  # the plan interpreter, after the launchers
 THREADS_ENV = "GTENSOR_CPU_THREADS"
+# the plain contract's matmul tile forms, in cpu_runtime.h's TileForm order
+MATMUL_TILE_FORMS = ("host", "tall", "wide")
 
 _LOADED: dict[str, tuple[ctypes.CDLL, Any]] = {}
 _LOAD_LOCK = threading.Lock()
@@ -223,6 +225,18 @@ class CpuModule(KernelTable):
         fn.argtypes = (ctypes.c_longlong,)
         fn.restype = ctypes.c_longlong
         return int(fn(int(work)))
+
+    def set_matmul_tiles(self, form: str) -> str:
+        """Set the plain contract's matmul register tiles: ``"host"`` (the default: tall,
+        14 rows x 1 vector, on AMD Zen 3 / 4; 8 rows x 2 vectors elsewhere), ``"tall"`` or
+        ``"wide"``; returns the previous setting. A knob for tests: tiles never change a bit."""
+        if form not in MATMUL_TILE_FORMS:
+            raise ValueError(f"set_matmul_tiles: form is {form!r}; expected one of "
+                             f"{MATMUL_TILE_FORMS}")
+        fn = self._lib.gtcpu_set_matmul_tiles
+        fn.argtypes = (ctypes.c_int,)
+        fn.restype = ctypes.c_int
+        return MATMUL_TILE_FORMS[int(fn(MATMUL_TILE_FORMS.index(form)))]
 
     def _is_array(self, value: object) -> bool:
         """Pointer arguments are numpy arrays (the cpu backend's CpuArray included)."""

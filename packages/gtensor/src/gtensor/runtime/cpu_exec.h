@@ -9,6 +9,12 @@ extern "C" long long gtcpu_set_parallel_work(long long work)
     if (work > 0) gtcpu::PARALLEL_WORK = work;
     return old;
 }
+extern "C" int gtcpu_set_matmul_tiles(int form)
+{
+    const int old = gtcpu::MATMUL_TILES;
+    if (form >= gtcpu::TILES_BY_HOST && form <= gtcpu::TILES_WIDE) gtcpu::MATMUL_TILES = form;
+    return old;
+}
 
 // plan = [slots, nbytes[slots], launches, then per launch: kernel index, nargs,
 // nargs x (kind, value)]; kind 0: value is a slot (an array object) whose data pointer is
