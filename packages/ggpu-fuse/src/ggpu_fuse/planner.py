@@ -25,6 +25,9 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
 
 from .analysis import Buffer, Info, buffer, read_transposed, row_shaped, transpose_source
 
@@ -170,29 +173,59 @@ def early(infos: list[Info], deps: list[set[int]], rows: int) -> list[bool]:
     return out
 
 
+class _Extents:
+    """Byte ranges of accesses (launch index, owner, buffer), for overlap queries in one
+    numpy pass each; an access's range can be replaced in place (a read redirected)."""
+
+    def __init__(self, accesses: list[tuple[int, Any, Buffer]]) -> None:
+        self.owners = [owner for _, owner, _ in accesses]
+        self.index = np.array([i for i, _, _ in accesses], dtype=np.int64)
+        self.start = np.array([b.addr for _, _, b in accesses], dtype=np.int64)
+        self.end = np.array([b.addr + max(b.nbytes, 0) for _, _, b in accesses], dtype=np.int64)
+
+    def overlapping(self, b: Buffer) -> np.ndarray:
+        """The positions of the accesses sharing a byte with ``b`` (none when either is
+        empty), in the order given."""
+        if b.nbytes <= 0:
+            return np.zeros(0, dtype=np.int64)
+        return np.flatnonzero((self.start < b.addr + b.nbytes) & (b.addr < self.end)
+                              & (self.start < self.end))
+
+    def replace(self, k: int, b: Buffer) -> None:
+        """Access ``k`` now covers ``b``."""
+        self.start[k], self.end[k] = b.addr, b.addr + max(b.nbytes, 0)
+
+
 def virtual_transposes(infos: list[Info], keep: Sequence[Buffer] = ()) -> list[Info]:
     """Drop transpose copies whose every reader is a matmul: each reader reads the source in
     place instead (the same values, so the same bits: ``gt_dot`` takes operand strides).
 
     A copy writing into one of the ``keep`` buffers (what is read outside this launch list: a
     node's value or gradient, which later phases and the user read) is never dropped.
+    Readers and writers are found through byte-range indexes (``_Extents``), not a scan of
+    every launch per copy (the tests hold it to that scan, the definition).
     """
+    reads = _Extents([(r.index, (r, p), b) for r in infos for p, b in r.reads])
+    writes = _Extents([(r.index, r, b) for r in infos for _, b in r.writes])
+    kept = _Extents([(-1, None, b) for b in keep])
     dropped: set[int] = set()
     for info in infos:
         source = transpose_source(info)
-        if source is None or any(info.writes_into(k) for k in keep):
+        if source is None or any(len(kept.overlapping(w)) for _, w in info.writes):
             continue
-        readers = [(r, p) for r in infos for p, b in r.reads if r is not info
-                   and b.overlaps(info.out)]
+        slots = [k for k in reads.overlapping(info.out) if reads.owners[k][0] is not info]
+        readers = [reads.owners[k] for k in slots]
         last = max((r.index for r, _ in readers), default=info.index)
         src = buffer(source)
-        rewritten = any(r.writes_into(src) for r in infos if info.index < r.index <= last)
+        hits = writes.index[writes.overlapping(src)]
+        rewritten = bool(np.any((hits > info.index) & (hits <= last)))
         if not readers or rewritten or any(r.index < info.index or r.kind != "matmul"
                                            or not r.fusable or p in r.transposed
                                            for r, p in readers):
             continue
-        for r, p in readers:
+        for k, (r, p) in zip(slots, readers):
             read_transposed(r, p, source)
+            reads.replace(k, src)
         dropped.add(info.index)
     return [info for info in infos if info.index not in dropped]
 
