@@ -56,7 +56,7 @@ def test_compiled_run_is_bitwise_the_per_node_replay_and_the_tape(dtype, inner):
     _same_run((want_l, want_p), (got_l, got_p), "compiled step")
     assert want_l[-1] < 0.5 * want_l[0]
     step = prog.fused("step")
-    assert len(step.units) == 1 and step.launches_before > 80  # one native function
+    assert len(step.units) == 1 and step.launches_before > 70  # one native function
     # the first layer's matmul, its bias add and relu share one row loop (the tile's epilogue)
     row = next(s for s in step.segments if s.cls == "row")
     names = [i.name for i in row.items]

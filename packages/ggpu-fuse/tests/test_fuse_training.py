@@ -37,7 +37,9 @@ def test_fused_run_is_bitwise_the_per_node_replay_and_the_tape(device, dtype, in
 def test_the_ae_step_is_at_most_six_launches(device):
     _, _, prog = train("fused", device, 3)
     step = prog.fused("step")
-    assert step.launches_before > 80  # forward + backward + one Adam update per parameter
+    # forward + backward (each parameter's gradient written into its own buffer by the launch
+    # that computes it: no copies) + one Adam update per parameter
+    assert step.launches_before > 70
     assert len(step.units) <= 6, "\n".join(prog.plan)
     assert [s.cls for s in step.segments] == ["tail", "row", "flat", "tail", "flat"], \
         "\n".join(prog.plan)

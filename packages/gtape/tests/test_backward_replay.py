@@ -104,3 +104,66 @@ def _fresh_const_run(bname):
 def test_a_fresh_input_buffer_is_read_not_the_recorded_one(bname):
     for k, (a, b) in enumerate(zip(_fresh_const_run(bname), _fresh_const_run("numpy"))):
         assert testing.bits_equal(a, b), f"episode {k}: the gradient read a stale input"
+
+
+def _shared_episode(tp, ps, x0):
+    """w1 + w2 share one gradient array (add's vjp hands both the add node's own gradient);
+    v is used twice (its total is an accumulation); u's is a matmul's output; b's a sum_to;
+    c's total is the stored gradient of c + 1 (a node of its own)."""
+    w1, w2, v, u, b, c = ps
+    x = tp.const(x0)
+    h = g.tanh(x @ (w1 + w2)) * v + v
+    return g.mean((h @ u + b) ** 2) + g.sum(g.tanh(x @ (c + tp.const(np.ones((4, 2))))))
+
+
+def _shared_params(tp):
+    rng = np.random.default_rng(12)
+    shapes = [(4, 3), (4, 3), (1, 3), (3, 2), (1, 2), (4, 2)]
+    return [tp.param(rng.standard_normal(s)) for s in shapes]
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+def test_shared_and_stored_gradients_keep_their_copies(bname, dtype):
+    """Replayed passes where some parameter totals are computed by one launch nobody else
+    holds (written into the parameter's buffer directly) and some are shared or stored as a
+    node's gradient (copied): every stored gradient bit-equal to numpy's, episode by episode,
+    as the values change in place."""
+    runs = {}
+    for name in ("numpy", bname):
+        tp = g.Tape(name, dtype)
+        ps = _shared_params(tp)
+        mark = tp.mark()
+        out = []
+        for k in range(6):
+            tp.backward(_shared_episode(tp, ps, DATA[5] * (1 + k)))
+            out.append([tp.backend.to_numpy(tp.grad_at(i)) for i in range(len(tp))
+                        if tp.grad_at(i) is not None])
+            tp.reset_to(mark)
+            for p in ps:
+                tp.set_value(p, tp.value(p) * 0.75 - 0.05)
+        runs[name] = out
+    for k, (got, want) in enumerate(zip(runs[bname], runs["numpy"])):
+        assert len(got) == len(want)
+        for i, (a, b) in enumerate(zip(got, want)):
+            assert testing.bits_equal(a, b), f"episode {k}, gradient {i}"
+
+
+def test_a_trace_copies_only_shared_parameter_gradients(bname):
+    """In a traced backward the parameters whose total nobody else holds get no copy launch
+    (the launch computing it writes their buffer); w1 and w2, whose total is the add node's
+    stored gradient, and c, whose total is c + 1's, are copied; the traced gradients equal
+    the tape's."""
+    from gtape.trace import trace
+
+    name = bname if bname != "numpy" else "sim"
+    tp = g.Tape("numpy")
+    ps = _shared_params(tp)
+    loss = _shared_episode(tp, ps, DATA[5])
+    t = trace(tp, loss, name)
+    copies = [x for x in t.backward if x.kernel.name.startswith("k_copy")]
+    dsts = {id(x.args[1]) for x in copies}
+    assert {i for i in t.params if id(t.grads[i]) in dsts} == {ps[0].index, ps[1].index,
+                                                                ps[5].index}
+    tp.backward(loss)
+    for p in ps:
+        assert testing.bits_equal(t.grad(p.index), tp.backend.to_numpy(tp.grad(p)))

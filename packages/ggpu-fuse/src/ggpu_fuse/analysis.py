@@ -17,12 +17,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+from gtensor.kernels import READ_WRITE_KINDS
 from gtensor.recording import Launch
 
 FUSABLE = ("map", "scalar", "zip", "copy", "fill", "matmul", "reduce", "elementwise", "update")
-# kinds whose written buffers are read too (read-modify-write in place: the optimizer's
-# in-place updates, which write several buffers, element i of each at iteration i)
-READ_WRITE = ("update",)
+# kinds whose written buffers are read too (the optimizer's in-place updates, which write
+# several buffers, element i of each at iteration i)
+READ_WRITE = READ_WRITE_KINDS
 
 
 def address(a: Any) -> int:

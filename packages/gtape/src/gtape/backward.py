@@ -9,7 +9,10 @@ Order (fixed, so every engine can reproduce the bits):
     ``sum_to``; contributions to one node are summed with ``add`` in arrival order
     (consumers in descending index order, and within one consumer in input order);
   * a parameter's total is copied (``copy``) into its persistent gradient buffer; parameters
-    the gradient does not reach get ``fill(0.0)``.
+    the gradient does not reach get ``fill(0.0)``. While a recorder records the pass, the one
+    launch that computed a total nobody else holds writes the parameter's buffer itself
+    instead (``Recorder.redirect_output``: the same kernel on the same inputs, so the same
+    bits; the replay makes no copy).
 The engine only moves references; every write is a backend op. It runs on any gtensor backend:
 the eager tape's, or a ``gtensor.recording.Recorder`` when a replay engine captures the pass.
 """
@@ -76,6 +79,8 @@ def run(be: Any, graph: Graph, loss: int, dtype: Any,
     ops, req, grads = graph.ops, graph.req, graph.grads
     reach = reached(graph, loss)  # may raise: nothing has been touched yet
     stats = {"vjps": 0, "reductions": 0, "accumulations": 0, "param_copies": 0}
+    redirect = getattr(be, "redirect_output", None)  # a recording backend's
+    stored: set[int] = set()  # ids of the arrays kept as some node's gradient
     for i, op in enumerate(ops):  # forget the previous backward's gradients
         if op is PARAM:
             if i > loss or not reach[i]:
@@ -95,10 +100,17 @@ def run(be: Any, graph: Graph, loss: int, dtype: Any,
             g = adjust(i, g)
         op = ops[i]
         if op is PARAM:
-            be.copy(g, out=grads[i])
+            # while recording, the launch that computed g (nobody else's: not kept as a
+            # node's gradient, not pending for another node) may write the parameter's
+            # buffer itself: the replay then makes no copy
+            # bitwise the copy, so the counts (engine-independent) count it as one
+            if (redirect is None or id(g) in stored or any(v is g for v in pending.values())
+                    or not redirect(g, grads[i])):
+                be.copy(g, out=grads[i])
             stats["param_copies"] += 1
             continue
         grads[i] = g
+        stored.add(id(g))
         inputs = graph.inputs[i]
         needs = tuple(req[j] for j in inputs)
         contribs = op.vjp(be, g, [graph.values[j] for j in inputs], graph.values[i], needs,

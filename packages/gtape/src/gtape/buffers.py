@@ -57,6 +57,12 @@ class ReusedOutputs(ArraysOf, gtensor.Backend):
         return self.inner.apply(op, inputs, out=buf, **attrs)
 
 
+    def redirect_output(self, src: Any, dst: Any) -> bool:
+        """The inner recorder's ``redirect_output`` (False when ``inner`` records nothing)."""
+        redirect = getattr(self.inner, "redirect_output", None)
+        return bool(redirect is not None and redirect(src, dst))
+
+
 def _among(buf: Any, inputs: Sequence[Any]) -> bool:
     """Whether ``buf`` is one of ``inputs`` (by identity)."""
     for x in inputs:

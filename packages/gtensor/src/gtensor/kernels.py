@@ -99,6 +99,9 @@ class Param:
 #   other   anything else
 KINDS = ("map", "scalar", "zip", "copy", "fill", "matmul", "reduce", "rows", "elementwise",
          "update", "select", "gather", "scatter", "index", "random", "conv", "pool", "other")
+# kinds whose written buffers are read too (read-modify-write in place: the optimizer's
+# in-place updates); every other kernel reads only its const pointers
+READ_WRITE_KINDS = ("update",)
 
 
 @dataclass(frozen=True, eq=False)

@@ -25,7 +25,7 @@ from typing import Any, TypeVar
 
 from .backends.delegating import ArraysOf
 from .backends.kernel_backend import KernelBackend
-from .kernels import Kernel
+from .kernels import READ_WRITE_KINDS, Kernel
 
 T = TypeVar("T")
 
@@ -88,6 +88,56 @@ class Recorder(ArraysOf, KernelBackend):
             self._into.append(Launch(kernel, g, b, tuple(values), self.tag, run))
         run()
 
+    def redirect_output(self, src: Any, dst: Any) -> bool:
+        """Stand in for a copy of ``src`` into ``dst``: make the recorded launch that alone
+        wrote ``src`` write ``dst`` instead (the same kernel on the same inputs, so the same
+        bits), and copy ``src`` into ``dst`` now, unrecorded. Returns whether it did.
+
+        Only when the replay cannot tell: ``src`` and ``dst`` have one shape, dtype and
+        C-contiguous layout; exactly one launch of this recording touches ``src`` -- it writes
+        ``src`` (that very array) as its one output and reads nothing of it (no const pointer
+        over it, not a read-modify-write kind) -- and no launch from it on touches ``dst``.
+        That one launch then wrote every element of ``src``: each op's launches write all of
+        their output (the eager tape reuses output buffers unzeroed on that ground), and no
+        other launch wrote any. The caller vouches that nothing else reads ``src`` from here
+        on (a gradient nobody stores: ``gtape``'s backward for a parameter's own buffer).
+        """
+        launches = self._into
+        if launches is None or not _same_layout(src, dst):
+            return False
+        s, d = _span(src), _span(dst)
+        writer = None
+        for k in range(len(launches) - 1, -1, -1):
+            reads, writes = _touched(launches[k])
+            if any(_overlap(d, w) for w in reads + writes) and writer is None:
+                return False  # dst touched after the writer (or the writer touches it)
+            if any(_overlap(s, w) for w in reads + writes):
+                if writer is not None:
+                    return False  # a second launch touches src
+                launch = launches[k]
+                outs = [(j, p) for j, p in enumerate(launch.kernel.params)
+                        if p.is_pointer and not p.is_const]
+                if (launch.kernel.kind in READ_WRITE_KINDS or len(outs) != 1
+                        or launch.args[outs[0][0]] is not src
+                        or any(_overlap(s, r) for r in reads)):
+                    return False
+                writer = (k, outs[0][0])
+        if writer is None:
+            return False
+        k, j = writer
+        old = launches[k]
+        args = list(old.args)
+        args[j] = dst
+        kernel, values, g, b = self.module.checked(old.kernel, old.grid, old.block, args)
+        launches[k] = Launch(kernel, g, b, tuple(values), old.tag,
+                             self.module.bind(kernel, values, g, b))
+        self._into = None
+        try:
+            self.copy(src, out=dst)
+        finally:
+            self._into = launches
+        return True
+
     def geom(self, values: tuple) -> Any:
         """A geometry array owned by this recorder (one per distinct value, never evicted)."""
         key = tuple(int(v) for v in values)
@@ -98,6 +148,33 @@ class Recorder(ArraysOf, KernelBackend):
 
     def __repr__(self) -> str:
         return f"<Recorder over {self.inner!r}>"
+
+
+def _span(a: Any) -> tuple[int, int]:
+    """The byte range [start, end) of array ``a`` (numpy, sim, cpu or cupy)."""
+    data = getattr(a, "data", None)
+    start = int(data.ptr) if hasattr(data, "ptr") else int(a.__array_interface__["data"][0])
+    return start, start + int(a.nbytes)
+
+
+def _overlap(x: tuple[int, int], y: tuple[int, int]) -> bool:
+    """Whether two byte ranges share a byte."""
+    return x[0] < x[1] and y[0] < y[1] and x[0] < y[1] and y[0] < x[1]
+
+
+def _touched(launch: Launch) -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
+    """The byte ranges ``launch`` reads and writes (its data arrays; geometry left out)."""
+    reads, writes = [], []
+    for p, v in zip(launch.kernel.params, launch.args):
+        if p.is_pointer and not p.is_geometry:
+            (reads if p.is_const else writes).append(_span(v))
+    return reads, writes
+
+
+def _same_layout(a: Any, b: Any) -> bool:
+    """Same shape and dtype, both C-contiguous."""
+    return (tuple(a.shape) == tuple(b.shape) and a.dtype == b.dtype
+            and bool(a.flags.c_contiguous) and bool(b.flags.c_contiguous))
 
 
 def replayable(rec: Recorder, launches: Sequence[Launch]) -> Callable[[], None]:
