@@ -60,6 +60,9 @@ class Recorder(ArraysOf, KernelBackend):
         self.tag: Any = None
         self._owned_geoms: dict[tuple, Any] = {}
         self._into: list[Launch] | None = None
+        # per recorded launch (by id, while recording): the byte ranges it reads, and all it
+        # touches (``redirect_output`` scans them; a replaced launch's entry is dropped)
+        self._touches: dict[int, tuple[list, list]] = {}
 
     # ---------------------------------------------------------------- recording
     @contextlib.contextmanager
@@ -73,6 +76,7 @@ class Recorder(ArraysOf, KernelBackend):
             yield launches
         finally:
             self._into = None
+            self._touches.clear()
 
     # ---------------------------------------------------------------- the kernel door
     @property
@@ -107,25 +111,31 @@ class Recorder(ArraysOf, KernelBackend):
             return False
         s, d = _span(src), _span(dst)
         writer = None
+        touches = self._touches
         for k in range(len(launches) - 1, -1, -1):
-            reads, writes = _touched(launches[k])
-            if any(_overlap(d, w) for w in reads + writes) and writer is None:
+            launch = launches[k]
+            known = touches.get(id(launch))
+            if known is None:
+                reads, writes = _touched(launch)
+                known = touches[id(launch)] = (reads, reads + writes)
+            reads, spans = known
+            if writer is None and any(_overlap(d, w) for w in spans):
                 return False  # dst touched after the writer (or the writer touches it)
-            if any(_overlap(s, w) for w in reads + writes):
+            if any(_overlap(s, w) for w in spans):
                 if writer is not None:
                     return False  # a second launch touches src
-                launch = launches[k]
-                outs = [(j, p) for j, p in enumerate(launch.kernel.params)
+                outs = [j for j, p in enumerate(launch.kernel.params)
                         if p.is_pointer and not p.is_const]
                 if (launch.kernel.kind in READ_WRITE_KINDS or len(outs) != 1
-                        or launch.args[outs[0][0]] is not src
+                        or launch.args[outs[0]] is not src
                         or any(_overlap(s, r) for r in reads)):
                     return False
-                writer = (k, outs[0][0])
+                writer = (k, outs[0])
         if writer is None:
             return False
         k, j = writer
         old = launches[k]
+        touches.pop(id(old), None)
         args = list(old.args)
         args[j] = dst
         kernel, values, g, b = self.module.checked(old.kernel, old.grid, old.block, args)
