@@ -102,8 +102,8 @@ def run(be: Any, graph: Graph, loss: int, dtype: Any,
         if op is PARAM:
             # while recording, the launch that computed g (nobody else's: not kept as a
             # node's gradient, not pending for another node) may write the parameter's
-            # buffer itself: the replay then makes no copy
-            # bitwise the copy, so the counts (engine-independent) count it as one
+            # buffer itself: the replay then makes no copy (bitwise the copy, so the counts,
+            # the same on every engine, count it as one)
             if (redirect is None or id(g) in stored or any(v is g for v in pending.values())
                     or not redirect(g, grads[i])):
                 be.copy(g, out=grads[i])

@@ -161,7 +161,9 @@ class Recorder(ArraysOf, KernelBackend):
 
 
 def _span(a: Any) -> tuple[int, int]:
-    """The byte range [start, end) of array ``a`` (numpy, sim, cpu or cupy)."""
+    """The byte range [start, end) of array ``a`` (numpy, sim, cpu or cupy). Its nbytes from
+    its first element: every array a launch takes is C-contiguous (the kernel door refuses
+    others), and ``redirect_output`` checks its own two."""
     data = getattr(a, "data", None)
     start = int(data.ptr) if hasattr(data, "ptr") else int(a.__array_interface__["data"][0])
     return start, start + int(a.nbytes)
