@@ -18,20 +18,9 @@ from typing import Any
 
 import numpy as np
 from gtensor.kernels import READ_WRITE_KINDS
-from gtensor.recording import Launch
+from gtensor.recording import Launch, address
 
 FUSABLE = ("map", "scalar", "zip", "copy", "fill", "matmul", "reduce", "elementwise", "update")
-# kinds whose written buffers are read too (the optimizer's in-place updates, which write
-# several buffers, element i of each at iteration i)
-READ_WRITE = READ_WRITE_KINDS
-
-
-def address(a: Any) -> int:
-    """The address of an array's first element (numpy, sim, cupy)."""
-    data = getattr(a, "data", None)
-    if hasattr(data, "ptr"):
-        return int(data.ptr)
-    return int(a.__array_interface__["data"][0])
 
 
 @dataclass(frozen=True)
@@ -179,7 +168,7 @@ def analyse(index: int, launch: Launch) -> Info:
               if p.is_pointer and not p.is_const]
     reads = [(p.name, buffer(args[p.name])) for p in k.params
              if p.is_pointer and p.is_const and not p.is_geometry]
-    if k.kind in READ_WRITE:
+    if k.kind in READ_WRITE_KINDS:  # written buffers read too (in-place updates)
         reads += writes
     out = writes[0][1] if writes else Buffer(0, 0, (), 0)
     info = Info(index, launch, k.kind, args, out, reads, 0, writes=writes)

@@ -160,12 +160,17 @@ class Recorder(ArraysOf, KernelBackend):
         return f"<Recorder over {self.inner!r}>"
 
 
-def _span(a: Any) -> tuple[int, int]:
-    """The byte range [start, end) of array ``a`` (numpy, sim, cpu or cupy). Its nbytes from
-    its first element: every array a launch takes is C-contiguous (the kernel door refuses
-    others), and ``redirect_output`` checks its own two."""
+def address(a: Any) -> int:
+    """The address of an array's first element (numpy, sim, cpu or cupy)."""
     data = getattr(a, "data", None)
-    start = int(data.ptr) if hasattr(data, "ptr") else int(a.__array_interface__["data"][0])
+    return int(data.ptr) if hasattr(data, "ptr") else int(a.__array_interface__["data"][0])
+
+
+def _span(a: Any) -> tuple[int, int]:
+    """The byte range [start, end) of array ``a``: its nbytes from its first element (every
+    array a launch takes is C-contiguous -- the kernel door refuses others -- and
+    ``redirect_output`` checks its own two)."""
+    start = address(a)
     return start, start + int(a.nbytes)
 
 
