@@ -63,15 +63,16 @@ def test_flagged_bmm_is_transpose_then_bmm(be, dtype, inner):
 @pytest.mark.parametrize("threads", ["1", "2"])
 def test_flagged_matmul_thread_counts(be, threads):
     """The cpu kernel's row and panel splits (work threshold lowered to 1) change no bit;
-    (200, 40, 200): 13 panels of f64, fewer than its 25 row tiles: rows split, but panels
-    under tb (at least 4 per thread)."""
+    (200, 40, 200): 13 panels of f64, fewer than its 25 row tiles, at least 4 per thread:
+    panels split; (65, 33, 17), (200, 64, 70): rows split; under ta op(a) is packed for
+    (100, 170, 150) (panels split: b the larger) and (300, 170, 150) (rows split)."""
     if be.name != "cpu":
         pytest.skip("thread counts are the cpu backend's")
     with cpu_thread_runs(be, threads=(threads,)) as runs:
         for _ in runs:
             rng = np.random.default_rng(13)
             for m, k, n in [(9, 130, 200), (65, 33, 17), (200, 64, 70), (21, 203, 97),
-                            (200, 40, 200)]:
+                            (200, 40, 200), (100, 170, 150), (300, 170, 150)]:
                 for inner in INNER:
                     for ta, tb in FLAGS:
                         a = rng.standard_normal((m, k))

@@ -346,13 +346,16 @@ _CPU_MATMUL = Template("""\
         }
     };
     // Threads split the panels of one (batch-free) product when it has at least as many panels
-    // as 8-row tiles, or under tb at least 4 per thread (the panels are then gathered, which
-    // costs more than a copy: split rows, every thread would gather all of b; 200x1024x512
-    // f32 on 2 threads, 69 -> 77 G multiply-adds/s): each panel is then packed by one
-    // thread, not by every thread; otherwise they split the rows. Either way each output is
-    // computed whole by one thread.
+    // as 8-row tiles, or at least 4 per thread unless op(a) is packed and larger than b: each
+    // panel is then packed (copied, or under tb gathered) by one thread, where split rows
+    // would have every thread pack all of b (200x1024x512 f32 on 2 threads: 69 -> 77 G
+    // multiply-adds/s under tb, 161 -> 190 without it; 512^3: +3-8%); a packed op(a) (ta)
+    // would be packed whole by every thread instead, which costs more where a is the larger
+    // (1024x200x512 ta: rows stay split). Otherwise they split the rows. Either way each
+    // output is computed whole by one thread.
     const long long panels = (n + PW - 1) / PW;
-    if (batch == 1 && (panels >= (rows + 7) / 8 || (tb && panels >= 4 * gtcpu::thread_count())))
+    if (batch == 1 && (panels >= (rows + 7) / 8 ||
+                       (panels >= 4 * gtcpu::thread_count() && (tb || !packa || n >= m))))
         gtcpu::parallel_for(panels, k * PW * rows,
                             [=](long long lo, long long hi) { block(0, rows, lo, hi); });
     else
