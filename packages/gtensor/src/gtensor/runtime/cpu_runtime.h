@@ -130,10 +130,17 @@ static bool tall_tiles() {
 // (gtcpu_set_parallel_work) so that every kernel's split is exercised on small arrays.
 static long long PARALLEL_WORK = 1LL << 22;
 
+// The machine's CPUs, asked once: std::thread::hardware_concurrency reads /sys on glibc
+// (~6 us a call here, paid by every launch that splits, and by every matmul's split choice).
+static int machine_threads() {
+    static const int n = (int)std::thread::hardware_concurrency();
+    return n;
+}
+
 static int thread_count() {
     const char* text = std::getenv("GTENSOR_CPU_THREADS");
     int n = text && *text ? std::atoi(text) : 0;
-    if (n <= 0) n = (int)std::thread::hardware_concurrency();
+    if (n <= 0) n = machine_threads();
     if (n <= 0) n = 1;
     return n > 64 ? 64 : n;
 }
