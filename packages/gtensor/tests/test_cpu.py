@@ -5,9 +5,13 @@ from __future__ import annotations
 import gtensor
 import numpy as np
 import pytest
-from gtensor.dtypes import F64
+from gtensor.dtypes import F32, F64
+from gtensor.ops import elementwise, forms
+from gtensor.ops.registry import REGISTRY
 from gtensor.recording import Recorder
 from gtensor.runtime import cpu as cpu_runtime
+from gtensor.scalar.dsl import F64 as SF64
+from gtensor.scalar.dsl import scalar_fn, widened_f32
 from gtensor.testing import bits_equal, cpu_thread_runs, first_difference, matmul_tile_forms
 
 
@@ -43,6 +47,8 @@ def _calls(rng, dtype):
             ("muls", (e,), {"s": 0.3}), ("add", (e, e[:1]), {}), ("mul", (e, e), {}),
             ("sum", (e,), {"axis": 0}), ("sum", (e,), {"axis": 1}), ("mean", (e,), {}),
             ("sum", (f,), {"axis": 1}), ("softmax", (e,), {"axis": 1}),
+            ("sigmoid", (e,), {}), ("log_softmax", (e,), {"axis": 1}),
+            ("log_softmax_grad", (e, e), {"axis": 1}), ("sigmoid_grad", (e, e), {}),
             ("softmax", (e,), {"axis": 0}), ("softmax_grad", (e, e), {"axis": 0}),
             ("transpose", (e,), {}), ("transpose", (h,), {"axes": (0, 1, 3, 2)}),
             ("transpose", (h,), {"axes": (1, 3, 2, 0)}),
@@ -160,3 +166,41 @@ def test_cpu_source_calls_no_platform_math():
                    r"__expf", r"__logf", r"\bstd::(exp|log|tanh|pow)\b"):
         assert not re.search(banned, src), f"cpu module source contains {banned}"
     assert "gt_exp_f64" in src and "k_matmul_f32" in src
+
+
+def test_scalar_fn_cost_counts_each_call_as_its_callee():
+    """A scalar function's cost is its statements, each call weighing its callee's cost."""
+
+    @scalar_fn("gt_test_sq_plus_f64", (SF64,), SF64)
+    def sq_plus(m, x):
+        return x * x + x  # two operations
+
+    @scalar_fn("gt_test_twice_f64", (SF64,), SF64)
+    def twice(m, x):
+        return m.call(sq_plus, x) - m.call(sq_plus, x * 2.0)  # 2 calls, a product, a difference
+
+    assert sq_plus.cost == 2
+    assert twice.cost == 2 * 2 + 2
+    exp64, exp32 = elementwise.EXP[F64], elementwise.EXP[F32]
+    assert exp32.cost == widened_f32(exp64).cost == exp64.cost + 2  # widen, exp, round
+    assert exp64.cost > 50 and elementwise.ADD[F64].cost == 1
+
+
+@pytest.mark.parametrize("ft", [F64, F32], ids=["float64", "float32"])
+def test_cpu_loops_split_by_the_work_of_their_functions(ft):
+    """A transcendental map or row kernel weighs its functions' cost per element in its thread
+    split; an add or a product of sums keeps the floor (forms.split_cost)."""
+
+    def body(op):
+        (k,) = REGISTRY[op].kernel_set(ft, cpu=True).kernels
+        return k.body
+
+    sig = elementwise.SIGMOID[ft].cost
+    assert f"parallel_for(n, {sig}," in body("sigmoid")
+    assert f"parallel_for(n, {forms.ELEMENT_COST}," in body("muls")
+    assert f"geom + 1 + 2 * rank, 0, {forms.ELEMENT_COST}," in body("add")
+    softmax = forms.split_cost(REGISTRY["softmax"].kernel_set(ft).kernels[0].calls, 0)
+    assert softmax > elementwise.EXP[ft].cost
+    assert f"parallel_for(A * B, R * {softmax}," in body("softmax")
+    assert f"parallel_for(A * B, R * {forms.ROW_ELEMENT_COST}," in body("softmax_grad")
+    assert forms.split_cost([], forms.ELEMENT_COST) == forms.ELEMENT_COST

@@ -15,7 +15,7 @@ from ..dtypes import F32, F64, FLOATS, FloatType, round_scalar
 from ..kernels import Kernel
 from ..scalar import transcendental as tr
 from ..scalar.dsl import ScalarFn, scalar_fn
-from .forms import MAP, SCALAR, ZIP2
+from .forms import ELEMENT_COST, MAP, SCALAR, ZIP2, split_cost
 from .registry import Op, register
 
 BLOCK = 256
@@ -70,7 +70,9 @@ def _cpu_kernels(cuda: Callable[[FloatType], list[Kernel]],
     """CPU kernels with the names and parameters of ``cuda``'s, bodies from their form."""
 
     def kernels(ft: FloatType) -> list[Kernel]:
-        return [Kernel(k.name, k.params, k.form.cpu_body(fns[ft].cname, ft.ctype), form=k.form)
+        return [Kernel(k.name, k.params,
+                       k.form.cpu_body(fns[ft].cname, ft.ctype,
+                                       split_cost(k.calls, ELEMENT_COST)), form=k.form)
                 for k in cuda(ft)]
 
     return kernels

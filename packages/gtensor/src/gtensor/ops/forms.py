@@ -28,6 +28,7 @@ elementwise ops (add, mul, maximum, ...) are ``Zip(("a", "b"))``; where and the 
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from math import prod
 from string import Template
@@ -60,6 +61,21 @@ _GRID_LOOP = ("    const long long step = (long long)gridDim.x * blockDim.x;\n"
               "i += step)")
 
 
+# The work one element of a cpu loop weighs in its thread split (gtcpu::parallel_for, whose
+# threshold gtcpu::PARALLEL_WORK counts multiply-adds or element operations): at least
+# ELEMENT_COST for a map or zip, ROW_ELEMENT_COST for a row kernel's element.
+ELEMENT_COST = 4
+ROW_ELEMENT_COST = 8
+
+
+def split_cost(calls: Iterable, least: int) -> int:
+    """The thread-split weight of one element of a cpu loop that evaluates each of ``calls``
+    (a kernel's ``Kernel.calls``) at most once per element: the sum of their ``ScalarFn.cost``
+    (a row helper without one counts 1), and at least ``least``. An exp weighs ~70 element
+    operations, an add 1: a transcendental map splits across threads at ~70x fewer elements."""
+    return max(least, sum(getattr(fn, "cost", 1) for fn in calls))
+
+
 @dataclass(frozen=True)
 class Map:
     """``y[i] = f(x[i], *extra)`` for i < n: one input read where the output is written."""
@@ -78,10 +94,10 @@ class Map:
         """The CUDA/sim body: a grid-stride loop."""
         return f"{_GRID_LOOP}\n        y[i] = {self._call(fn, 'x[i]', self.extra)};"
 
-    def cpu_body(self, fn: str, ctype: str | None = None) -> str:
+    def cpu_body(self, fn: str, ctype: str | None = None, cost: int = ELEMENT_COST) -> str:
         """The cpu body: a plain loop over [lo, hi) the compiler vectorizes, split across
-        threads."""
-        return ("    gtcpu::parallel_for(n, 4, [=](long long lo, long long hi) {\n"
+        threads (each element weighs ``cost``: ``split_cost``)."""
+        return (f"    gtcpu::parallel_for(n, {cost}, [=](long long lo, long long hi) {{\n"
                 f"        for (long long i = lo; i < hi; ++i) y[i] = "
                 f"{self._call(fn, 'x[i]', self.extra)};\n    }});")
 
@@ -329,11 +345,13 @@ class Rows:
         """The CUDA/sim body: ``body`` for each row of the block's grid-stride rows."""
         return _ROWS.substitute(T=ctype, BODY=body, SHARED=shared)
 
-    def cpu_body(self, body: str) -> str:
-        """The cpu body: rows split across threads, each row by one thread in order."""
-        return _CPU_ROWS.substitute(BODY=body)
+    def cpu_body(self, body: str, cost: int = ROW_ELEMENT_COST) -> str:
+        """The cpu body: rows split across threads, each row by one thread in order (each
+        element weighs ``cost`` in the split: ``split_cost``)."""
+        return _CPU_ROWS.substitute(BODY=body, COST=str(cost))
 
-    def cpu_interleaved_body(self, body: str, lanes_body: str, lanes: int = ROW_LANES) -> str:
+    def cpu_interleaved_body(self, body: str, lanes_body: str, lanes: int = ROW_LANES,
+                             cost: int = ROW_ELEMENT_COST) -> str:
         """The cpu body with contiguous rows (B == 1) run ``lanes`` at a time, side by side.
 
         ``lanes_body`` handles the G rows (G a compile-time constant: ``lanes``, then 4, 2, 1
@@ -342,7 +360,8 @@ class Rows:
         interleaves independent rows (G accumulators, one per row), so no bit changes;
         ``body`` runs rows of B > 1.
         """
-        return _CPU_ROWS_LANES.substitute(BODY=body, LANES_BODY=lanes_body, L=str(lanes))
+        return _CPU_ROWS_LANES.substitute(BODY=body, LANES_BODY=lanes_body, L=str(lanes),
+                                          COST=str(cost))
 
 
 def _strided_offsets(shape: np.ndarray, strides: np.ndarray, n: int) -> np.ndarray:
@@ -420,17 +439,18 @@ class Zip:
             f"        y[i] = {self._call(fn, self.names)};",
             "    }"])
 
-    def cpu_body(self, fn: str, ctype: str | None = None) -> str:
+    def cpu_body(self, fn: str, ctype: str | None = None, cost: int = ELEMENT_COST) -> str:
         """The cpu kernel body. Two float inputs (``ctype`` given): innermost rows split
         across threads, contiguous and broadcast rows as loops the compiler vectorizes (lanes
-        are independent outputs); otherwise each output decoded as in CUDA."""
+        are independent outputs); otherwise each output decoded as in CUDA. Each element
+        weighs ``cost`` in the thread split (``split_cost``)."""
         if self.n == 2 and ctype is not None:
             a, b = self.names
             return _CPU_ROWS2.replace("$T", ctype).replace("$FN", fn) \
-                .replace("$A", a).replace("$B", b)
+                .replace("$A", a).replace("$B", b).replace("$COST", str(cost))
         return "\n".join([
             "    const int rank = (int)geom[0];",
-            "    gtcpu::parallel_for(n, 4, [=](long long lo, long long hi) {",
+            f"    gtcpu::parallel_for(n, {cost}, [=](long long lo, long long hi) {{",
             "        for (long long i = lo; i < hi; ++i) {",
             *self._offsets("            ", "i", "geom", self._offs()),
             f"            y[i] = {self._call(fn, self.names)};",
@@ -463,10 +483,10 @@ class Zip:
 # two float inputs on the cpu: gtcpu::rows2 walks the innermost rows of the broadcast shape
 _CPU_ROWS2 = """\
     const int rank = (int)geom[0];
-    gtcpu::rows2(rank, geom + 1, geom + 1 + rank, 0, geom + 1 + 2 * rank, 0, 4,
-                 [=](long long r, long long oa, long long ob, long long len, long long ia,
+    gtcpu::rows2(rank, geom + 1, geom + 1 + rank, 0, geom + 1 + 2 * rank, 0, $COST,
+                 [=](long long at, long long oa, long long ob, long long len, long long ia,
                      long long ib) {
-        $T* yr = y + r * len;
+        $T* yr = y + at;
         const $T* ar = $A + oa;
         const $T* br = $B + ob;
         if (ia == 1 && ib == 1) {
@@ -671,7 +691,7 @@ $BODY
 # CPU bodies: rows split across threads, each row run by one thread in the defined order (the
 # max left to right; the serial sums first element first). Row r's elements are B apart.
 _CPU_ROWS = Template("""\
-    gtcpu::parallel_for(A * B, R * 8, [=](long long lo, long long hi) {
+    gtcpu::parallel_for(A * B, R * $COST, [=](long long lo, long long hi) {
         for (long long row = lo; row < hi; ++row) {
             const long long base = (row / B) * R * B + row % B;
 $BODY
@@ -682,7 +702,7 @@ $BODY
 # side hide the latency of each one (a row's chain alone waits on every add); each row keeps
 # its own order. ``rows`` is instantiated for G = $L, then 4, 2, 1 (the rows left over).
 _CPU_ROWS_LANES = Template("""\
-    gtcpu::parallel_for(A * B, R * 8, [=](long long lo, long long hi) {
+    gtcpu::parallel_for(A * B, R * $COST, [=](long long lo, long long hi) {
         long long row = lo;
         if (B == 1) {
             auto rows = [&](auto lanes) {

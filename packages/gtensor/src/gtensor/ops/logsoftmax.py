@@ -22,7 +22,7 @@ import numpy as np
 from ..dtypes import FloatType
 from ..kernels import Kernel
 from .elementwise import ADD, EXP, LOG, MUL, SUB, of
-from .forms import GY_ROWS, XY_ROWS, Rows, row_geometry
+from .forms import GY_ROWS, ROW_ELEMENT_COST, XY_ROWS, Rows, row_geometry, split_cost
 from .reduce import serial_sum
 from .registry import Op, register
 from .softmax import ROW_MAX_LANES, ROW_MAX_TREE, ROW_SUM_LANES, _fns, _infer_axis, _launch_rows
@@ -151,10 +151,12 @@ def _kernels(name: str, form: Rows, cuda: Template, cpu_t: Template, calls, shar
                        tuple(c[ft] for c in calls), form)]
 
     def cpu_kernels(ft: FloatType) -> list[Kernel]:
-        f = _f(ft)
-        text = (form.cpu_body(cpu_t.substitute(f)) if lanes is None
-                else form.cpu_interleaved_body(cpu_t.substitute(f), lanes.substitute(f)))
-        return [Kernel(k.name, k.params, text, form=form) for k in cuda_kernels(ft)]
+        f, (k,) = _f(ft), cuda_kernels(ft)
+        cost = split_cost(k.calls, ROW_ELEMENT_COST)
+        text = (form.cpu_body(cpu_t.substitute(f), cost) if lanes is None
+                else form.cpu_interleaved_body(cpu_t.substitute(f), lanes.substitute(f),
+                                               cost=cost))
+        return [Kernel(k.name, k.params, text, form=form)]
 
     return cuda_kernels, cpu_kernels
 

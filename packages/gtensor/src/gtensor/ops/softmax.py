@@ -23,7 +23,7 @@ from .. import shapes
 from ..dtypes import FloatType
 from ..kernels import Kernel
 from .elementwise import ADD, DIV, EXP, MAX, MUL, SUB, of
-from .forms import GY_ROWS, ROW_THREADS, XY_ROWS
+from .forms import GY_ROWS, ROW_ELEMENT_COST, ROW_THREADS, XY_ROWS, split_cost
 from .reduce import serial_sum
 from .registry import Op, register
 
@@ -145,7 +145,8 @@ def _cpu_kernels(cuda, body: Template, lanes: Template):
     def kernels(ft: FloatType) -> list[Kernel]:
         f = _fns(ft)
         return [Kernel(k.name, k.params,
-                       k.form.cpu_interleaved_body(body.substitute(f), lanes.substitute(f)),
+                       k.form.cpu_interleaved_body(body.substitute(f), lanes.substitute(f),
+                                                   cost=split_cost(k.calls, ROW_ELEMENT_COST)),
                        form=k.form)
                 for k in cuda(ft)]
 

@@ -285,8 +285,10 @@ static __forceinline__ void offsets2(int dims, const long long* shape, const lon
 }
 
 // Visit the row-major positions of `shape` (rank >= 1) one innermost row at a time:
-// f(row, off1, off2, len, step1, step2) with the element offsets of the row's first position
-// in two strided views and their strides along the row. Rows are split across threads.
+// f(at, off1, off2, len, step1, step2) with `at` the row-major index of the first position,
+// the element offsets of that position in two strided views and their strides along the row.
+// Rows are split across threads; when there are fewer rows than threads (a contiguous array
+// collapses to one row), each row is cut into pieces, visited as rows of their own.
 template <class F>
 static __forceinline__ void rows2(int rank, const long long* shape, const long long* s1,
                                   long long base1, const long long* s2, long long base2,
@@ -294,11 +296,22 @@ static __forceinline__ void rows2(int rank, const long long* shape, const long l
     const long long len = shape[rank - 1];
     long long nrows = 1;
     for (int d = 0; d < rank - 1; ++d) nrows *= shape[d];
-    parallel_for(nrows, len * cost, [=](long long lo, long long hi) {
-        for (long long r = lo; r < hi; ++r) {
+    long long pieces = 1;
+    if (len > 1 && nrows * len * cost >= PARALLEL_WORK) {
+        const long long threads = thread_count();
+        if (nrows < threads) pieces = (threads + nrows - 1) / nrows;
+        if (pieces > len) pieces = len;
+    }
+    const long long plen = (len + pieces - 1) / pieces;
+    const long long step1 = s1[rank - 1], step2 = s2[rank - 1];
+    parallel_for(nrows * pieces, plen * cost, [=](long long lo, long long hi) {
+        for (long long i = lo; i < hi; ++i) {
+            const long long r = i / pieces, start = (i % pieces) * plen;
+            if (start >= len) continue;
             long long o1 = base1, o2 = base2;
             offsets2(rank - 1, shape, s1, s2, r, o1, o2);
-            f(r, o1, o2, len, s1[rank - 1], s2[rank - 1]);
+            const long long count = len - start < plen ? len - start : plen;
+            f(r * len + start, o1 + start * step1, o2 + start * step2, count, step1, step2);
         }
     });
 }

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 import numpy as np
@@ -236,6 +237,7 @@ class CEmitter:
 
     lines: list[str] = field(default_factory=list)
     calls: set = field(default_factory=set)
+    called: list = field(default_factory=list)  # the callee of every call statement
     _n: int = 0
 
     def let(self, expr: str, dt: str) -> CVal:
@@ -337,6 +339,7 @@ class CEmitter:
         for a, dt in zip(args, fn.in_dts):
             self._expect(a, dt, fn.cname)
         self.calls.add(fn)
+        self.called.append(fn)
         return self.let(f"{fn.cname}({', '.join(a.expr for a in args)})", fn.out_dt)
 
     @staticmethod
@@ -383,9 +386,20 @@ class ScalarFn:
 
     def dependencies(self) -> list["ScalarFn"]:
         """Scalar functions this one calls (directly), in a stable order."""
+        return sorted(self._traced.calls, key=lambda f: f.cname)
+
+    @cached_property
+    def cost(self) -> int:
+        """The operations one evaluation performs (its C statements, each call counted as
+        its callee's cost): the per-element work a cpu kernel weighs its thread split by."""
+        em = self._traced
+        return len(em.lines) - len(em.called) + sum(fn.cost for fn in em.called)
+
+    @cached_property
+    def _traced(self) -> CEmitter:
         em = CEmitter()
         self.body(em, *[CVal(em, f"a{i}", dt) for i, dt in enumerate(self.in_dts)])
-        return sorted(em.calls, key=lambda f: f.cname)
+        return em
 
 
 def scalar_fn(cname: str, in_dts: tuple[str, ...], out_dt: str) -> Callable[[Callable], ScalarFn]:
