@@ -94,21 +94,44 @@ __device__ __forceinline__ unsigned long long gt_philox_mulhi(unsigned long long
     const unsigned long long mid = (ll >> 32) + (lh & 0xFFFFFFFFULL) + (hl & 0xFFFFFFFFULL);
     return a_hi * b_hi + (lh >> 32) + (hl >> 32) + (mid >> 32);
 }
+// G blocks side by side: lane j is the block at counter (c0[j], 0, 0, c3) under key (key[0],
+// key[1]) as uint64, into w[j][0..3]. Every lane's round before the next round, so the cpu
+// kernels run G = 8 lanes as vector code; one block is G = 1.
+template <int G>
+__device__ __forceinline__ void gt_philox_lanes(const long long* key,
+                                                const unsigned long long* c0_in,
+                                                unsigned long long c3_in,
+                                                unsigned long long (*w)[4])
+{
+    unsigned long long k0 = (unsigned long long)key[0], k1 = (unsigned long long)key[1];
+    unsigned long long c0[G], c1[G], c2[G], c3[G];
+    for (int j = 0; j < G; ++j) {
+        c0[j] = c0_in[j];
+        c1[j] = 0ULL;
+        c2[j] = 0ULL;
+        c3[j] = c3_in;
+    }
+    for (int r = 0; r < 10; ++r) {
+        if (r) { k0 += 0x9E3779B97F4A7C15ULL; k1 += 0xBB67AE8584CAA73BULL; }
+        for (int j = 0; j < G; ++j) {
+            const unsigned long long lo0 = 0xD2E7470EE14C6C93ULL * c0[j];
+            const unsigned long long hi0 = gt_philox_mulhi(0xD2E7470EE14C6C93ULL, c0[j]);
+            const unsigned long long lo1 = 0xCA5A826395121157ULL * c2[j];
+            const unsigned long long hi1 = gt_philox_mulhi(0xCA5A826395121157ULL, c2[j]);
+            c0[j] = hi1 ^ c1[j] ^ k0; c1[j] = lo1; c2[j] = hi0 ^ c3[j] ^ k1; c3[j] = lo0;
+        }
+    }
+    for (int j = 0; j < G; ++j) {
+        w[j][0] = c0[j]; w[j][1] = c1[j]; w[j][2] = c2[j]; w[j][3] = c3[j];
+    }
+}
 // The block at counter (c0, 0, 0, c3) under key (key[0], key[1]) as uint64, into w[4].
 __device__ __forceinline__ void gt_philox_block(const long long* key, unsigned long long c0,
                                                 unsigned long long c3, unsigned long long* w)
 {
-    unsigned long long k0 = (unsigned long long)key[0], k1 = (unsigned long long)key[1];
-    unsigned long long c1 = 0ULL, c2 = 0ULL;
-    for (int r = 0; r < 10; ++r) {
-        if (r) { k0 += 0x9E3779B97F4A7C15ULL; k1 += 0xBB67AE8584CAA73BULL; }
-        const unsigned long long lo0 = 0xD2E7470EE14C6C93ULL * c0;
-        const unsigned long long hi0 = gt_philox_mulhi(0xD2E7470EE14C6C93ULL, c0);
-        const unsigned long long lo1 = 0xCA5A826395121157ULL * c2;
-        const unsigned long long hi1 = gt_philox_mulhi(0xCA5A826395121157ULL, c2);
-        c0 = hi1 ^ c1 ^ k0; c1 = lo1; c2 = hi0 ^ c3 ^ k1; c3 = lo0;
-    }
-    w[0] = c0; w[1] = c1; w[2] = c2; w[3] = c3;
+    unsigned long long one[1][4];
+    gt_philox_lanes<1>(key, &c0, c3, one);
+    w[0] = one[0][0]; w[1] = one[0][1]; w[2] = one[0][2]; w[3] = one[0][3];
 }
 // Word i of the stream: word i % 4 of the block at counter i / 4 + 1 (numpy bumps first).
 __device__ __forceinline__ unsigned long long gt_philox_word(const long long* key, long long i)
@@ -149,7 +172,8 @@ _CPU = """\
 $ONE        }
     });"""
 # The cpu kernels walk each thread's range of outputs in order and compute each Philox block
-# once (not once per element): the same words, a quarter (normal: half) of the work.
+# once (not once per element: the same words, a quarter, for normal half, of the work), eight
+# consecutive blocks at a time as vector lanes (gt_philox_lanes).
 _CPU_ONE = {
     "bits": "        y[o] = (long long)blk[o & 3];\n",
     "uniform": "        y[o] = $FN((long long)(blk[o & 3] >> $SHIFT));\n",
@@ -164,14 +188,18 @@ _CPU_ONE = {
 }
 _CPU_BLOCKED = """\
     gtcpu::parallel_for(n, 16, [=](long long lo, long long hi) {
-        unsigned long long blk[4];
-        long long cur = -1;  // the block held in blk
+        constexpr int G = 8;  // blocks computed side by side (vector lanes)
+        unsigned long long held[G][4];
+        long long first = -1;  // held[j] is the block first + j (b only grows)
         for (long long o = lo; o < hi; ++o) {
             const long long b = o >> $PER;
-            if (b != cur) {
-                gt_philox_block(key, (unsigned long long)b + 1ULL, 0ULL, blk);
-                cur = b;
+            if (first < 0 || b >= first + G) {
+                first = b;
+                unsigned long long counters[G];
+                for (int j = 0; j < G; ++j) counters[j] = (unsigned long long)(first + j) + 1ULL;
+                gt_philox_lanes<G>(key, counters, 0ULL, held);
             }
+            const unsigned long long* blk = held[b - first];
 $ONE        }
     });"""
 _PER_BLOCK = {"bits": 2, "uniform": 2, "normal": 1, "dropout": 2}  # log2(outputs per block)
