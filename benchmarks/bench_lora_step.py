@@ -9,9 +9,13 @@ backends, docs/semantics.md), the same step captured from a numpy tape and repla
 backend (ggpu-replay; per-node and compiled by ggpu-fuse; same bits as the tape), and transformers'
 Qwen2ForCausalLM + PEFT on torch CPU (eager attention, torch.optim.Adam on the adapters, the loss
 as F.cross_entropy in the model's dtype). float64 and float32. Each engine repeats the same step on
-the same sequence; we time every step (perf_counter) after warm-up and report medians.
+the same sequence. The engines of one dtype take turns in blocks of timed steps (``_timing.
+round_robin``), so load on this shared machine hits all of them alike; a run makes every engine
+afresh, and the table reports, per engine, the median over runs of its median step and the
+median of its per-run ratios to transformers + PEFT, with their lowest and highest.
 
-    python benchmarks/bench_lora_step.py [--backends numpy,cpu,sim] [--inner plain,fma] [--steps 3]
+    python benchmarks/bench_lora_step.py [--backends numpy,cpu,sim] [--inner plain,fma]
+        [--steps 15] [--slow-steps 3] [--block 5] [--runs 3]
 
 prints the table and writes it, with the command, to benchmarks/results/lora_step.md (one row
 per backend and contract).
@@ -23,7 +27,6 @@ import argparse
 import os
 import platform
 import statistics
-import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -34,6 +37,7 @@ ROOT = _paths.ROOT
 import gtape  # noqa: E402
 import numpy as np  # noqa: E402
 from _common import Step, tape_loop_step  # noqa: E402
+from _timing import Result, round_robin  # noqa: E402
 from gdemos.lora import LoRA  # noqa: E402
 from gdemos.qwen2 import Qwen2, random_weights  # noqa: E402
 from gdemos.qwen2_math import LINEARS, Qwen2Config  # noqa: E402
@@ -44,6 +48,8 @@ CFG = Qwen2Config(vocab_size=4096, hidden_size=256, intermediate_size=704, num_h
                   num_attention_heads=8, num_key_value_heads=2, head_dim=32,
                   tie_word_embeddings=True, max_position_embeddings=1024)
 T, R, ALPHA, LR = 128, 8, 16.0, 1e-3
+TORCH = "transformers + PEFT, torch CPU (eager)"  # the peer every ratio is taken against
+WARMUP = 3  # untimed steps of every engine (plans, kernels, torch's allocator) before timing
 
 
 def _ids() -> np.ndarray:
@@ -153,24 +159,24 @@ def torch_step(dtype: str) -> Step:
     return step
 
 
-def measure(make: Callable[[str], Step], dtype: str, warmup: int, steps: int) -> list[float]:
-    """Seconds per step after ``warmup`` untimed steps."""
-    step = make(dtype)
-    for _ in range(warmup):
-        step()
-    out = []
-    for _ in range(steps):
-        t = time.perf_counter()
-        step()
-        out.append(time.perf_counter() - t)
-    return out
+def _ratio_cell(ratios: list[float]) -> str:
+    """The median per-run ratio, with the lowest and highest when there are several runs."""
+    med = f"{statistics.median(ratios):.2f}x"
+    return med if len(ratios) == 1 else f"{med} ({min(ratios):.2f}-{max(ratios):.2f})"
 
 
 def main() -> None:
     """Run every engine, print the table and write benchmarks/results/lora_step.md."""
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--steps", type=int, default=5, help="timed steps of our tape (default 5)")
-    ap.add_argument("--torch-steps", type=int, default=20, help="timed torch steps (default 20)")
+    ap.add_argument("--steps", type=int, default=15,
+                    help="timed steps of each cpu-backend and torch engine per run (default 15)")
+    ap.add_argument("--slow-steps", type=int, default=3,
+                    help="timed steps of the numpy and sim tapes per run (default 3)")
+    ap.add_argument("--block", type=int, default=5,
+                    help="consecutive timed steps of one engine before the next engine's turn "
+                         "(default 5)")
+    ap.add_argument("--runs", type=int, default=3,
+                    help="separate runs, every engine made afresh in each (default 3)")
     ap.add_argument("--backends", default="numpy,cpu,sim",
                     help="our tape's backends, comma-separated (default numpy,cpu,sim; those "
                          "not present here are left out)")
@@ -183,6 +189,9 @@ def main() -> None:
                          "cpu is among --backends)")
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks/results/lora_step.md")
     args = ap.parse_args()
+    for flag in ("steps", "slow_steps", "block", "runs"):
+        if getattr(args, flag) < 1:
+            ap.error(f"--{flag.replace('_', '-')} {getattr(args, flag)}: expected at least 1")
     import torch
 
     torch.set_num_threads(2)
@@ -193,45 +202,62 @@ def main() -> None:
     bad = [c for c in inners if c not in INNER]
     if bad or not inners:
         ap.error(f"--inner {args.inner}: expected a comma-separated subset of {INNER}")
-    engines = [(f"tape, {b} backend, inner={c}", tape_step(b, c), 1, args.steps)
-               for b in present for c in inners]
+    # (row name, maker, timed steps per run)
+    engines = [(f"tape, {b} backend, inner={c}", tape_step(b, c),
+                args.steps if b == "cpu" else args.slow_steps) for b in present for c in inners]
     if args.captured and "cpu" in present:
-        engines += [(f"captured cpu step, inner={c}", captured_step(c), 2, args.steps)
+        engines += [(f"captured cpu step, inner={c}", captured_step(c), args.steps)
                     for c in inners]
         engines += [(f"captured cpu step compiled (ggpu-fuse), inner={c}",
-                     captured_step(c, fused=True), 2, args.steps) for c in inners]
-    engines.append(("transformers + PEFT, torch CPU (eager)", torch_step, 3, args.torch_steps))
-    rows = {}
-    for name, make, warm, n in engines:
-        rows[name] = {}
+                     captured_step(c, fused=True), args.steps) for c in inners]
+    engines.append((TORCH, torch_step, args.steps))
+    # runs[r][dtype][row] = (median us, interquartile spread us, steps)
+    runs: list[dict[str, dict[str, Result]]] = []
+    for r in range(args.runs):
+        runs.append({})
         for dtype in ("float64", "float32"):
-            ts = measure(make, dtype, warm, n)
-            rows[name][dtype] = (statistics.median(ts), min(ts), len(ts))
-            print(f"{name:42s} {dtype}: median {statistics.median(ts) * 1e3:9.1f} ms, "
-                  f"min {min(ts) * 1e3:9.1f} ms (n={n})", flush=True)
-    ref = rows["transformers + PEFT, torch CPU (eager)"]
-    lines = ["| engine | float64 median (min) ms | vs torch | float32 median (min) ms | vs torch |",
+            steps = {name: make(dtype) for name, make, _ in engines}
+            counts = {name: n for name, _, n in engines}
+            runs[r][dtype] = res = round_robin(steps, counts, WARMUP, args.block)
+            del steps
+            for name, (med, spread, n) in res.items():
+                print(f"run {r + 1} {name:48s} {dtype}: median {med / 1e3:8.1f} ms, "
+                      f"spread {spread / 1e3:6.1f} ms (n={n}), "
+                      f"{med / res[TORCH][0]:.2f}x torch", flush=True)
+    lines = ["| engine | float64 median ms | vs torch | float32 median ms | vs torch |",
              "|---|---:|---:|---:|---:|"]
-    for name, r in rows.items():
+    per_run = ["| engine | dtype | " + " | ".join(f"run {r + 1}" for r in range(args.runs))
+               + " |", "|---|---|" + "---:|" * args.runs]
+    for name, _, _ in engines:
         cells = []
         for dt in ("float64", "float32"):
-            med, low, n = r[dt]
-            cells += [f"{med * 1e3:,.1f} ({low * 1e3:,.1f}) n={n}", f"{med / ref[dt][0]:.1f}x"]
+            meds = [run[dt][name][0] for run in runs]
+            ratios = [run[dt][name][0] / run[dt][TORCH][0] for run in runs]
+            cells += [f"{statistics.median(meds) / 1e3:,.1f}", _ratio_cell(ratios)]
+            if name != TORCH:
+                per_run.append(f"| {name} | {dt} | " + " | ".join(
+                    f"{m / 1e3:,.1f} ms, {q:.2f}x" for m, q in zip(meds, ratios)) + " |")
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
     table = "\n".join(lines)
+    runs_table = "\n".join(per_run)
     print(table)
+    print(runs_table)
     load = " / ".join(f"{x:.1f}" for x in os.getloadavg())
+    slow = (f"; {args.slow_steps} for the numpy and sim tapes"
+            if any(b != "cpu" for b in present) else "")
     cmd = (f"python benchmarks/bench_lora_step.py --backends {','.join(present)}"
            f" --inner {','.join(inners)}"
-           + (f" --steps {args.steps}" if args.steps != 5 else "")
+           + (f" --steps {args.steps}" if args.steps != 15 else "")
+           + (f" --slow-steps {args.slow_steps}" if args.slow_steps != 3 else "")
+           + (f" --block {args.block}" if args.block != 5 else "")
+           + (f" --runs {args.runs}" if args.runs != 3 else "")
            + ("" if args.captured else " --no-captured"))
     text = f"""# One LoRA training step of a small Qwen2
 
 Forward + backward + Adam of LoRA r={R} (alpha {ALPHA:g}) on q/k/v/o/gate/up/down of a Qwen2
 with hidden {CFG.hidden_size}, {CFG.num_hidden_layers} layers, {CFG.num_attention_heads} query /
 {CFG.num_key_value_heads} kv heads of {CFG.head_dim}, MLP {CFG.intermediate_size}, vocab
-{CFG.vocab_size} (tied head), on one sequence of {T} tokens; median seconds per step after warm-up
-(our tape: 1 warm-up step; the captured steps: 2; torch: 3). Our tape is exact (serial inner
+{CFG.vocab_size} (tied head), on one sequence of {T} tokens. Our tape is exact (serial inner
 products in a fixed order, our own exp/log/sigmoid; bit-identical on every backend), under each
 inner-product contract: `inner=plain` rounds every product and every sum, `inner=fma` does one
 fused multiply-add per term (docs/semantics.md; the two contracts give different, equally
@@ -245,10 +271,18 @@ Command (from the repository root, packages installed plus torch, transformers, 
 
 Machine: {platform.machine()}, {platform.python_implementation()} {platform.python_version()},
 numpy {np.__version__}, torch {torch.__version__} ({torch.get_num_threads()} threads); load
-average when the run ended {load}. The machine is shared (2 cores, other jobs running), so torch's
-two threads in particular see wide step-to-step spread: the min column shows it.
+average when the run ended {load}. The machine is shared (2 cores, other jobs running): absolute
+times move by tens of percent between minutes, so the engines of one dtype take turns in blocks of
+{args.block} timed steps ({WARMUP} untimed warm-up steps each; {args.steps} timed steps per engine
+and run{slow}), every engine made afresh in each of {args.runs} runs. Each time is the median over
+the runs of the engine's median step; each ratio the median of its per-run ratios to
+transformers + PEFT's median in the same run, with the lowest and highest.
 
 {table}
+
+Per run (median step, ratio to transformers + PEFT in the same run):
+
+{runs_table}
 
 Where our time goes (measured once with cProfile, float64, two episodes): an episode records
 449 nodes (after the 107 attached before the mark: 56 adapter params and 51 base-weight
