@@ -94,18 +94,18 @@ __device__ __forceinline__ unsigned long long gt_philox_mulhi(unsigned long long
     const unsigned long long mid = (ll >> 32) + (lh & 0xFFFFFFFFULL) + (hl & 0xFFFFFFFFULL);
     return a_hi * b_hi + (lh >> 32) + (hl >> 32) + (mid >> 32);
 }
-// G blocks side by side: lane j is the block at counter (c0[j], 0, 0, c3) under key (key[0],
-// key[1]) as uint64, into w[j][0..3]. Every lane's round before the next round, so the cpu
-// kernels run G = 8 lanes as vector code; one block is G = 1.
-template <int G>
+// Blocks side by side (C and CUDA alike, so no template): lane j < g (g <= 8) is the block at
+// counter (c0[j], 0, 0, c3) under key (key[0], key[1]) as uint64, into w[j][0..3]. Every
+// lane's round before the next round, so the cpu kernels run g = 8 lanes as vector code (the
+// call is inlined with g a constant); one block is g = 1.
 __device__ __forceinline__ void gt_philox_lanes(const long long* key,
                                                 const unsigned long long* c0_in,
-                                                unsigned long long c3_in,
+                                                unsigned long long c3_in, int g,
                                                 unsigned long long (*w)[4])
 {
     unsigned long long k0 = (unsigned long long)key[0], k1 = (unsigned long long)key[1];
-    unsigned long long c0[G], c1[G], c2[G], c3[G];
-    for (int j = 0; j < G; ++j) {
+    unsigned long long c0[8], c1[8], c2[8], c3[8];
+    for (int j = 0; j < g; ++j) {
         c0[j] = c0_in[j];
         c1[j] = 0ULL;
         c2[j] = 0ULL;
@@ -113,7 +113,7 @@ __device__ __forceinline__ void gt_philox_lanes(const long long* key,
     }
     for (int r = 0; r < 10; ++r) {
         if (r) { k0 += 0x9E3779B97F4A7C15ULL; k1 += 0xBB67AE8584CAA73BULL; }
-        for (int j = 0; j < G; ++j) {
+        for (int j = 0; j < g; ++j) {
             const unsigned long long lo0 = 0xD2E7470EE14C6C93ULL * c0[j];
             const unsigned long long hi0 = gt_philox_mulhi(0xD2E7470EE14C6C93ULL, c0[j]);
             const unsigned long long lo1 = 0xCA5A826395121157ULL * c2[j];
@@ -121,7 +121,7 @@ __device__ __forceinline__ void gt_philox_lanes(const long long* key,
             c0[j] = hi1 ^ c1[j] ^ k0; c1[j] = lo1; c2[j] = hi0 ^ c3[j] ^ k1; c3[j] = lo0;
         }
     }
-    for (int j = 0; j < G; ++j) {
+    for (int j = 0; j < g; ++j) {
         w[j][0] = c0[j]; w[j][1] = c1[j]; w[j][2] = c2[j]; w[j][3] = c3[j];
     }
 }
@@ -130,7 +130,7 @@ __device__ __forceinline__ void gt_philox_block(const long long* key, unsigned l
                                                 unsigned long long c3, unsigned long long* w)
 {
     unsigned long long one[1][4];
-    gt_philox_lanes<1>(key, &c0, c3, one);
+    gt_philox_lanes(key, &c0, c3, 1, one);
     w[0] = one[0][0]; w[1] = one[0][1]; w[2] = one[0][2]; w[3] = one[0][3];
 }
 // Word i of the stream: word i % 4 of the block at counter i / 4 + 1 (numpy bumps first).
@@ -188,7 +188,7 @@ _CPU_ONE = {
 }
 _CPU_BLOCKED = """\
     gtcpu::parallel_for(n, 16, [=](long long lo, long long hi) {
-        constexpr int G = 8;  // blocks computed side by side (vector lanes)
+        constexpr int G = 8;  // blocks computed side by side (vector lanes; gt_philox_lanes' most)
         unsigned long long held[G][4];
         long long first = -1;  // held[j] is the block first + j (b only grows)
         for (long long o = lo; o < hi; ++o) {
@@ -197,7 +197,7 @@ _CPU_BLOCKED = """\
                 first = b;
                 unsigned long long counters[G];
                 for (int j = 0; j < G; ++j) counters[j] = (unsigned long long)(first + j) + 1ULL;
-                gt_philox_lanes<G>(key, counters, 0ULL, held);
+                gt_philox_lanes(key, counters, 0ULL, G, held);
             }
             const unsigned long long* blk = held[b - first];
 $ONE        }
