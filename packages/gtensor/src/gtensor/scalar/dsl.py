@@ -236,7 +236,6 @@ class CEmitter:
     """Traces a scalar function into the statements of a CUDA ``__device__`` function."""
 
     lines: list[str] = field(default_factory=list)
-    calls: set = field(default_factory=set)
     called: list = field(default_factory=list)  # the callee of every call statement
     _n: int = 0
 
@@ -338,7 +337,6 @@ class CEmitter:
             raise TypeError(f"scalar language: {fn.cname} takes {len(fn.in_dts)} arguments")
         for a, dt in zip(args, fn.in_dts):
             self._expect(a, dt, fn.cname)
-        self.calls.add(fn)
         self.called.append(fn)
         return self.let(f"{fn.cname}({', '.join(a.expr for a in args)})", fn.out_dt)
 
@@ -386,7 +384,7 @@ class ScalarFn:
 
     def dependencies(self) -> list["ScalarFn"]:
         """Scalar functions this one calls (directly), in a stable order."""
-        return sorted(self._traced.calls, key=lambda f: f.cname)
+        return sorted(set(self._traced.called), key=lambda f: f.cname)
 
     @cached_property
     def cost(self) -> int:
