@@ -14,7 +14,7 @@ def tp(bname):
 
 
 def test_bad_tape():
-    with pytest.raises(TypeError, match="Adam: tp is .*expected a gtape.Tape"):
+    with pytest.raises(TypeError, match="Adam: params is an object; expected .*gtape.Tape"):
         Adam(object())
     closed = g.Tape()
     closed.close()

@@ -27,8 +27,8 @@ def _old_moments(opt, be, ws, i, slot, p, g_, scale, clip):
     """Adam's and AdamW's first step as it was: the new m and v out of place, into ``ws``."""
     shape, a = slot.shape, slot.alpha
     m, v = slot.state["m"], slot.state["v"]
-    m_new = be.adam_m(m, g_, p, scale, opt._b1, a, clip, out=ws(("adam_m", i), shape))
-    v_new = be.adam_v(v, g_, p, scale, opt._b2, a, clip, out=ws(("adam_v", i), shape))
+    m_new = be.adam_m(m, g_, p, scale, opt.betas[0], a, clip, out=ws(("adam_m", i), shape))
+    v_new = be.adam_v(v, g_, p, scale, opt.betas[1], a, clip, out=ws(("adam_v", i), shape))
     return [(m_new, m), (v_new, v)]
 
 
@@ -37,7 +37,7 @@ class OldAdam(Adam):
 
     def _update(self, be, ws, i, slot, p, g_, scale, clip):
         (m_new, _), (v_new, _) = moved = _old_moments(self, be, ws, i, slot, p, g_, scale, clip)
-        p_new = be.adam_p(p, m_new, v_new, ws("adam_lr_t", ()), self._eps,
+        p_new = be.adam_p(p, m_new, v_new, ws("adam_lr_t", ()), self.eps,
                           out=ws(("new", i), slot.shape))
         return _copies(be, [*moved, (p_new, p)])
 
@@ -51,7 +51,7 @@ class OldAdamW(AdamW):
         s1, s2, s3 = (ws((f"adamw_{k}", i), shape) for k in "abc")
         be.sqrt(v_new, out=s1)
         be.div(s1, ws("adamw_bc2", ()), out=s2)
-        den = be.adds(s2, self._eps, out=s1)
+        den = be.adds(s2, self.eps, out=s1)
         num = be.mul(m_new, ws("adamw_step", ()), out=s2)
         q = be.div(num, den, out=s3)
         decayed = be.mul(p, ws("adamw_decay", ()), out=s1)

@@ -5,9 +5,11 @@ parameter store. Its step has two halves (see ``gopt.Optimizer``): the host half
 count and per-step scalars such as Adam's ``lr_t``, written into small device buffers) runs
 every step; the device half is recorded the first time it runs and replayed afterwards.
 The recording (a ``gtape.recording.Recording``) depends on the versions of the configuration
-it bakes in (``gopt.Optimizer.recorded_deps``): registering a parameter, changing the clip, an
-alpha, the lr (where baked in) or loading a state -- through this wrapper or through the gopt
-optimizer it hands out -- re-records it.
+it bakes in (``gopt.Optimizer.recorded_deps``): registering a parameter or a group, changing
+the clip, an alpha (a coupled weight_decay), betas, eps or loading a state -- through this
+wrapper or through the gopt optimizer it hands out -- re-records it. Per-group learning rates
+and AdamW's per-group decay are per-step host scalars in device buffers: writing them
+(``param_groups[k]["lr"] = x``, a schedule) re-records nothing.
 """
 
 from __future__ import annotations
@@ -33,13 +35,25 @@ class DeviceOptimizer:
             f"the device step of {type(opt).__name__}", opt.recorded_deps)
 
     # ---------------------------------------------------------------- configuration (gopt's)
-    def add(self, param: Any, alpha: float = 0.0) -> Any:
-        """Register a parameter (or a list) of the captured tape with L2 weight ``alpha``."""
+    def add(self, param: Any, alpha: float | None = None) -> Any:
+        """Register a parameter (or a list) of the captured tape in the first group with L2
+        weight ``alpha`` (None: gopt's default, the group's coupled weight_decay or 0)."""
         return self._opt.add(param, alpha)
 
-    def set_clip(self, max_norm: float | None) -> None:
-        """Clip the global gradient norm to ``max_norm`` before each step (None: no clipping)."""
-        self._opt.set_clip(max_norm)
+    @property
+    def param_groups(self) -> list[Any]:
+        """gopt's parameter groups (torch's dicts, read and written: ``g["lr"] = x`` takes
+        effect at the next step without re-recording)."""
+        return self._opt.param_groups
+
+    def add_param_group(self, param_group: dict[str, Any]) -> None:
+        """Add a parameter group (torch's dict; before the first step), as gopt's."""
+        self._opt.add_param_group(param_group)
+
+    def set_clip(self, max_norm: float | None, rule: str = "gopt") -> None:
+        """Clip the global gradient norm (over every group) to ``max_norm`` before each step
+        (None: no clipping); ``rule`` "gopt" or "torch" as gopt's ``set_clip``."""
+        self._opt.set_clip(max_norm, rule)
 
     def set_alpha(self, param: gtape.Var, alpha: float) -> None:
         """Change a registered parameter's L2 weight (from the next step on)."""
@@ -100,7 +114,8 @@ class DeviceOptimizer:
 
     @property
     def lr(self) -> float:
-        """The learning rate; settable (gopt's checks), taking effect at the next step."""
+        """The learning rate (of every group); settable for every group (gopt's checks),
+        taking effect at the next step."""
         return self._opt.lr
 
     @lr.setter

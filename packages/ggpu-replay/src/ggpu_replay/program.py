@@ -11,6 +11,7 @@ as one CUDA graph.
 
 from __future__ import annotations
 
+from numbers import Real
 from typing import Any
 
 import gopt
@@ -278,20 +279,42 @@ class Program:
             tp.set_value(v, host)
 
     # ---------------------------------------------------------------- optimizers
-    def adam(self, lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.999),
-             eps: float = 1e-8) -> DeviceOptimizer:
-        """gopt's Adam, exactly, with its state on the device (register params with ``add``)."""
-        return DeviceOptimizer(self, gopt.Adam(self._store, lr=lr, betas=betas, eps=eps))
+    def adam(self, params: Any = None, lr: float | None = None,
+             betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8,
+             weight_decay: float = 0.0) -> DeviceOptimizer:
+        """gopt's Adam, exactly, with its state on the device.
 
-    def adamw(self, lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.999),
-              eps: float = 1e-8, weight_decay: float = 1e-2) -> DeviceOptimizer:
-        """gopt's AdamW, exactly, with its state on the device (register params with ``add``)."""
-        return DeviceOptimizer(self, gopt.AdamW(self._store, lr=lr, betas=betas, eps=eps,
-                                                weight_decay=weight_decay))
+        ``params``: the captured tape's parameters or param-group dicts (torch's, as
+        ``gopt.Adam``), or None to register parameters with ``add``; a number in its place is
+        the learning rate (``prog.adam(0.1)``, as before groups).
+        """
+        params, lr = _params_lr("adam", params, lr, 1e-3)
+        return self._device_opt(gopt.Adam, params, lr=lr, betas=betas, eps=eps,
+                                weight_decay=weight_decay)
 
-    def sgd(self, lr: float) -> DeviceOptimizer:
-        """gopt's SGD, exactly, on the device (register params with ``add``)."""
-        return DeviceOptimizer(self, gopt.SGD(self._store, lr=lr))
+    def adamw(self, params: Any = None, lr: float | None = None,
+              betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8,
+              weight_decay: float = 1e-2) -> DeviceOptimizer:
+        """gopt's AdamW, exactly, with its state on the device (``params`` as for ``adam``:
+        ``prog.adamw([{"params": decay, "weight_decay": 0.1}, ...], lr=3e-4)``)."""
+        params, lr = _params_lr("adamw", params, lr, 1e-3)
+        return self._device_opt(gopt.AdamW, params, lr=lr, betas=betas, eps=eps,
+                                weight_decay=weight_decay)
+
+    def sgd(self, params: Any = None, lr: float | None = None,
+            weight_decay: float = 0.0) -> DeviceOptimizer:
+        """gopt's SGD, exactly, on the device (``params`` as for ``adam``; ``prog.sgd(0.1)``
+        is the learning rate, parameters registered with ``add``)."""
+        params, lr = _params_lr("sgd", params, lr, None)
+        return self._device_opt(gopt.SGD, params, lr=lr, weight_decay=weight_decay)
+
+    def _device_opt(self, kind: type[gopt.Optimizer], params: Any, **kw: Any
+                    ) -> DeviceOptimizer:
+        """``kind`` over the program's parameter store: with the given parameters / groups
+        (checked to be parameters of the captured episode), or none yet."""
+        if params is None:
+            return DeviceOptimizer(self, kind(self._store, **kw))
+        return DeviceOptimizer(self, kind(params, store=self._store, **kw))
 
     # ---------------------------------------------------------------- checks (internal)
     def _var(self, i: int, where: str) -> gtape.Var:
@@ -463,6 +486,22 @@ class ParamStore:
                              f"{tuple(buf.shape)} and dtype {self.dtype}; got host data of "
                              f"shape {tuple(host.shape)} and dtype {host.dtype}")
         be.write(buf, host)
+
+
+def _params_lr(where: str, params: Any, lr: Any, default: float | None) -> tuple[Any, Any]:
+    """A device optimizer's (params, lr): a real number in the params place is the learning
+    rate (the call as it was before groups)."""
+    if isinstance(params, Real) and not isinstance(params, bool):
+        if lr is not None:
+            raise TypeError(f"{where}: the learning rate is given twice ({params!r} in the "
+                            f"params place and lr={lr!r}); expected params=parameters or "
+                            "groups, lr=a number")
+        return None, params
+    if lr is None:
+        if default is None:
+            raise TypeError(f"{where}: lr is missing; expected the learning rate")
+        lr = default
+    return params, lr
 
 
 def capture(tp: gtape.Tape, loss: gtape.Var, backend: str = "cuda",

@@ -1,35 +1,51 @@
-"""The Optimizer base: parameter registration, L2 and clipping, the step driver (state I/O:
-``gopt.state``)."""
+"""The Optimizer base: parameter groups and registration, L2 and clipping, the step driver
+(parameter groups: ``gopt.groups``; state I/O: ``gopt.state``)."""
 
 from __future__ import annotations
 
-import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import gtape
 import numpy as np
 from gtape.recording import Recording, Version
+from gtensor import describe
 from gtensor.recording import record, recordable
 
-from . import checks, gradients
+from . import checks, gradients, groups
 from . import state as state_io
+from .groups import Group, ParamGroup
 from .workspace import Workspace
+
+CLIP_RULES = ("gopt", "torch")
 
 
 @dataclass
 class Slot:
-    """One registered parameter: its Var, L2 weight and per-parameter state buffers."""
+    """One registered parameter: its Var, L2 weight, group and per-parameter state buffers."""
 
     var: gtape.Var
     alpha: float
     shape: tuple[int, ...]
     state: dict[str, Any] = field(default_factory=dict)
+    group: int = 0
+
+
+def gkey(name: str, k: int) -> Any:
+    """The workspace key of group ``k``'s 0-d buffer ``name`` (group 0 keeps the plain name)."""
+    return name if k == 0 else (name, k)
 
 
 class Optimizer:
-    """Base class: subclasses define ``STATE`` (per-parameter buffers) and ``_update``.
+    """Base class: subclasses define ``STATE`` (per-parameter buffers), ``GROUP_KEYS`` and
+    ``_update``.
+
+    ``params`` is what torch takes -- an iterable of parameters (one group), or a list of
+    param-group dicts (``{"params": [...], "lr": ..., ...}``; a missing key takes the
+    constructor's value) -- and the tape is found from the parameters (``Var.tape``); or,
+    as before groups, a ``gtape.Tape`` / parameter store with parameters registered later by
+    ``add``. ``store=`` names the parameter store explicitly (a replay program's).
 
     The optimizer works over a *parameter store*: a ``gtape.Tape``, or any object with the same
     ``backend``, ``dtype``, ``value(p)``, ``grad(p)``, ``set_value(p, array)`` plus
@@ -37,42 +53,95 @@ class Optimizer:
     a step updates each parameter's buffer in place: ``param_buffer(p)`` where the store has
     it (else ``value(p)``, which must then be the writable buffer), followed by
     ``note_updated(p)`` where the store has it (a tape: its write clock ticks).
-    A step is two halves: ``advance`` (host: the step count and per-step scalars, written into
-    small backend buffers) and ``device_step`` (backend ops only, on buffers that never move),
-    so a replay engine can record the second half once and re-run it every step (``check_step``
-    first refuses a step that cannot run).
+    A step is two halves: ``advance`` (host: the step count and per-step scalars of every
+    group, written into small backend buffers) and ``device_step`` (backend ops only, on
+    buffers that never move), so a replay engine can record the second half once and re-run it
+    every step (``check_step`` first refuses a step that cannot run).
     """
 
     KIND = "?"
     STATE: tuple[str, ...] = ()
+    # torch's group keys this optimizer has (besides "params"), in their check order
+    GROUP_KEYS: tuple[str, ...] = ("lr", "weight_decay")
+    # weight_decay is coupled L2 (g + wd*p: each parameter's alpha), as torch's SGD and Adam;
+    # AdamW's is decoupled (its own per-group buffer)
+    COUPLED_DECAY = True
     # the configuration a recorded device half bakes in (its launches' scalar attributes and
     # the parameter list): a change to any of these re-records it. NOTE: "lr" is here unless
     # the subclass's device half reads lr only through a per-step buffer (Adam's lr_t).
     BAKED: tuple[str, ...] = ("lr", "clip", "alpha", "params")
 
-    def __init__(self, tp: gtape.Tape, lr: float) -> None:
+    def __init__(self, params: Any, *, store: Any = None, **defaults: Any) -> None:
         where = type(self).__name__
-        self._tp = checks.store(where, tp)
-        self._lr = checks.real(where, "lr", lr, low=0.0, expected="a finite real number >= 0")
-        self._be = tp.backend
-        self._ws = Workspace(self._be, tp.dtype)
         self._slots: list[Slot] = []
+        if groups.is_store(params):
+            if store is not None:
+                raise TypeError(f"{where}: store= is given with a tape or store as params; "
+                                "expected store= only with parameters (or param-group dicts)")
+            self._tp = checks.store(where, params)
+            parsed = None
+        else:
+            parsed = groups.parse(where, params, self.GROUP_KEYS)
+        self._defaults: dict[str, float] = {}
+        for key in self.GROUP_KEYS:
+            self._defaults.update(groups.check_value(where, key, key, defaults[key]))
+        if parsed is not None:
+            hypers = [self._group_hyper(where, name, opts) for name, _, opts in parsed]
+            tp = groups.one_tape(where, parsed) if store is None else store
+            self._tp = checks.store(where, tp)
+            self._check_new(where, list(groups.param_names(parsed)))
+        else:
+            hypers = [dict(self._defaults)]
+        self._be = self._tp.backend
+        self._ws = Workspace(self._be, self._tp.dtype)
+        self._groups: list[Group] = [Group(h, self._new_host(h)) for h in hypers]
         self._t = 0
         self._max_norm: float | None = None
-        self._clip_consts: tuple[Any, Any] | None = None
+        self._clip_rule = "gopt"
+        self._clip_consts: tuple[Any, ...] | None = None
         self._last_norm: Any = None
         self._stepped_at = 0  # the store's backward_count at the last step
         # one version per piece of configuration; every change bumps its version
         self._versions = {name: Version(f"{type(self).__name__}.{name}")
-                          for name in ("lr", "clip", "alpha", "params", *self._more_config())}
+                          for name in ("lr", "clip", "alpha", "params", "weight_decay",
+                                       *self._more_config())}
         # the device half of the step, recorded on a kernel backend and replayed as one call;
         # re-recorded when the configuration it bakes in moved
         self._replay: Recording[Callable[[], None]] = Recording(
             f"{type(self).__name__}'s recorded update", self.recorded_deps)
+        for _, k, p in groups.param_names(parsed or []):
+            self._new_slot(p, self._l2(k), k)
 
     def _more_config(self) -> tuple[str, ...]:
         """Names of the subclass's own configuration versions (Adam: betas, eps)."""
         return ()
+
+    def _new_host(self, hyper: dict[str, float]) -> dict[str, float]:
+        """A new group's host running scalars (Adam: the powers of its betas)."""
+        return {}
+
+    def _group_hyper(self, where: str, name: str, opts: Mapping[str, Any]) -> dict[str, float]:
+        """A group's hyperparameters: the constructor's, overridden by its dict's checked keys."""
+        hyper = dict(self._defaults)
+        for key in self.GROUP_KEYS:
+            if key in opts:
+                hyper.update(groups.check_value(where, f"{name}[{key!r}]", key, opts[key]))
+        return hyper
+
+    def _l2(self, k: int) -> float:
+        """The L2 weight a parameter of group ``k`` gets (its weight_decay where coupled)."""
+        return self._groups[k].hyper["weight_decay"] if self.COUPLED_DECAY else 0.0
+
+    def _check_new(self, where: str, named: list[tuple[str, int, Any]]) -> None:
+        """New parameters (message name, group, Var) checked: live parameters of the store,
+        none twice, none registered already."""
+        seen: dict[int, str] = {s.var.index: "registered already" for s in self._slots}
+        for name, _, p in named:
+            checks.store_param(f"{where}: {name}", self._tp, p)
+            if p.index in seen:
+                raise ValueError(f"{where}: {name} ({p!r}) is {seen[p.index]}; expected each "
+                                 "parameter in one group, once")
+            seen[p.index] = f"also {name}"
 
     def version(self, name: str) -> Version:
         """The version of configuration item ``name`` ("lr", "clip", "alpha", "params", ...)."""
@@ -92,28 +161,105 @@ class Optimizer:
         return self._tp
 
     @property
+    def param_groups(self) -> list[ParamGroup]:
+        """The parameter groups as torch's: ``g["params"]``, ``g["lr"]``, ... read and written
+        (``g["lr"] = x`` takes effect at the next step; a bad value raises, nothing changes)."""
+        return [ParamGroup(self, k) for k in range(len(self._groups))]
+
+    def _common(self, key: str) -> Any:
+        """Group key ``key``'s value, the same in every group (else a ValueError saying where
+        to read the per-group values)."""
+        values = [groups.torch_value(grp.hyper, key) for grp in self._groups]
+        if any(v != values[0] for v in values[1:]):
+            raise ValueError(f"{type(self).__name__}.{key}: the {len(values)} parameter groups "
+                             f"have different values {values}; read "
+                             f"opt.param_groups[k][{key!r}]")
+        return values[0]
+
+    @property
     def lr(self) -> float:
-        """The learning rate; settable, taking effect at the next step (see ``_set_lr``)."""
-        return self._lr
+        """The learning rate (of every group: refused when groups differ, see
+        ``param_groups``); settable, for every group, taking effect at the next step."""
+        return self._common("lr")
 
     @lr.setter
     def lr(self, value: float) -> None:
         self._set_lr(value)
 
     def _set_lr(self, value: float) -> None:
-        """Set the learning rate for the next step (a schedule calls this after each step).
+        """Set the learning rate of every group for the next step (a schedule sets each
+        group's own).
 
         The learning rate is a per-step host scalar: every optimizer reads it in its host half
-        (``advance``) and writes what it derives from it into 0-d backend buffers, so a recorded
-        device half (or a captured program) follows the change without re-recording (the "lr"
-        version moves, and only a recording that declares lr baked in re-records). A bad value
-        (NaN, inf, negative, not a real number) raises and changes nothing.
+        (``advance``) and writes what it derives from it into each group's 0-d backend
+        buffers, so a recorded device half (or a captured program) follows the change without
+        re-recording (the "lr" version moves, and only a recording that declares lr baked in
+        re-records). A bad value (NaN, inf, negative, not a real number) raises and changes
+        nothing.
         """
         lr = checks.real(f"{type(self).__name__}.lr", "lr", value, low=0.0,
                          expected="a finite real number >= 0")
-        if lr != self._lr or math.copysign(1.0, lr) != math.copysign(1.0, self._lr):
-            self._lr = lr
+        self._set_lrs([lr] * len(self._groups))
+
+    def _set_lrs(self, lrs: Sequence[float]) -> None:
+        """Every group's learning rate (already checked), bumping "lr" if one moved."""
+        moved = False
+        for grp, lr in zip(self._groups, lrs):
+            if not groups.same_float(lr, grp.hyper["lr"]):
+                grp.hyper["lr"], moved = lr, True
+        if moved:
             self._versions["lr"].bump()
+
+    def _set_group_value(self, k: int, key: str, value: Any) -> None:
+        """``param_groups[k][key] = value``: checked, then applied (see ``ParamGroup``)."""
+        where, name = type(self).__name__, f"param_groups[{k}][{key!r}]"
+        if key == "params":
+            raise TypeError(f"{where}: {name} cannot be assigned; add parameters with "
+                            "add_param_group({'params': [...], ...}) (or add)")
+        if key not in self.GROUP_KEYS:
+            raise ValueError(f"{where}: param_groups[{k}] has no key {key!r}; expected one of "
+                             f"{list(self.GROUP_KEYS)}")
+        new = groups.check_value(where, name, key, value)
+        hyper = self._groups[k].hyper
+        moved = not all(groups.same_float(v, hyper[n]) for n, v in new.items())
+        hyper.update(new)
+        if key == "weight_decay" and self.COUPLED_DECAY:
+            alpha_moved = False
+            for s in self._slots:
+                if s.group == k and not groups.same_float(s.alpha, new[key]):
+                    s.alpha, alpha_moved = new[key], True
+            if alpha_moved:
+                self._versions["alpha"].bump()
+        if moved:
+            self._group_changed(k, key)
+            self._versions[key].bump()
+
+    def _group_changed(self, k: int, key: str) -> None:
+        """Group ``k``'s ``key`` was written with a new value (Adam: new betas' powers)."""
+
+    def add_param_group(self, param_group: dict[str, Any]) -> None:
+        """Add a group as torch's ``add_param_group``: ``{"params": [...], key: value, ...}``,
+        missing keys taking the constructor's values. Everything is checked first (keys,
+        values, parameters: live, of this optimizer's tape, none already registered); a refused
+        group changes nothing. Like ``add``, only before the first step."""
+        where = f"{type(self).__name__}.add_param_group"
+        if not isinstance(param_group, Mapping):
+            raise TypeError(f"{where}: param_group is {describe(param_group)}; expected a dict "
+                            "with a 'params' entry")
+        k = len(self._groups)
+        name, ps, opts = groups.group_spec(where, f"param_groups[{k}]", param_group,
+                                           self.GROUP_KEYS)
+        hyper = self._group_hyper(where, name, opts)
+        self._refuse_after_step(where)
+        self._check_new(where, [(f"{name}['params'][{j}]", k, p) for j, p in enumerate(ps)])
+        self._groups.append(Group(hyper, self._new_host(hyper)))
+        for p in ps:
+            self._new_slot(p, self._l2(k), k)
+
+    def _refuse_after_step(self, where: str) -> None:
+        if self._t:
+            raise RuntimeError(f"{where}: {self._t} step(s) were already taken; register every "
+                               "parameter before the first step (the step count is shared)")
 
     @property
     def t(self) -> int:
@@ -122,7 +268,7 @@ class Optimizer:
 
     @property
     def params(self) -> list[gtape.Var]:
-        """The registered parameters, in registration order."""
+        """The registered parameters, in registration order (every group's)."""
         return [s.var for s in self._slots]
 
     @property
@@ -130,12 +276,20 @@ class Optimizer:
         """The global-norm clipping threshold, or None when clipping is off."""
         return self._max_norm
 
-    def add(self, param: gtape.Var | Sequence[gtape.Var], alpha: float = 0.0) -> Any:
-        """Register ``param`` with L2 weight ``alpha`` (the gradient becomes g + alpha*p).
+    @property
+    def clip_rule(self) -> str:
+        """The clipping rule: "gopt" (the default) or "torch" (see ``set_clip``)."""
+        return self._clip_rule
+
+    def add(self, param: gtape.Var | Sequence[gtape.Var], alpha: float | None = None) -> Any:
+        """Register ``param`` in the first group with L2 weight ``alpha`` (the gradient becomes
+        g + alpha*p; None: the group's weight_decay for SGD and Adam, 0 for AdamW).
 
         ``param`` may be a list of parameters (``tp.params()``, ``layer.params``): all are
         checked first, then all registered with the same ``alpha``; the list is returned.
         """
+        if alpha is None:
+            alpha = self._l2(0)
         if isinstance(param, (list, tuple)):
             where = f"{type(self).__name__}.add"
             indices = [checks.store_param(where, self._tp, p).index for p in param]
@@ -157,13 +311,15 @@ class Optimizer:
         where = f"{type(self).__name__}.add"
         checks.store_param(where, self._tp, param)
         a = checks.real(where, "alpha", alpha, low=0.0, expected="a finite real number >= 0")
-        if self._t:
-            raise RuntimeError(f"{where}: {self._t} step(s) were already taken; register every "
-                               "parameter before the first step (the step count is shared)")
+        self._refuse_after_step(where)
         if any(s.var.index == param.index for s in self._slots):
             raise ValueError(f"{where}: {param!r} is already registered; expected each "
                              "parameter once")
-        slot = Slot(param, a, tuple(param.shape))
+        return self._new_slot(param, a, 0)
+
+    def _new_slot(self, param: gtape.Var, alpha: float, k: int) -> gtape.Var:
+        """Register a checked parameter in group ``k`` (state buffers made, "params" bumped)."""
+        slot = Slot(param, alpha, tuple(param.shape), group=k)
         for name in self.STATE:
             slot.state[name] = self._be.zeros(slot.shape, self._tp.dtype)
         self._slots.append(slot)
@@ -182,17 +338,36 @@ class Optimizer:
         slot.alpha = a
         self._versions["alpha"].bump()
 
-    def set_clip(self, max_norm: float | None) -> None:
-        """Clip the global gradient norm to ``max_norm`` before each step (None: no clipping)."""
+    def set_clip(self, max_norm: float | None, rule: str = "gopt") -> None:
+        """Clip the global gradient norm (over every group) to ``max_norm`` before each step
+        (None: no clipping).
+
+        ``rule="gopt"`` (the default): scale ``max_norm / norm`` when ``norm > max_norm``, else
+        exactly 1. ``rule="torch"``: ``torch.nn.utils.clip_grad_norm_``'s coefficient,
+        ``min(1, max_norm / (norm + 1e-6))`` computed as torch does --
+        ``(1 / (norm + 1e-6)) * max_norm``, clamped at 1 -- and always multiplied in.
+        Both are worked out on the backend (docs/optimizers.md); a bad value or rule raises
+        and changes nothing.
+        """
+        where = f"{type(self).__name__}.set_clip"
+        if not isinstance(rule, str) or rule not in CLIP_RULES:
+            raise ValueError(f"{where}: rule is {describe(rule)}; expected one of "
+                             f"{list(CLIP_RULES)}")
         if max_norm is None:
             self._max_norm, self._clip_consts = None, None
             self._versions["clip"].bump()
             return
-        m = checks.real(f"{type(self).__name__}.set_clip", "max_norm", max_norm, low=0.0,
-                        low_open=True, expected="a finite real number > 0, or None")
-        self._max_norm = m
-        self._clip_consts = (self._ws.scalar(m), self._ws.scalar(1.0))
+        m = checks.real(where, "max_norm", max_norm, low=0.0, low_open=True,
+                        expected="a finite real number > 0, or None")
+        self._max_norm, self._clip_rule = m, rule
+        self._clip_consts = self._clip_constants(m, rule)
         self._versions["clip"].bump()
+
+    def _clip_constants(self, max_norm: float, rule: str) -> tuple[Any, ...]:
+        """The 0-d backend constants of a clip rule (fl(max_norm), 1, and torch's fl(1e-6))."""
+        consts = (self._ws.scalar(max_norm), self._ws.scalar(1.0))
+        return consts + (self._ws.scalar(gradients.TORCH_CLIP_EPS),) if rule == "torch" \
+            else consts
 
     # ---------------------------------------------------------------- the step
     def step(self) -> None:
@@ -203,7 +378,7 @@ class Optimizer:
         (t, running powers) is restored if anything raises before them.
         """
         self.check_step()
-        host = (self._t, self._stepped_at, self._host_state())
+        host = (self._t, self._stepped_at, [dict(grp.host) for grp in self._groups])
         try:
             self.advance()
             if self._replays():
@@ -212,7 +387,8 @@ class Optimizer:
                 self.device_step()
         except BaseException:
             self._t, self._stepped_at = host[0], host[1]
-            self._set_host_state(host[2])
+            for grp, saved in zip(self._groups, host[2]):
+                grp.host = saved
             raise
 
     def check_step(self) -> None:
@@ -274,7 +450,9 @@ class Optimizer:
         clip = self._clip_consts is not None
         if clip:
             norm = gradients.global_norm(ws, grads)
-            scale = gradients.clip_scale(ws, norm, *self._clip_consts)
+            rule = gradients.torch_clip_scale if self._clip_rule == "torch" else \
+                gradients.clip_scale
+            scale = rule(ws, norm, *self._clip_consts)
             self._last_norm = norm
         else:
             scale = ws("no_clip", ())  # a 0-d placeholder: the no-clip kernels never read it
@@ -316,7 +494,8 @@ class Optimizer:
         return float(self._be.to_numpy(self._last_norm))
 
     def _begin_step(self) -> None:
-        """Host-side per-step scalars (after t has advanced), written with ``be.write``."""
+        """Host-side per-step scalars of every group (after t has advanced), written with
+        ``be.write`` into the group's 0-d buffers (``gkey``)."""
 
     def _update(self, be: Any, ws: Workspace, i: int, slot: Slot, p: Any, g: Any, scale: Any,
                 clip: bool) -> Callable[[], None]:
@@ -328,19 +507,16 @@ class Optimizer:
         raise NotImplementedError
 
     # ---------------------------------------------------------------- state
-    def _hyper(self) -> dict[str, float]:
-        """Hyperparameters saved with the state (name -> float)."""
-        return {"lr": self._lr}
+    def _saved_hyper(self, k: int) -> dict[str, float]:
+        """Group ``k``'s hyperparameters as saved (name -> float): a coupled weight_decay only
+        when non-zero, so states made before groups keep their keys."""
+        hyper = self._groups[k].hyper
+        return {n: v for n, v in hyper.items()
+                if not (n == "weight_decay" and self.COUPLED_DECAY and v == 0.0)}
 
-    def _set_hyper(self, hyper: dict[str, float]) -> None:
-        self._lr = hyper["lr"]
-
-    def _host_state(self) -> dict[str, float]:
-        """Host-side running scalars saved with the state (name -> float)."""
-        return {}
-
-    def _set_host_state(self, state: dict[str, float]) -> None:
-        """Restore what ``_host_state`` saved."""
+    def _check_host(self, where: str, prefix: str, host: dict[str, float]) -> dict[str, float]:
+        """A group's saved host running scalars, checked (``prefix`` names them)."""
+        return host
 
     def state_dict(self, params: bool = True) -> dict[str, np.ndarray]:
         """The optimizer's state as host numpy arrays (and the parameter values if ``params``)."""
@@ -349,9 +525,9 @@ class Optimizer:
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore what ``state_dict`` returned (hyperparameters, t, buffers, parameter values).
 
-        Everything is checked first -- keys, kind, dtype, shapes, and every value against the
-        ranges the constructor enforces -- then applied at once: a refused state leaves the
-        optimizer exactly as it was (``gopt.state``).
+        Everything is checked first -- keys, kind, dtype, group layout, shapes, and every value
+        against the ranges the constructor enforces -- then applied at once: a refused state
+        leaves the optimizer exactly as it was (``gopt.state``).
         """
         state_io.load_state_dict(self, state)
 
@@ -359,15 +535,6 @@ class Optimizer:
         """Bump every configuration version (a loaded state may have changed any of them)."""
         for version in self._versions.values():
             version.bump()
-
-    def _check_hyper(self, where: str, hyper: dict[str, float]) -> dict[str, float]:
-        """Hyperparameters of a state, checked as the constructor checks them."""
-        checks.real(where, "hyper.lr", hyper["lr"], low=0.0, expected="a finite real number >= 0")
-        return hyper
-
-    def _check_host(self, where: str, host: dict[str, float]) -> dict[str, float]:
-        """Host running scalars of a state, checked."""
-        return host
 
     def save(self, path: Any, params: bool = True) -> None:
         """Write ``state_dict(params)`` to exactly ``path`` (an .npz archive, no pickle),
@@ -380,6 +547,9 @@ class Optimizer:
 
     def __repr__(self) -> str:
         clip = "" if self._max_norm is None else f", clip={self._max_norm}"
-        return (f"<{type(self).__name__} lr={self._lr}{clip}, {len(self._slots)} params, "
+        if self._max_norm is not None and self._clip_rule != "gopt":
+            clip += f" ({self._clip_rule})"
+        lrs = [grp.hyper["lr"] for grp in self._groups]
+        lr = f"lr={lrs[0]}" if len(lrs) == 1 else f"{len(lrs)} groups, lr={lrs}"
+        return (f"<{type(self).__name__} {lr}{clip}, {len(self._slots)} params, "
                 f"t={self._t}>")
-

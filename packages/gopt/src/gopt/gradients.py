@@ -1,5 +1,5 @@
-"""Gradient preparation, in gtensor ops: the global norm and the clip scale (the L2 term and
-the scaling are applied inside the fused update ops, see gtensor/ops/optim.py).
+"""Gradient preparation, in gtensor ops: the global norm and the clip scale of either rule (the
+L2 term and the scaling are applied inside the fused update ops, see gtensor/ops/optim.py).
 
 Every formula here is stated operation by operation in docs/optimizers.md.
 """
@@ -36,3 +36,23 @@ def clip_scale(ws: Workspace, norm: Any, max_norm: Any, one: Any) -> Any:
     over = be.relu_grad(one, d, out=ws("clip_over", ()))
     rest = be.sub(one, over, out=ws("clip_rest", ()))
     return be.add(keep, rest, out=ws("clip_scale", ()))
+
+
+# torch.nn.utils.clip_grad_norm_'s guard: max_norm / (total_norm + 1e-6)
+TORCH_CLIP_EPS = 1e-6
+
+
+def torch_clip_scale(ws: Workspace, norm: Any, max_norm: Any, one: Any, eps: Any) -> Any:
+    """torch's clip coefficient ``clamp(max_norm / (norm + 1e-6), max=1)`` as a 0-d array.
+
+    Computed as torch computes it, operation by operation: ``den = norm + fl(1e-6)``;
+    ``r = 1 / den`` (torch evaluates ``float / tensor`` as ``tensor.reciprocal() * float``);
+    ``c = r * fl(max_norm)``; ``scale = minimum(c, 1)`` (torch's ``clamp(c, max=1.0)``: c when
+    c < 1 or c is NaN, else 1). ``eps`` and ``max_norm`` are 0-d arrays rounded once to the
+    dtype, as torch rounds a Python scalar into a tensor op of that dtype.
+    """
+    be = ws.be
+    den = be.add(norm, eps, out=ws("tclip_den", ()))
+    r = be.div(one, den, out=ws("tclip_r", ()))
+    c = be.mul(r, max_norm, out=ws("tclip_c", ()))
+    return be.minimum(c, one, out=ws("tclip_scale", ()))

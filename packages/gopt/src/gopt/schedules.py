@@ -1,10 +1,12 @@
 """Learning-rate schedules: torch's CosineAnnealingLR, StepLR, ExponentialLR and LinearLR.
 
-A schedule sets ``opt.lr`` at construction (the value for step 0) and after each
-``sched.step()`` (called after ``opt.step()``, as in torch); the optimizer reads its
-learning rate in the host half of every step and writes what it derives from it into 0-d
-backend buffers, so a recorded step or a captured program follows the schedule without
-re-recording. Every value is computed on the host in float64 with correctly rounded
+A schedule acts on every parameter group, as torch's LR schedulers do: each group keeps its own
+base learning rate (its ``lr`` when the schedule was made) and follows the schedule from it.
+It sets every group's ``lr`` at construction (the value for step 0) and after each
+``sched.step()`` (called after ``opt.step()``, as in torch); the optimizer reads each
+group's learning rate in the host half of every step and writes what it derives from it into
+the group's 0-d backend buffers, so a recorded step or a captured program follows the
+schedule without re-recording. Every value is computed on the host in float64 with correctly rounded
 operations only (``+ - * /``, and gtensor's own portable ``cos``: no libm), so a schedule is
 the same bits on every machine.
 
@@ -62,27 +64,44 @@ def _optimizer(where: str, opt: Any) -> Any:
                     "AdamW) or a replay program's device optimizer")
 
 
+def _target(opt: Any) -> Optimizer:
+    """The gopt optimizer behind ``opt`` (a replay program's device optimizer hands out its)."""
+    return opt if isinstance(opt, Optimizer) else opt.optimizer
+
+
 class Schedule:
-    """Base class: ``value(n)`` is the learning rate after ``n`` calls of ``step()``."""
+    """Base class: ``value(n, base)`` is a group's learning rate after ``n`` calls of
+    ``step()`` (``base`` its learning rate when the schedule was made)."""
 
     KIND = "?"
 
     def __init__(self, opt: Any) -> None:
         self._opt = _optimizer(type(self).__name__, opt)
-        self._base = float(opt.lr)
+        self._bases = [grp.hyper["lr"] for grp in _target(opt)._groups]
         self._n = 0
-        self._lr = self._first()
-        opt.lr = self._lr
+        lrs = [self._first(b) for b in self._bases]
+        self._apply(lrs)
+        self._lrs = lrs
 
     @property
     def optimizer(self) -> Any:
-        """The optimizer whose learning rate this schedule sets."""
+        """The optimizer whose learning rates this schedule sets."""
         return self._opt
 
     @property
+    def base_lrs(self) -> list[float]:
+        """Every group's learning rate when the schedule was made (torch's ``base_lrs``)."""
+        return list(self._bases)
+
+    @property
     def base_lr(self) -> float:
-        """The optimizer's learning rate when the schedule was made."""
-        return self._base
+        """The base learning rate (of every group: refused when groups differ, read
+        ``base_lrs``)."""
+        if any(b != self._bases[0] for b in self._bases[1:]):
+            raise ValueError(f"{type(self).__name__}.base_lr: the {len(self._bases)} groups "
+                             f"have different base learning rates {self._bases}; read "
+                             "base_lrs")
+        return self._bases[0]
 
     @property
     def last_epoch(self) -> int:
@@ -90,21 +109,35 @@ class Schedule:
         return self._n
 
     def get_last_lr(self) -> list[float]:
-        """The learning rate the schedule set last (a one-element list, as in torch)."""
-        return [self._lr]
+        """The learning rates the schedule set last, one per group (as in torch)."""
+        return list(self._lrs)
 
     def step(self) -> None:
-        """Advance one step and set the optimizer's learning rate (call after ``opt.step()``)."""
-        lr = self._next(self._n + 1)
-        self._opt.lr = lr  # checks the value first: a refused value changes nothing
-        self._n, self._lr = self._n + 1, lr
+        """Advance one step and set every group's learning rate (call after ``opt.step()``)."""
+        lrs = [self._next(self._n + 1, b, lr) for b, lr in zip(self._bases, self._lrs)]
+        self._apply(lrs)  # checks every value first: a refused one changes nothing
+        self._n, self._lrs = self._n + 1, lrs
 
-    def _first(self) -> float:
-        """The learning rate for step 0 (set at construction)."""
-        return self._base
+    def _apply(self, lrs: list[float]) -> None:
+        """Set each group's learning rate, all checked first (the group count too)."""
+        where = f"{type(self).__name__}.step"
+        opt = _target(self._opt)
+        if len(opt._groups) != len(self._bases):
+            raise ValueError(f"{where}: the optimizer has {len(opt._groups)} parameter groups; "
+                             f"this schedule was made for {len(self._bases)} (make the "
+                             "schedule after adding every group)")
+        checked = [checks.real(where, f"the lr of group {k}", lr, low=0.0,
+                               expected="a finite real number >= 0")
+                   for k, lr in enumerate(lrs)]
+        opt._set_lrs(checked)
 
-    def _next(self, n: int) -> float:
-        """The learning rate after ``n`` steps (``n >= 1``), from the one before."""
+    def _first(self, base: float) -> float:
+        """A group's learning rate for step 0 (set at construction)."""
+        return base
+
+    def _next(self, n: int, base: float, lr: float) -> float:
+        """A group's learning rate after ``n`` steps (``n >= 1``), from its base and the one
+        before."""
         raise NotImplementedError
 
     def _hyper(self) -> dict[str, float]:
@@ -113,17 +146,22 @@ class Schedule:
 
     # ---------------------------------------------------------------- state
     def state_dict(self) -> dict[str, np.ndarray]:
-        """The schedule's state as numpy arrays (``kind``, ``n``, ``base_lr``, ``lr``, hyper)."""
+        """The schedule's state as numpy arrays (``kind``, ``n``, ``base_lr``, ``lr``, hyper):
+        ``base_lr`` and ``lr`` 0-d for one group (as before groups), one entry per group
+        otherwise."""
+        one = len(self._bases) == 1
         out = {"kind": np.array(self.KIND), "n": np.array(self._n, np.int64),
-               "base_lr": np.array(self._base, np.float64), "lr": np.array(self._lr, np.float64)}
+               "base_lr": np.array(self._bases[0] if one else self._bases, np.float64),
+               "lr": np.array(self._lrs[0] if one else self._lrs, np.float64)}
         out.update({f"hyper.{k}": np.array(v, np.float64) for k, v in self._hyper().items()})
         return out
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restore what ``state_dict`` returned (into a schedule made with the same arguments).
+        """Restore what ``state_dict`` returned (into a schedule made with the same arguments,
+        on an optimizer with as many groups).
 
-        Everything is checked first; then the step count, the learning rates and the
-        optimizer's ``lr`` are set. A refused state changes nothing.
+        Everything is checked first; then the step count, the learning rates and every
+        group's ``lr`` are set. A refused state changes nothing.
         """
         where = f"{type(self).__name__}.load_state_dict"
         for key in ("kind", "n", "base_lr", "lr", *(f"hyper.{k}" for k in self._hyper())):
@@ -141,19 +179,28 @@ class Schedule:
         n = np.asarray(state["n"])
         if n.shape != () or n.dtype.kind not in "iu" or int(n) < 0:
             raise ValueError(f"{where}: n is {n!r}; expected an int >= 0")
+        groups = len(self._bases)
+        shape = () if groups == 1 else (groups,)
         vals = {}
         for key in ("base_lr", "lr"):
             a = np.asarray(state[key])
-            if a.shape != () or a.dtype.kind not in "iuf":
-                raise TypeError(f"{where}: {key} is {a!r}; expected a real number")
-            vals[key] = checks.real(where, key, float(a), low=0.0,
-                                    expected="a finite real number >= 0")
-        self._opt.lr = vals["lr"]
-        self._n, self._base, self._lr = int(n), vals["base_lr"], vals["lr"]
+            if a.dtype.kind not in "iuf":
+                raise TypeError(f"{where}: {key} is {a!r}; expected real numbers")
+            if a.shape != shape:
+                raise ValueError(f"{where}: {key} has shape {a.shape} (a state of "
+                                 f"{1 if a.ndim == 0 else a.size} group(s)); this schedule's "
+                                 f"optimizer has {groups} group(s), expected shape {shape}")
+            vals[key] = [checks.real(where, key if groups == 1 else f"{key}[{k}]", float(x),
+                                     low=0.0, expected="a finite real number >= 0")
+                         for k, x in enumerate(a.reshape(-1))]
+        self._apply(vals["lr"])
+        self._n, self._bases, self._lrs = int(n), vals["base_lr"], vals["lr"]
 
     def __repr__(self) -> str:
         hyper = ", ".join(f"{k}={v}" for k, v in self._hyper().items())
-        return f"<{type(self).__name__} base_lr={self._base}, {hyper}, n={self._n}, lr={self._lr}>"
+        bases = self._bases[0] if len(self._bases) == 1 else self._bases
+        lrs = self._lrs[0] if len(self._lrs) == 1 else self._lrs
+        return f"<{type(self).__name__} base_lr={bases}, {hyper}, n={self._n}, lr={lrs}>"
 
 
 class Cosine(Schedule):
@@ -170,8 +217,8 @@ class Cosine(Schedule):
                                 expected="a finite real number >= 0")
         super().__init__(opt)
 
-    def _value(self, n: int) -> float:
-        w, base = self._w, self._base
+    def _value(self, n: int, base: float) -> float:
+        w = self._w
         if n < w:
             return base * (n + 1) / (w + 1)
         if n >= self._total:
@@ -179,11 +226,11 @@ class Cosine(Schedule):
         k, t = n - w, self._total - w
         return self._min + (base - self._min) * (1.0 + _cos(math.pi * k / t)) / 2.0
 
-    def _first(self) -> float:
-        return self._value(0)
+    def _first(self, base: float) -> float:
+        return self._value(0, base)
 
-    def _next(self, n: int) -> float:
-        return self._value(n)
+    def _next(self, n: int, base: float, lr: float) -> float:
+        return self._value(n, base)
 
     def _hyper(self) -> dict[str, float]:
         return {"total_steps": self._total, "warmup_steps": self._w, "min_lr": self._min}
@@ -200,8 +247,8 @@ class StepDecay(Schedule):
                                   expected="a finite real number > 0")
         super().__init__(opt)
 
-    def _next(self, n: int) -> float:
-        return self._lr * self._gamma if n % self._size == 0 else self._lr
+    def _next(self, n: int, base: float, lr: float) -> float:
+        return lr * self._gamma if n % self._size == 0 else lr
 
     def _hyper(self) -> dict[str, float]:
         return {"step_size": self._size, "gamma": self._gamma}
@@ -217,8 +264,8 @@ class Exponential(Schedule):
                                   expected="a finite real number > 0")
         super().__init__(opt)
 
-    def _next(self, n: int) -> float:
-        return self._lr * self._gamma
+    def _next(self, n: int, base: float, lr: float) -> float:
+        return lr * self._gamma
 
     def _hyper(self) -> dict[str, float]:
         return {"gamma": self._gamma}
@@ -242,11 +289,11 @@ class Linear(Schedule):
     def _factor(self, n: int) -> float:
         return self._start + (self._end - self._start) * min(n, self._iters) / self._iters
 
-    def _first(self) -> float:
-        return self._base * self._start
+    def _first(self, base: float) -> float:
+        return base * self._start
 
-    def _next(self, n: int) -> float:
-        return self._base * self._factor(n)
+    def _next(self, n: int, base: float, lr: float) -> float:
+        return base * self._factor(n)
 
     def _hyper(self) -> dict[str, float]:
         return {"start_factor": self._start, "end_factor": self._end,
