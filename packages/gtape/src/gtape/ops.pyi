@@ -114,8 +114,9 @@ def sum_to(x: FloatOperand, shape: Sequence[int]) -> Var:
 
 def matmul(a: FloatOperand, b: FloatOperand, ta: bool = False, tb: bool = False) -> Var:
     """op(a) (m, k) @ op(b) (k, n) with serial inner products; ``ta`` / ``tb`` read that operand
-    transposed (exactly ``matmul(transpose(a), b)``, without the copy). [gtensor op matmul:
-    differentiable; result float]"""
+    transposed (exactly ``matmul(transpose(a), b)``, without the copy). Operands of other ranks
+    follow torch.matmul (1-D operands, broadcast leading dims: ``gtape.linalg``). [gtensor op
+    matmul: differentiable; result float]"""
 
 
 def bmm(a: FloatOperand, b: FloatOperand, ta: bool = False, tb: bool = False) -> Var:
