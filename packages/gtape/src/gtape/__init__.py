@@ -12,20 +12,28 @@
 
 from __future__ import annotations
 
-from . import nn, ops, rng
+from . import nn, ops, rng, tensor_methods
+from .activations import gelu, silu, softplus
+from .attention import masked_fill, scaled_dot_product_attention
 from .episode import EpisodeError
 from .higher import grad
 from .leaves import CONST, PARAM, Leaf
+from .linalg import linear
 from .losses import bce_with_logits, cross_entropy, mse
 from .norms import layer_norm, rms_norm
 from .ops import *  # noqa: F403  (one function per gtensor op: gtape.ops.__all__)
-from .rng import dropout  # (x, p, key): the key may be a host Key
+from .rng import dropout, multinomial  # dropout(x, p, key): the key may be a host Key
+from .shaping import cat, stack
 from .tape import Mark, Node, Tape, TapeGrowthWarning
 from .var import StaleVarError, Var
+
+tensor_methods.bind(Var)  # torch's tensor methods (transpose(d0, d1), view, split, ...)
 
 __version__ = "0.1.0"
 __all__ = [
     "CONST", "EpisodeError", "Leaf", "Mark", "Node", "PARAM", "StaleVarError", "Tape",
-    "TapeGrowthWarning", "Var", "__version__", "bce_with_logits", "cross_entropy", "dropout",
-    "grad", "layer_norm", "mse", "nn", "rms_norm", "rng", *ops.__all__,
+    "TapeGrowthWarning", "Var", "__version__", "bce_with_logits", "cat", "cross_entropy",
+    "dropout", "gelu", "grad", "layer_norm", "linear", "masked_fill", "mse", "multinomial", "nn",
+    "rms_norm", "rng", "scaled_dot_product_attention", "silu", "softplus", "stack",
+    *ops.__all__,
 ]

@@ -18,7 +18,7 @@ from gtensor.ops.random import FOLD_TAG
 
 from . import ops
 from .modules import Module
-from .nn_init import KeyLike, as_key, kaiming_bound, normal_init, uniform_init
+from .nn_init import KeyLike, as_key, kaiming_bound, layer_key, normal_init, uniform_init
 from .rng import Key, dropout
 from .tape import Tape
 from .var import Var
@@ -48,16 +48,17 @@ class Conv2d(Module):
     weight (out, in, kh, kw) U(-b, b) with torch's kaiming_uniform(a = sqrt 5) bound
     (``kaiming_bound(fan_in)``, fan_in = in * kh * kw) and bias (out,)
     U(-1/sqrt(fan_in), 1/sqrt(fan_in)), drawn from ``key.split(2)`` (weight, bias) by
-    ``gtape.nn_init.uniform_init``."""
+    ``gtape.nn_init.uniform_init`` (``key`` None: the tape's next key)."""
 
     def __init__(self, tp: Tape, in_channels: int, out_channels: int, kernel_size: Any,
-                 stride: Any = 1, padding: Any = 0, bias: bool = True, key: KeyLike = 0) -> None:
+                 stride: Any = 1, padding: Any = 0, bias: bool = True,
+                 key: KeyLike | None = None) -> None:
         self.in_channels = _positive("Conv2d", "in_channels", in_channels)
         self.out_channels = _positive("Conv2d", "out_channels", out_channels)
         self.kernel_size = _pair("Conv2d", "kernel_size", kernel_size)
         self.stride = _pair("Conv2d", "stride", stride)
         self.padding = _pair("Conv2d", "padding", padding, least=0)
-        kw, kb = as_key("Conv2d", key).split(2)
+        kw, kb = layer_key("Conv2d", tp, key).split(2)
         fan_in = self.in_channels * self.kernel_size[0] * self.kernel_size[1]
         shape = (self.out_channels, self.in_channels, *self.kernel_size)
         self.weight = tp.param(uniform_init(kw, shape, kaiming_bound(fan_in)))
@@ -143,28 +144,64 @@ class Dropout(Module):
     """Inverted dropout, torch's ``nn.Dropout(p)``: in training mode ``g.dropout(x, p,
     key.fold(t))`` for the t-th training forward (t = 0, 1, ...: ``calls``), so every step
     draws a fresh mask that depends on (key, t, element) only; the identity in eval mode and
-    when p == 0. A captured step refreshes its key input with ``next_key()`` each step."""
+    when p == 0. A captured step refreshes its key input with ``next_key()`` each step.
 
-    def __init__(self, p: float = 0.5, key: KeyLike = 0) -> None:
+    The key: ``key`` (a Key or an int seed) when given; else ``tp.next_key()`` at construction
+    when ``tp`` is given; else the next key of the input's tape at the first training forward
+    (``bound``: False until then). Every Dropout therefore has its own key: two layers never
+    draw the same masks. Assigning ``layer.key = k`` takes effect at the next forward.
+    """
+
+    def __init__(self, p: float = 0.5, key: KeyLike | None = None, *, tp: Tape | None = None
+                 ) -> None:
         if isinstance(p, bool) or not isinstance(p, (int, float, np.floating)) or \
                 not 0.0 <= p < 1.0:
             raise ValueError(f"Dropout: p is {p!r}; expected a probability in [0, 1)")
+        if tp is not None and not isinstance(tp, Tape):
+            raise TypeError(f"Dropout: tp is {type(tp).__name__}; expected a gtape.Tape or None")
         self.p = float(p)
-        self.key = as_key("Dropout", key)
+        self._key: Key | None = None
+        self._folds: tuple[Key | None, int, np.ndarray] = (None, -1, np.zeros((0, 4), np.uint64))
+        if key is not None:
+            self.key = key
+        elif tp is not None:
+            self.key = tp.next_key()
         self.calls = 0  # training forwards so far: the next one uses key.fold(calls)
-        self._folds: tuple[int, np.ndarray] = (-1, np.zeros((0, 4), np.uint64))
+
+    @property
+    def key(self) -> Key | None:
+        """The layer's key (None until bound: see the class docstring)."""
+        return self._key
+
+    @key.setter
+    def key(self, value: KeyLike) -> None:
+        self._key = as_key("Dropout", value)  # the folds cached for another key are never read
+
+    @property
+    def bound(self) -> bool:
+        """Whether the layer has its key (given, from ``tp``, or taken at a first forward)."""
+        return self._key is not None
+
+    def bind(self, tp: Tape) -> Key:
+        """The layer's key, taking ``tp.next_key()`` first if it has none yet."""
+        if self._key is None:
+            self._key = tp.next_key()
+        return self._key
 
     def next_key(self) -> Any:
         """The key of the next training forward (``key.fold(calls)``); counts it."""
+        if self._key is None:
+            raise RuntimeError("Dropout.next_key: the layer has no key yet (made without key= "
+                               "or tp=); bind(tp) it or run a training forward first")
         t = self.calls
-        start, blocks = self._folds
-        if not 0 <= t - start < len(blocks):  # the folds of the next FOLDS steps, one block call
+        owner, start, blocks = self._folds
+        if owner != self._key or not 0 <= t - start < len(blocks):  # FOLDS folds, one call
             start = t
             ctr = np.zeros((FOLDS, 4), np.uint64)
             ctr[:, 0] = np.arange(t, t + FOLDS, dtype=np.uint64)
             ctr[:, 3] = FOLD_TAG
-            blocks = philox.block(self.key.words, ctr)
-            self._folds = (start, blocks)
+            blocks = philox.block(self._key.words, ctr)
+            self._folds = (self._key, start, blocks)
         self.calls += 1
         b = blocks[t - start]
         return Key(int(b[0]), int(b[1]))  # == self.key.fold(t) (the block at (t, 0, 0, 1))
@@ -173,6 +210,11 @@ class Dropout(Module):
         """dropout(x, p, next_key()) in training mode; x in eval mode or when p == 0."""
         if not self.training or self.p == 0.0:
             return x
+        if self._key is None:
+            if not isinstance(x, Var):
+                raise TypeError(f"Dropout: x is {type(x).__name__}; expected a Var (the layer "
+                                "takes its key from the input's tape)")
+            self.bind(x.tape)
         return dropout(x, self.p, self.next_key())
 
     def extra_repr(self) -> str:
@@ -183,15 +225,15 @@ class Dropout(Module):
 class Embedding(Module):
     """Rows of ``weight`` (num_embeddings, embedding_dim) picked by int ids (``g.embedding``:
     a gather forward, a serial scatter-add backward), torch's ``nn.Embedding``; the weight
-    N(0, 1) from ``key`` (``gtape.nn_init.normal_init``). ``padding_idx`` and ``max_norm`` are
-    not supported."""
+    N(0, 1) from ``key`` (``gtape.nn_init.normal_init``; None: the tape's next key).
+    ``padding_idx`` and ``max_norm`` are not supported."""
 
     def __init__(self, tp: Tape, num_embeddings: int, embedding_dim: int,
-                 key: KeyLike = 0) -> None:
+                 key: KeyLike | None = None) -> None:
         self.tp = tp
         self.num_embeddings = _positive("Embedding", "num_embeddings", num_embeddings)
         self.embedding_dim = _positive("Embedding", "embedding_dim", embedding_dim)
-        (kw,) = as_key("Embedding", key).split(1)
+        (kw,) = layer_key("Embedding", tp, key).split(1)
         self.weight = tp.param(normal_init(kw, (self.num_embeddings, self.embedding_dim)))
 
     def forward(self, ids: Any) -> Var:

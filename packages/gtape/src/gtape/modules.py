@@ -2,9 +2,9 @@
 the parameter-free activation layers.
 
 A module's parameters are its attributes that are param Vars, then its child modules'
-(attributes that are Modules, or lists of them), in assignment order; names join the path
-with dots as torch does (``0.weight``, ``layers.1.bias``), so a torch ``state_dict`` (as numpy
-arrays) loads with ``load_state_dict``.
+(attributes that are Modules, or lists / dicts of them, ``ModuleList``, ``ModuleDict``), in
+assignment order; names join the path with dots as torch does (``0.weight``,
+``layers.1.bias``), so a torch ``state_dict`` (as numpy arrays) loads with ``load_state_dict``.
 
 >>> import numpy as np, gtape as g
 >>> tp = g.Tape()
@@ -35,15 +35,28 @@ class IncompatibleKeys(NamedTuple):
 
 
 class Module:
-    """A callable layer holding params of one tape; ``forward`` says what it computes."""
+    """A callable layer holding params of one tape; ``forward`` says what it computes.
 
-    def forward(self, x: Any) -> Var:
-        """The layer's output for input ``x``."""
+    Structure (torch's): a module's parameters are its attributes that are param Vars, its
+    buffers those registered with ``register_buffer`` (host arrays: masks, tables), its
+    children the attributes that are Modules (or lists / tuples / dicts of Modules, and the
+    containers ``ModuleList`` / ``ModuleDict``), all in assignment order.
+    """
+
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        """The layer's output for its inputs."""
         raise NotImplementedError(f"{type(self).__name__}: forward is not defined")
 
-    def __call__(self, x: Any) -> Var:
-        """``forward(x)``."""
-        return self.forward(x)
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        """``forward(*args, **kwargs)``."""
+        return self.forward(*args, **kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        # called only when normal lookup fails: a registered buffer, read as an attribute
+        bufs = self.__dict__.get("_buffers")
+        if bufs is not None and name in bufs:
+            return bufs[name]
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
     # ---------------------------------------------------------------- structure
     def named_children(self) -> Iterator[tuple[str, Module]]:
@@ -55,20 +68,66 @@ class Module:
                     isinstance(m, Module) for m in value):
                 for k, m in enumerate(value):
                     yield f"{name}.{k}", m
+            elif isinstance(value, dict) and value and not name.startswith("_") and all(
+                    isinstance(m, Module) for m in value.values()):
+                for k, m in value.items():
+                    yield f"{name}.{k}", m
+
+    def children(self) -> Iterator[Module]:
+        """The direct children (``named_children``'s modules)."""
+        for _, m in self.named_children():
+            yield m
+
+    def named_modules(self, prefix: str = "") -> Iterator[tuple[str, Module]]:
+        """(dotted path, module) of this module ("" or ``prefix``) and every descendant, each
+        module once, parents before children (torch's order)."""
+        seen: set[int] = set()
+
+        def walk(m: Module, path: str) -> Iterator[tuple[str, Module]]:
+            if id(m) in seen:
+                return
+            seen.add(id(m))
+            yield path, m
+            for name, child in m.named_children():
+                yield from walk(child, f"{path}.{name}" if path else name)
+
+        yield from walk(self, prefix)
+
+    def modules(self) -> Iterator[Module]:
+        """This module and every descendant (``named_modules``'s)."""
+        for _, m in self.named_modules():
+            yield m
+
+    def apply(self, fn: Callable[[Module], Any]) -> Module:
+        """``fn(m)`` for every child module (recursively, children first), then for this one;
+        returns the module (torch's ``apply``, e.g. ``model.apply(init_weights)``)."""
+        if not callable(fn):
+            raise TypeError(f"{type(self).__name__}.apply: fn is {describe(fn)}; expected a "
+                            "callable taking a module")
+        for child in self.children():
+            child.apply(fn)
+        fn(self)
+        return self
 
     def _own_parameters(self) -> Iterator[tuple[str, Var]]:
         for name, value in vars(self).items():
             if isinstance(value, Var) and value.op == "param":
                 yield name, value
 
-    def named_parameters(self, prefix: str = "") -> Iterator[tuple[str, Var]]:
-        """(dotted name, param Var) of this module and its children (each param once)."""
+    def named_parameters(self, prefix: str = "", recurse: bool = True,
+                         remove_duplicate: bool = True) -> Iterator[tuple[str, Var]]:
+        """(dotted name, param Var) of this module and its children; a param reachable by two
+        names (tied weights) is listed once, by its first name, unless ``remove_duplicate`` is
+        False (torch's)."""
         seen: set[tuple[int, int]] = set()
-        for name, p in self._walk(prefix):
+        walk = self._walk(prefix) if recurse else ((prefix + n, p)
+                                                   for n, p in self._own_parameters())
+        for name, p in walk:
             key = (id(p.tape), p.index)
-            if key not in seen:
-                seen.add(key)
-                yield name, p
+            if remove_duplicate and key in seen:
+                continue
+            seen.add(key)
+            yield name, p
 
     def _walk(self, prefix: str) -> Iterator[tuple[str, Var]]:
         for name, p in self._own_parameters():
@@ -76,9 +135,56 @@ class Module:
         for name, child in self.named_children():
             yield from child._walk(f"{prefix}{name}.")
 
-    def parameters(self) -> list[Var]:
-        """The param Vars, in ``named_parameters`` order."""
-        return [p for _, p in self.named_parameters()]
+    def parameters(self, recurse: bool = True) -> list[Var]:
+        """The param Vars, in ``named_parameters`` order (tied ones once)."""
+        return [p for _, p in self.named_parameters(recurse=recurse)]
+
+    @property
+    def tape(self) -> Any:
+        """The tape of the module's parameters (None for a module without any)."""
+        for _, p in self.named_parameters():
+            return p.tape
+        return None
+
+    # ---------------------------------------------------------------- buffers
+    def register_buffer(self, name: str, value: Any, persistent: bool = True) -> None:
+        """Keep host array ``value`` (a mask, a table; numpy, or a torch tensor copied to
+        numpy) as buffer ``name``: read as ``self.name``, listed by ``named_buffers`` and, when
+        ``persistent``, saved in ``state_dict`` (torch's). None removes nothing and stores no
+        value (torch's "no buffer")."""
+        if not isinstance(name, str) or not name.isidentifier() or "." in name:
+            raise TypeError(f"register_buffer: name is {name!r}; expected an identifier")
+        if name in vars(self) and name not in self.__dict__.get("_buffers", {}):
+            raise KeyError(f"register_buffer: {type(self).__name__} already has an attribute "
+                           f"{name!r}")
+        if value is not None:
+            value = np.array(_to_host(value))  # a copy the module owns
+        self.__dict__.setdefault("_buffers", {})[name] = value
+        keep = self.__dict__.setdefault("_persistent", set())
+        if persistent:
+            keep.add(name)
+        else:
+            keep.discard(name)
+
+    def named_buffers(self, prefix: str = "") -> Iterator[tuple[str, np.ndarray]]:
+        """(dotted name, host array) of every buffer of this module and its children."""
+        for path, m in self.named_modules():
+            for name, b in m.__dict__.get("_buffers", {}).items():
+                if b is not None:
+                    yield f"{prefix}{path}.{name}" if path else f"{prefix}{name}", b
+
+    def _state_items(self, prefix: str = "") -> Iterator[tuple[str, Any, bool]]:
+        """(name, param Var or buffer array, is_param) in torch's state_dict order: each
+        module's own params, then its persistent buffers, then its children's; tied params
+        under every name."""
+        for name, p in self._own_parameters():
+            yield prefix + name, p, True
+        bufs, keep = self.__dict__.get("_buffers", {}), self.__dict__.get("_persistent", set())
+        for name, b in bufs.items():
+            if b is not None and name in keep:
+                yield prefix + name, b, False
+        for name, child in self.named_children():
+            yield from child._state_items(f"{prefix}{name}.")
 
     # ---------------------------------------------------------------- mode
     training: bool = True  # torch's flag: train() / eval() set it on the module and below
@@ -100,25 +206,50 @@ class Module:
 
     # ---------------------------------------------------------------- state
     def state_dict(self) -> dict[str, np.ndarray]:
-        """{name: a host numpy copy of the param's value}, in ``named_parameters`` order."""
-        return {name: p.numpy() for name, p in self.named_parameters()}
+        """{name: a host numpy copy} of every param (tied ones under each of their names) and
+        persistent buffer, in torch's order."""
+        return {name: (v.numpy() if is_param else np.array(v))
+                for name, v, is_param in self._state_items()}
 
     def load_state_dict(self, state_dict: Mapping[str, Any], strict: bool = True
                         ) -> IncompatibleKeys:
-        """Overwrite the params from ``state_dict`` ({name: array}, e.g. a torch state dict as
-        numpy): all or nothing -- every key, shape and dtype is checked before any write.
+        """Overwrite the params (and buffers) from ``state_dict`` ({name: array}, e.g. a torch
+        state dict as numpy): all or nothing -- every key, shape and dtype is checked before
+        any write.
 
         ``strict`` (default) refuses missing and unexpected keys; ``strict=False`` loads the
         keys both sides have and returns the ones it skipped. Values must be floating point
         arrays of the param's shape that convert to the tape's dtype exactly (float16/32 into
-        a float64 tape; float64 into a float32 tape would round and is refused).
+        a float64 tape; float64 into a float32 tape would round and is refused). A tied param
+        named twice must get the same values under both names.
         """
         from .state import check_state
-        loads, keys = check_state("load_state_dict", dict(self.named_parameters()), state_dict,
-                                  strict)
+        items = list(self._state_items())
+        params = {n: v for n, v, is_param in items if is_param}
+        buffers = {n: v for n, v, is_param in items if not is_param}
+        loads, bufs, keys = check_state("load_state_dict", params, state_dict, strict, buffers)
         for p, arr in loads:
             p.tape.set_value(p, arr)
+        for name, arr in bufs:
+            self._set_buffer(name, arr)
         return keys
+
+    def _set_buffer(self, dotted: str, value: np.ndarray) -> None:
+        """Overwrite the buffer at dotted path ``dotted`` (checked by ``check_state``)."""
+        path, _, name = dotted.rpartition(".")
+        owner = dict(self.named_modules())[path]
+        owner.__dict__["_buffers"][name] = np.array(value)
+
+    # ---------------------------------------------------------------- copies
+    def to(self, target: Any) -> Module:
+        """A copy of this module tree on another tape (torch's ``to``, but a copy: the module
+        itself is unchanged): ``target`` a dtype ("float32", "float64"), a backend name
+        ("numpy", "sim", "cpu", "cuda") or a ``gtape.Tape``. A dtype or backend gives a new
+        tape like this one's (backend, dtype, inner, seed) with that one thing changed; the
+        copy's ``tape`` is it. Params are copied (rounded to nearest-even into float32), tied
+        params stay tied, buffers and dropout keys are kept."""
+        from .module_copy import copy_to
+        return copy_to(self, target)
 
     def __repr__(self) -> str:
         children = list(self.named_children())
@@ -130,6 +261,13 @@ class Module:
     def extra_repr(self) -> str:
         """The arguments shown in ``repr`` (none by default)."""
         return ""
+
+
+def _to_host(value: Any) -> Any:
+    """A torch tensor as a numpy array; anything else unchanged."""
+    if hasattr(value, "detach") and hasattr(value, "cpu"):
+        return value.detach().cpu().numpy()
+    return value
 
 
 class Sequential(Module):

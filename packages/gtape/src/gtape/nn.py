@@ -22,21 +22,24 @@ from typing import Any
 
 import numpy as np
 
+from . import nn_init as init  # torch.nn.init's names: g.nn.init.normal_(p, std, key=...)
 from . import ops
+from .containers import ModuleDict, ModuleList
 from .layers import AvgPool2d, Conv2d, Dropout, Embedding, MaxPool2d
+from .linalg import linear
 from .modules import Flatten, Identity, IncompatibleKeys, Module, ReLU, Sequential, Sigmoid, Tanh
-from .nn_init import KeyLike, as_key, kaiming_bound, normal_init, uniform_init
+from .nn_init import KeyLike, kaiming_bound, layer_key, normal_init, uniform_init
 from .norm_layers import LayerNorm, RMSNorm
 from .state import load, save
 from .tape import Tape
-from .torch_interop import from_torch
 from .var import Var
 
 __all__ = [
-    "ACTIVATIONS", "AvgPool2d", "Conv2d", "Dropout", "Embedding", "Flatten", "INITS", "Identity",
-    "IncompatibleKeys", "LayerNorm", "Linear", "MLP", "MaxPool2d", "Module", "RMSNorm", "ReLU",
-    "Sequential", "Sigmoid", "Tanh", "from_torch", "kaiming_bound", "kaiming_uniform", "load",
-    "normal_init", "save", "uniform_init", "xavier_uniform",
+    "ACTIVATIONS", "AvgPool2d", "Conv2d", "Dropout", "Embedding", "Flatten", "GELU", "INITS",
+    "Identity", "IncompatibleKeys", "LayerNorm", "Linear", "MLP", "MaxPool2d", "Module",
+    "ModuleDict", "ModuleList", "MultiheadAttention", "RMSNorm", "ReLU", "Sequential", "SiLU",
+    "Sigmoid", "Softplus", "Tanh", "from_torch", "init", "kaiming_bound", "kaiming_uniform",
+    "load", "normal_init", "save", "uniform_init", "xavier_uniform",
 ]
 
 Seed = int | np.random.Generator
@@ -75,17 +78,24 @@ class Linear(Module):
 
     Initialisation as ``torch.nn.Linear``: the weight by ``kaiming_uniform`` (a = sqrt 5), the
     bias uniform in ``(-1/sqrt(in), 1/sqrt(in))``; ``init="xavier"`` draws the weight by
-    ``xavier_uniform`` and sets the bias to zero. ``seed`` is an int or a numpy Generator
-    (shared generators give independent layers). The weight is the (in, out) draw transposed.
+    ``xavier_uniform`` and sets the bias to zero.
 
-    ``key`` (a ``gtape.rng.Key`` or an int seed of one; it replaces ``seed``) draws the same
-    distributions from ``gtape.rng`` instead, in torch's (out, in) layout: the weight from
-    ``key.split(2)[0]``, the bias from ``[1]`` (see ``gtape.nn_init.uniform_init``), as the
-    other layers of ``gtape.nn`` do.
+    The draws come from a key of ``gtape.rng`` (counter-based: the same bits on every machine),
+    in torch's (out, in) layout: the weight from ``key.split(2)[0]``, the bias from ``[1]``
+    (``gtape.nn_init.uniform_init``). ``key`` is a ``gtape.rng.Key`` or an int seed of one;
+    without ``key`` (and ``seed``) the layer takes the tape's next key (``Tape.next_key``), so
+    two default layers never share weights. ``seed`` (an int or a numpy Generator; shared
+    generators give independent layers) draws from numpy's default generator instead, the
+    (in, out) draw transposed, as this layer did before keys.
+
+    ``x`` may have any leading dims (torch's ``(..., in)``): they are flattened into rows for
+    one serial matmul and restored after, so the weight gradient is one inner product over all
+    leading positions in row-major order (``docs/semantics.md``).
     """
 
     def __init__(self, tp: Tape, in_features: int, out_features: int, bias: bool = True,
-                 seed: Seed = 0, init: str = "kaiming", key: KeyLike | None = None) -> None:
+                 seed: Seed | None = None, init: str = "kaiming",
+                 key: KeyLike | None = None) -> None:
         for name, n in (("in_features", in_features), ("out_features", out_features)):
             if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
                 raise ValueError(f"Linear: {name} is {n!r}; expected an int >= 1")
@@ -94,8 +104,12 @@ class Linear(Module):
         self.in_features, self.out_features = int(in_features), int(out_features)
         n_in, n_out = self.in_features, self.out_features
         bbound = 1.0 / math.sqrt(n_in) if init == "kaiming" else 0.0
-        if key is not None:  # the counter-based draws: the same bits on every machine
-            kw, kb = as_key("Linear", key).split(2)
+        if key is not None and seed is not None:
+            raise TypeError("Linear: both key and seed were given; expected one of them (key: "
+                            "gtape.rng draws; seed: numpy's generator) or neither (the tape's "
+                            "next key)")
+        if seed is None:  # the counter-based draws: the same bits on every machine
+            kw, kb = layer_key("Linear", tp, key).split(2)
             wbound = (math.sqrt(6.0 / (n_in + n_out)) if init == "xavier"
                       else kaiming_bound(n_in))
             w = uniform_init(kw, (n_out, n_in), wbound)
@@ -135,9 +149,9 @@ class Linear(Module):
 
     def forward(self, x: Any) -> Var:
         """x @ weight.T + bias (``transpose`` then the serial ``matmul``: each output's inner
-        product in ascending k, the same bits as x @ W for W = weight.T)."""
-        y = ops.matmul(x, ops.transpose(self.weight))
-        return y if self.bias is None else ops.add(y, self.bias)
+        product in ascending k, the same bits as x @ W for W = weight.T). ``x`` of shape
+        (..., in): the leading dims are flattened into rows and restored (``reshape``)."""
+        return linear(x, self.weight, self.bias)
 
     def __repr__(self) -> str:
         return f"Linear({self.in_features}, {self.out_features}, bias={self.bias is not None})"
@@ -149,17 +163,19 @@ ACTIVATIONS: dict[str, Callable[[Var], Var]] = {"relu": ops.relu, "tanh": ops.ta
 
 class MLP(Module):
     """Linear layers of ``sizes`` ([in, hidden..., out]) with ``activation`` between them
-    (none after the last unless ``final`` names one)."""
+    (none after the last unless ``final`` names one); ``seed`` as ``Linear``'s (one generator
+    for all layers), None: each layer takes the tape's next key."""
 
     def __init__(self, tp: Tape, sizes: Sequence[int], activation: str = "relu",
-                 final: str | None = None, seed: Seed = 0, init: str = "kaiming") -> None:
+                 final: str | None = None, seed: Seed | None = None,
+                 init: str = "kaiming") -> None:
         if len(sizes) < 2:
             raise ValueError(f"MLP: sizes {list(sizes)}; expected at least [in, out]")
         for name in (activation, final):
             if name is not None and name not in ACTIVATIONS:
                 raise ValueError(f"MLP: activation {name!r}; expected one of "
                                  f"{sorted(ACTIVATIONS)}")
-        rng = _rng(seed)
+        rng = None if seed is None else _rng(seed)  # None: each layer the tape's next key
         self.layers = [Linear(tp, a, b, seed=rng, init=init) for a, b in zip(sizes, sizes[1:])]
         self.activation, self.final = activation, final
 
@@ -181,3 +197,9 @@ class MLP(Module):
     def __repr__(self) -> str:
         sizes = [self.layers[0].in_features] + [layer.out_features for layer in self.layers]
         return f"MLP({sizes}, activation={self.activation!r}, final={self.final!r})"
+
+
+# layers defined on top of Linear (imported last: they use it)
+from .activation_layers import GELU, SiLU, Softplus  # noqa: E402
+from .nn_attention import MultiheadAttention  # noqa: E402
+from .torch_interop import from_torch  # noqa: E402

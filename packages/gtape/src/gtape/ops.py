@@ -14,6 +14,7 @@ import numpy as np
 from gtensor import REGISTRY, Op, describe
 from gtensor.ops.optim import UPDATE_OPS
 
+from .dims import torch_dims
 from .var import Var
 
 Operand = Any  # a Var, or data converted to a const: ndarray, backend array, list, number
@@ -154,8 +155,20 @@ def sum_to(x: Operand, shape: Sequence[int]) -> Var:
 # ---------------------------------------------------------------- inner products
 def matmul(a: Operand, b: Operand, ta: bool = False, tb: bool = False) -> Var:
     """op(a) (m, k) @ op(b) (k, n) with serial inner products; ``ta`` / ``tb`` read that
-    operand transposed (exactly ``matmul(transpose(a), b)``, without the copy)."""
-    return apply("matmul", (a, b), ta=ta, tb=tb)
+    operand transposed (exactly ``matmul(transpose(a), b)``, without the copy). Operands of
+    other ranks follow torch.matmul (1-D operands, broadcast leading dims: ``gtape.linalg``)."""
+    if _rank(a) == 2 and _rank(b) == 2:
+        return apply("matmul", (a, b), ta=ta, tb=tb)
+    from .linalg import matmul_any  # noqa: PLC0415 (linalg composes the ops of this module)
+    return matmul_any(a, b, ta, tb)
+
+
+def _rank(x: Any) -> int:
+    """The number of axes of a Var or of data (2 for a dropped Var: the op's own checks then
+    name it)."""
+    if isinstance(x, Var):
+        return x._rank() if x.alive else 2
+    return np.ndim(x)
 
 
 def bmm(a: Operand, b: Operand, ta: bool = False, tb: bool = False) -> Var:
@@ -477,3 +490,5 @@ for _name, _op in REGISTRY.items():
 __all__ = [name for name, fn in list(globals().items())  # the public functions
            if callable(fn) and getattr(fn, "__module__", None) == __name__
            and not name.startswith("_")]
+for _name in __all__:  # torch's dim= / keepdim= accepted where a function has axis / keepdims
+    globals()[_name] = torch_dims(globals()[_name])

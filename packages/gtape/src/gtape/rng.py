@@ -118,6 +118,54 @@ def key(seed: int) -> Key:
     return Key(*philox.key_words(int(seed)))
 
 
+class KeyStream:
+    """A seeded stream of keys: the n-th key (n = 0, 1, ...) is words 0, 1 of the Philox block
+    of ``key(seed)`` at counter (n, 0, 0, 3) -- a tag no draw, ``fold`` or ``split`` uses.
+
+    Every ``gtape.Tape`` holds one (``Tape(seed=s)``, default 0): each module made without an
+    explicit key takes the tape's next key, in construction order, so two default layers never
+    share weights or dropout masks, and a re-run of the same program gets the same bits.
+
+    >>> s = KeyStream(0)
+    >>> a, b = s.next(), s.next()
+    >>> a != b, s.drawn, KeyStream(0).next() == a
+    (True, 2, True)
+    """
+
+    __slots__ = ("_seed", "_root", "_n")
+
+    def __init__(self, seed: int) -> None:
+        self._root = key(seed)  # checks the seed (an int in [0, 2**128))
+        self._seed = int(seed)
+        self._n = 0
+
+    @property
+    def seed(self) -> int:
+        """The stream's seed."""
+        return self._seed
+
+    @property
+    def drawn(self) -> int:
+        """How many keys were taken so far (the next key is number ``drawn``)."""
+        return self._n
+
+    def at(self, n: int) -> Key:
+        """The n-th key of the stream (whether or not it was taken)."""
+        if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or \
+                not 0 <= int(n) <= philox.MASK64:
+            raise TypeError(f"rng.KeyStream.at: n must be an int in [0, 2**64), got {n!r}")
+        return Key(*rops.stream_words(self._root.words, int(n)))
+
+    def next(self) -> Key:
+        """The next key of the stream (counts it)."""
+        k = self.at(self._n)
+        self._n += 1
+        return k
+
+    def __repr__(self) -> str:
+        return f"KeyStream(seed={self._seed}, drawn={self._n})"
+
+
 # ---------------------------------------------------------------- keys on a tape
 def key_input(tp: Any, k: Key | np.ndarray, name: str = KEY_NAME) -> Var:
     """Record key ``k`` on tape ``tp`` as an int64 const (2,) called ``name`` (a program input
@@ -234,4 +282,50 @@ def dropout(x: Any, p: float, key: Key | Var) -> Any:
     return ref.to_numpy(ref.dropout(arr, ref.asarray(k.array(), dtype=np.int64), p))
 
 
-__all__ = ["Key", "bits", "dropout", "fold", "key", "key_input", "normal", "uniform"]
+def multinomial(probs: Any, num_samples: int = 1, replacement: bool = False, *,
+                key: Key) -> np.ndarray:
+    """Category indices drawn by weight (torch's ``multinomial``), a host int64 array of shape
+    (num_samples,) for 1-D ``probs``, (rows, num_samples) for 2-D; ``probs`` (a Var or host
+    data) holds finite weights >= 0 with a positive sum per row.
+
+    The rule, in float64 (the weights converted exactly): for row r and sample j, ``u`` is the
+    f64 uniform at element ``r * num_samples + j`` of ``key`` (``uniform(key, (rows,
+    num_samples))``), ``target = u * total`` with ``total`` the serial sum of the row, and the
+    pick is the first index i whose serial cumulative sum exceeds ``target`` (a zero weight is
+    never picked; the last positive weight if rounding left none). Without replacement each
+    pick's weight is then set to 0 and the row's sums recomputed for the next sample.
+    """
+    key = check_key("multinomial", key, var_ok=False)
+    w = np.asarray(probs.numpy() if isinstance(probs, Var) else probs)
+    if w.dtype.kind not in "iuf" or w.ndim not in (1, 2) or w.shape[-1] == 0:
+        raise ValueError(f"multinomial: probs is {describe(probs)}; expected real weights of "
+                         "shape (n,) or (rows, n), n >= 1")
+    if isinstance(num_samples, bool) or not isinstance(num_samples, (int, np.integer)) or \
+            num_samples < 1:
+        raise ValueError(f"multinomial: num_samples is {num_samples!r}; expected an int >= 1")
+    rows = w.reshape(-1, w.shape[-1]).astype(np.float64)
+    if not np.isfinite(rows).all() or (rows < 0).any():
+        raise ValueError("multinomial: probs must be finite and >= 0")
+    positive = (rows > 0).sum(axis=1)
+    if (positive == 0).any():
+        raise ValueError("multinomial: a row of probs sums to 0; expected a positive sum")
+    if not replacement and num_samples > positive.min():
+        raise ValueError(f"multinomial: {num_samples} samples without replacement but a row "
+                         f"has only {positive.min()} categories of positive weight")
+    u = uniform(key, (rows.shape[0], int(num_samples)))
+    out = np.empty((rows.shape[0], int(num_samples)), dtype=np.int64)
+    for r in range(rows.shape[0]):
+        row = rows[r].copy()
+        for j in range(int(num_samples)):
+            cum = np.cumsum(row)  # serial: each partial sum rounded in turn
+            target = u[r, j] * cum[-1]
+            above = np.nonzero(cum > target)[0]
+            pick = int(above[0]) if above.size else int(np.nonzero(row > 0)[0][-1])
+            out[r, j] = pick
+            if not replacement:
+                row[pick] = 0.0
+    return out.reshape(num_samples) if w.ndim == 1 else out
+
+
+__all__ = ["Key", "KeyStream", "bits", "dropout", "fold", "key", "key_input", "multinomial",
+           "normal", "uniform"]

@@ -25,18 +25,23 @@ def _listing(keys: list[str]) -> str:
     return shown + (f" and {len(keys) - 8} more" if len(keys) > 8 else "")
 
 
-def check_state(where: str, params: dict[str, Var], state: Any, strict: bool
-                ) -> tuple[list[tuple[Var, np.ndarray]], IncompatibleKeys]:
-    """The (param, host array) pairs to load and the skipped keys; raises before any write:
-    ValueError for missing/unexpected keys (strict) or a wrong shape, TypeError for a dtype or
-    a value that is not an array."""
+def check_state(where: str, params: dict[str, Var], state: Any, strict: bool,
+                buffers: dict[str, np.ndarray] | None = None
+                ) -> tuple[list[tuple[Var, np.ndarray]], list[tuple[str, np.ndarray]],
+                           IncompatibleKeys]:
+    """The (param, host array) pairs and (buffer name, array) pairs to load, and the skipped
+    keys; raises before any write: ValueError for missing/unexpected keys (strict), a wrong
+    shape or a tied param given two different values, TypeError for a dtype or a value that
+    is not an array."""
     from .modules import IncompatibleKeys
 
+    buffers = buffers or {}
     if not isinstance(state, Mapping):
         raise TypeError(f"{where}: state_dict is {describe(state)}; expected a mapping "
                         "{name: array} (e.g. model.state_dict(), or a torch state_dict)")
-    missing = [k for k in params if k not in state]
-    unexpected = [k for k in state if k not in params]
+    known = {**params, **buffers}
+    missing = [k for k in known if k not in state]
+    unexpected = [k for k in state if k not in known]
     if strict and (missing or unexpected):
         parts = []
         if missing:
@@ -44,9 +49,9 @@ def check_state(where: str, params: dict[str, Var], state: Any, strict: bool
         if unexpected:
             parts.append(f"unexpected key(s) {_listing(unexpected)}")
         raise ValueError(f"{where}: {' and '.join(parts)}; the model's keys are "
-                         f"{_listing(list(params))} (pass strict=False to load the common "
+                         f"{_listing(list(known))} (pass strict=False to load the common "
                          "keys only); nothing was loaded")
-    loads = []
+    loads: dict[tuple[int, int], tuple[str, Var, np.ndarray]] = {}
     for name, p in params.items():
         if name not in state:
             continue
@@ -63,8 +68,28 @@ def check_state(where: str, params: dict[str, Var], state: Any, strict: bool
             raise ValueError(f"{where}: {name!r} has shape {tuple(arr.shape)}; the model's "
                              f"param has shape {p.shape} (Linear weights are (out_features, "
                              "in_features), as in torch); nothing was loaded")
-        loads.append((p, arr))
-    return loads, IncompatibleKeys(missing, unexpected)
+        key = (id(p.tape), p.index)
+        if key in loads:  # a tied param under a second name: the same values, or refused
+            first, _, prev = loads[key]
+            if not np.array_equal(prev.astype(dt), arr.astype(dt), equal_nan=True):
+                raise ValueError(f"{where}: {first!r} and {name!r} are one tied param but the "
+                                 "state gives them different values; nothing was loaded")
+            continue
+        loads[key] = (name, p, arr)
+    bufs = []
+    for name, have in buffers.items():
+        if name not in state:
+            continue
+        arr = _host(where, name, state[name])
+        if tuple(arr.shape) != tuple(have.shape):
+            raise ValueError(f"{where}: buffer {name!r} has shape {tuple(arr.shape)}; the "
+                             f"model's has shape {tuple(have.shape)}; nothing was loaded")
+        if not np.can_cast(arr.dtype, have.dtype, "safe"):
+            raise TypeError(f"{where}: buffer {name!r} is {arr.dtype}, which does not convert "
+                            f"exactly to the model's {have.dtype}; nothing was loaded")
+        bufs.append((name, arr.astype(have.dtype)))
+    return ([(p, arr) for _, p, arr in loads.values()], bufs,
+            IncompatibleKeys(missing, unexpected))
 
 
 def _host(where: str, name: str, value: Any) -> np.ndarray:
@@ -91,7 +116,7 @@ def save(model: Module, path: str | Path) -> Path:
     """Write ``model.state_dict()`` to ``path`` as a safetensors file (atomically)."""
     from safetensors.numpy import save as to_bytes
 
-    sd = _check_module("save", model).state_dict()
+    sd = {k: np.ascontiguousarray(v) for k, v in _check_module("save", model).state_dict().items()}
     if not sd:
         raise ValueError("save: the model has no parameters; nothing to write")
     dtypes = {p.tape.dtype.name for p in model.parameters()}

@@ -59,7 +59,8 @@ def functions() -> dict[str, types.FunctionType]:
     """The public functions of ``gtape.ops``, in source order."""
     fns = [f for n, f in vars(ops).items() if isinstance(f, types.FunctionType)
            and f.__module__ == ops.__name__ and not n.startswith("_")]
-    return {f.__name__: f for f in sorted(fns, key=lambda f: f.__code__.co_firstlineno)}
+    return {f.__name__: f for f in sorted(fns, key=lambda f: inspect.unwrap(f).__code__
+                                          .co_firstlineno)}
 
 
 def _split(op: Op, fn: types.FunctionType) -> tuple[list, list]:

@@ -23,6 +23,7 @@ from gtensor.ops.registry import attr_key
 from gtensor.recording import record, recordable
 
 from . import backward as _backward
+from . import rng
 from .convert import into_backend, to_backend, typed_dtype
 from .freshness import GROWTH_WARNING_AFTER, Freshness, TapeGrowthWarning
 from .leaves import CONST, PARAM
@@ -52,10 +53,15 @@ class Tape(NodeTable, Freshness):
     ``inner`` is the inner-product contract of every matmul / bmm / conv2d (and conv2d's
     gradient ops) recorded on it (forward, backward, higher order): ``"plain"`` or ``"fma"``
     (docs/semantics.md, "Inner products").
+
+    ``seed`` (an int in [0, 2**128), default 0) starts the tape's key stream
+    (``gtape.rng.KeyStream``): every module or initialiser made without an explicit key takes
+    ``next_key()``, in construction order, so two default layers never share weights or dropout
+    masks and a re-run gets the same bits. Part of a run's identity, as ``inner`` is.
     """
 
     def __init__(self, backend: str | gtensor.Backend = "numpy", dtype: Any = "float64",
-                 inner: str = "plain") -> None:
+                 inner: str = "plain", seed: int = 0) -> None:
         if not isinstance(inner, str) or inner not in INNER:
             raise ValueError(f"Tape: inner is {inner!r}; expected one of {INNER} (the "
                              "inner-product contract of matmul, bmm and conv2d: docs/semantics.md)")
@@ -70,8 +76,13 @@ class Tape(NodeTable, Freshness):
         if dt is None or dt.name not in ("float64", "float32") or not dt.isnative:
             raise TypeError(f"Tape: dtype {dtype!r} is not supported; expected float64 or float32 "
                             "(native byte order)")
+        if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or \
+                not 0 <= int(seed) < rng.SEED_LIMIT:
+            raise TypeError(f"Tape: seed is {describe(seed)}; expected an int in [0, 2**128) "
+                            "(the start of the tape's key stream)")
         self._dtype = dt
         self._inner = inner
+        self._keys = rng.KeyStream(int(seed))
         self._id = next(_tape_ids)
         self._closed = False
         self._init_table()
@@ -86,6 +97,9 @@ class Tape(NodeTable, Freshness):
         self._grad_vars: tuple[int, dict] | None = None  # create_graph backward's gradient Vars
         self._names: dict[int, tuple[int, str]] = {}  # const node -> (serial, name): ``const``
         self._calls: dict[tuple, tuple] = {}  # _record's shape work, by call (CALL_CACHE)
+        self._no_grad = 0  # depth of ``no_grad`` blocks: > 0 records nothing for backward
+        self._no_grad_start = 0
+        self._no_grad_block: tuple[int, int] | None = None  # the last block: (start, last serial)
 
     # ---------------------------------------------------------------- properties
     @property
@@ -106,6 +120,22 @@ class Tape(NodeTable, Freshness):
         return self._inner
 
     @property
+    def seed(self) -> int:
+        """The seed of the tape's key stream (``Tape(seed=...)``); part of a run's identity."""
+        return self._keys.seed
+
+    @property
+    def keys_drawn(self) -> int:
+        """How many keys ``next_key`` has handed out (modules made with default keys)."""
+        return self._keys.drawn
+
+    def next_key(self) -> rng.Key:
+        """The next key of the tape's stream (``gtape.rng.KeyStream``): what every module and
+        initialiser made without an explicit key uses, in construction order."""
+        self._check_open("next_key")
+        return self._keys.next()
+
+    @property
     def closed(self) -> bool:
         """True once ``close`` released every buffer."""
         return self._closed
@@ -113,7 +143,8 @@ class Tape(NodeTable, Freshness):
     def __repr__(self) -> str:
         state = "closed" if self._closed else f"{len(self)} nodes"
         inner = "" if self._inner == "plain" else f" inner={self._inner}"
-        return f"<Tape {self._be.name} {self._dtype.name}{inner}, {state}>"
+        seed = "" if self._keys.seed == 0 else f" seed={self._keys.seed}"
+        return f"<Tape {self._be.name} {self._dtype.name}{inner}{seed}, {state}>"
 
     def __enter__(self) -> Tape:
         return self
@@ -272,6 +303,9 @@ class Tape(NodeTable, Freshness):
             return higher.backward(self, loss, create_graph)
         if not isinstance(loss, Var):
             raise TypeError(f"backward: loss is {describe(loss)}; expected a scalar Var")
+        if self._no_grad:
+            raise RuntimeError("backward: called inside tp.no_grad(), where nothing is "
+                               "recorded for backward; call it after the block")
         if loss.tape is not self:
             raise ValueError(f"backward: loss {loss!r} belongs to another tape; expected a Var "
                              "of this tape")
@@ -297,6 +331,15 @@ class Tape(NodeTable, Freshness):
         self._grad_loss = loss.index
         self._note_growth()
         return None
+
+    def no_grad(self) -> Any:
+        """``with tp.no_grad():`` -- nothing recorded inside needs a gradient (torch's
+        ``no_grad``): no backward work or memory; the block's results stay readable until
+        the next ``no_grad`` block drops them (``gtape.nograd``)."""
+        from .nograd import NoGrad
+        return NoGrad(self)
+
+    inference_mode = no_grad  # torch's other name for it
 
     def adjust_next_backward(self, fn: Any) -> None:
         """Hook the next ``backward`` only: ``fn(i, g)`` gets each visited node's total gradient
@@ -354,6 +397,7 @@ class Tape(NodeTable, Freshness):
                              "earlier reset_to; take a new mark")
         self._note_dropped_params(n)
         self._truncate(n)
+        self._no_grad_block = None
         self._grad_loss = self._grad_vars = None
         grads, ops, params = self._grads, self._op, []
         for i in range(n):
@@ -440,9 +484,9 @@ class Tape(NodeTable, Freshness):
         value = self._be.apply(op, arrays, out=buf, **norm)
         for arr in consts:
             self._append(CONST, (), {}, arr, False)
-        # an int64 / bool result (a mask, an argmax) carries no gradient
+        # an int64 / bool result (a mask, an argmax) carries no gradient; nor does no_grad's
         grad_path = False
-        if op.out_type == FLOAT:
+        if op.out_type == FLOAT and not self._no_grad:
             req = self._req
             for j in idx:
                 if req[j]:

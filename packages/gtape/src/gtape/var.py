@@ -34,11 +34,35 @@ def _exact(tape: Tape, s: Any) -> float:
     return float(round_scalar(s, tape.dtype))
 
 
+def _torch_axis(where: str, axis: Any, keepdims: Any, torch_kw: dict) -> tuple[Any, Any]:
+    """(axis, keepdims) with torch's ``dim=`` / ``keepdim=`` from ``torch_kw`` (nothing else)."""
+    unknown = set(torch_kw) - {"dim", "keepdim"}
+    if unknown:
+        raise TypeError(f"{where}: unexpected keyword argument(s) {sorted(unknown)}; expected "
+                        "axis / keepdims (or torch's dim / keepdim)")
+    if "dim" in torch_kw:
+        if axis is not None:
+            raise TypeError(f"{where}: both axis and dim were given; expected one of them")
+        axis = torch_kw["dim"]
+    if "keepdim" in torch_kw:
+        if keepdims is not False:
+            raise TypeError(f"{where}: both keepdims and keepdim were given; expected one")
+        keepdims = torch_kw["keepdim"]
+    return axis, keepdims
+
+
 class Var:
     """A node of a Tape. Holds no array: its value and gradient live in the tape."""
 
     __slots__ = ("_tape", "_index", "_serial")
     __array_ufunc__ = None  # make ``ndarray + Var`` call Var.__radd__ instead of looping
+
+    @classmethod
+    def __torch_function__(cls, func: Any, types: Any, args: tuple = (),
+                           kwargs: dict | None = None) -> Any:
+        """torch functions called on Vars run gtape's ops (``gtape.torch_functions``)."""
+        from .torch_functions import dispatch
+        return dispatch(func, args, kwargs or {})
 
     def __init__(self, tape: Tape, index: int, serial: int) -> None:
         self._tape = tape
@@ -150,12 +174,16 @@ class Var:
         """The transpose (axes reversed)."""
         return ops.transpose(self)
 
-    def sum(self, axis: int | None = None, keepdims: bool = False) -> Var:
-        """Serial sum over all elements or one axis (``gtape.sum``)."""
+    def sum(self, axis: int | None = None, keepdims: bool = False, **torch_kw: Any) -> Var:
+        """Serial sum over all elements or one axis (``gtape.sum``; torch's ``dim=`` /
+        ``keepdim=`` accepted)."""
+        axis, keepdims = _torch_axis("sum", axis, keepdims, torch_kw)
         return ops.sum(self, axis, keepdims)
 
-    def mean(self, axis: int | None = None, keepdims: bool = False) -> Var:
-        """Serial mean over all elements or one axis (``gtape.mean``)."""
+    def mean(self, axis: int | None = None, keepdims: bool = False, **torch_kw: Any) -> Var:
+        """Serial mean over all elements or one axis (``gtape.mean``; ``dim=`` / ``keepdim=``
+        accepted)."""
+        axis, keepdims = _torch_axis("mean", axis, keepdims, torch_kw)
         return ops.mean(self, axis, keepdims)
 
     def reshape(self, *shape: Any) -> Var:
@@ -217,11 +245,11 @@ class Var:
     def __rtruediv__(self, other: Any) -> Var:
         return ops.div(other, self)
 
-    def __matmul__(self, other: Any) -> Var:
-        return ops.bmm(self, other) if self._rank() == 3 else ops.matmul(self, other)
+    def __matmul__(self, other: Any) -> Var:  # torch.matmul's rules (gtape.linalg)
+        return ops.matmul(self, other)
 
     def __rmatmul__(self, other: Any) -> Var:
-        return ops.bmm(other, self) if self._rank() == 3 else ops.matmul(other, self)
+        return ops.matmul(other, self)
 
     # comparisons: bool Vars (masks for ``where``), not differentiable. ``==`` / ``!=`` compare
     # values too, so a Var is hashed by identity and a bool Var has no truth value.

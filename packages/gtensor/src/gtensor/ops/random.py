@@ -44,7 +44,9 @@ from .registry import Op, register
 F, IDS = dtypes.FLOAT, dtypes.INT
 TWO_PI = 6.283185307179586  # 2*pi rounded to float64 (0x1.921fb54442d18p+2)
 MAX_ELEMENTS = 1 << 60  # word indices (2i for normal) stay below 2**62
-FOLD_TAG, SPLIT_TAG = 1, 2  # counter word c3 of the blocks that derive keys (draws use c3 = 0)
+# counter word c3 of the blocks that derive keys (draws use c3 = 0): Key.fold, Key.split, and
+# the key stream of a seeded tape (gtape: the n-th default key of Tape(seed=s))
+FOLD_TAG, SPLIT_TAG, STREAM_TAG = 1, 2, 3
 
 
 # --------------------------------------------------------------------------- scalar transforms
@@ -307,6 +309,13 @@ def split_words(key: tuple[int, int], n: int) -> list[tuple[int, int]]:
         return []
     b = philox.block(key, np.array([(j, 0, 0, SPLIT_TAG) for j in range(n)], dtype=np.uint64))
     return [(int(b[j, 0]), int(b[j, 1])) for j in range(n)]
+
+
+def stream_words(key: tuple[int, int], n: int) -> tuple[int, int]:
+    """The key words of the n-th key of the stream of ``key``: words 0, 1 of the block at
+    counter (n, 0, 0, 3) (a seeded tape's default keys, ``gtape.Tape.next_key``)."""
+    b = philox.block(key, np.array([[n, 0, 0, STREAM_TAG]], dtype=np.uint64))
+    return int(b[0, 0]), int(b[0, 1])
 
 
 def threshold(p: float) -> int:

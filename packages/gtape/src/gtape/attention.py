@@ -1,0 +1,214 @@
+"""Masks and attention as composites of exact recorded ops, each defined once with its order.
+
+* ``masked_fill(x, mask, value)`` (torch's): ``where(mask, value, x)`` -- ``value`` (a Python
+  number, rounded once to the tape's dtype, or a 0-d Var) where the bool ``mask`` (broadcast
+  to x's shape) is true, x elsewhere; the gradient of x is g where the mask is false, +0.0
+  where it is true.
+* ``scaled_dot_product_attention(q, k, v, attn_mask, dropout_p, is_causal, scale, key,
+  enable_gqa)`` (torch's semantics; q (..., L, E), k (..., S, E), v (..., S, Ev))::
+
+      s = matmul(q, k, tb=True)            # (..., L, S): each score one serial inner product
+      s = s * scale                        # muls; scale = 1/sqrt(E) (float64, then rounded)
+      s = where(mask, s, -inf)             # a bool mask: True takes part (torch's SDPA rule)
+      s = s + mask                         # a float mask: added
+      s = where(causal, s, -inf)           # is_causal: causal[i, j] = j <= i (top-left, torch)
+      p = softmax(s, axis=-1)              # exp(s - rowmax) / serial row sum
+      p = dropout(p, dropout_p, key)       # only when dropout_p > 0 (a key is then required)
+      out = matmul(p, v)                   # (..., L, Ev)
+
+  A row with every score masked gives NaN, as torch's math reference does. With
+  ``enable_gqa`` the H query heads share H_kv key/value heads (dim -3): head h reads kv head
+  ``h // (H / H_kv)`` (torch's ``repeat_interleave``), as a ``broadcast_to`` copy.
+
+>>> import numpy as np, gtape as g
+>>> tp = g.Tape()
+>>> q = tp.const(np.ones((1, 2, 3, 4)))
+>>> g.scaled_dot_product_attention(q, q, q, is_causal=True).shape
+(1, 2, 3, 4)
+>>> x = tp.const(np.arange(4.0))
+>>> g.masked_fill(x, np.array([True, False, True, False]), float("-inf")).numpy().tolist()
+[-inf, 1.0, -inf, 3.0]
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+from gtensor import describe
+from gtensor.shapes import broadcast
+
+from . import ops
+from .linalg import matmul_any
+from .rng import Key, check_key, dropout
+from .var import Var
+
+NEG_INF = float("-inf")
+
+
+def _shape(x: Any) -> tuple[int, ...]:
+    return tuple(x.shape) if isinstance(x, Var) else tuple(np.shape(x))
+
+
+def _is_bool(x: Any) -> bool:
+    dt = x.dtype if isinstance(x, Var) else np.asarray(x).dtype
+    return np.dtype(dt) == np.bool_
+
+
+def _mask_arg(where: str, name: str, mask: Any, target: tuple[int, ...]) -> Any:
+    """``mask`` checked to be a bool mask (Var or host data) broadcasting to ``target``."""
+    if not isinstance(mask, Var):
+        mask = np.asarray(_host(mask))
+    if not _is_bool(mask):
+        raise TypeError(f"{where}: {name} has dtype {np.dtype(mask.dtype).name}; expected a bool "
+                        "mask (True where the value is filled)")
+    _broadcasts_to(where, name, _shape(mask), target)
+    return mask
+
+
+def _broadcasts_to(where: str, name: str, shape: tuple, target: tuple) -> None:
+    try:
+        ok = broadcast(where, shape, target) == tuple(target)
+    except ValueError:
+        ok = False
+    if not ok:
+        raise ValueError(f"{where}: {name} has shape {shape}, which does not broadcast to "
+                         f"{tuple(target)}; expected a shape broadcastable to it")
+
+
+def _host(x: Any) -> Any:
+    """A torch tensor (from a ported model's buffers) as numpy; anything else unchanged."""
+    if type(x).__module__.startswith("torch"):
+        return x.detach().cpu().numpy()
+    return x
+
+
+def masked_fill(x: Var, mask: Any, value: Any) -> Var:
+    """torch's ``masked_fill``: ``value`` where the bool ``mask`` is true, else x (a
+    ``where``; x's gradient is +0.0 where the mask is true)."""
+    if not isinstance(x, Var):
+        raise TypeError(f"masked_fill: x is {describe(x)}; expected a Var of a Tape")
+    m = _mask_arg("masked_fill", "mask", mask, x.shape)
+    if isinstance(value, Var):
+        if value.shape not in ((), (1,)):
+            raise ValueError(f"masked_fill: value has shape {value.shape}; expected a 0-d Var or "
+                             "a number")
+    elif isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
+        raise TypeError(f"masked_fill: value is {describe(value)}; expected a real number or a "
+                        "0-d Var")
+    else:
+        value = np.asarray(value, dtype=x.dtype)
+    return ops.where(m, value, x)
+
+
+def _check_key(dropout_p: float, key: Any) -> Key | Var | None:
+    if dropout_p == 0.0:
+        return None
+    if key is None:
+        raise ValueError(f"scaled_dot_product_attention: dropout_p is {dropout_p} but key is "
+                         "None; expected key= (a gtape.rng.Key, e.g. a Dropout layer's "
+                         "next_key()): a functional call owns no random stream (nn."
+                         "MultiheadAttention does)")
+    return check_key("scaled_dot_product_attention", key)
+
+
+def _check_p(dropout_p: Any) -> float:
+    if isinstance(dropout_p, bool) or not isinstance(dropout_p, (int, float, np.floating)) or \
+            not 0.0 <= dropout_p < 1.0:
+        raise ValueError(f"scaled_dot_product_attention: dropout_p is {dropout_p!r}; expected a "
+                         "probability in [0, 1)")
+    return float(dropout_p)
+
+
+def causal_mask(rows: int, cols: int) -> np.ndarray:
+    """The bool mask (rows, cols) of torch's ``is_causal``: True where col <= row."""
+    return np.tril(np.ones((rows, cols), dtype=bool))
+
+
+def _gqa(q: tuple, kv: Any, name: str) -> Any:
+    """k or v with its H_kv heads (dim -3) repeated to q's H heads (repeat_interleave)."""
+    s = _shape(kv)
+    if len(q) < 3 or len(s) < 3:
+        raise ValueError(f"scaled_dot_product_attention: enable_gqa needs q and {name} with a "
+                         f"heads dim (-3); got q {q} and {name} {s}")
+    h, hkv = q[-3], s[-3]
+    if hkv == h:
+        return kv
+    if hkv == 0 or h % hkv:
+        raise ValueError(f"scaled_dot_product_attention: enable_gqa: q has {h} heads and {name} "
+                         f"{hkv}; expected the query heads a multiple of the kv heads")
+    grouped = ops.reshape(kv, (*s[:-3], hkv, 1, *s[-2:]))
+    full = ops.broadcast_to(grouped, (*s[:-3], hkv, h // hkv, *s[-2:]))
+    return ops.reshape(full, (*s[:-3], h, *s[-2:]))
+
+
+def attention_weights(q: Any, k: Any, attn_mask: Any = None, is_causal: bool = False,
+                      scale: float | None = None, enable_gqa: bool = False,
+                      additive_bias: Any = None) -> Var:
+    """The softmax of the masked, scaled scores (``scaled_dot_product_attention`` up to its
+    dropout): (..., L, S). ``additive_bias`` (internal: MultiheadAttention's float masks) is
+    added after ``attn_mask``."""
+    sq, sk = _shape(q), _shape(k)
+    if not isinstance(q, Var) and not isinstance(k, Var):
+        raise TypeError("scaled_dot_product_attention: expected q or k to be a Var of a Tape")
+    if len(sq) < 2 or len(sk) < 2:
+        raise ValueError(f"scaled_dot_product_attention: q {sq} and k {sk}; expected at least "
+                         "2 dims each, (..., L, E) and (..., S, E)")
+    if sq[-1] != sk[-1]:
+        raise ValueError(f"scaled_dot_product_attention: q has shape {sq} and k {sk}; expected "
+                         "the same last dim E")
+    if is_causal and attn_mask is not None:
+        raise ValueError("scaled_dot_product_attention: is_causal=True with an explicit "
+                         "attn_mask; expected one of them (torch's rule)")
+    if enable_gqa:
+        k = _gqa(sq, k, "k")
+    if scale is None:
+        scale = 1.0 / math.sqrt(sq[-1])
+    elif isinstance(scale, bool) or not isinstance(scale, (int, float, np.floating)) or \
+            not math.isfinite(scale):
+        raise ValueError(f"scaled_dot_product_attention: scale is {scale!r}; expected a finite "
+                         "number or None (1/sqrt(E))")
+    s = matmul_any(q, k, tb=True)
+    s = ops.muls(s, float(scale))
+    if attn_mask is not None:
+        m = attn_mask if isinstance(attn_mask, Var) else np.asarray(_host(attn_mask))
+        if _is_bool(m):
+            m = _mask_arg("scaled_dot_product_attention", "attn_mask", m, s.shape)
+            s = ops.where(m, s, np.asarray(NEG_INF, s.dtype))
+        elif np.dtype(m.dtype).kind == "f":
+            _broadcasts_to("scaled_dot_product_attention", "attn_mask", _shape(m), s.shape)
+            s = ops.add(s, m)
+        else:
+            raise TypeError(f"scaled_dot_product_attention: attn_mask has dtype "
+                            f"{np.dtype(m.dtype).name}; expected bool (True takes part) or a "
+                            "float mask (added to the scores)")
+    if additive_bias is not None:
+        s = ops.add(s, additive_bias)
+    if is_causal:
+        s = ops.where(causal_mask(*s.shape[-2:]), s, np.asarray(NEG_INF, s.dtype))
+    return ops.softmax(s, -1)
+
+
+def scaled_dot_product_attention(q: Any, k: Any, v: Any, attn_mask: Any = None,
+                                 dropout_p: float = 0.0, is_causal: bool = False,
+                                 scale: float | None = None, key: Any = None,
+                                 enable_gqa: bool = False) -> Var:
+    """torch's ``F.scaled_dot_product_attention`` in our exact order (the module doc): q
+    (..., L, E), k (..., S, E), v (..., S, Ev) -> (..., L, Ev). ``attn_mask``: bool (True
+    takes part) or float (added), broadcasting to (..., L, S); ``is_causal``: the top-left
+    causal mask (not with attn_mask); ``scale``: None is 1/sqrt(E); ``dropout_p`` > 0 needs
+    ``key`` (a ``gtape.rng.Key`` or key Var): the weights' dropout mask is drawn from it."""
+    p_drop = _check_p(dropout_p)
+    k_drop = _check_key(p_drop, key)
+    sv, sk = _shape(v), _shape(k)
+    if enable_gqa:
+        v = _gqa(_shape(q), v, "v")
+        sv = _shape(v)
+    if len(sv) < 2 or sv[-2] != sk[-2]:
+        raise ValueError(f"scaled_dot_product_attention: k has shape {sk} and v {sv}; expected "
+                         "the same sequence length S (dim -2)")
+    w = attention_weights(q, k, attn_mask, is_causal, scale, enable_gqa)
+    if k_drop is not None:
+        w = dropout(w, p_drop, k_drop)
+    return matmul_any(w, v)
