@@ -126,21 +126,55 @@ def causal_mask(rows: int, cols: int) -> np.ndarray:
     return np.tril(np.ones((rows, cols), dtype=bool))
 
 
-def _gqa(q: tuple, kv: Any, name: str) -> Any:
-    """k or v with its H_kv heads (dim -3) repeated to q's H heads (repeat_interleave)."""
-    s = _shape(kv)
+def _gqa_heads(q: tuple, s: tuple, name: str) -> tuple[int, int]:
+    """(H, H_kv) of q and k / v under enable_gqa, checked."""
     if len(q) < 3 or len(s) < 3:
         raise ValueError(f"scaled_dot_product_attention: enable_gqa needs q and {name} with a "
                          f"heads dim (-3); got q {q} and {name} {s}")
     h, hkv = q[-3], s[-3]
-    if hkv == h:
-        return kv
     if hkv == 0 or h % hkv:
         raise ValueError(f"scaled_dot_product_attention: enable_gqa: q has {h} heads and {name} "
                          f"{hkv}; expected the query heads a multiple of the kv heads")
+    return h, hkv
+
+
+def _gqa_shape(q: tuple, s: tuple) -> tuple:
+    """The shape of k / v after its heads are repeated to q's."""
+    return (*s[:-3], q[-3], *s[-2:])
+
+
+def _gqa(q: tuple, kv: Any, name: str) -> Any:
+    """k or v with its H_kv heads (dim -3) repeated to q's H heads (repeat_interleave)."""
+    s = _shape(kv)
+    h, hkv = _gqa_heads(q, s, name)
+    if hkv == h:
+        return kv
     grouped = ops.reshape(kv, (*s[:-3], hkv, 1, *s[-2:]))
     full = ops.broadcast_to(grouped, (*s[:-3], hkv, h // hkv, *s[-2:]))
     return ops.reshape(full, (*s[:-3], h, *s[-2:]))
+
+
+def _scores_shape(sq: tuple, sk: tuple) -> tuple[int, ...]:
+    """The shape of matmul(q, k^T): the broadcast batch dims, then (L, S)."""
+    try:
+        batch = broadcast("scaled_dot_product_attention", sq[:-2], sk[:-2])
+    except ValueError:
+        raise ValueError(f"scaled_dot_product_attention: the batch dims of q {sq} and k {sk} do "
+                         "not broadcast") from None
+    return (*batch, sq[-2], sk[-2])
+
+
+def _mask(attn_mask: Any, scores: tuple) -> tuple[Any, bool]:
+    """(the mask as a Var or host array, is_bool), checked against the scores' shape."""
+    m = attn_mask if isinstance(attn_mask, Var) else np.asarray(_host(attn_mask))
+    if _is_bool(m):
+        return _mask_arg("scaled_dot_product_attention", "attn_mask", m, scores), True
+    if np.dtype(m.dtype).kind != "f":
+        raise TypeError(f"scaled_dot_product_attention: attn_mask has dtype "
+                        f"{np.dtype(m.dtype).name}; expected bool (True takes part) or a float "
+                        "mask (added to the scores)")
+    _broadcasts_to("scaled_dot_product_attention", "attn_mask", _shape(m), scores)
+    return m, False
 
 
 def attention_weights(q: Any, k: Any, attn_mask: Any = None, is_causal: bool = False,
@@ -148,7 +182,7 @@ def attention_weights(q: Any, k: Any, attn_mask: Any = None, is_causal: bool = F
                       additive_bias: Any = None) -> Var:
     """The softmax of the masked, scaled scores (``scaled_dot_product_attention`` up to its
     dropout): (..., L, S). ``additive_bias`` (internal: MultiheadAttention's float masks) is
-    added after ``attn_mask``."""
+    added after ``attn_mask``. Every argument is checked before the first op is recorded."""
     sq, sk = _shape(q), _shape(k)
     if not isinstance(q, Var) and not isinstance(k, Var):
         raise TypeError("scaled_dot_product_attention: expected q or k to be a Var of a Tape")
@@ -161,28 +195,26 @@ def attention_weights(q: Any, k: Any, attn_mask: Any = None, is_causal: bool = F
     if is_causal and attn_mask is not None:
         raise ValueError("scaled_dot_product_attention: is_causal=True with an explicit "
                          "attn_mask; expected one of them (torch's rule)")
-    if enable_gqa:
-        k = _gqa(sq, k, "k")
     if scale is None:
         scale = 1.0 / math.sqrt(sq[-1])
     elif isinstance(scale, bool) or not isinstance(scale, (int, float, np.floating)) or \
             not math.isfinite(scale):
         raise ValueError(f"scaled_dot_product_attention: scale is {scale!r}; expected a finite "
                          "number or None (1/sqrt(E))")
+    if enable_gqa:
+        _gqa_heads(sq, sk, "k")
+    scores = _scores_shape(sq, _gqa_shape(sq, sk) if enable_gqa else sk)
+    mask = None if attn_mask is None else _mask(attn_mask, scores)
+    if additive_bias is not None:
+        _broadcasts_to("scaled_dot_product_attention", "the float mask", _shape(additive_bias),
+                       scores)
+    if enable_gqa:
+        k = _gqa(sq, k, "k")
     s = matmul_any(q, k, tb=True)
     s = ops.muls(s, float(scale))
-    if attn_mask is not None:
-        m = attn_mask if isinstance(attn_mask, Var) else np.asarray(_host(attn_mask))
-        if _is_bool(m):
-            m = _mask_arg("scaled_dot_product_attention", "attn_mask", m, s.shape)
-            s = ops.where(m, s, np.asarray(NEG_INF, s.dtype))
-        elif np.dtype(m.dtype).kind == "f":
-            _broadcasts_to("scaled_dot_product_attention", "attn_mask", _shape(m), s.shape)
-            s = ops.add(s, m)
-        else:
-            raise TypeError(f"scaled_dot_product_attention: attn_mask has dtype "
-                            f"{np.dtype(m.dtype).name}; expected bool (True takes part) or a "
-                            "float mask (added to the scores)")
+    if mask is not None:
+        m, is_bool = mask
+        s = ops.where(m, s, np.asarray(NEG_INF, s.dtype)) if is_bool else ops.add(s, m)
     if additive_bias is not None:
         s = ops.add(s, additive_bias)
     if is_causal:
@@ -201,14 +233,16 @@ def scaled_dot_product_attention(q: Any, k: Any, v: Any, attn_mask: Any = None,
     ``key`` (a ``gtape.rng.Key`` or key Var): the weights' dropout mask is drawn from it."""
     p_drop = _check_p(dropout_p)
     k_drop = _check_key(p_drop, key)
-    sv, sk = _shape(v), _shape(k)
+    sq, sv, sk = _shape(q), _shape(v), _shape(k)
     if enable_gqa:
-        v = _gqa(_shape(q), v, "v")
-        sv = _shape(v)
+        _gqa_heads(sq, sv, "v")
+        sv = _gqa_shape(sq, sv)
     if len(sv) < 2 or sv[-2] != sk[-2]:
         raise ValueError(f"scaled_dot_product_attention: k has shape {sk} and v {sv}; expected "
                          "the same sequence length S (dim -2)")
     w = attention_weights(q, k, attn_mask, is_causal, scale, enable_gqa)
+    if enable_gqa:
+        v = _gqa(sq, v, "v")
     if k_drop is not None:
         w = dropout(w, p_drop, k_drop)
     return matmul_any(w, v)

@@ -48,7 +48,8 @@ def _key(what: str) -> rng.Key:
 
 def host(x: Any) -> Any:
     """torch tensors (anywhere in lists / tuples) as numpy arrays; everything else as is."""
-    if type(x).__module__.startswith("torch") and hasattr(x, "detach"):
+    mod = type(x).__module__
+    if (mod == "torch" or mod.startswith("torch.")) and hasattr(x, "detach"):
         return x.detach().cpu().numpy()
     if isinstance(x, (list, tuple)):
         return type(x)(host(v) for v in x)
@@ -215,12 +216,24 @@ def dispatch(func: Any, args: tuple, kwargs: dict) -> Any:
     torch tensors become host data)."""
     fn = table().get(func)
     if fn is None:
-        name = getattr(func, "__qualname__", None) or getattr(func, "__name__", repr(func))
-        module = getattr(func, "__module__", None) or "torch"
-        raise NotImplementedError(f"torch function {module}.{name} was called with a gtape Var, "
-                                  "and gtape has no translation of it; supported: "
+        raise NotImplementedError(f"torch function {torch_name(func)} was called with a gtape "
+                                  "Var, and gtape has no translation of it; supported: "
                                   f"{supported_names()}")
     return fn(*host(tuple(args)), **{k: host(v) for k, v in kwargs.items()})
+
+
+def torch_name(func: Any) -> str:
+    """The public name of a torch callable: ``torch.cumsum``, ``torch.nn.functional.pad``,
+    ``torch.Tensor.cumsum``."""
+    import torch
+    import torch.nn.functional as F
+
+    name = getattr(func, "__name__", None)
+    for prefix, space in (("torch.nn.functional", F), ("torch", torch),
+                          ("torch.Tensor", torch.Tensor)):
+        if name and getattr(space, name, None) is func:
+            return f"{prefix}.{name}"
+    return f"{getattr(func, '__module__', None) or 'torch'}.{getattr(func, '__qualname__', name)}"
 
 
 def supported_names() -> str:

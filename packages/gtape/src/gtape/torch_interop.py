@@ -79,9 +79,14 @@ def _kind(torch: Any, m: Any) -> str | None:
     return None
 
 
+def _torch_name(module_name: str) -> bool:
+    """Whether a module name is torch's own (``torch`` or ``torch.*``)."""
+    return module_name == "torch" or module_name.startswith("torch.")
+
+
 def _is_users(torch: Any, m: Any) -> bool:
     """Whether ``m`` is of a class written outside torch (a model the user defined)."""
-    return not type(m).__module__.startswith("torch.")
+    return not _torch_name(type(m).__module__)
 
 
 def _limits(m: Any, kind: str) -> list[str]:
@@ -323,7 +328,7 @@ class PortedModule(Module):
             return torch.from_numpy(np.ascontiguousarray(x))
         if isinstance(x, np.ndarray) and x.dtype.kind == "f" and self.tape is not None:
             return self.tape.const(x)
-        if type(x).__module__.startswith("torch") and getattr(x, "is_floating_point", None) \
+        if _torch_name(type(x).__module__) and getattr(x, "is_floating_point", None) \
                 and x.is_floating_point() and self.tape is not None:
             return self.tape.const(x.detach().cpu().numpy())
         return x
@@ -346,7 +351,7 @@ def ported_class(cls: type) -> type:
         return got
     ns: dict[str, Any] = {"torch_class": cls, "__module__": __name__}
     for base in reversed(cls.__mro__):
-        if base.__module__.startswith("torch") or base is object:
+        if _torch_name(base.__module__) or base is object:
             continue
         for name, value in vars(base).items():
             if name.startswith("__") and name.endswith("__"):
