@@ -17,7 +17,10 @@ except ImportError:  # pragma: no cover
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from gtensor import testing  # noqa: E402
 from gtensor.testing_fixtures import bname, other  # noqa: E402, F401  (shared fixtures)
+
+testing.load_hypothesis_profiles()
 
 KERNEL_BACKENDS = ("sim", "cpu", "cuda")
 

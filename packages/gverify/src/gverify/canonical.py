@@ -10,6 +10,7 @@ backend's array type, its memory layout or the machine's byte order.
 from __future__ import annotations
 
 import hashlib
+import json
 import struct
 from collections.abc import Iterable
 from typing import Any
@@ -72,3 +73,10 @@ def array_digest(a: Any) -> str:
 def entries_digest(entries: Iterable[tuple[str, Any]]) -> str:
     """The SHA-256 of named arrays' canonical bytes."""
     return sha256(entries_bytes(entries))
+
+
+def json_bytes(obj: Any) -> bytes:
+    """The canonical JSON of ``obj``: sorted keys, no spaces, ASCII, no NaN or infinity (what
+    a record's or a trace leaf's hash covers)."""
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=True,
+                      allow_nan=False).encode()

@@ -6,7 +6,8 @@
   when no node differs, 1 when one does;
 - ``gverify replay CHECKPOINT --steps N --backend B``: re-run N steps from a checkpoint on
   another engine (the runner the checkpoint names) and compare with the recorded log; exit 0
-  equal, 1 differing.
+  equal, 1 differing;
+- ``gverify record | serve | audit | referee``: the dispute protocol (``cli_dispute``).
 
 Exit 2: a usage error or input that cannot be judged (a damaged or truncated log, logs of
 different runs, traces of different graphs, a damaged checkpoint): never a verdict.
@@ -24,6 +25,7 @@ from pathlib import Path
 
 import gtensor
 
+from . import cli_dispute
 from .checkpoint import read_checkpoint
 from .runlog import common_steps, compare_logs
 from .steptrace import first_divergence, load_trace, report
@@ -67,7 +69,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _compare(args.a, args.b, args.json)
         if args.command == "locate":
             return _locate(args)
-        return _replay(args)
+        if args.command == "replay":
+            return _replay(args)
+        return cli_dispute.run(args)
     except (ValueError, TypeError, OSError, ImportError, AttributeError) as e:
         print(f"gverify {args.command}: error: {e}", file=sys.stderr)
         return EXIT_ERROR
