@@ -9,7 +9,9 @@ import gopt
 import gtape as g
 import gverify
 import gverify.digests
+import gverify.merkle
 import gverify.runlog
+import gverify.wire
 import numpy as np
 import pytest
 from gverify import digest, faults, ulps
@@ -75,6 +77,39 @@ def test_bad_input_is_refused_and_changes_nothing(bname):
 def test_every_public_name_exists_and_the_examples_run():
     for name in gverify.__all__:
         assert hasattr(gverify, name), name
-    for mod in (gverify, gverify.digests, gverify.runlog):
+    for mod in (gverify, gverify.digests, gverify.runlog, gverify.merkle, gverify.wire):
         res = doctest.testmod(mod)
         assert res.failed == 0 and res.attempted > 0, mod
+
+
+def test_flip_bit_flips_one_bit_and_refuses_bad_input(bname):
+    tp, w, c, loss = _tape(bname)
+    before = np.array(tp.backend.to_numpy(tp.value_at(w.index)))
+    faults.flip_bit(tp, w, 52, element=3)
+    after = np.array(tp.backend.to_numpy(tp.value_at(w.index)))
+    diff = before.view(np.uint64) ^ after.view(np.uint64)
+    assert diff.reshape(-1).tolist() == [0, 0, 0, 1 << 52]
+    with pytest.raises(ValueError, match="flip_bit: node 1 is a 'const' node"):
+        faults.flip_bit(tp, c, 0)
+    with pytest.raises(ValueError, match="flip_bit: bit is 64"):
+        faults.flip_bit(tp, w, 64)
+    with pytest.raises(ValueError, match="flip_bit: element is 4"):
+        faults.flip_bit(tp, w, 0, element=4)
+    assert np.array(tp.backend.to_numpy(tp.value_at(w.index))).tobytes() == after.tobytes()
+
+
+def test_drills_are_checked_and_round_trip():
+    d = faults.Drill("ulp", 3, op="tanh", phase="backward", ulps=-2)
+    assert faults.Drill.from_dict(d.to_dict()) == d
+    for kw, match in (({"kind": "melt", "step": 1}, "kind is 'melt'"),
+                      ({"kind": "ulp", "step": 0, "op": "tanh"}, "step is 0"),
+                      ({"kind": "ulp", "step": 1}, "needs op"),
+                      ({"kind": "ulp", "step": 1, "op": "tanh", "phase": "up"}, "phase is 'up'"),
+                      ({"kind": "flip", "step": 1, "bit": -1}, "bit is -1"),
+                      ({"kind": "flip", "step": 1, "node": True}, "node is True")):
+        with pytest.raises(ValueError, match=match):
+            faults.Drill(**kw)
+    with pytest.raises(TypeError, match="ulps is"):
+        faults.Drill("ulp", 1, op="tanh", ulps=0)
+    with pytest.raises(ValueError, match="is not a drill"):
+        faults.Drill.from_dict({"kind": "ulp", "step": 1, "evil": 1})

@@ -58,6 +58,7 @@ def _parser() -> argparse.ArgumentParser:
                         "names)")
     r.add_argument("--out", type=Path, default=None,
                    help="where the referee's log is written (default: a temporary file)")
+    cli_dispute.add_parsers(sub)
     return p
 
 

@@ -143,18 +143,23 @@ class RunDir:
         if not isinstance(c, dict) or c.get("format") != FORMAT:
             raise RunDirError(f"RunDir: {self.root / COMMITMENT} is not a {FORMAT} file")
         notes = self._json(TRAINER)
-        self.backend = notes["backend"]
-        self.checkpoint_every = int(notes["checkpoint_every"])
-        self.drill = None if notes.get("drill") is None else Drill.from_dict(notes["drill"])
         try:
+            self.backend = notes["backend"]
+            self.checkpoint_every = int(notes["checkpoint_every"])
+            self.drill = None if notes.get("drill") is None else Drill.from_dict(notes["drill"])
             self.task = tasks.make(c["spec"])
-        except (tasks.TaskError, KeyError) as e:
-            raise RunDirError(f"RunDir: {self.root / COMMITMENT}: {e}") from None
-        text = self._path(RECORDS).read_bytes()
+        except (tasks.TaskError, KeyError, TypeError, ValueError) as e:
+            raise RunDirError(f"RunDir: {self.root}: {COMMITMENT} or {TRAINER} is damaged "
+                              f"({type(e).__name__}: {e})") from None
+        text = self._bytes(RECORDS)
         lines = text.split(b"\n")
-        if lines[-1] != b"":
-            raise RunDirError(f"RunDir: {self.root / RECORDS} is truncated (no final newline)")
-        self.records = [json.loads(x) for x in lines[:-1]]
+        if lines[-1] != b"" or len(lines) < 2:
+            raise RunDirError(f"RunDir: {self.root / RECORDS} is empty or truncated (no final "
+                              "newline)")
+        try:
+            self.records = [json.loads(x) for x in lines[:-1]]
+        except ValueError as e:
+            raise RunDirError(f"RunDir: {self.root / RECORDS} is damaged ({e})") from None
         self.tree = merkle.Tree(lines[:-1])
         if len(self.records) != c["leaves"] or self.tree.root.hex() != c["root"]:
             raise RunDirError(f"RunDir: {self.root / RECORDS} does not match the commitment's "
@@ -167,13 +172,19 @@ class RunDir:
     def _path(self, rel: str) -> Path:
         return confined(self.root, rel)
 
-    def _json(self, rel: str) -> Any:
+    def _bytes(self, rel: str) -> bytes:
         try:
-            return json.loads(self._path(rel).read_text())
+            return self._path(rel).read_bytes()
         except FileNotFoundError:
             raise RunDirError(f"RunDir: {self.root} has no {rel}; expected a run directory "
                               "written by gverify record") from None
-        except (OSError, ValueError) as e:
+        except OSError as e:
+            raise RunDirError(f"RunDir: cannot read {self.root / rel} ({e})") from None
+
+    def _json(self, rel: str) -> Any:
+        try:
+            return json.loads(self._bytes(rel))
+        except ValueError as e:
             raise RunDirError(f"RunDir: {self.root / rel} is damaged ({e})") from None
 
     @property

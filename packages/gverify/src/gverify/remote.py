@@ -104,8 +104,11 @@ class Remote:
                 return bytes(body)
         except TransportError:
             raise
-        except (TimeoutError, aiohttp.ClientError, OSError, ValueError) as e:
-            raise TransportError(f"{what}: {type(e).__name__}: {e or 'timed out'}") from None
+        except TimeoutError:
+            raise TransportError(f"{what}: timed out (no complete answer within "
+                                 f"{self.timeout.total} s)") from None
+        except (aiohttp.ClientError, OSError, ValueError) as e:
+            raise TransportError(f"{what}: {type(e).__name__}: {e}") from None
 
     def bytes(self, path: str, limit: int, params: dict | None = None) -> bytes:
         """The body of an octet-stream answer (at most ``limit`` bytes)."""

@@ -163,9 +163,12 @@ class TrainerService:
 
 @web.middleware
 async def _errors(request: web.Request, handler: Callable) -> web.StreamResponse:
-    if request.method != "GET" or request.can_read_body:
-        raise _error(web.HTTPMethodNotAllowed if request.method != "GET"
-                     else web.HTTPRequestEntityTooLarge, "only GET without a body is served")
+    text = json.dumps({"error": "only GET without a body is served"})
+    if request.method != "GET":
+        raise web.HTTPMethodNotAllowed(request.method, ["GET"], text=text, content_type=JSON)
+    if request.can_read_body:
+        raise web.HTTPRequestEntityTooLarge(0, request.content_length or 0, text=text,
+                                            content_type=JSON)
     try:
         return await handler(request)
     except web.HTTPException:
@@ -261,8 +264,12 @@ class Server:
         self.stop()
 
 
+def _announce(line: str) -> None:
+    print(line, flush=True)
+
+
 def serve(run_dir: Any, host: str = "127.0.0.1", port: int = 8765,
-          announce: Callable[[str], None] = print) -> None:
+          announce: Callable[[str], None] = _announce) -> None:
     """Serve ``run_dir`` in the foreground until interrupted (``gverify serve``)."""
     app = make_app(run_dir)
 

@@ -18,7 +18,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import gopt
 import gtape
 import numpy as np
 from gtensor import describe
@@ -257,7 +256,3 @@ def make(spec: Any) -> Task:
                         "gverify.task.Task")
     return task
 
-
-OPTIMIZERS: dict[str, Callable[..., gopt.Optimizer]] = {
-    "sgd": lambda tp: gopt.SGD(tp, lr=1.0), "adam": lambda tp: gopt.Adam(tp),
-    "adamw": lambda tp: gopt.AdamW(tp)}
