@@ -1,10 +1,10 @@
 """Every ```python block in the READMEs and docs runs as written (in a fresh namespace, in a
 temporary working directory). A block that is not meant to run must use another fence
-(```text, ```bash)."""
+(```text, ```bash). A block whose first line is ``# continues the block above`` runs after
+the blocks above it in that file (the code is joined: a walk-through split in steps)."""
 
 from __future__ import annotations
 
-import os
 import re
 from pathlib import Path
 
@@ -15,11 +15,17 @@ FILES = sorted([ROOT / "README.md", *ROOT.glob("packages/*/README.md"), *ROOT.gl
 BLOCK = re.compile(r"^```python\n(.*?)^```", re.S | re.M)
 
 
+CONTINUES = "# continues the block above"
+
+
 def _blocks() -> list[tuple[str, str]]:
     out = []
     for path in FILES:
+        code = ""
         for k, m in enumerate(BLOCK.finditer(path.read_text())):
-            out.append((f"{path.relative_to(ROOT)}#{k}", m.group(1)))
+            block = m.group(1)
+            code = code + block if block.startswith(CONTINUES) else block
+            out.append((f"{path.relative_to(ROOT)}#{k}", code))
     return out
 
 
@@ -33,7 +39,9 @@ def test_there_are_examples():
 @pytest.mark.parametrize("name,code", BLOCKS, ids=[n for n, _ in BLOCKS])
 def test_block_runs(name, code, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    exec(compile(code, name, "exec"), {"__name__": f"doc_example_{os.getpid()}"})
+    # run as a script runs: __main__ (dataclasses look their module up in sys.modules, and
+    # cloudpickle ships __main__'s functions to Dask workers by value)
+    exec(compile(code, name, "exec"), {"__name__": "__main__"})
 
 
 def test_gtape_readme_example_on_every_backend(tmp_path, monkeypatch):
