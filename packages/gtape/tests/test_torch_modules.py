@@ -241,6 +241,18 @@ def test_tensor_methods_match_numpy():
         assert bits_equal(g.stack([x, x], dim=1).numpy(), np.stack([a, a], 1))
         assert x.size() == (2, 3, 4) and x.size(-1) == 4 and x.dim() == 3 and x.numel() == 24
         assert bits_equal(x.expand(5, -1, -1, -1).numpy(), np.broadcast_to(a, (5, 2, 3, 4)))
+        for key in [(slice(None), [-1], slice(None)), (1, [0, 2]), (slice(None), 2, [1, 3]),
+                    (slice(0, 1), slice(None), np.array([[1, 2], [3, 0]]))]:
+            assert bits_equal(x[key].numpy(), a[key]), key  # one index array among slices
+        with pytest.raises(TypeError, match="separated by a slice"):
+            x[0, 1:3, [2]]
+
+
+def test_an_index_array_among_slices_differentiates_as_take():
+    with g.Tape() as tp:
+        w = tp.param(np.arange(12.0).reshape(3, 4))
+        tp.backward(g.sum(w[:, [-1, 0, -1]] * 2.0))
+        assert tp.grad(w).tolist() == [[2.0, 0.0, 0.0, 4.0]] * 3
 
 
 # ---------------------------------------------------------------- a whole GPT, ported

@@ -34,7 +34,8 @@ def _expand(key: Any, ndim: int) -> list[Any]:
 
 
 SUPPORTED = ("integers, step-1 slices and Ellipsis (basic indexing); one integer array "
-             "(int64 ids of any shape, as g.take along axis 0); one bool mask of the Var's "
+             "(int64 ids of any shape, as g.take along axis 0), alone or among slices and "
+             "integers (v[:, [-1], :]: g.take along its axis); one bool mask of the Var's "
              "leading axes (host data: the selected rows, as numpy)")
 
 
@@ -48,8 +49,7 @@ def getitem(v: Var, key: Any) -> Var:
                                  and key is not Ellipsis and np.ndim(key) > 0):
         return _array_index(v, key)
     if isinstance(key, tuple) and any(isinstance(k, (list, np.ndarray, _Var)) for k in key):
-        raise TypeError(f"indexing: an index array inside a tuple is not supported; supported: "
-                        f"{SUPPORTED}")
+        return _one_array_in_tuple(v, key)
     shape = v.shape
     out, keep = v, []
     for axis, (k, n) in enumerate(zip(_expand(key, len(shape)), shape)):
@@ -73,6 +73,38 @@ def getitem(v: Var, key: Any) -> Var:
         out = ops.slice(out, axis, i, i + 1)
     new_shape = tuple(keep)
     return out if out.shape == new_shape else ops.reshape(out, new_shape)
+
+
+def _one_array_in_tuple(v: Var, key: tuple) -> Var:
+    """``v[:, ids, ...]``: one int index array among basic entries (numpy's rule for a single
+    advanced index: its dims take the indexed axis' place) -- the basic part first (the array's
+    axis kept whole), then ``take`` along that axis."""
+    from .var import Var as _Var
+
+    arrays = [i for i, k in enumerate(key) if isinstance(k, (list, np.ndarray, _Var))]
+    if len(arrays) != 1:
+        raise TypeError(f"indexing: {len(arrays)} index arrays in one key; supported: "
+                        f"{SUPPORTED} and one int array among slices (v[:, [-1], :])")
+    at = arrays[0]
+    ids = key[at]
+    if not isinstance(ids, _Var):
+        ids = np.asarray(ids)
+        if ids.dtype.kind not in "iu":
+            raise TypeError(f"indexing: the index array has dtype {ids.dtype}; expected ints "
+                            f"inside a tuple (supported: {SUPPORTED})")
+        ids = ids.astype(np.int64)
+    if Ellipsis in key[:at]:
+        raise TypeError("indexing: an Ellipsis before the index array is not supported; "
+                        "spell the axes with ':'")
+    ints = [i for i, k in enumerate(key) if isinstance(k, (int, np.integer))]
+    block = sorted([*ints, at])
+    if block != list(range(block[0], block[-1] + 1)):  # numpy moves the dims to the front then
+        raise TypeError("indexing: integers and an index array separated by a slice are not "
+                        "supported (numpy would move their dims to the front); index in two "
+                        "steps")
+    basic = getitem(v, key[:at] + (slice(None),) + key[at + 1:])
+    axis = sum(1 for k in key[:at] if isinstance(k, slice))  # ints before it dropped their axes
+    return ops.take(basic, ids, axis)
 
 
 def _array_index(v: Var, key: Any) -> Var:
