@@ -90,8 +90,8 @@ def _one_array_in_tuple(v: Var, key: tuple) -> Var:
     if not isinstance(ids, _Var):
         ids = np.asarray(ids)
         if ids.dtype.kind not in "iu":
-            raise TypeError(f"indexing: the index array has dtype {ids.dtype}; expected ints "
-                            f"inside a tuple (supported: {SUPPORTED})")
+            raise TypeError(f"indexing: an index array of dtype {ids.dtype} is not supported; "
+                            f"supported: {SUPPORTED}")
         ids = ids.astype(np.int64)
     if Ellipsis in key[:at]:
         raise TypeError("indexing: an Ellipsis before the index array is not supported; "
