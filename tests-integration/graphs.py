@@ -109,6 +109,13 @@ def _dropout_noise(v: dict) -> g.Var:
     return g.mse(h @ v["w2"], v["t"])
 
 
+def _special_fns(v: dict) -> g.Var:
+    """The correctly rounded elementwise functions of issue 38 in one MLP: exact GELU's erf."""
+    h = v["x"] @ v["w1"] + v["b1"]
+    h = (h * 0.5) * (g.erf(h * 0.7071067811865476) + 1.0)
+    return g.mse(h @ v["w2"], v["t"])
+
+
 _DIGITS = np.array([1, 0, 2, 1])
 
 
@@ -160,6 +167,10 @@ GRAPHS = [
           lambda r: {"w1": _n(r, 5, 8, scale=0.5), "b1": _n(r, 8, scale=0.25),
                      "w2": _n(r, 8, 3, scale=0.3), "x": _n(r, 16, 5), "t": _n(r, 16, 3)},
           ("w1", "b1", "w2"), _dropout_noise),
+    Graph("special_fns_mlp",
+          lambda r: {"w1": _n(r, 5, 8, scale=0.7), "b1": _n(r, 8, scale=0.25),
+                     "w2": _n(r, 8, 3, scale=0.4), "x": _n(r, 12, 5), "t": _n(r, 12, 3)},
+          ("w1", "b1", "w2"), _special_fns),
     Graph("small_cnn_conv_pool",
           lambda r: {"w1": _n(r, 3, 1, 3, 3, scale=0.5), "b1": _n(r, 3, scale=0.1),
                      "w2": _n(r, 2, 3, 3, 2, scale=0.4), "b2": _n(r, 2, scale=0.1),

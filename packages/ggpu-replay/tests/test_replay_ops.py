@@ -33,6 +33,7 @@ ROWS = [
     Row("sigmoid_tanh", ((3, 4),), (3, 4), lambda p, d: g.sigmoid(p[0] * d) + g.tanh(p[0] - d)),
     Row("exp_log_sqrt", ((3, 4),), (3, 4),
         lambda p, d: g.exp(p[0] * 0.1) * g.log(d) + g.sqrt(p[0] * p[0] + d), positive=True),
+    Row("erf", ((3, 4),), (3, 4), lambda p, d: g.erf(p[0] * d - 0.5)),
     Row("sum_mean", ((2, 3, 4),), (2, 3, 4),
         lambda p, d: g.sum(p[0] * d, axis=1) + g.mean(p[0] + d, axis=1)),
     Row("sum_to_broadcast", ((3, 1), (4,)), (2, 3, 4),

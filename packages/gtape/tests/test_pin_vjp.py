@@ -161,6 +161,10 @@ ROWS = [
     Row("exp", g.exp, (S,), lambda i, y, G, dt: [ew(lambda q, o: q * o, G, y)]),
     Row("log", g.log, (S,), lambda i, y, G, dt: [ew(lambda q, x: q / x, G, i[0])], (0,)),
     Row("sqrt", g.sqrt, (S,), lambda i, y, G, dt: [ew(lambda q, o: q / (o + o), G, y)], (0,)),
+    # erf: g * (exp(-(x * x)) * 2/sqrt(pi)), the constant rounded once to the dtype
+    Row("erf", g.erf, (S,), lambda i, y, G, dt: [ew(
+        lambda q, x: q * (_our_exp(np.asarray(-(x * x))) * _T(dt)(1.1283791670955126)),
+        G, i[0])]),
     Row("sum", g.sum, (S,), lambda i, y, G, dt: [np.broadcast_to(G, S)]),
     Row("sum_axis0", lambda x: g.sum(x, 0), (S,), lambda i, y, G, dt: [np.broadcast_to(G, S)]),
     Row("sum_keepdims", lambda x: g.sum(x, 1, keepdims=True), (S,),

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import gtensor
 import pytest
 from gtensor import testing
@@ -28,10 +30,24 @@ def other(be):
     return be
 
 
+def pytest_collection_modifyitems(config, items) -> None:
+    """Tests marked ``slow`` (heavy oracles) run only in the oracle session
+    (``HYPOTHESIS_PROFILE=oracle``, set by ``nox -s oracle``) or with ``GRAD_SLOW=1``."""
+    if os.environ.get("HYPOTHESIS_PROFILE") == "oracle" or os.environ.get("GRAD_SLOW") == "1":
+        return
+    skip = pytest.mark.skip(reason="slow oracle: runs in `nox -s oracle` (or GRAD_SLOW=1)")
+    for item in items:
+        if "slow" in item.keywords:
+            item.add_marker(skip)
+
+
 def pytest_terminal_summary(terminalreporter) -> None:
-    """Print the transcendental accuracy measured by test_transcendental (max ulp vs mpmath)."""
+    """Print the transcendental accuracy measured by test_transcendental (max ulp vs mpmath)
+    and test_crmath (correct rounding counts, fast-path bounds and rates)."""
     import sys
 
     module = sys.modules.get("test_transcendental")
     for line in getattr(module, "ULP_REPORT", []):
         terminalreporter.write_line(f"ulp vs mpmath: {line}")
+    for line in getattr(sys.modules.get("test_crmath"), "MEASURED", []):
+        terminalreporter.write_line(f"correctly rounded: {line}")

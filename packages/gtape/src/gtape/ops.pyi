@@ -392,6 +392,11 @@ def avg_pool2d_grad(
     float]"""
 
 
+def erf(x: FloatOperand) -> Var:
+    """Error function 2/sqrt(pi) int_0^x exp(-t^2) dt, correctly rounded. [gtensor op erf:
+    differentiable; result float]"""
+
+
 def dropout(x: FloatOperand, key: IndexOperand, p) -> Var:
     """X * 1/(1-p) where the element's uniform >= p, else +0.0 (mask from the key). [gtensor op
     dropout: differentiable; result float]"""

@@ -13,6 +13,7 @@ import numpy as np
 from .. import dtypes, shapes
 from ..dtypes import F32, F64, FLOATS, FloatType, round_scalar
 from ..kernels import Kernel
+from ..scalar import crerf
 from ..scalar import transcendental as tr
 from ..scalar.dsl import ScalarFn, scalar_fn
 from .forms import ELEMENT_COST, MAP, SCALAR, ZIP2, split_cost
@@ -63,6 +64,9 @@ EXP = {F64: tr.EXP_F64, F32: tr.EXP_F32}
 LOG = {F64: tr.LOG_F64, F32: tr.LOG_F32}
 TANH = {F64: tr.TANH_F64, F32: tr.TANH_F32}
 SIGMOID = {F64: tr.SIGMOID_F64, F32: tr.SIGMOID_F32}
+# correctly rounded (gtensor.scalar.crerf): the exact value rounded once, in both dtypes
+ERF = {F64: crerf.ERF_F64, F32: crerf.ERF_F32}
+TWO_OVER_SQRTPI = 1.1283791670955126  # 2/sqrt(pi) rounded to float64 (0x1.20dd750429b6dp+0)
 
 # --------------------------------------------------------------------------- kernels
 def _cpu_kernels(cuda: Callable[[FloatType], list[Kernel]],
@@ -207,6 +211,12 @@ def _minimum_vjp(be, g, ins, out, needs):
             be.relu_grad(g, be.adds(be.neg(mask), 1.0)) if needs[1] else None)
 
 
+def _erf_vjp(be, g, ins, out, needs):
+    # d erf(x)/dx = 2/sqrt(pi) exp(-x^2), in this order: g * (exp(-(x * x)) * 2/sqrt(pi))
+    x = ins[0]
+    return (be.mul(g, be.muls(be.exp(be.neg(be.mul(x, x))), TWO_OVER_SQRTPI)),)
+
+
 def _div_vjp(be, g, ins, out, needs):
     ga = be.div(g, ins[1])
     return ga if needs[0] else None, be.neg(be.mul(ga, out)) if needs[1] else None
@@ -234,6 +244,7 @@ unary("exp", EXP, lambda be, g, ins, out, needs: (be.mul(g, out),), "e ** x")
 unary("log", LOG, lambda be, g, ins, out, needs: (be.div(g, ins[0]),), "natural log")
 unary("sqrt", SQRT, lambda be, g, ins, out, needs: (be.div(g, be.add(out, out)),),
       "square root")
+unary("erf", ERF, _erf_vjp, "error function 2/sqrt(pi) int_0^x exp(-t^2) dt, correctly rounded")
 binary("relu_grad", RELU_GRAD, _relu_grad_vjp, "g where x > 0 else 0 (relu's backward)",
        ("g", "x"))
 binary("sigmoid_grad", SIGMOID_GRAD, _sigmoid_grad_vjp,
@@ -242,5 +253,6 @@ binary("tanh_grad", TANH_GRAD, _tanh_grad_vjp, "g * (1 - y * y) (tanh's backward
        ("g", "y"))
 
 SCALAR_FNS = [fn for table in (ADD, SUB, MUL, DIV, NEG, SQRT, RELU, RELU_GRAD, SIGMOID_GRAD,
-                               TANH_GRAD, EXP, LOG, TANH, SIGMOID, MAX, MAX_MASK, MIN, MIN_MASK)
+                               TANH_GRAD, EXP, LOG, TANH, SIGMOID, MAX, MAX_MASK, MIN, MIN_MASK,
+                               ERF)
               for fn in table.values()]

@@ -5,7 +5,15 @@ A scalar function is written once as ``def f(m, x, ...)`` using only:
 * operators ``+ - * /`` and unary ``-`` on floats (each one correctly rounded, no FMA);
   comparisons ``< <= > >= == !=``; ``& | ~`` on booleans; ``+ - * & | << >>`` on int64;
 * helpers of ``m``: ``where``, ``isnan``, ``const``, ``rint``, ``floor``, ``sqrt``, ``fabs``,
-  ``bits``, ``from_bits``, ``to_f64``, ``to_f32``, ``i2f``, ``f2i``, ``call``.
+  ``bits``, ``from_bits``, ``to_f64``, ``to_f32``, ``i2f``, ``f2i``, ``call``;
+* ``fma(a, b, c)``: the fused multiply-add, one rounding (``__fma_rn``; numpy: the exact
+  emulation of :mod:`gtensor.scalar.npfma`), used only where a function's definition says so;
+* ``table(tab, i)``: entry ``i`` (int64, in range in every lane) of a constant ``Table``;
+* ``loop(n, body, *init)``: ``n`` fixed iterations of ``carry = body(m, k, *carry)`` (a C
+  ``for`` loop; numpy: a Python loop over whole arrays);
+* ``rare(ok, value, fn, *args)``: ``value`` where ``ok``, else ``call(fn, *args)``, the call
+  evaluated only where ``ok`` is false (a C conditional; numpy: on those elements only). ``fn``
+  is declared ``cold``: an out-of-line function, the accurate path of a Ziv-style evaluation.
 
 Run with ``m = NUMPY`` and numpy arrays, the text *is* the numpy reference (vectorized,
 every operation an IEEE operation of numpy). Run with ``m = CEmitter(...)`` and traced
@@ -24,6 +32,7 @@ from typing import Any
 import numpy as np
 
 from .. import dtypes
+from . import npfma
 
 # The scalar language's dtypes: the float ones are named by their ``FloatType.suffix``.
 F64, F32, I64, BOOL = dtypes.F64.suffix, dtypes.F32.suffix, "i64", "bool"
@@ -105,6 +114,36 @@ class _NumpyMath:
     def call(fn: "ScalarFn", *args: Any) -> Any:
         """Call another scalar function."""
         return fn.body(NUMPY, *args)
+
+    @staticmethod
+    def fma(a: Any, b: Any, c: Any) -> Any:
+        """``a*b + c`` rounded once."""
+        return npfma.fma(a, b, c)
+
+    @staticmethod
+    def table(tab: "Table", i: Any) -> Any:
+        """Entry ``i`` of the constant table ``tab``."""
+        return tab.array[np.asarray(i)]
+
+    @staticmethod
+    def loop(n: int, body: Callable, *init: Any) -> tuple:
+        """``n`` iterations of ``carry = body(m, k, *carry)``, k = 0 .. n-1 (int64)."""
+        carry = tuple(init)
+        for k in range(n):
+            carry = tuple(body(NUMPY, np.int64(k), *carry))
+        return carry
+
+    @staticmethod
+    def rare(ok: Any, value: Any, fn: "ScalarFn", *args: Any) -> Any:
+        """``value`` where ``ok``, else ``fn(*args)``, computed only on those elements."""
+        ok = np.asarray(ok)
+        shape = np.broadcast_shapes(ok.shape, np.shape(value), *(np.shape(a) for a in args))
+        out = np.array(np.broadcast_to(np.asarray(value), shape), copy=True)
+        bad = ~np.broadcast_to(ok, shape)
+        if bad.any():
+            sub = [np.broadcast_to(np.asarray(a), shape)[bad] for a in args]
+            out[bad] = fn.body(NUMPY, *sub)
+        return out
 
 
 NUMPY = _NumpyMath()
@@ -237,13 +276,17 @@ class CEmitter:
 
     lines: list[str] = field(default_factory=list)
     called: list = field(default_factory=list)  # the callee of every call statement
+    rare_called: list = field(default_factory=list)  # the callees of ``rare`` (cold paths)
+    tables: list = field(default_factory=list)  # the tables read, in order of first use
+    loop_cost: int = 0  # statements a loop repeats beyond its one traced body
     _n: int = 0
+    _indent: str = "    "
 
     def let(self, expr: str, dt: str) -> CVal:
         """Bind ``expr`` to a fresh ``const`` variable."""
         self._n += 1
         name = f"t{self._n}"
-        self.lines.append(f"    const {CTYPE[dt]} {name} = {expr};")
+        self.lines.append(f"{self._indent}const {CTYPE[dt]} {name} = {expr};")
         return CVal(self, name, dt)
 
     def coerce(self, value: Any, dt: str) -> CVal:
@@ -333,12 +376,76 @@ class CEmitter:
 
     def call(self, fn: "ScalarFn", *args: CVal) -> CVal:
         """Call another scalar function's ``__device__`` function."""
+        self._check_args(fn, args)
+        self.called.append(fn)
+        return self.let(f"{fn.cname}({', '.join(a.expr for a in args)})", fn.out_dt)
+
+    def fma(self, a: Any, b: Any, c: Any) -> CVal:
+        """``a*b + c`` rounded once (``__fma_rn`` / ``__fmaf_rn``)."""
+        dt = next((v.dt for v in (a, b, c) if isinstance(v, CVal)), None)
+        if dt not in (F64, F32):
+            raise TypeError("scalar language: fma needs float operands")
+        a, b, c = (self.coerce(v, dt) for v in (a, b, c))
+        if not a.dt == b.dt == c.dt == dt:
+            raise TypeError("scalar language: fma mixes dtypes")
+        fn = "__fma_rn" if dt == F64 else "__fmaf_rn"
+        return self.let(f"{fn}({a.expr}, {b.expr}, {c.expr})", dt)
+
+    def table(self, tab: "Table", i: Any) -> CVal:
+        """Entry ``i`` of the constant table ``tab``."""
+        i = self.coerce(i, I64)
+        self._expect(i, I64, tab.cname)
+        if tab not in self.tables:
+            self.tables.append(tab)
+        return self.let(f"{tab.cname}[{i.expr}]", tab.dt)
+
+    def loop(self, n: int, body: Callable, *init: Any) -> tuple:
+        """``n`` iterations of ``carry = body(m, k, *carry)`` as a C ``for`` loop."""
+        carries = []
+        for v in init:
+            if not isinstance(v, CVal):
+                raise TypeError("scalar language: loop carries must be traced values")
+            self._n += 1
+            name = f"c{self._n}"
+            self.lines.append(f"{self._indent}{CTYPE[v.dt]} {name} = {v.expr};")
+            carries.append(CVal(self, name, v.dt))
+        self._n += 1
+        k = CVal(self, f"k{self._n}", I64)
+        self.lines.append(f"{self._indent}for (long long {k.expr} = 0; {k.expr} < {int(n)}LL; "
+                          f"++{k.expr}) {{")
+        outer, start = self._indent, len(self.lines)
+        self._indent = outer + "    "
+        new = [self.coerce(v, c.dt) for v, c in zip(body(self, k, *carries), carries)]
+        if len(new) != len(carries) or any(v.dt != c.dt for v, c in zip(new, carries)):
+            raise TypeError("scalar language: a loop body returns its carries, same dtypes")
+        names = {c.expr for c in carries}
+        new = [self.let(v.expr, v.dt) if v.expr in names else v for v in new]  # c1, c2 = c2, c1
+        for c, v in zip(carries, new):
+            self.lines.append(f"{self._indent}{c.expr} = {v.expr};")
+        self.loop_cost += (int(n) - 1) * (len(self.lines) - start)
+        self._indent = outer
+        self.lines.append(f"{outer}}}")
+        return tuple(carries)
+
+    def rare(self, ok: Any, value: Any, fn: "ScalarFn", *args: Any) -> CVal:
+        """``value`` where ``ok``, else ``fn(*args)`` (evaluated only then: a C conditional)."""
+        if not fn.cold:
+            raise TypeError(f"scalar language: rare() calls cold functions, {fn.cname} is not")
+        args = tuple(self.coerce(a, dt) for a, dt in zip(args, fn.in_dts))
+        self._check_args(fn, args)
+        value = self.coerce(value, fn.out_dt)
+        if not isinstance(ok, CVal) or ok.dt != BOOL or value.dt != fn.out_dt:
+            raise TypeError("scalar language: rare(bool, value, fn, ...) with value of fn's "
+                            "dtype")
+        self.rare_called.append(fn)
+        return self.let(f"({ok.expr} ? {value.expr} : "
+                        f"{fn.cname}({', '.join(a.expr for a in args)}))", fn.out_dt)
+
+    def _check_args(self, fn: "ScalarFn", args: tuple) -> None:
         if len(args) != len(fn.in_dts):
             raise TypeError(f"scalar language: {fn.cname} takes {len(fn.in_dts)} arguments")
         for a, dt in zip(args, fn.in_dts):
             self._expect(a, dt, fn.cname)
-        self.called.append(fn)
-        return self.let(f"{fn.cname}({', '.join(a.expr for a in args)})", fn.out_dt)
 
     @staticmethod
     def _expect(x: Any, dt: str, what: str) -> None:
@@ -356,6 +463,7 @@ class ScalarFn:
     in_dts: tuple[str, ...]
     out_dt: str
     body: Callable[..., Any]
+    cold: bool = False  # an out-of-line function (``rare``'s accurate paths): GT_COLD, not inline
 
     def numpy(self, *arrays: Any) -> np.ndarray:
         """Evaluate on numpy arrays (broadcasting); the numpy reference of this function."""
@@ -377,21 +485,30 @@ class ScalarFn:
             raise TypeError(f"{self.cname}: returns {out.dt}, declared {self.out_dt}")
         params = ", ".join(f"{CTYPE[dt]} {n}" for n, dt in zip(names, self.in_dts))
         body = "\n".join(em.lines)
+        qualifier = "GT_COLD" if self.cold else "__forceinline__"
         return (
-            f"__device__ __forceinline__ {CTYPE[self.out_dt]} {self.cname}({params})\n"
+            f"__device__ {qualifier} {CTYPE[self.out_dt]} {self.cname}({params})\n"
             f"{{\n{body}\n    return {out.expr};\n}}\n"
         )
 
     def dependencies(self) -> list["ScalarFn"]:
-        """Scalar functions this one calls (directly), in a stable order."""
-        return sorted(set(self._traced.called), key=lambda f: f.cname)
+        """Scalar functions this one calls (directly, ``rare``'s cold ones included), in a
+        stable order."""
+        em = self._traced
+        return sorted(set(em.called) | set(em.rare_called), key=lambda f: f.cname)
+
+    def tables(self) -> list["Table"]:
+        """The constant tables this function reads directly."""
+        return list(self._traced.tables)
 
     @cached_property
     def cost(self) -> int:
-        """The operations one evaluation performs (its C statements, each call counted as
-        its callee's cost): the per-element work a cpu kernel weighs its thread split by."""
+        """The operations one evaluation performs (its C statements, loops counted for every
+        iteration, each call counted as its callee's cost, a ``rare`` cold call as one): the
+        per-element work a cpu kernel weighs its thread split by."""
         em = self._traced
-        return len(em.lines) - len(em.called) + sum(fn.cost for fn in em.called)
+        return (len(em.lines) + em.loop_cost - len(em.called)
+                + sum(fn.cost for fn in em.called))
 
     @cached_property
     def _traced(self) -> CEmitter:
@@ -400,13 +517,53 @@ class ScalarFn:
         return em
 
 
-def scalar_fn(cname: str, in_dts: tuple[str, ...], out_dt: str) -> Callable[[Callable], ScalarFn]:
-    """Decorator: declare ``def body(m, *args)`` as a scalar function named ``cname`` in C."""
+def scalar_fn(cname: str, in_dts: tuple[str, ...], out_dt: str,
+              cold: bool = False) -> Callable[[Callable], ScalarFn]:
+    """Decorator: declare ``def body(m, *args)`` as a scalar function named ``cname`` in C
+    (``cold``: an out-of-line accurate path, called through ``rare``)."""
 
     def wrap(body: Callable) -> ScalarFn:
-        return ScalarFn(cname, tuple(in_dts), out_dt, body)
+        return ScalarFn(cname, tuple(in_dts), out_dt, body, cold)
 
     return wrap
+
+
+@dataclass(frozen=True, eq=False)
+class Table:
+    """A constant table of one dtype, read with ``m.table(tab, i)``: a numpy array, and a
+    ``__device__ const`` array in C (exact literals) emitted once before its readers."""
+
+    cname: str
+    dt: str
+    values: tuple
+
+    @cached_property
+    def array(self) -> np.ndarray:
+        """The values as a numpy array of the table's dtype."""
+        return np.array([NPTYPE[self.dt](v) for v in self.values], dtype=_NP[self.dt])
+
+    def device_source(self) -> str:
+        """The C definition."""
+        if self.dt in (F64, F32):
+            items = [float_literal(float(v), self.dt) for v in self.values]
+        else:
+            items = [f"{int(v)}LL" for v in self.values]
+        rows = [", ".join(items[i:i + 4]) for i in range(0, len(items), 4)]
+        body = ",\n    ".join(rows)
+        return (f"__device__ const {CTYPE[self.dt]} {self.cname}[{len(items)}] = {{\n"
+                f"    {body}\n}};\n")
+
+
+# out-of-line accurate paths: never inlined into their (vectorized) callers
+COLD_MACRO = """\
+#ifndef GT_COLD
+#if defined(__CUDACC__) || defined(__CUDACC_RTC__)
+#define GT_COLD __noinline__
+#else
+#define GT_COLD __attribute__((noinline, cold))
+#endif
+#endif
+"""
 
 
 def widened_f32(f64: ScalarFn) -> ScalarFn:
@@ -431,4 +588,9 @@ def device_sources(fns: list[ScalarFn]) -> str:
 
     for fn in fns:
         visit(fn)
-    return "\n".join(fn.device_source() for fn in order)
+    tables: list[Table] = []
+    for fn in order:
+        tables += [t for t in fn.tables() if t not in tables]
+    head = [COLD_MACRO] if any(fn.cold for fn in order) else []
+    head += [t.device_source() for t in tables]
+    return "\n".join(head + [fn.device_source() for fn in order])

@@ -1,0 +1,222 @@
+"""erf, correctly rounded in float64 and float32 (a fast path, a rare accurate path: Ziv).
+
+Fast path (every element), a = |x| (erf is odd; the sign is put back exactly):
+
+* R1, 2^-960 <= a < 1/4: erf(a) = a P(a^2), P a degree-8 polynomial; s = a^2 is split
+  exactly (s_h + s_l by fma), the tail c3 + c4 s + ... by fma-Horner in double, then
+  c2, c1, c0 as double-double Horner steps (the c1 and c0 steps with s_l), then the product
+  by a as a double-double.
+* R2, 1/4 <= a < THRESHOLD (5.92158...): 182 intervals [i/32, (i+1)/32); on each, a degree-9
+  polynomial in t = a - (i + 1/2)/32 (exact: Sterbenz); the tail from t^3 by fma-Horner, the
+  coefficients c2, c1, c0 as double-double steps.
+* a >= THRESHOLD: erf rounds to 1 (erfc(a) <= 2^-54); +-0 and NaN come out as themselves.
+
+The double-double h + lo has relative error <= EPS (2^-70.0 in R1, 2^-70.2 in R2: the
+polynomial's measured approximation error with a 25% margin plus the evaluation's rounding
+errors, ``tools/gen_crmath_data.py``). The rounding test (``multi.round_dd_f64`` /
+``round_dd_f32``) returns RN(h + lo) when both ends of [h + lo - err, h + lo + err] round alike,
+err = EPS |h| (1 + 2^-20); otherwise, and for 0 < a < 2^-960 (results near or in the subnormal
+range), the cold accurate path decides: erf(a) = (2/sqrt pi) exp(-a^2) sum_n (2a^2)^n a /
+(2n+1)!! (all terms positive: no cancellation), 150 terms in triple-double (enough up to a =
+THRESHOLD), exp(-a^2) by ``accurate.td_exp``; total relative error < 2^-135. Tiny a (below
+2^-480) use erf(a) = (2/sqrt pi) a in a scaled triple-double and round onto the subnormal grid
+exactly (``multi.grid_round``).
+"""
+
+from __future__ import annotations
+
+from . import accurate as A
+from . import crdata_const as C
+from . import crdata_erf as D
+from . import multi as M
+from .dsl import F32, F64, ScalarFn, Table, scalar_fn
+
+THRESHOLD = D.THRESHOLD
+TINY = 2.0 ** -960  # below: the accurate path (products would leave the normal range)
+SERIES_TERMS = 150  # sum_n (2a^2)^n a / (2n+1)!!: the remainder under 2^-150 for a <= 5.93
+ACC_TINY = 2.0 ** -480  # below: erf(a) = (2/sqrt pi) a to 2^-950 relative
+ACC_SCALE = 600  # tiny a scaled by 2^600 in the accurate path
+ROUND_MARGIN = 1.0 + 2.0 ** -20  # covers the roundings inside the rounding test's bounds
+
+R1 = D.R1
+R2_TAB = Table("gt_erf_r2_tab", F64, tuple(D.R2))
+K_TD = tuple(C.TWO_OVER_SQRTPI_TD)
+
+
+def _r1(m, a):
+    """erf(a) as a double-double for 2^-960 <= a < 1/4 (R1)."""
+    sh, sl = M.two_prod(m, a, a)
+    c = R1
+    q = c[-1]
+    for ck in reversed(c[6:-1]):  # the doubles c7 .. c3 (c[6] is c3)
+        q = m.fma(q, sh, ck)
+    p, e = M.two_prod(m, q, sh)  # c2 + s q
+    e = m.fma(q, sl, e)
+    h, lo = M.fast_two_sum(c[4], p)
+    lo = lo + (e + c[5])
+    for ch, cl in ((c[2], c[3]), (c[0], c[1])):  # c1 + s (h, lo), then c0 + s (h, lo)
+        p, e = M.two_prod(m, h, sh)
+        e = m.fma(lo, sh, m.fma(h, sl, e))
+        h, f = M.fast_two_sum(ch, p)
+        lo = f + (e + cl)
+    p, e = M.two_prod(m, h, a)
+    return M.fast_two_sum(p, m.fma(lo, a, e))
+
+
+def _r2(m, a):
+    """erf(a) as a double-double for 1/4 <= a < THRESHOLD (R2)."""
+    f = m.floor(a * float(D.R2_WIDTH))
+    t = a - (f + 0.5) * (1.0 / D.R2_WIDTH)  # exact (Sterbenz)
+    base = (m.f2i(f) - D.R2_LO) * D.R2_ROW
+    row = [m.table(R2_TAB, base + j) for j in range(D.R2_ROW)]
+    q = row[-1]
+    for ck in reversed(row[6:-1]):  # c8 .. c3
+        q = m.fma(q, t, ck)
+    p, e = M.two_prod(m, q, t)  # c2 + t q
+    h, lo = M.fast_two_sum(row[4], p)
+    lo = lo + (e + row[5])
+    for ch, cl in ((row[2], row[3]), (row[0], row[1])):  # c1 + t (h, lo), c0 + t (h, lo)
+        h, lo = M.dd_fma(m, (h, lo), t, (ch, cl))
+    return h, lo
+
+
+def _fast(m, x):
+    """(h, lo, err, decided, value) for float64 x: the double-double of erf(|x|), its error
+    bound, and the lanes decided without it (NaN, +-0, |x| >= THRESHOLD) with their value."""
+    nan = m.isnan(x)
+    a = m.fabs(x)
+    big = a >= THRESHOLD
+    zero = a == 0.0
+    small = a < 0.25
+    live = m.where(nan | big | zero, 0.5, a)
+    h1, l1 = _r1(m, m.where(small, m.where(live < TINY, TINY, live), 0.125))
+    h2, l2 = _r2(m, m.where(small, 0.25, live))
+    h = m.where(small, h1, h2)
+    lo = m.where(small, l1, l2)
+    eps = m.where(small, m.const(D.EPS_R1 * ROUND_MARGIN, h), D.EPS_R2 * ROUND_MARGIN)
+    err = m.fabs(h) * eps
+    decided = nan | big | zero
+    value = m.where(nan, x + x, m.where(zero, x, _signed(m, x, m.const(1.0, x))))
+    return h, lo, err, decided, value
+
+
+def _signed(m, x, r):
+    """r with the sign of x (erf is odd; negation is exact)."""
+    return m.where(x < 0.0, -r, r)
+
+
+def _accurate_td(m, a):
+    """erf(a) as a TD for 2^-480 <= a <= THRESHOLD (the positive series)."""
+    sh, sl = M.two_prod(m, a, a)
+    two_s = (sh + sh, sl + sl)
+    term = (a, a * 0.0, a * 0.0)
+
+    def step(m, n, t0, t1, t2, s0, s1, s2):
+        t = M.td_div_small(m, M.td_mul_dd(m, (t0, t1, t2), two_s), m.i2f(n + n + 3))
+        # a term under 2^-170 of the sum no longer counts: an exact zero from then on (the
+        # rest would only run into the subnormal range)
+        gone = t[0] < s0 * 2.0 ** -170
+        t = tuple(m.where(gone, 0.0, v) for v in t)
+        return (*t, *M.td_add((s0, s1, s2), t))
+
+    out = m.loop(SERIES_TERMS, step, *term, *term)
+    series = out[3:]
+    e, k = A.td_exp(m, -sh, -sl)
+    y = M.td_mul(m, M.td_mul(m, K_TD, e), series)
+    return A.td_scale(m, y, m.f2i(k))
+
+
+def _accurate_parts(m, x):
+    """(main TD, tiny TD scaled by 2^ACC_SCALE, which) for the accurate paths."""
+    a = m.fabs(x)
+    bad = m.isnan(x) | (a >= THRESHOLD)
+    tiny = a < ACC_TINY
+    y = _accurate_td(m, m.where(bad | tiny, 0.5, a))
+    at = m.where(tiny, a, ACC_TINY) * (2.0 ** ACC_SCALE)  # exact
+    yt = M.td_mul_d(m, K_TD, at)
+    return y, yt, tiny
+
+
+@scalar_fn("gt_erf_acc_f64", (F64,), F64, cold=True)
+def erf_acc_f64(m, x):
+    """erf(x) for float64 by the accurate path alone (correctly rounded; see the module)."""
+    y, yt, tiny = _accurate_parts(m, x)
+    r = M.round_td_f64(m, y)
+    down = 2.0 ** -ACC_SCALE
+    # tiny: a normal result rounds in the scaled domain and scales back exactly; a subnormal
+    # one rounds onto the subnormal grid (2^-1074, scaled) exactly
+    normal = yt[0] >= 2.0 ** (-1022 + ACC_SCALE)
+    rt = m.where(normal, M.round_td_f64(m, yt), M.grid_round(m, yt, 2.0 ** (-1074 + ACC_SCALE)))
+    r = m.where(tiny, rt * down, r)
+    a = m.fabs(x)
+    r = _signed(m, x, m.where(a >= THRESHOLD, 1.0, r))
+    return m.where(m.isnan(x) | (a == 0.0), x + x, r)  # NaN; +-0 + +-0 = +-0
+
+
+@scalar_fn("gt_erf_acc_f32", (F64,), F32, cold=True)
+def erf_acc_f32(m, x):
+    """erf of a widened float32 by the accurate path, rounded once to float32."""
+    y, _, _ = _accurate_parts(m, x)
+    r = M.round_td_f32(m, y)
+    a = m.fabs(x)
+    r = m.where(a >= THRESHOLD, m.const(1.0, r), r)
+    r = m.where(x < 0.0, -r, r)
+    return m.where(m.isnan(x) | (a == 0.0), m.to_f32(x + x), r)
+
+
+@scalar_fn("gt_erf_f64", (F64,), F64)
+def erf_f64(m, x):
+    """erf(x) for float64, correctly rounded (see the module docstring)."""
+    h, lo, err, decided, value = _fast(m, x)
+    r, ok = M.round_dd_f64(h, lo, err)
+    ok = (ok & (m.fabs(x) >= TINY)) | decided
+    r = m.where(decided, value, _signed(m, x, r))
+    return m.rare(ok, r, erf_acc_f64, x)
+
+
+@scalar_fn("gt_erf_f32", (F32,), F32)
+def erf_f32(m, x32):
+    """erf(x) for float32, correctly rounded (the float64 fast path rounded to float32)."""
+    x = m.to_f64(x32)
+    h, lo, err, decided, value = _fast(m, x)
+    r, ok = M.round_dd_f32(m, h, lo, err)
+    ok = ok | decided
+    r = m.where(decided, m.to_f32(value), m.where(x < 0.0, -r, r))
+    return m.rare(ok, r, erf_acc_f32, x)
+
+
+ERF_F64: ScalarFn = erf_f64
+ERF_F32: ScalarFn = erf_f32
+ALL = [ERF_F64, ERF_F32]
+
+
+def accurate_needed(x, f32: bool = False):
+    """Which float64 elements of ``x`` the accurate path computes (numpy; for tests and the
+    measured rate): the fast path's rounding test fails, or 0 < |x| < 2^-960 (float64)."""
+    import numpy as np
+
+    from .dsl import NUMPY
+
+    x = np.asarray(x, dtype=np.float64)
+    with np.errstate(all="ignore"):
+        h, lo, err, decided, _ = _fast(NUMPY, x)
+        if f32:
+            _, ok = M.round_dd_f32(NUMPY, h, lo, err)
+        else:
+            _, ok = M.round_dd_f64(h, lo, err)
+            ok = ok & (np.abs(x) >= TINY)
+    return ~(ok | decided)
+
+
+def fast_dd(x):
+    """(h, lo, relative error bound, lanes the bound covers) of the fast path (numpy)."""
+    import numpy as np
+
+    from .dsl import NUMPY
+
+    x = np.asarray(x, dtype=np.float64)
+    with np.errstate(all="ignore"):
+        h, lo, err, decided, _ = _fast(NUMPY, x)
+    a = np.abs(x)
+    eps = np.where(a < 0.25, D.EPS_R1, D.EPS_R2)
+    return h, lo, eps, ~decided & (a >= TINY)

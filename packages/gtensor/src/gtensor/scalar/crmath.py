@@ -1,0 +1,51 @@
+"""The correctly rounded scalar functions: the exact value rounded once, float64 and float32.
+
+Each is written in the scalar language (``gtensor.scalar.dsl``) as a fast path with a proven
+error bound and a rounding test, and a cold accurate path (triple-double) taken where the test
+cannot decide (Ziv's strategy); their definitions use the fused multiply-add (one rounding,
+``__fma_rn``, exact in numpy by ``gtensor.scalar.npfma``), constant tables and loops, so they
+are listed here for the checks that allow those only where a definition asks for them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from types import ModuleType
+
+from . import crerf
+from .dsl import ScalarFn
+
+ALL: list[ScalarFn] = [*crerf.ALL]
+
+
+@dataclass(frozen=True)
+class Function:
+    """One correctly rounded function: its float64 / float32 scalar functions, their accurate
+    paths alone, and the module (for ``accurate_needed`` and ``fast_dd``, used by tests)."""
+
+    f64: ScalarFn
+    f32: ScalarFn
+    acc_f64: ScalarFn
+    acc_f32: ScalarFn
+    module: ModuleType
+
+
+BY_NAME: dict[str, Function] = {
+    "erf": Function(crerf.ERF_F64, crerf.ERF_F32, crerf.erf_acc_f64, crerf.erf_acc_f32, crerf),
+}
+
+
+def closure(fns: list[ScalarFn] | None = None) -> list[ScalarFn]:
+    """``fns`` (default: ``ALL``) and every scalar function they call, callees first."""
+    order: list[ScalarFn] = []
+
+    def visit(fn: ScalarFn) -> None:
+        if fn in order:
+            return
+        for dep in fn.dependencies():
+            visit(dep)
+        order.append(fn)
+
+    for fn in ALL if fns is None else fns:
+        visit(fn)
+    return order

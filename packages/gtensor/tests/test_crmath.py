@@ -1,0 +1,286 @@
+"""The correctly rounded functions (gtensor.scalar.crmath) against mpmath, bit for bit.
+
+Every result must be *the* correctly rounded value (``cr_oracle``: mpmath with increasing
+precision, rounded exactly onto the float64 / float32 grid, no double rounding), so each check
+is an equality, not a tolerance:
+
+* a seeded sample over the whole domain (random bit patterns of every magnitude and both
+  signs, the function's busy range, log-uniform magnitudes, edges and their neighbours);
+* CORE-MATH's published round-to-nearest hard cases (``crmath_hard.py``), both signs;
+* the accurate path alone on the same kind of sample: it is what decides the hard inputs, so
+  it must be right everywhere (this is the test that forces it);
+* the fast path's measured error against its bound (the bound is what sends an input to the
+  accurate path; a bound that were too small would let a wrong result through), and the
+  measured rate of the accurate path;
+* special values (IEEE / C99), golden digests of a fixed sample, numpy == sim bitwise
+  (hard inputs included, so both paths run compiled), and the op through the backend under
+  test against numpy.
+
+The ``slow`` tests (``nox -s oracle``) repeat the comparison on 10^6 inputs per function and
+dtype and print the counts (benchmarks/results/accuracy.md).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import zlib
+
+import gtensor
+import mpmath as mp
+import numpy as np
+import pytest
+from cr_oracle import reference
+from crmath_hard import HARD
+from gtensor import testing
+from gtensor.scalar import crmath
+
+NAMES = sorted(crmath.BY_NAME)
+DTYPES = [np.float64, np.float32]
+IDS = {np.float64: "f64", np.float32: "f32"}
+ODD = {"erf", "sin", "tanh"}  # odd: hard cases listed for x > 0; fast_dd is of f(|x|)
+
+# per function: the busy range (uniform samples) and edge points (each with 4 neighbours a side)
+DOMAIN = {
+    "erf": ((-6.5, 6.5), [0.25, 0.5, 1.0, 2.0, 5.921587195794507, 2.0**-960, 2.0**-28, 3.92,
+                          0.0625, 0.28125]),
+}
+MEASURED: list[str] = []  # printed in the terminal summary (conftest)
+
+
+def _fns(name, dtype):
+    f = crmath.BY_NAME[name]
+    return (f.f64, f.acc_f64) if dtype == np.float64 else (f.f32, f.acc_f32)
+
+
+def _neighbours(values, dtype, k=4):
+    out = []
+    with np.errstate(over="ignore"):
+        for v in values:
+            a = b = dtype(v)
+            out += [a, -a]
+            for _ in range(k):
+                a, b = np.nextafter(a, dtype(np.inf)), np.nextafter(b, dtype(-np.inf))
+                out += [a, b, -a, -b]
+    return np.array(out, dtype)
+
+
+def sample(name: str, dtype, n: int, seed: int = 0) -> np.ndarray:
+    """A seeded sample of ``n`` finite inputs over the whole domain of ``name``."""
+    rng = np.random.default_rng([seed, zlib.crc32(name.encode()), 64 if dtype == np.float64
+                                 else 32])
+    q = n // 3 + 1
+    if dtype == np.float64:
+        bits = rng.integers(-(2**63), 2**63 - 1, q, dtype=np.int64).view(np.float64)
+    else:
+        bits = rng.integers(-(2**31), 2**31 - 1, q).astype(np.int32).view(np.float32)
+    (lo, hi), edges = DOMAIN[name]
+    busy = rng.uniform(lo, hi, q)
+    mag = np.exp2(rng.uniform(-60, np.log2(max(abs(lo), abs(hi))), q)) * rng.choice([-1, 1], q)
+    with np.errstate(over="ignore"):
+        x = np.concatenate([_neighbours(edges, dtype), bits, busy.astype(dtype),
+                            mag.astype(dtype)])
+    return x[np.isfinite(x)][: n + len(edges) * 18]
+
+
+def _same(got, want):
+    got, want = np.asarray(got), np.asarray(want)
+    u = f"u{got.itemsize}"
+    return (got.view(u) == want.view(u)) | (np.isnan(got) & np.isnan(want))
+
+
+def _assert_cr(name, dtype, x, got, what):
+    want = reference(name, x)
+    ok = _same(got, want)
+    bad = np.flatnonzero(~ok)
+    assert not len(bad), (f"{name} {IDS[dtype]} {what}: {len(bad)} of {len(x)} not correctly "
+                          f"rounded, e.g. x={[float(v).hex() for v in x[bad[:4]]]} "
+                          f"got={[float(v).hex() for v in got[bad[:4]]]} "
+                          f"want={[float(v).hex() for v in want[bad[:4]]]}")
+
+
+# --------------------------------------------------------------------------- correctness
+@pytest.mark.parametrize("dtype", DTYPES, ids=IDS.get)
+@pytest.mark.parametrize("name", NAMES)
+def test_correctly_rounded_on_a_sample(name, dtype):
+    fn, _ = _fns(name, dtype)
+    x = sample(name, dtype, 3000)
+    _assert_cr(name, dtype, x, fn.numpy(x), "sample")
+
+
+@pytest.mark.parametrize("name", [n for n in NAMES if n in HARD])
+def test_correctly_rounded_on_published_hard_cases(name):
+    x = np.array([float.fromhex(h) for h, _ in HARD[name]])
+    if name in ODD:
+        x = np.concatenate([x, -x])
+    f = crmath.BY_NAME[name]
+    _assert_cr(name, np.float64, x, f.f64.numpy(x), "hard cases")
+    x32 = np.unique(x.astype(np.float32))
+    _assert_cr(name, np.float32, x32, f.f32.numpy(x32), "hard cases (as float32)")
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=IDS.get)
+@pytest.mark.parametrize("name", NAMES)
+def test_accurate_path_alone_is_correctly_rounded(name, dtype):
+    _, acc = _fns(name, dtype)
+    x = sample(name, dtype, 240, seed=3)
+    got = acc.numpy(x.astype(np.float64))
+    _assert_cr(name, dtype, x, got, "accurate path")
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_fast_path_error_within_its_bound(name):
+    """The fast double-double's error, measured with mpmath, stays under the bound that the
+    rounding test uses (the ratio is printed)."""
+    mod = crmath.BY_NAME[name].module
+    x = sample(name, np.float64, 4000, seed=5)
+    h, low, eps, live = mod.fast_dd(x)
+    worst = 0.0
+    with mp.workprec(200):
+        from cr_oracle import FUNCTIONS
+        for xi, hi, lo, e in zip(x[live], h[live], low[live], eps[live]):
+            v = FUNCTIONS[name](mp.mpf(abs(float(xi))) if name in ODD else mp.mpf(float(xi)))
+            rel = abs((mp.mpf(float(hi)) + mp.mpf(float(lo))) / v - 1)
+            worst = max(worst, float(rel / e))
+    MEASURED.append(f"{name}: fast path error / bound, max over {int(live.sum())} inputs: "
+                    f"{worst:.3f}")
+    assert worst < 1.0
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_accurate_path_is_rare(name):
+    mod = crmath.BY_NAME[name].module
+    rng = np.random.default_rng(9)
+    (lo, hi), _ = DOMAIN[name]
+    # the busy range and log-uniform magnitudes (not the random bit patterns: their tiny and
+    # huge ends are decided, or sent on purpose, without the fast path)
+    x = np.concatenate([rng.uniform(lo, hi, 150_000), rng.choice([-1, 1], 150_000)
+                        * np.exp2(rng.uniform(-60, np.log2(max(-lo, hi)), 150_000))])
+    rate64 = float(mod.accurate_needed(x).mean())
+    rate32 = float(mod.accurate_needed(x.astype(np.float32).astype(np.float64), True).mean())
+    MEASURED.append(f"{name}: accurate path taken for {rate64:.2e} (f64) / {rate32:.2e} (f32) "
+                    f"of {len(x)} sampled inputs")
+    assert rate64 < 2e-4 and rate32 < 2e-4
+
+
+# --------------------------------------------------------------------------- specials, pins
+SPECIALS = {
+    "erf": [(0.0, 0.0), (-0.0, -0.0), (np.inf, 1.0), (-np.inf, -1.0), (np.nan, np.nan),
+            ("max", 1.0), ("-max", -1.0), (6.0, 1.0), (-6.0, -1.0)],
+}
+
+
+def _resolve(v, dtype):
+    fi = np.finfo(dtype)
+    table = {"max": fi.max, "-max": -fi.max, "sub": fi.smallest_subnormal,
+             "-sub": -fi.smallest_subnormal}
+    return dtype(table[v]) if isinstance(v, str) else dtype(v)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=IDS.get)
+@pytest.mark.parametrize("name", NAMES)
+def test_special_values(name, dtype):
+    fn, acc = _fns(name, dtype)
+    x = np.array([_resolve(a, dtype) for a, _ in SPECIALS[name]], dtype)
+    want = np.array([_resolve(b, dtype) for _, b in SPECIALS[name]], dtype)
+    for f in (fn, acc):
+        got = f.numpy(x if f is fn else x.astype(np.float64))
+        assert _same(got, want).all(), (name, f.cname, x, got, want)
+    # the smallest subnormal in and its neighbours: correctly rounded too
+    tiny = _neighbours([np.finfo(dtype).smallest_subnormal], dtype)
+    _assert_cr(name, dtype, tiny, fn.numpy(tiny), "subnormal inputs")
+
+
+def splitmix64(seed: int, n: int) -> np.ndarray:
+    """n pseudo-random uint64 (splitmix64, numpy-version independent)."""
+    with np.errstate(over="ignore"):
+        x = np.uint64(seed) + np.arange(1, n + 1, dtype=np.uint64) * np.uint64(0x9E3779B97F4A7C15)
+        z = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    return z ^ (z >> np.uint64(31))
+
+
+def pin_sample(dtype) -> np.ndarray:
+    """4096 inputs: random bit patterns (every class) and uniform on [-8, 8]."""
+    u = splitmix64(38, 4096)
+    if dtype == np.float64:
+        bits = u[:2048].view(np.float64)
+    else:
+        bits = (u[:2048] >> np.uint64(32)).astype(np.uint32).view(np.float32)
+    unit = (u[2048:] >> np.uint64(11)).astype(np.float64) * 2.0**-53
+    return np.concatenate([bits, (unit * 16.0 - 8.0).astype(dtype)])
+
+
+def digest(y: np.ndarray) -> str:
+    """sha256 of the output bits, every NaN replaced by one canonical NaN."""
+    y = np.array(y)
+    y[np.isnan(y)] = np.nan
+    return hashlib.sha256(y.tobytes()).hexdigest()[:32]
+
+
+# A correctly rounded function's bits are the mathematics': these change only if a result was
+# wrong before (or the sample changes).
+DIGESTS = {
+    ("erf", "f64"): "e13629f4877b27203a702c9afd02af60",
+    ("erf", "f32"): "1d3bcd77705f0913c80e968289a6bae5",
+}
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=IDS.get)
+@pytest.mark.parametrize("name", NAMES)
+def test_golden_digest(name, dtype):
+    fn, _ = _fns(name, dtype)
+    assert digest(fn.numpy(pin_sample(dtype))) == DIGESTS[(name, IDS[dtype])]
+
+
+# --------------------------------------------------------------------------- engines
+def _parity_inputs(name, dtype):
+    """Sampled inputs, the hard cases and inputs the fast path cannot decide (both paths)."""
+    x = sample(name, dtype, 4000, seed=11)
+    mod = crmath.BY_NAME[name].module
+    rng = np.random.default_rng(12)
+    (lo, hi), _ = DOMAIN[name]
+    wide = rng.uniform(lo, hi, 400_000).astype(dtype)
+    hard = wide[mod.accurate_needed(wide.astype(np.float64), dtype == np.float32)]
+    extra = [float.fromhex(h) for h, _ in HARD.get(name, [])]
+    with np.errstate(over="ignore"):
+        return np.concatenate([x, hard, np.array(extra, dtype),
+                               np.array([0.0, -0.0, np.inf, -np.inf, np.nan], dtype)])
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=IDS.get)
+@pytest.mark.parametrize("name", NAMES)
+def test_sim_matches_numpy(name, dtype):
+    f = crmath.BY_NAME[name]
+    fns = [f.f64, f.f32, f.acc_f64]
+    x = _parity_inputs(name, dtype)
+    testing.assert_sim_map_matches(fns, f.f64 if dtype == np.float64 else f.f32, x)
+    if dtype == np.float64:
+        testing.assert_sim_map_matches(fns, f.acc_f64, x)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=IDS.get)
+@pytest.mark.parametrize("name", NAMES)
+def test_backend_op_matches_numpy(be, name, dtype):
+    x = _parity_inputs(name, dtype)
+    want = gtensor.backend("numpy").to_numpy(getattr(gtensor.backend("numpy"), name)(x))
+    got = be.to_numpy(getattr(be, name)(be.asarray(x)))
+    assert _same(got, want).all(), (name, x[~_same(got, want)][:4])
+
+
+# --------------------------------------------------------------------------- the big oracle
+@pytest.mark.slow
+@pytest.mark.parametrize("dtype", DTYPES, ids=IDS.get)
+@pytest.mark.parametrize("name", NAMES)
+def test_million_random_inputs(name, dtype):
+    """10^6 inputs per function and dtype against mpmath: the counts go to accuracy.md."""
+    fn, _ = _fns(name, dtype)
+    n = 10**6
+    x = sample(name, dtype, n, seed=2024)
+    got = fn.numpy(x)
+    bad = 0
+    for start in range(0, n, 50_000):
+        part = x[start:start + 50_000]
+        bad += int((~_same(got[start:start + 50_000], reference(name, part))).sum())
+    MEASURED.append(f"{name} {IDS[dtype]}: {len(x)} random inputs vs mpmath, {bad} not "
+                    "correctly rounded")
+    assert bad == 0

@@ -1,0 +1,112 @@
+"""Select round-to-nearest hard cases from CORE-MATH's published worst cases (``*.wc`` files).
+
+    python tools/gen_hard_cases.py --core-math PATH erf log1p ...
+
+CORE-MATH (https://core-math.gitlabpages.inria.fr/, MIT licence) publishes, per function, the
+binary64 inputs whose exact value has at least ~40 identical bits after the rounding bit:
+near a floating-point number (hard for directed roundings) or near a midpoint (hard for
+round-to-nearest). This keeps the latter: each input's exact value is computed with mpmath at
+320 bits and kept when it lies within 2^-32 ulp of a midpoint; up to ``--keep`` of them,
+spread evenly over the sorted list, are written (both signs where the file has them) to
+``packages/gtensor/tests/crmath_hard.py`` together with the near-midpoint distance. ``PATH``
+is a clone of CORE-MATH (a bare git directory is read with ``git show HEAD:...``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+from pathlib import Path
+
+import mpmath as mp
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "packages/gtensor/tests"))
+from cr_oracle import FUNCTIONS  # noqa: E402
+
+OUT = Path(__file__).resolve().parents[1] / "packages/gtensor/tests/crmath_hard.py"
+FILES = {"erf": "erf/erf.wc", "log1p": "log1p/log1p.wc", "expm1": "expm1/expm1.wc",
+         "sin": "sin/sin.wc", "cos": "cos/cos.wc", "exp": "exp/exp.wc", "log": "log/log.wc",
+         "tanh": "tanh/tanh.wc"}
+
+
+def _read(root: str, rel: str) -> str:
+    path = Path(root) / "src/binary64" / rel
+    if path.exists():
+        return path.read_text()
+    return subprocess.run(["git", "-C", root, "show", f"HEAD:src/binary64/{rel}"],
+                          check=True, capture_output=True, text=True).stdout
+
+
+def _inputs(text: str) -> list[float]:
+    out = []
+    for line in text.splitlines():
+        word = line.split("#")[0].strip().split()
+        if word:
+            try:
+                out.append(float.fromhex(word[0]))
+            except ValueError:
+                continue
+    return out
+
+
+def _midpoint_distance(v: mp.mpf) -> float:
+    """|v - nearest binary64 midpoint| in ulps of v (normal range)."""
+    man, exp = mp.frexp(abs(v))  # v = man 2^exp, man in [1/2, 1)
+    scaled = man * mp.mpf(2) ** 53  # the ulp is 1 here
+    frac = scaled - mp.floor(scaled)
+    return float(abs(frac - mp.mpf(0.5)))
+
+
+def select(name: str, root: str, keep: int) -> list[tuple[str, float]]:
+    """The kept (x as hex, log2 of the midpoint distance in ulps), sorted by x."""
+    f = FUNCTIONS[name]
+    xs = sorted(set(_inputs(_read(root, FILES[name]))))
+    hard = []
+    with mp.workprec(320):
+        for x in xs:
+            v = f(mp.mpf(x))
+            if v == 0 or not mp.isfinite(v) or isinstance(v, mp.mpc):
+                continue
+            d = _midpoint_distance(v)
+            if d < 2.0 ** -32:
+                hard.append((x, d))
+    if len(hard) > keep:
+        step = len(hard) / keep
+        hard = [hard[int(i * step)] for i in range(keep)]
+    print(f"{name}: {len(xs)} worst cases, kept {len(hard)} near-midpoint ones")
+    return [(x.hex(), float(mp.log(d, 2)) if d else -999.0) for x, d in hard]
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Write crmath_hard.py from the named functions' lists (merging with what it holds)."""
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--core-math", required=True, help="a CORE-MATH clone")
+    ap.add_argument("--keep", type=int, default=160)
+    ap.add_argument("names", nargs="+", choices=sorted(FILES))
+    args = ap.parse_args(argv)
+    table: dict[str, list] = {}
+    if OUT.exists():
+        scope: dict = {}
+        exec(OUT.read_text(), scope)  # our own generated file: plain literals
+        table = {k: list(v) for k, v in scope["HARD"].items()}
+    for name in args.names:
+        table[name] = select(name, args.core_math, args.keep)
+    lines = ['"""Round-to-nearest hard cases of binary64 functions, from CORE-MATH\'s worst cases.',
+             "",
+             "Selected by tools/gen_hard_cases.py (do not edit): inputs x whose exact f(x) lies",
+             "within 2^-32 ulp of a midpoint between two doubles (the second item: log2 of that",
+             "distance in ulps). Source: CORE-MATH, https://core-math.gitlabpages.inria.fr/",
+             "(src/binary64/<f>/<f>.wc, MIT licence).", '"""', "", "HARD = {"]
+    for name in sorted(table):
+        lines.append(f'    "{name}": [')
+        lines += [f'        ("{x}", {d:.1f}),' for x, d in table[name]]
+        lines.append("    ],")
+    lines.append("}")
+    OUT.write_text("\n".join(lines) + "\n")
+    print(f"wrote {OUT}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
