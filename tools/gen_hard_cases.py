@@ -30,7 +30,11 @@ FILES = {"erf": "erf/erf.wc", "log1p": "log1p/log1p.wc", "expm1": "expm1/expm1.w
          "tanh": "tanh/tanh.wc"}
 
 
-def _read(root: str, rel: str) -> str:
+def _read(root: str, rel: str, extra: str | None = None) -> str:
+    """The .wc file's text: from ``extra/<name>.wc`` when given and present (a copy of part of
+    a list, where a clone lacks the file), else the clone's file or its git blob."""
+    if extra and (Path(extra) / Path(rel).name).exists():
+        return (Path(extra) / Path(rel).name).read_text()
     path = Path(root) / "src/binary64" / rel
     if path.exists():
         return path.read_text()
@@ -58,10 +62,10 @@ def _midpoint_distance(v: mp.mpf) -> float:
     return float(abs(frac - mp.mpf(0.5)))
 
 
-def select(name: str, root: str, keep: int) -> list[tuple[str, float]]:
+def select(name: str, root: str, keep: int, extra: str | None = None) -> list[tuple[str, float]]:
     """The kept (x as hex, log2 of the midpoint distance in ulps), sorted by x."""
     f = FUNCTIONS[name]
-    xs = sorted(set(_inputs(_read(root, FILES[name]))))
+    xs = sorted(set(_inputs(_read(root, FILES[name], extra))))
     hard = []
     with mp.workprec(320):
         for x in xs:
@@ -83,6 +87,8 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--core-math", required=True, help="a CORE-MATH clone")
     ap.add_argument("--keep", type=int, default=160)
+    ap.add_argument("--wc-dir", help="a folder of <name>.wc files taking precedence (partial "
+                    "copies of lists a clone lacks)")
     ap.add_argument("names", nargs="+", choices=sorted(FILES))
     args = ap.parse_args(argv)
     table: dict[str, list] = {}
@@ -91,7 +97,7 @@ def main(argv: list[str] | None = None) -> int:
         exec(OUT.read_text(), scope)  # our own generated file: plain literals
         table = {k: list(v) for k, v in scope["HARD"].items()}
     for name in args.names:
-        table[name] = select(name, args.core_math, args.keep)
+        table[name] = select(name, args.core_math, args.keep, args.wc_dir)
     lines = ['"""Round-to-nearest hard cases of binary64 functions, from CORE-MATH\'s worst cases.',
              "",
              "Selected by tools/gen_hard_cases.py (do not edit): inputs x whose exact f(x) lies",

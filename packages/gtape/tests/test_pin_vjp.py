@@ -165,6 +165,8 @@ ROWS = [
     Row("erf", g.erf, (S,), lambda i, y, G, dt: [ew(
         lambda q, x: q * (_our_exp(np.asarray(-(x * x))) * _T(dt)(1.1283791670955126)),
         G, i[0])]),
+    Row("log1p", g.log1p, (S,), lambda i, y, G, dt: [
+        ew(lambda q, x: q / (x + _T(dt)(1.0)), G, i[0])], (0,)),
     Row("sum", g.sum, (S,), lambda i, y, G, dt: [np.broadcast_to(G, S)]),
     Row("sum_axis0", lambda x: g.sum(x, 0), (S,), lambda i, y, G, dt: [np.broadcast_to(G, S)]),
     Row("sum_keepdims", lambda x: g.sum(x, 1, keepdims=True), (S,),

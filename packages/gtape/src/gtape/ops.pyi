@@ -397,6 +397,10 @@ def erf(x: FloatOperand) -> Var:
     differentiable; result float]"""
 
 
+def log1p(x: FloatOperand) -> Var:
+    """Log(1 + x), correctly rounded. [gtensor op log1p: differentiable; result float]"""
+
+
 def dropout(x: FloatOperand, key: IndexOperand, p) -> Var:
     """X * 1/(1-p) where the element's uniform >= p, else +0.0 (mask from the key). [gtensor op
     dropout: differentiable; result float]"""

@@ -13,7 +13,7 @@ import numpy as np
 from .. import dtypes, shapes
 from ..dtypes import F32, F64, FLOATS, FloatType, round_scalar
 from ..kernels import Kernel
-from ..scalar import crerf
+from ..scalar import crerf, crlog
 from ..scalar import transcendental as tr
 from ..scalar.dsl import ScalarFn, scalar_fn
 from .forms import ELEMENT_COST, MAP, SCALAR, ZIP2, split_cost
@@ -64,8 +64,9 @@ EXP = {F64: tr.EXP_F64, F32: tr.EXP_F32}
 LOG = {F64: tr.LOG_F64, F32: tr.LOG_F32}
 TANH = {F64: tr.TANH_F64, F32: tr.TANH_F32}
 SIGMOID = {F64: tr.SIGMOID_F64, F32: tr.SIGMOID_F32}
-# correctly rounded (gtensor.scalar.crerf): the exact value rounded once, in both dtypes
+# correctly rounded (gtensor.scalar.crmath): the exact value rounded once, in both dtypes
 ERF = {F64: crerf.ERF_F64, F32: crerf.ERF_F32}
+LOG1P = {F64: crlog.LOG1P_F64, F32: crlog.LOG1P_F32}
 TWO_OVER_SQRTPI = 1.1283791670955126  # 2/sqrt(pi) rounded to float64 (0x1.20dd750429b6dp+0)
 
 # --------------------------------------------------------------------------- kernels
@@ -245,6 +246,8 @@ unary("log", LOG, lambda be, g, ins, out, needs: (be.div(g, ins[0]),), "natural 
 unary("sqrt", SQRT, lambda be, g, ins, out, needs: (be.div(g, be.add(out, out)),),
       "square root")
 unary("erf", ERF, _erf_vjp, "error function 2/sqrt(pi) int_0^x exp(-t^2) dt, correctly rounded")
+unary("log1p", LOG1P, lambda be, g, ins, out, needs: (be.div(g, be.adds(ins[0], 1.0)),),
+      "log(1 + x), correctly rounded")
 binary("relu_grad", RELU_GRAD, _relu_grad_vjp, "g where x > 0 else 0 (relu's backward)",
        ("g", "x"))
 binary("sigmoid_grad", SIGMOID_GRAD, _sigmoid_grad_vjp,
@@ -254,5 +257,5 @@ binary("tanh_grad", TANH_GRAD, _tanh_grad_vjp, "g * (1 - y * y) (tanh's backward
 
 SCALAR_FNS = [fn for table in (ADD, SUB, MUL, DIV, NEG, SQRT, RELU, RELU_GRAD, SIGMOID_GRAD,
                                TANH_GRAD, EXP, LOG, TANH, SIGMOID, MAX, MAX_MASK, MIN, MIN_MASK,
-                               ERF)
+                               ERF, LOG1P)
               for fn in table.values()]

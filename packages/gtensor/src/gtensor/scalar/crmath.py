@@ -12,10 +12,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from types import ModuleType
 
-from . import crerf
+from . import crerf, crlog
 from .dsl import ScalarFn
 
-ALL: list[ScalarFn] = [*crerf.ALL]
+ALL: list[ScalarFn] = [*crerf.ALL, *crlog.ALL]
 
 
 @dataclass(frozen=True)
@@ -32,6 +32,8 @@ class Function:
 
 BY_NAME: dict[str, Function] = {
     "erf": Function(crerf.ERF_F64, crerf.ERF_F32, crerf.erf_acc_f64, crerf.erf_acc_f32, crerf),
+    "log1p": Function(crlog.LOG1P_F64, crlog.LOG1P_F32, crlog.log1p_acc_f64,
+                      crlog.log1p_acc_f32, crlog),
 }
 
 

@@ -1,0 +1,191 @@
+"""log1p, correctly rounded in float64 and float32 (a fast path, a rare accurate path: Ziv).
+
+Fast path (every element): u = 1 + x is split exactly, uh + ul (a two-sum; uh >= 2^-53 is a
+normal double for x > -1), and log1p(x) = log(uh) + log1p(t), t = ul/uh (|t| <= 2^-53):
+
+* log(uh) = e ln2 - log(r_i) + log1p(z): the exponent e and index i (the top 7 bits of the
+  mantissa after adding 2^-8, so the intervals [c_i - 2^-8, c_i + 2^-8), c_i = 1 + i/128, are
+  centred on 1 + i/128 and 1 falls in the middle of interval 0, where r_0 = 1 and the result
+  is log1p(z) itself, relative to z); m' = uh 2^-e; r_i has 8 fractional bits, so
+  z = m' r_i - 1 is exact (one fma) with |z| < 2^-7.42; log1p(z) = z (1 + z (-1/2 + z (1/3 +
+  z q(z)))), the Taylor polynomial to degree 11, q by fma-Horner in double and the last three
+  steps in double-double; e ln2 and -log(r_i) are double-doubles (the table).
+* log1p(t) = t - t^2/2 with t as q + (ul - q uh)/uh (the division's remainder exact by fma).
+* The parts are summed as double-doubles: relative error <= EPS = 2^-75.6 (the polynomial's
+  2^-77.2 times the worst ratio |log1p(z)| / |log(uh)| = 2.98 over the intervals, plus the
+  sums; ``tools/gen_crmath_data.py``).
+* Decided lanes: |x| < 2^-60: x (log1p(x) = x - x^2/2 rounds to x; +-0 and subnormals kept);
+  x = -1: -inf; x < -1: NaN; +inf: +inf; NaN: NaN.
+
+Accurate path (cold): for |x| < 2^-6 the series sum (-1)^(n+1) x^n / n in triple-double
+(25 terms); otherwise one Newton step on exp from the fast double-double y0: with
+d = (1 + x) exp(-y0) - 1 (``accurate.td_exp``, 1 + x exact), log1p(x) = y0 + d - d^2/2
+(+ O(d^3), d ~ 2^-75): absolute error ~2^-139, relative < 2^-131 since |log1p(x)| > 2^-6.1.
+"""
+
+from __future__ import annotations
+
+from . import accurate as A
+from . import crdata_log as D
+from . import multi as M
+from .dsl import F32, F64, ScalarFn, Table, scalar_fn
+
+TINY = 2.0 ** -60  # below: log1p(x) rounds to x
+SERIES_BELOW = 2.0 ** -6  # the accurate path's series range
+SERIES_TERMS = 25  # (2^-6)^24 / 25 < 2^-148
+ROUND_MARGIN = 1.0 + 2.0 ** -20
+R_TAB = Table("gt_log_r_tab", F64, tuple(D.R))
+T_TAB = Table("gt_log_t_tab", F64, tuple(D.T))
+LN2 = tuple(D.LN2_DD)
+
+
+def log_parts(m, v):
+    """For a positive normal double v: (S, P, T2) with log(v) = S + P: S = e ln2 - log(r_i)
+    and P = log1p(z) as double-doubles, and T2 the table's third part of -log(r_i) (for the
+    accurate paths). See the module docstring."""
+    b = m.bits(v) + (1 << 44)  # adds 2^-8 to the mantissa; may carry into the exponent
+    ef = (b >> 52) - 1023
+    i = (b >> 45) & ((1 << D.BITS) - 1)
+    mp_ = m.from_bits((m.bits(v) - ((ef + 1023) << 52)) + (1023 << 52))  # v 2^-e, exact
+    r = m.table(R_TAB, i)
+    z = m.fma(mp_, r, -1.0)  # exact (r has 8 fractional bits, |z| < 2^-7)
+    q = D.TAIL[-1]
+    for c in reversed(D.TAIL[:-1]):
+        q = m.fma(q, z, c)
+    p, e = M.two_prod(m, q, z)  # c3 + z q
+    h, lo = M.fast_two_sum(D.C3[0], p)
+    lo = lo + (e + D.C3[1])
+    h, lo = M.dd_fma(m, (h, lo), z, (-0.5, 0.0 * z))  # c2 + z (h, lo)
+    h, lo = M.dd_fma(m, (h, lo), z, (1.0, 0.0 * z))  # c1 + z (h, lo)
+    ph, pl = M.dd_mul_d(m, (h, lo), z)
+    k = m.i2f(ef)
+    s = M.dd_add(M.dd_mul_d(m, LN2, k), (m.table(T_TAB, 3 * i), m.table(T_TAB, 3 * i + 1)))
+    return s, (ph, pl), m.table(T_TAB, 3 * i + 2)
+
+
+def _fast(m, x):
+    """(h, lo, err, decided, value) for float64 x: log1p(x) as a double-double, its error
+    bound, and the lanes decided without it with their value."""
+    nan = m.isnan(x)
+    tiny = m.fabs(x) < TINY
+    neg1 = x == -1.0
+    below = x < -1.0
+    inf = x == float("inf")
+    decided = nan | tiny | neg1 | below | inf
+    xs = m.where(decided, 1.0, x)
+    uh, ul = M.two_sum(1.0, xs)
+    s, pz, _ = log_parts(m, uh)
+    qt = ul / uh
+    tl = m.fma(-qt, uh, ul) / uh - (qt * qt) * 0.5  # t = qt + tl, log1p(t) ~ t - t^2/2
+    h, lo = M.dd_add(M.dd_add(s, pz), (qt, tl))
+    err = m.fabs(h) * (D.EPS * ROUND_MARGIN)
+    value = m.where(nan, x + x, m.where(inf | tiny, x, m.where(neg1, m.const(-float("inf"), x),
+                                                               float("nan"))))
+    return h, lo, err, decided, value
+
+
+def _series_td(m, x):
+    """sum_{n=1}^{25} (-1)^(n+1) x^n / n as a TD, nested: x (1 - x (1/2 - x (1/3 - ...)))."""
+    zero = x * 0.0
+    one = (zero + 1.0, zero, zero)
+    p = M.td_div_small(m, one, float(SERIES_TERMS))
+
+    def step(m, j, p0, p1, p2):
+        n = m.i2f(SERIES_TERMS - 1 - j)  # 24 .. 1
+        inv = M.td_div_small(m, one, n)
+        return M.td_add(inv, M.td_mul_d(m, (p0, p1, p2), -x))
+
+    p = m.loop(SERIES_TERMS - 1, step, *p)
+    return M.td_mul_d(m, p, x)
+
+
+def _newton_td(m, x, h, lo):
+    """log1p(x) from y0 = h + lo (|log1p(x)| > 2^-6.1): y0 + d - d^2/2, d = (1+x) e^-y0 - 1."""
+    e, k = A.td_exp(m, -h, -lo)
+    ki = m.f2i(k)
+    uh, ul = M.two_sum(1.0, x)
+    # (1 + x) 2^k with k in [-1024, 54]: k = k1 + k2, each 2^kj normal, the product exact
+    k1 = ((ki + 1100) >> 1) - 550
+    k2 = ki - k1
+    up = m.from_bits((k1 + 1023) << 52)
+    dn = m.from_bits((k2 + 1023) << 52)
+    u = ((uh * up) * dn, (ul * up) * dn, x * 0.0)
+    w = M.td_add_d(M.td_mul(m, u, e), -1.0)  # d, exact to ~2^-139 absolute
+    d2 = M.td_mul(m, w, w)
+    corr = M.td_add(w, (d2[0] * -0.5, d2[1] * -0.5, d2[2] * -0.5))
+    return M.td_add((h, lo, x * 0.0), corr)
+
+
+def _accurate_td(m, x):
+    """log1p(x) as a TD for finite x > -1, |x| >= 2^-60."""
+    small = m.fabs(x) < SERIES_BELOW
+    xs = m.where(small, 0.25, x)
+    h, lo, _, _, _ = _fast(m, xs)
+    yn = _newton_td(m, xs, h, lo)
+    ys = _series_td(m, m.where(small, x, 2.0 ** -7))
+    return tuple(m.where(small, a, b) for a, b in zip(ys, yn))
+
+
+@scalar_fn("gt_log1p_acc_f64", (F64,), F64, cold=True)
+def log1p_acc_f64(m, x):
+    """log1p(x) for float64 by the accurate path alone (correctly rounded)."""
+    _, _, _, decided, value = _fast(m, x)
+    live = m.where(decided, 0.5, x)
+    r = M.round_td_f64(m, _accurate_td(m, live))
+    return m.where(decided, value, r)
+
+
+@scalar_fn("gt_log1p_acc_f32", (F64,), F32, cold=True)
+def log1p_acc_f32(m, x):
+    """log1p of a widened float32 by the accurate path, rounded once to float32."""
+    _, _, _, decided, value = _fast(m, x)
+    live = m.where(decided, 0.5, x)
+    r = M.round_td_f32(m, _accurate_td(m, live))
+    return m.where(decided, m.to_f32(value), r)
+
+
+@scalar_fn("gt_log1p_f64", (F64,), F64)
+def log1p_f64(m, x):
+    """log(1 + x) for float64, correctly rounded (see the module docstring)."""
+    h, lo, err, decided, value = _fast(m, x)
+    r, ok = M.round_dd_f64(h, lo, err)
+    return m.rare(ok | decided, m.where(decided, value, r), log1p_acc_f64, x)
+
+
+@scalar_fn("gt_log1p_f32", (F32,), F32)
+def log1p_f32(m, x32):
+    """log(1 + x) for float32, correctly rounded (the float64 fast path rounded to float32)."""
+    x = m.to_f64(x32)
+    h, lo, err, decided, value = _fast(m, x)
+    r, ok = M.round_dd_f32(m, h, lo, err)
+    return m.rare(ok | decided, m.where(decided, m.to_f32(value), r), log1p_acc_f32, x)
+
+
+LOG1P_F64: ScalarFn = log1p_f64
+LOG1P_F32: ScalarFn = log1p_f32
+ALL = [LOG1P_F64, LOG1P_F32]
+
+
+def accurate_needed(x, f32: bool = False):
+    """Which float64 elements of ``x`` the accurate path computes (numpy; tests, the rate)."""
+    import numpy as np
+
+    from .dsl import NUMPY
+
+    x = np.asarray(x, dtype=np.float64)
+    with np.errstate(all="ignore"):
+        h, lo, err, decided, _ = _fast(NUMPY, x)
+        _, ok = (M.round_dd_f32(NUMPY, h, lo, err) if f32 else M.round_dd_f64(h, lo, err))
+    return ~(ok | decided)
+
+
+def fast_dd(x):
+    """(h, lo, relative error bound, lanes the bound covers) of the fast path (numpy)."""
+    import numpy as np
+
+    from .dsl import NUMPY
+
+    x = np.asarray(x, dtype=np.float64)
+    with np.errstate(all="ignore"):
+        h, lo, _, decided, _ = _fast(NUMPY, x)
+    return h, lo, np.full(x.shape, D.EPS), ~decided
