@@ -13,7 +13,7 @@ from pathlib import Path
 
 import gtensor
 
-from . import ae, dp, ladder, rung_ae, rung_cnn, rung_lora, rung_verify, swarm_rung
+from . import ae, dp, ladder, rung_ae, rung_cnn, rung_dispute, rung_lora, rung_verify, swarm_rung
 
 EXIT_PASS, EXIT_FAIL, EXIT_UNVERIFIED = 0, 1, 3
 MAX_EPOCHS = 10_000
@@ -78,6 +78,7 @@ def _parser() -> argparse.ArgumentParser:
     rung_lora.add_parser(sub, common)
     swarm_rung.add_parser(sub, common)
     rung_verify.add_parser(sub, common)
+    rung_dispute.add_parser(sub, common)
     dp.add_parser(sub, common)
     rung_cnn.add_parser(sub, common)
     sub.add_parser("ladder", parents=[common], help="every rung, in order, one verdict each")
@@ -127,6 +128,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return swarm_rung.main(args)
     if args.command == "verify":
         return rung_verify.main(args)
+    if args.command == "dispute":
+        return rung_dispute.main(args)
     if args.command == "dp":
         return dp.main(args)
     if args.command == "cnn":

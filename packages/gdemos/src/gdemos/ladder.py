@@ -99,6 +99,19 @@ def _verify(out: Path, backend: str, progress: bool) -> Verdict:
     return Verdict("rung 6 verify", run.passed, run.verdict_detail())
 
 
+@rung("rung 6b dispute")
+def _dispute(out: Path, backend: str, progress: bool) -> Verdict:
+    try:
+        import sklearn  # noqa: F401  (rung 8's digits data set)
+    except ImportError:
+        return Verdict("rung 6b dispute", True, "scikit-learn is not installed (its digits data "
+                       "set)", ("dispute: sklearn",))
+    from . import rung_dispute
+
+    run = rung_dispute.run(out / "dispute", backend)
+    return Verdict("rung 6b dispute", run.passed, run.verdict_detail())
+
+
 @rung(dp.RUNG)
 def _dp(out: Path, backend: str, progress: bool) -> Verdict:
     ok, detail, unchecked = dp.ladder_verdict(out / "dp", progress, backend)
