@@ -110,7 +110,8 @@ def test_int_labels_are_a_refreshable_input(device):
     fresh.backward(ref)
     assert prog.loss() == ref.item()
     assert np.array_equal(prog.grad(w), fresh.grad(fw))
-    with pytest.raises(IndexError, match="labels.*id 4 is out of range"):
+    with pytest.raises(ValueError, match=r"labels.*cross_entropy: labels must lie in \[0, 4\); "
+                       r"got \[0, 4\]"):
         prog.set_input("labels", np.array([0, 1, 2, 3, 4]))
     with pytest.raises(TypeError, match="holds int64 ids; got data of dtype float64"):
         prog.set_input("labels", np.array([0.0, 1, 2, 3, 1]))

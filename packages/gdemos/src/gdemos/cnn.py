@@ -164,8 +164,8 @@ class TapeSteps:
 
 class ReplaySteps:
     """The replay engine: one step captured (ggpu-replay) on ``cfg.backend``; each step
-    refreshes the batch, its labels and the dropout layer's key, then runs forward, backward
-    and Adam as one program."""
+    refreshes the batch, its labels and (``advance_keys``) the dropout layer's key, then runs
+    forward, backward and Adam as one program."""
 
     def __init__(self, tp: g.Tape, model: g.nn.Sequential, cfg: CNNConfig) -> None:
         from ggpu_replay import capture
@@ -177,7 +177,7 @@ class ReplaySteps:
         calls = self.drop.calls
         loss = g.cross_entropy(model(self.x), np.zeros(cfg.batch, np.int64))
         self.drop.calls = calls  # recording the step is not a step: step t keys drop.fold(t)
-        self.prog = capture(tp, loss, backend=cfg.backend)
+        self.prog = capture(tp, loss, backend=cfg.backend, model=model)
         tp.reset_to(mark)
         self.opt = self.prog.adam(lr=cfg.lr)
         for p in model.parameters():
@@ -189,8 +189,7 @@ class ReplaySteps:
         prog = self.prog
         prog.set_input(self.x, xb)
         prog.set_input("labels", yb)
-        if self.drop.p > 0:
-            prog.set_input(g.rng.KEY_NAME, self.drop.next_key().array())
+        prog.advance_keys()  # the dropout layer's next key (drop.fold(t)), as the tape's
         prog.step(self.opt)
         self.sched.step()
         return prog.loss()

@@ -18,6 +18,7 @@ import gopt
 import gtape
 import gtensor
 import numpy as np
+from gtape import const_roles
 from gtape.trace import CaptureError, Trace, trace
 from gtensor.dtypes import INDEX as TYPED_DTYPES_INT
 from gtensor.dtypes import TYPED_DTYPES
@@ -30,7 +31,7 @@ from .optim import DeviceOptimizer
 class Program:
     """One training episode of a tape as a static program on a device (see ``capture``)."""
 
-    def __init__(self, tape: gtape.Tape, tr: Trace) -> None:
+    def __init__(self, tape: gtape.Tape, tr: Trace, model: Any = None) -> None:
         self._tape = tape
         self._tr = tr
         self._serials = [tape.var_at(n.index).serial for n in tr.nodes]
@@ -38,7 +39,7 @@ class Program:
         self._store = ParamStore(self)
         self._whole: dict[int, Any] = {}  # id(dopt) -> the whole step, built for that optimizer
         self._backwards = 0  # backward replays (a device optimizer refuses stale gradients)
-        self._fresh = InputClock(self)  # which inputs set_input refreshed, step by step
+        self._fresh = InputClock(self, model)  # the inputs by kind and name; their refreshes
 
     # ---------------------------------------------------------------- description
     @property
@@ -94,13 +95,28 @@ class Program:
 
     @property
     def inputs(self) -> dict[str, gtape.Var]:
-        """The const leaves, which ``set_input`` may refresh, by name, in node order.
+        """The refreshable inputs (data and random keys), by name, in node order.
 
-        A const's name is the one given to ``tp.const(x, name=...)`` (``cross_entropy``'s
-        int64 labels are ``"labels"``), else ``"const<i>"`` for node ``i``; a name
-        given twice gets ``"#<i>"`` appended from its second use on.
+        A data input's name is the one given to ``tp.const(x, name=...)`` (``cross_entropy``'s
+        int64 labels are ``"labels"``, ``nn.Embedding``'s ids ``"ids"``), else ``"const<i>"``
+        for node ``i``; a key a module drew is named by the module's path in ``capture``'s
+        ``model`` (``"blocks.0.attn.dropout"``; ``"<path>#<j>"`` for its j-th draw of a step
+        when it draws several), other keys ``"rng_key"``. A name given twice gets ``"#<i>"``
+        appended from its second use on. Per-shape constants are in ``constants``.
         """
-        return dict(self._fresh.names)
+        return {k: v for k, v in self._fresh.names.items() if v.index not in self._fresh.consts}
+
+    @property
+    def constants(self) -> dict[str, gtape.Var]:
+        """The per-shape constants the program holds without being asked (causal masks, fill
+        values, a ported forward's position ids: ``gtape.const_roles``), by name."""
+        return {k: v for k, v in self._fresh.names.items() if v.index in self._fresh.consts}
+
+    @property
+    def key_inputs(self) -> dict[str, tuple[Any, int] | None]:
+        """The key inputs by name: (owner module, its draw in the captured step) for those a
+        module drew (``advance_keys`` refreshes them), None for keys given as plain Keys."""
+        return {self._fresh.label(i): self._fresh.owned.get(i) for i in sorted(self._fresh.keys)}
 
     def stats(self) -> dict:
         """Counts: nodes, launches per phase, stored gradients and device bytes."""
@@ -131,8 +147,20 @@ class Program:
             raise CaptureError(f"set_input: node {i} ({node.name}) is not an input of the "
                                "program; inputs are its const leaves: "
                                f"{ {k: v.index for k, v in self.inputs.items()} }")
+        if i in self._fresh.owned:
+            owner, _ = self._fresh.owned[i]
+            where = self._fresh.paths.get(id(owner))
+            raise ValueError(
+                f"set_input: key input {self.name_of(i)!r} belongs to the "
+                f"{type(owner).__name__} {'at ' + repr(where) if where else 'module'}: "
+                "prog.advance_keys() refreshes it with the key that module's next training "
+                "forward draws (the eager run's); a key set by hand would silently make "
+                "another run. To reuse the captured key on purpose: "
+                f"hold_input({self.name_of(i)!r})")
         buf = self._tr.values[i]
         be = self._tr.rec
+        if be.is_array(data) and buf.dtype in TYPED_DTYPES:
+            data = be.to_numpy(data)  # ids / masks: checked on the host like host data
         if be.is_array(data):
             if data.dtype != self.dtype or tuple(data.shape) != node.shape:
                 raise ValueError(f"set_input: input node {i} holds shape {node.shape} and "
@@ -184,15 +212,44 @@ class Program:
             if isinstance(n.op, gtape.Leaf) or n.op.check is None or i not in n.inputs:
                 continue
             ins = [host if j == i else values[j] for j in n.inputs]
-            try:
+            try:  # the op's own check: what the eager call refuses, with its message
                 n.op.check(ins, n.attrs)
-            except IndexError as e:
-                raise IndexError(f"set_input: input node {i} ({self.name_of(i)}): {e}") from None
+            except (IndexError, ValueError) as e:
+                raise type(e)(f"set_input: input node {i} ({self.name_of(i)}): {e}") from None
         return host
 
+    def advance_keys(self) -> dict[str, gtape.rng.Key]:
+        """Refresh every key input a module drew with the key that module's next training
+        forward draws: per module, as many keys as it drew in the captured step, taken from
+        the module itself (``next_keys``: ``Dropout.calls``, ``MultiheadAttention.calls``, a
+        ported module's functional counter move on), so the program's steps and the eager
+        loop draw from one counter and the keys equal the eager run's by construction. Call it
+        before each step after the first (the first reuses the captured keys, which the
+        captured forward drew); returns {input name: key written}.
+        """
+        plan = self._fresh.key_plan()
+        if not plan:
+            return {}
+        writes = []
+        for owner, uses in plan:
+            base = min(t for _, t in uses)
+            n = max(t for _, t in uses) - base + 1
+            keys = owner.next_keys(n)
+            if len(keys) != n or not all(isinstance(k, gtape.rng.Key) for k in keys):
+                raise TypeError(f"advance_keys: {type(owner).__name__}.next_keys({n}) returned "
+                                f"{keys!r}; expected {n} gtape.rng.Key")
+            writes += [(i, keys[t - base]) for i, t in uses]
+        be = self._tr.rec
+        with self._device.ordered():
+            for i, k in writes:
+                be.write(self._tr.values[i], k.array())
+        for i, _ in writes:
+            self._fresh.refreshed(i)
+        return {self.name_of(i): gtape.rng.Key(*k.words) for i, k in writes}
+
     def name_of(self, i: int) -> str:
-        """The name of input node ``i`` in ``inputs``."""
-        return next((k for k, v in self.inputs.items() if v.index == i), f"node {i}")
+        """The name of input node ``i`` in ``inputs`` (or ``constants``)."""
+        return self._fresh.label(i)
 
     def hold_input(self, x: gtape.Var | str) -> None:
         """Declare input ``x`` (a Var or a name) meant to keep its data across steps: it is
@@ -204,6 +261,7 @@ class Program:
             raise CaptureError(f"hold_input: node {i} ({self._tr.nodes[i].name}) is not an "
                                f"input of the program; inputs are {list(self.inputs)}")
         self._fresh.held.add(i)
+        self._fresh.owned.pop(i, None)  # a held key keeps its captured value: advance skips it
 
     def forward(self) -> None:
         """Replay the forward launches (one per op node)."""
@@ -372,24 +430,50 @@ class InputClock:
     A key input of the random ops (an input that an op reads as its ``key``: dropout's mask,
     ``g.rng`` draws) is stricter: after the program's first step, every step must refresh it
     (unless held), since a step on the previous key redraws the previous step's random numbers.
+
+    Per-shape constants (``gtape.const_roles``: causal masks, fill values, a ported forward's
+    position ids) are held from the start: never reported, listed apart (``constants``).
+    Keys a module drew (``gtape.rng.OwnedKey``) are named by the module's path in ``model``
+    and refreshed by ``Program.advance_keys``.
     """
 
-    def __init__(self, prog: Program) -> None:
-        tape, names = prog._tape, {}
-        for n in prog._tr.nodes:
-            if n.op is gtape.CONST:
-                v = tape.var_at(n.index)
-                name = tape.name_of(v) or f"const{n.index}"
-                names[name if name not in names else f"{name}#{n.index}"] = v
+    def __init__(self, prog: Program, model: Any = None) -> None:
+        tape, nodes = prog._tape, prog._tr.nodes
+        consts = [n.index for n in nodes if n.op is gtape.CONST]
+        keys = {n.inputs[n.op.inputs.index("key")] for n in nodes
+                if not isinstance(n.op, gtape.Leaf) and "key" in n.op.inputs}
+        self.keys = keys & set(consts)  # keys made by ops (rng_fold of an input) follow theirs
+        self.owned: dict[int, tuple[Any, int]] = {}
+        for i in sorted(self.keys):
+            got = gtape.rng.key_owner(tape.var_at(i))
+            if got is not None and isinstance(got[0], gtape.rng.KeyOwner):
+                self.owned[i] = got
+        self.paths = _module_paths(model)
+        own = _owned_names(self.owned, self.paths)
+        names: dict[str, gtape.Var] = {}
+        for i in consts:
+            v = tape.var_at(i)
+            name = own.get(i) or tape.name_of(v) or f"const{i}"
+            names[name if name not in names else f"{name}#{i}"] = v
         self.names = names
         self._label = {v.index: k for k, v in names.items()}
-        self.keys = {n.inputs[n.op.inputs.index("key")] for n in prog._tr.nodes
-                     if not isinstance(n.op, gtape.Leaf) and "key" in n.op.inputs}
-        self.keys &= set(self._label)  # keys made by ops (rng_fold of an input) follow theirs
+        self.consts = {i for i in consts if i not in self.keys and
+                       const_roles.role_of(tape.var_at(i)) == const_roles.CONSTANT}
         self.steps = 0
         self.now: set[int] = set()
         self.before: set[int] = set()
-        self.held: set[int] = set()
+        self.held: set[int] = set(self.consts)
+
+    def label(self, i: int) -> str:
+        """The name of const node ``i``."""
+        return self._label.get(i, f"node {i}")
+
+    def key_plan(self) -> list[tuple[Any, list[tuple[int, int]]]]:
+        """The owned key inputs grouped by owner, in node order: (owner, [(node, draw t)])."""
+        groups: dict[int, tuple[Any, list]] = {}
+        for i, (owner, t) in sorted(self.owned.items()):
+            groups.setdefault(id(owner), (owner, []))[1].append((i, t))
+        return list(groups.values())
 
     def by_name(self, where: str, name: str) -> gtape.Var:
         """The input called ``name`` (CaptureError listing the names otherwise)."""
@@ -408,11 +492,14 @@ class InputClock:
         stale_keys = sorted(self.keys - self.now - self.held) if self.steps else []
         if stale_keys:
             name = self._label[stale_keys[0]]
+            how = ("call prog.advance_keys() before each step (the keys the modules' next "
+                   "training forward draws)" if stale_keys[0] in self.owned else
+                   f"call set_input({name!r}, key) with a fresh key each step (e.g. "
+                   "base.fold(step))")
             raise StaleInputError(
                 f"{where}: random key input(s) {[self._label[i] for i in stale_keys]} were not "
                 "refreshed for this step: it would redraw the previous step's random numbers "
-                f"(dropout masks); call set_input({name!r}, key) with a fresh key each step "
-                f"(e.g. base.fold(step)), or hold_input({name!r}) to reuse them on purpose")
+                f"(dropout masks); {how}, or hold_input({name!r}) to reuse them on purpose")
         if self.now:
             stale = sorted(self.before - self.now - self.held)
             if stale:
@@ -425,6 +512,34 @@ class InputClock:
                     f"hold_input({names[0]!r}) if it is meant to keep its data)")
             self.before, self.now = self.now, set()
         self.steps += 1
+
+
+def _module_paths(model: Any) -> dict[int, str]:
+    """id(module) -> its dotted path in ``model`` (a gtape Module; the root is its class name),
+    or {} without a model."""
+    if model is None:
+        return {}
+    if not isinstance(model, gtape.nn.Module):
+        raise TypeError(f"capture: model is {type(model).__name__}; expected the gtape "
+                        "nn.Module whose paths name the program's key inputs (or None)")
+    return {id(m): path or type(m).__name__ for path, m in model.named_modules()}
+
+
+def _owned_names(owned: dict[int, tuple[Any, int]], paths: dict[int, str]) -> dict[int, str]:
+    """Names of the owned key inputs found in the model: the module's path, or
+    ``<path>#<j>`` for its j-th draw of the step when it draws several."""
+    by_owner: dict[int, list[tuple[int, int]]] = {}
+    for i, (owner, t) in owned.items():
+        by_owner.setdefault(id(owner), []).append((i, t))
+    out = {}
+    for oid, uses in by_owner.items():
+        path = paths.get(oid)
+        if path is None:
+            continue
+        base = min(t for _, t in uses)
+        for i, t in uses:
+            out[i] = path if len(uses) == 1 else f"{path}#{t - base}"
+    return out
 
 
 class ParamStore:
@@ -505,15 +620,19 @@ def _params_lr(where: str, params: Any, lr: Any, default: float | None) -> tuple
 
 
 def capture(tp: gtape.Tape, loss: gtape.Var, backend: str = "cuda",
-            dtype: Any = None) -> Program:
+            dtype: Any = None, model: Any = None) -> Program:
     """Turn the episode of ``tp`` ending at ``loss`` into a static program on ``backend``.
 
     ``backend`` is "sim" or "cuda" (a device), or "cpu": the compiled host kernels, the whole
     step then one native call; ``dtype="float32"`` on a float64 tape gives float32 buffers (a
-    tolerance contract, not bits: see docs/replay.md). Refuses, naming the
+    tolerance contract, not bits: see docs/replay.md). ``model`` (optional, the gtape module
+    the loss came from) names each key input a module drew by that module's path
+    (``prog.advance_keys()`` refreshes them with or without it). Refuses, naming the
     node and why: a non-scalar loss, a Var of another tape, an op without a kernel, a gradient
     path through an op without a backward rule, a closed tape. The episode's values are
     recomputed on the device during capture (so the program starts at the tape's state).
     """
+    if model is not None:
+        _module_paths(model)  # checked before anything is allocated
     tr = trace(tp, loss, backend, dtype, where="capture")
-    return Program(tp, tr)
+    return Program(tp, tr, model)

@@ -39,7 +39,7 @@ import numpy as np
 from gtensor import describe
 from gtensor.shapes import broadcast
 
-from . import ops
+from . import const_roles, ops
 from .linalg import matmul_any
 from .rng import Key, check_key, dropout
 from .var import Var
@@ -99,7 +99,12 @@ def masked_fill(x: Var, mask: Any, value: Any) -> Var:
                         "0-d Var")
     else:
         value = np.asarray(value, dtype=x.dtype)
-    return ops.where(m, value, x)
+    out = ops.where(m, value, x)
+    if not isinstance(m, Var):
+        const_roles.mark(const_roles.made_input(out, 0), const_roles.host_role(m))
+    if not isinstance(value, Var):
+        const_roles.mark(const_roles.made_input(out, 1), const_roles.CONSTANT)
+    return out
 
 
 def _check_key(dropout_p: float, key: Any) -> Key | Var | None:
@@ -214,12 +219,31 @@ def attention_weights(q: Any, k: Any, attn_mask: Any = None, is_causal: bool = F
     s = ops.muls(s, float(scale))
     if mask is not None:
         m, is_bool = mask
-        s = ops.where(m, s, np.asarray(NEG_INF, s.dtype)) if is_bool else ops.add(s, m)
+        if is_bool:
+            s = ops.where(m, s, np.asarray(NEG_INF, s.dtype))
+            _mark(s, 2, const_roles.CONSTANT)
+        else:
+            s = ops.add(s, m)
+        _mark_host(s, m, 0 if is_bool else 1)
     if additive_bias is not None:
         s = ops.add(s, additive_bias)
-    if is_causal:
+        _mark_host(s, additive_bias, 1)
+    if is_causal:  # a mask and a fill made from the shape: per-shape constants
         s = ops.where(causal_mask(*s.shape[-2:]), s, np.asarray(NEG_INF, s.dtype))
+        _mark(s, 0, const_roles.CONSTANT)
+        _mark(s, 2, const_roles.CONSTANT)
     return ops.softmax(s, -1)
+
+
+def _mark(out: Var, position: int, role: str) -> None:
+    """Record ``role`` for the const this call made as input ``position`` of ``out``'s node."""
+    const_roles.mark(const_roles.made_input(out, position), role)
+
+
+def _mark_host(out: Var, m: Any, position: int) -> None:
+    """The role of host mask ``m``, input ``position`` of ``out``'s node (its const)."""
+    if not isinstance(m, Var):
+        _mark(out, position, const_roles.host_role(m))
 
 
 def scaled_dot_product_attention(q: Any, k: Any, v: Any, attn_mask: Any = None,

@@ -16,10 +16,10 @@ import numpy as np
 from gtensor import philox
 from gtensor.ops.random import FOLD_TAG
 
-from . import ops
+from . import const_roles, ops
 from .modules import Module
 from .nn_init import KeyLike, as_key, kaiming_bound, layer_key, normal_init, uniform_init
-from .rng import Key, dropout
+from .rng import Key, OwnedKey, dropout
 from .tape import Tape
 from .var import Var
 
@@ -137,6 +137,7 @@ class AvgPool2d(_Pool2d):
     OP = staticmethod(ops.avg_pool2d)
 
 
+IDS = "Embedding: ids"  # what the ids' check names (eager and replay alike)
 FOLDS = 256  # Dropout computes its per-step keys this many at a time (one vectorized block call)
 
 
@@ -144,7 +145,8 @@ class Dropout(Module):
     """Inverted dropout, torch's ``nn.Dropout(p)``: in training mode ``g.dropout(x, p,
     key.fold(t))`` for the t-th training forward (t = 0, 1, ...: ``calls``), so every step
     draws a fresh mask that depends on (key, t, element) only; the identity in eval mode and
-    when p == 0. A captured step refreshes its key input with ``next_key()`` each step.
+    when p == 0. A captured program refreshes its key input with ``prog.advance_keys()`` each
+    step (which calls ``next_keys``: the program and the eager loop draw from one counter).
 
     The key: ``key`` (a Key or an int seed) when given; else ``tp.next_key()`` at construction
     when ``tp`` is given; else the next key of the input's tape at the first training forward
@@ -204,7 +206,13 @@ class Dropout(Module):
             self._folds = (self._key, start, blocks)
         self.calls += 1
         b = blocks[t - start]
-        return Key(int(b[0]), int(b[1]))  # == self.key.fold(t) (the block at (t, 0, 0, 1))
+        # == self.key.fold(t) (the block at (t, 0, 0, 1)); owned: a captured program's
+        # advance_keys draws this layer's next keys through next_keys, as a forward does
+        return OwnedKey(int(b[0]), int(b[1]), self, t)
+
+    def next_keys(self, n: int) -> list[Key]:
+        """The keys of the next ``n`` training forwards (``next_key`` n times); counts them."""
+        return [self.next_key() for _ in range(n)]
 
     def forward(self, x: Any) -> Var:
         """dropout(x, p, next_key()) in training mode; x in eval mode or when p == 0."""
@@ -237,17 +245,20 @@ class Embedding(Module):
         self.weight = tp.param(normal_init(kw, (self.num_embeddings, self.embedding_dim)))
 
     def forward(self, ids: Any) -> Var:
-        """weight[ids]: host int ids (any shape) become an int64 const of the tape."""
+        """weight[ids], ids in [0, num_embeddings) (torch's rule): host int ids (any shape)
+        become an int64 const of the tape named "ids" (a per-shape constant when a ported
+        forward made them itself, e.g. its position ids: ``gtape.const_roles``)."""
         if isinstance(ids, Var):
-            return ops.embedding(self.weight, ids)
+            return ops.apply("take", (self.weight, ids), axis=0, strict=IDS)
         a = np.asarray(ids)
         if a.dtype.kind not in "iu":
             raise TypeError(f"Embedding: ids have dtype {a.dtype}; expected int ids")
-        if a.size and (a.min() < 0 or a.max() >= self.num_embeddings):
-            raise ValueError(f"Embedding: ids must lie in [0, {self.num_embeddings}); got "
-                             f"[{a.min()}, {a.max()}]")
-        return ops.embedding(self.weight, self.tp.const(a.astype(np.int64), name="ids",
-                                                       dtype="int64"))
+        # the op's check (strict=IDS) refuses ids outside [0, n) before anything is recorded
+        out = ops.apply("take", (self.weight, a.astype(np.int64)), axis=0, strict=IDS)
+        ids_var = const_roles.made_input(out, 1)
+        ids_var.tape._names[ids_var.index] = (ids_var.serial, "ids")
+        const_roles.mark(ids_var, const_roles.host_role(a))
+        return out
 
     def extra_repr(self) -> str:
         """num_embeddings, embedding_dim."""

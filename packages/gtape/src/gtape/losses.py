@@ -17,9 +17,12 @@ from typing import Any
 
 import numpy as np
 from gtensor import describe
+from gtensor.ops.index import check_strict_ids
 
-from . import ops
+from . import const_roles, ops
 from .var import Var
+
+LABELS = "cross_entropy: labels"  # what the labels' check names (eager and replay alike)
 
 
 def _check_pred(where: str, pred: Any) -> Var:
@@ -57,11 +60,11 @@ def bce_with_logits(logits: Var, target: ops.Operand) -> Var:
 
 
 def cross_entropy(logits: Var, labels: Any, ignore_index: int | None = None) -> Var:
-    """Softmax cross-entropy of ``logits`` (rows, classes) against int ``labels`` (rows,):
-    ``-mean(take_along_axis(log_softmax(logits), labels))`` -- finite for finite logits at any
-    margin. With ``ignore_index`` (as torch's), rows whose label equals it are left out:
-    ``-(sum of the picked terms) / (count of the other rows)`` (0/0 = NaN when every row is
-    ignored, as torch)."""
+    """Softmax cross-entropy of ``logits`` (rows, classes) against int ``labels`` (rows,) in
+    [0, classes): ``-mean(take_along_axis(log_softmax(logits), labels))`` -- finite for finite
+    logits at any margin. With ``ignore_index`` (as torch's), rows whose label equals it are
+    left out: ``-(sum of the picked terms) / (count of the other rows)`` (0/0 = NaN when every
+    row is ignored, as torch)."""
     z = _check_pred("cross_entropy", logits)
     if z.ndim != 2:
         raise ValueError(f"cross_entropy: logits have shape {z.shape}; expected (rows, classes)")
@@ -79,18 +82,18 @@ def cross_entropy(logits: Var, labels: Any, ignore_index: int | None = None) -> 
                                      not isinstance(ignore_index, (int, np.integer))):
         raise TypeError(f"cross_entropy: ignore_index must be an int or None, got "
                         f"{describe(ignore_index)}")
-    kept = y if ignore_index is None else y[y != ignore_index]
-    if kept.size and (kept.min() < 0 or kept.max() >= z.shape[1]):
-        raise ValueError(f"cross_entropy: labels must lie in [0, {z.shape[1]})"
-                         f"{'' if ignore_index is None else ' or equal ignore_index'}; got "
-                         f"[{kept.min()}, {kept.max()}]")
+    # the op's own check (take_along_axis with strict=LABELS), run here first so that bad
+    # labels leave the tape unchanged; a captured program's set_input runs the op's check too
+    check_strict_ids(LABELS, y, z.shape[1], ignore_index)
     ids = y.astype(np.int64).reshape(-1, 1)
-    picked = ops.take_along_axis(ops.log_softmax(z, axis=-1), ids, -1, ignore_index)
+    picked = ops.apply("take_along_axis", (ops.log_softmax(z, axis=-1), ids), axis=-1,
+                       ignore=ignore_index, strict=LABELS)
     # the labels' const (recorded by take_along_axis) is named: a captured program lists it as
     # input "labels"; with ignore_index it feeds the count too (one input to refresh)
     tape = z.tape
-    labels_var = tape._var(tape._inputs[picked.index][1])
+    labels_var = const_roles.made_input(picked, 1)
     tape._names[labels_var.index] = (labels_var.serial, "labels")
+    const_roles.mark(labels_var, const_roles.host_role(y))
     if ignore_index is None:
         return ops.neg(ops.mean(picked))
     count = ops.sum(ops.index_weight(labels_var, ignore_index))

@@ -40,7 +40,7 @@ from .linalg import linear
 from .modules import Module
 from .nn import Linear
 from .nn_init import KeyLike, layer_key, uniform_init, xavier_bound
-from .rng import dropout
+from .rng import Key, OwnedKey, dropout
 from .tape import Tape
 from .var import Var
 
@@ -182,14 +182,15 @@ class MultiheadAttention(Module):
             q, k, v = self._proj(q_in, 0), self._proj(k_in, 1), self._proj(v_in, 2)
         q, k, v = self._heads(q), self._heads(k), self._heads(v)
         allowed, floats = self._masks(attn_mask, key_padding_mask, b, L, S)
-        if is_causal:
+        additive = _sum_floats(floats, q.dtype) if floats else None
+        causal_only = is_causal and allowed is None and additive is None
+        if is_causal and not causal_only:
             causal = causal_mask(L, S)
             allowed = causal if allowed is None else allowed & causal
-        additive = _sum_floats(floats, q.dtype) if floats else None
-        w = attention_weights(q, k, allowed, False, None, additive_bias=additive)
+        # causal alone: the same where(causal, s, -inf) as a bool mask, its mask a constant
+        w = attention_weights(q, k, allowed, causal_only, None, additive_bias=additive)
         if self.training and self.dropout > 0.0:
-            w = dropout(w, self.dropout, self._drop_key.fold(self.calls))
-            self.calls += 1
+            w = dropout(w, self.dropout, self.next_key())
         out = ops.matmul(w, v)  # (B, H, L, E/H)
         out = ops.reshape(ops.transpose(out, (0, 2, 1, 3)), (b, L, self.embed_dim))
         out = self.out_proj(out)
@@ -203,6 +204,17 @@ class MultiheadAttention(Module):
         if unbatched:
             weights = ops.reshape(weights, weights.shape[1:])
         return out, weights
+
+    def next_key(self) -> OwnedKey:
+        """The key of the next training forward's dropout (``fold(calls)`` of the layer's
+        dropout key); counts it."""
+        t = self.calls
+        self.calls += 1
+        return OwnedKey(*self._drop_key.fold(t).words, self, t)
+
+    def next_keys(self, n: int) -> list[Key]:
+        """The keys of the next ``n`` training forwards with dropout; counts them."""
+        return [self.next_key() for _ in range(n)]
 
     def extra_repr(self) -> str:
         """embed_dim, num_heads, dropout, batch_first."""

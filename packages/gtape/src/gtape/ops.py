@@ -27,9 +27,11 @@ INTERNAL = {
        for name in UPDATE_OPS},
     "fill": "how a tape seeds its backward and zeroes gradients (Tape.const makes constants)",
 }
-# attrs a gtape function does not take: the tape supplies them
+# attrs a gtape function does not take: the tape (or the composite calling it) supplies them
 TAPE_ATTRS = {"dtype": "the tape's float dtype (the function passes it)",
-              "inner": "the tape's inner-product contract (the tape fills it in)"}
+              "inner": "the tape's inner-product contract (the tape fills it in)",
+              "strict": "torch's id rule, [0, n): embedding and cross_entropy pass the name of "
+                        "their ids; take / take_along_axis keep numpy's [-n, n)"}
 # parameters of a gtape function that are neither inputs nor attrs of its op, with the reason
 # (e.g. a bias the function adds with its own op)
 EXTRA_PARAMS: dict[str, dict[str, str]] = {
@@ -311,8 +313,9 @@ def take(x: Operand, ids: Operand, axis: int = 0) -> Var:
 
 
 def embedding(weight: Operand, ids: Operand) -> Var:
-    """Rows of ``weight`` (vocab, dim) named by int64 ``ids``: ``take(weight, ids, axis=0)``."""
-    return take(weight, ids, 0)
+    """Rows of ``weight`` (vocab, dim) named by int64 ``ids`` in [0, vocab) (torch's rule; a
+    ValueError otherwise): ``take(weight, ids, axis=0)``."""
+    return apply("take", (weight, ids), axis=0, strict="embedding: ids")
 
 
 def take_along_axis(x: Operand, ids: Operand, axis: int = -1,

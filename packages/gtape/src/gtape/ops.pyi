@@ -245,7 +245,8 @@ def take(x: FloatOperand, ids: IndexOperand, axis: int = 0) -> Var:
 
 
 def embedding(weight: Operand, ids: Operand) -> Var:
-    """Rows of ``weight`` (vocab, dim) named by int64 ``ids``: ``take(weight, ids, axis=0)``."""
+    """Rows of ``weight`` (vocab, dim) named by int64 ``ids`` in [0, vocab) (torch's rule; a
+    ValueError otherwise): ``take(weight, ids, axis=0)``."""
 
 
 def take_along_axis(

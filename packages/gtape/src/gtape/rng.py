@@ -35,12 +35,21 @@ gtensor op; with a tape (``tp=``, or a key that is a Var of a tape) it is a reco
 ``rng_bits``, ``rng_uniform``, ``rng_normal``, ``rng_fold``, ``dropout``, whose key input is
 an int64 const of shape (2,) (named ``"rng_key"``: a captured program's ``set_input``
 refreshes it with the next step's Key, e.g. ``base.fold(step)``).
+
+Keys of modules. A module that draws (``nn.Dropout``, ``nn.MultiheadAttention``, a module
+ported by ``from_torch`` for its random functions) hands out ``OwnedKey``s: Keys that also say
+which module drew them and which of its draws (``t``) they are. Recorded as a key const, an
+owned key registers its owner on the tape (``key_owner``), so a captured program knows the
+module of each key input and refreshes them all with ``prog.advance_keys()``: the keys the
+modules' next training forward draws (``KeyOwner.next_keys``), the eager run's by
+construction.
 """
 
 
 from __future__ import annotations
 
-from typing import Any
+import weakref
+from typing import Any, Protocol, runtime_checkable
 
 import gtensor
 import numpy as np
@@ -109,6 +118,31 @@ class Key:
         return f"Key(0x{self._words[0]:016x}, 0x{self._words[1]:016x})"
 
 
+class OwnedKey(Key):
+    """A Key a module drew as its draw number ``t`` (``owner``: the module, a ``KeyOwner``).
+
+    Equal to the plain Key of the same words (``==``, hash); recorded as a key const it
+    registers ``(owner, t)`` on the tape (``key_owner``). Derived keys (``fold``, ``split``) are
+    plain Keys.
+    """
+
+    __slots__ = ("owner", "t")
+
+    def __init__(self, k0: int, k1: int, owner: Any, t: int) -> None:
+        super().__init__(k0, k1)
+        self.owner, self.t = owner, int(t)
+
+
+@runtime_checkable
+class KeyOwner(Protocol):
+    """A module that draws keys one by one: its training forwards draw ``next_keys``'s keys
+    in order, so a captured program can draw what the next eager forward would."""
+
+    def next_keys(self, n: int) -> list[Key]:
+        """The module's next ``n`` keys (as its next forward draws them); counts them."""
+        ...
+
+
 def key(seed: int) -> Key:
     """The key of an int ``seed`` in [0, 2**128), as ``numpy.random.Philox(key=seed)``."""
     if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
@@ -167,11 +201,26 @@ class KeyStream:
 
 
 # ---------------------------------------------------------------- keys on a tape
+# per tape: key const node -> (its serial, owner module, draw t); entries of nodes a reset_to
+# dropped are told apart by the serial (the node at that index is another one)
+_OWNERS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
 def key_input(tp: Any, k: Key | np.ndarray, name: str = KEY_NAME) -> Var:
     """Record key ``k`` on tape ``tp`` as an int64 const (2,) called ``name`` (a program input
-    that ``set_input(name, next_key)`` refreshes)."""
+    that ``set_input(name, next_key)`` refreshes); an ``OwnedKey`` registers its owner."""
     k = check_key("rng.key_input", k, var_ok=False)
-    return tp.const(k.array(), name=name, dtype="int64")
+    v = tp.const(k.array(), name=name, dtype="int64")
+    if isinstance(k, OwnedKey):
+        _OWNERS.setdefault(tp, {})[v.index] = (v.serial, k.owner, k.t)
+    return v
+
+
+def key_owner(v: Var) -> tuple[Any, int] | None:
+    """(owner module, draw t) of key const ``v`` when a module's ``OwnedKey`` made it, else
+    None (a key given as a plain Key: ``g.dropout(x, p, key)``)."""
+    got = _OWNERS.get(v.tape, {}).get(v.index)
+    return None if got is None or got[0] != v.serial else (got[1], got[2])
 
 
 def fold(k: Key | Var, i: int) -> Key | Var:
@@ -327,5 +376,5 @@ def multinomial(probs: Any, num_samples: int = 1, replacement: bool = False, *,
     return out.reshape(num_samples) if w.ndim == 1 else out
 
 
-__all__ = ["Key", "KeyStream", "bits", "dropout", "fold", "key", "key_input", "multinomial",
-           "normal", "uniform"]
+__all__ = ["Key", "KeyOwner", "KeyStream", "OwnedKey", "bits", "dropout", "fold", "key",
+           "key_input", "key_owner", "multinomial", "normal", "uniform"]

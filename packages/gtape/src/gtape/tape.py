@@ -23,7 +23,7 @@ from gtensor.ops.registry import attr_key
 from gtensor.recording import record, recordable
 
 from . import backward as _backward
-from . import rng
+from . import const_roles, rng
 from .convert import into_backend, to_backend, typed_dtype
 from .freshness import GROWTH_WARNING_AFTER, Freshness, TapeGrowthWarning
 from .leaves import CONST, PARAM
@@ -458,7 +458,7 @@ class Tape(NodeTable, Freshness):
             arr = into_backend(self._be, x, dt, f"{op.name}: {arg}", home)
             arrays.append(arr)
             idx.append(j)
-            consts.append(arr)
+            consts.append((arr, np.isscalar(x)))
         shapes = (arrays[0].shape, arrays[1].shape) if len(arrays) == 2 else tuple(
             [a.shape for a in arrays])
         # a call seen before on this tape (same op, attrs as given, input shapes): its out
@@ -482,8 +482,10 @@ class Tape(NodeTable, Freshness):
         if buf is not None and (buf.shape != out_shape or buf.dtype != out_dt):
             buf = None
         value = self._be.apply(op, arrays, out=buf, **norm)
-        for arr in consts:
-            self._append(CONST, (), {}, arr, False)
+        for arr, number in consts:
+            v = self._append(CONST, (), {}, arr, False)
+            if number:  # a number written in code (x / 2.0, where(m, 0.0, x)): a constant
+                const_roles.mark(v, const_roles.CONSTANT)
         # an int64 / bool result (a mask, an argmax) carries no gradient; nor does no_grad's
         grad_path = False
         if op.out_type == FLOAT and not self._no_grad:

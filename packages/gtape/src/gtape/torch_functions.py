@@ -22,7 +22,18 @@ from typing import Any
 
 import numpy as np
 
-from . import activations, attention, linalg, losses, norms, ops, rng, shaping, tensor_methods
+from . import (
+    activations,
+    attention,
+    const_roles,
+    linalg,
+    losses,
+    norms,
+    ops,
+    rng,
+    shaping,
+    tensor_methods,
+)
 from .var import Var
 
 _local = threading.local()
@@ -97,10 +108,9 @@ def _cross_entropy(x: Any, target: Any, weight: Any = None, size_average: Any = 
             reduce is not None or reduction != "mean":
         raise NotImplementedError("cross_entropy: weight, label_smoothing and reductions other "
                                   "than 'mean' are not supported")
-    y = np.asarray(target)
-    # ignore_index enters the formula only where a target equals it (then: sum / kept count)
-    ignore = ignore_index if (y == ignore_index).any() else None
-    return losses.cross_entropy(x, y, ignore)
+    # ignore_index always enters the formula (sum / kept count, torch's mean): whether a
+    # target equals it is data, and a captured program must treat a later batch as eager does
+    return losses.cross_entropy(x, np.asarray(target), ignore_index)
 
 
 def _mse(x: Any, target: Any, size_average: Any = None, reduce: Any = None,
@@ -219,7 +229,27 @@ def dispatch(func: Any, args: tuple, kwargs: dict) -> Any:
         raise NotImplementedError(f"torch function {torch_name(func)} was called with a gtape "
                                   "Var, and gtape has no translation of it; supported: "
                                   f"{supported_names()}")
-    return fn(*host(tuple(args)), **{k: host(v) for k, v in kwargs.items()})
+    hargs, hkw = host(tuple(args)), {k: host(v) for k, v in kwargs.items()}
+    tape = next((x.tape for x in (*args, *kwargs.values()) if isinstance(x, Var)), None)
+    if tape is None or not const_roles.in_ported_forward():
+        return fn(*hargs, **hkw)
+    # inside a ported forward: the consts this call makes from host data are the caller's
+    # data when some torch / numpy argument is (a view of) the forward's arguments, else
+    # per-shape constants (gtape.const_roles)
+    start = len(tape)
+    out = fn(*hargs, **hkw)
+    hosts = [x for x in _flat((*hargs, *hkw.values())) if isinstance(x, np.ndarray)]
+    const_roles.mark_since(tape, start, const_roles.host_role(*hosts))
+    return out
+
+
+def _flat(xs: Any) -> Any:
+    """The items of nested lists / tuples."""
+    for x in xs:
+        if isinstance(x, (list, tuple)):
+            yield from _flat(x)
+        else:
+            yield x
 
 
 def torch_name(func: Any) -> str:

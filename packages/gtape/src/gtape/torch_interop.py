@@ -35,8 +35,9 @@ from typing import Any
 import numpy as np
 from gtensor import describe
 
-from . import activation_layers, containers, layers, modules, norm_layers
+from . import activation_layers, const_roles, containers, layers, modules, norm_layers
 from .modules import Module
+from .rng import Key, OwnedKey
 from .tape import Tape
 from .torch_functions import module_stack
 from .var import Var
@@ -302,22 +303,30 @@ class PortedModule(Module):
 
     def functional_key(self) -> Any:
         """The key of the next random function this module's forward calls (its own key,
-        folded by a call counter)."""
+        folded by a call counter); owned, so a captured program's ``advance_keys`` draws the
+        next ones through ``next_keys`` as the next forward would."""
         key, n = self._functional
         self._functional = (key, n + 1)
-        return key.fold(n)
+        return OwnedKey(*key.fold(n).words, self, n)
+
+    def next_keys(self, n: int) -> list[Key]:
+        """The keys of the next ``n`` random functions its forward calls; counts them."""
+        return [self.functional_key() for _ in range(n)]
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         """``forward`` with this module as the innermost ported module (random functions take
         its keys); at the outermost call, float host arrays become consts of the tape and int /
-        bool ones torch tensors (what the torch code expects)."""
+        bool ones torch tensors (what the torch code expects), and these arguments are the
+        caller's data for ``gtape.const_roles`` (what the forward makes from anything else
+        is a per-shape constant)."""
         stack = module_stack()
         if not stack:
             args = tuple(self._entry(a) for a in args)
             kwargs = {k: self._entry(v) for k, v in kwargs.items()}
         stack.append(self)
         try:
-            return self.forward(*args, **kwargs)
+            with const_roles.ported_call(args, kwargs):
+                return self.forward(*args, **kwargs)
         finally:
             stack.pop()
 

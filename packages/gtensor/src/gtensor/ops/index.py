@@ -1,7 +1,12 @@
 """Index ops: take, take_along_axis (and their scatter-add backwards), argmax, index_weight.
 
 Definitions (``x`` seen as (A, N, B) around ``axis``; ids are int64, numpy's rule: an id i in
-[-N, N) names position i mod N; anything else is an IndexError naming the op):
+[-N, N) names position i mod N; anything else is an IndexError naming the op). ``take`` and
+``take_along_axis`` take ``strict``: None for numpy's rule, or the name of what the ids are
+(``"embedding: ids"``, ``"cross_entropy: labels"``) for torch's rule, ids in [0, N) only (or
+equal to ``ignore``), anything else a ValueError from ``check_strict_ids`` naming it -- the one
+check an eager call and a captured program's ``set_input`` both run (the kernels never see a
+negative id then; the arithmetic is the same):
 
 * ``take(x, ids, axis)``: out (A, *ids.shape, B), out[a, j, b] = x[a, ids[j], b] (a copy).
 * ``take_grad(g, ids, n, axis)``: the scatter-add of take's backward, out (A, n, B):
@@ -39,8 +44,37 @@ def _around(shape: tuple, axis: int) -> tuple[int, int, int]:
     return prod(shape[:axis]), shape[axis], prod(shape[axis + 1:])
 
 
-def check_ids(op: str, arg: str, ids, n: int, ignore=None) -> None:
-    """IndexError unless every id (but ``ignore``) lies in [-n, n)."""
+def check_strict_ids(what: str, ids, n: int, ignore=None) -> None:
+    """ValueError unless every id lies in [0, n) or equals ``ignore`` (torch's rule for embedding
+    ids and class labels); the message names ``what`` (e.g. ``"cross_entropy: labels"``).
+
+    The one check of these ids: the ops run it (eager calls, every backend) and so does a
+    captured program's ``set_input`` (it runs the checks of the ops reading an input).
+    """
+    ids = np.asarray(ids)
+    vals = ids if ignore is None else ids[ids != ignore]
+    if vals.size == 0:
+        return
+    lo, hi = int(vals.min()), int(vals.max())
+    if lo < 0 or hi >= n:
+        also = "" if ignore is None else f" or equal ignore_index {ignore}"
+        raise ValueError(f"{what} must lie in [0, {n}){also}; got [{lo}, {hi}]")
+
+
+def check_strict(op: str, strict) -> str | None:
+    """``strict`` checked: None (numpy's rule) or a non-empty str naming the ids."""
+    if strict is not None and (not isinstance(strict, str) or not strict):
+        raise TypeError(f"{op}: strict must be None or a non-empty str naming the ids (e.g. "
+                        f"'embedding: ids'), got {strict!r}")
+    return strict
+
+
+def check_ids(op: str, arg: str, ids, n: int, ignore=None, strict=None) -> None:
+    """IndexError unless every id (but ``ignore``) lies in [-n, n); with ``strict`` (the name
+    of the ids) ``check_strict_ids``'s rule instead."""
+    if strict is not None:
+        check_strict_ids(strict, ids, n, ignore)
+        return
     if ids.size == 0:
         return
     vals = ids if ignore is None else ids[ids != ignore]
@@ -69,10 +103,10 @@ def _take_infer(shapes_: tuple, attrs: dict) -> tuple[tuple, dict]:
     axis = _axis("take", attrs, len(x))
     out = x[:axis] + tuple(ids) + x[axis + 1:]
     shapes.check_rank("take", "out", out)
-    return out, {"axis": axis}
+    return out, {"axis": axis, "strict": check_strict("take", attrs.get("strict"))}
 
 
-def _take_ref(x, ids, *, axis):
+def _take_ref(x, ids, *, axis, strict=None):
     return np.take(x, _norm(ids, x.shape[axis]), axis=axis)
 
 
@@ -112,7 +146,7 @@ def _take_kernels(cpu: bool):
     return kernels
 
 
-def _take_launch(rt, ks, ins, out, *, axis):
+def _take_launch(rt, ks, ins, out, *, axis, strict=None):
     x, ids = ins
     a, n, b = _around(x.shape, axis)
     total = out.size
@@ -122,18 +156,19 @@ def _take_launch(rt, ks, ins, out, *, axis):
 
 
 def _take_check(ins, attrs):
-    check_ids("take", "ids", ins[1], ins[0].shape[attrs["axis"]])
+    check_ids("take", "ids", ins[1], ins[0].shape[attrs["axis"]], strict=attrs.get("strict"))
 
 
-def _take_vjp(be, g, ins, out, needs, axis):
+def _take_vjp(be, g, ins, out, needs, axis, strict=None):
     x, ids = ins
     return (be.take_grad(g, ids, x.shape[axis], axis) if needs[0] else None, None)
 
 
-register(Op("take", ("x", "ids"), ("axis",), _take_infer, _take_ref, _take_kernels(False),
-            _take_launch, _take_vjp,
-            "numpy's take: x's positions named by int64 ids along one axis",
-            {"axis": 0}, cpu=_take_kernels(True), types=(F, IDS), check=_take_check))
+register(Op("take", ("x", "ids"), ("axis", "strict"), _take_infer, _take_ref,
+            _take_kernels(False), _take_launch, _take_vjp,
+            "numpy's take: x's positions named by int64 ids along one axis (strict: ids in "
+            "[0, n) only)", {"axis": 0, "strict": None}, cpu=_take_kernels(True),
+            types=(F, IDS), check=_take_check))
 
 
 def _take_grad_infer(shapes_: tuple, attrs: dict) -> tuple[tuple, dict]:
@@ -261,10 +296,11 @@ def _along_infer(shapes_: tuple, attrs: dict) -> tuple[tuple, dict]:
     if ignore is not None and (isinstance(ignore, bool) or
                                not isinstance(ignore, (int, np.integer))):
         raise TypeError(f"take_along_axis: ignore must be an int or None, got {ignore!r}")
-    return ids, {"axis": axis, "ignore": None if ignore is None else int(ignore)}
+    return ids, {"axis": axis, "ignore": None if ignore is None else int(ignore),
+                 "strict": check_strict("take_along_axis", attrs.get("strict"))}
 
 
-def _along_ref(x, ids, *, axis, ignore):
+def _along_ref(x, ids, *, axis, ignore, strict=None):
     n = x.shape[axis]
     keep = np.ones(ids.shape, bool) if ignore is None else ids != ignore
     safe = np.where(keep, _norm(ids, n), 0)
@@ -363,7 +399,7 @@ def _along_kernels(name: str, cuda: Template, cpu_t: Template, cpu: bool, first:
     return kernels
 
 
-def _along_launch(rt, ks, ins, out, *, axis, ignore):
+def _along_launch(rt, ks, ins, out, *, axis, ignore, strict=None):
     x, ids = ins
     n = x.shape[axis]
     a, _, b = _around(x.shape, axis)
@@ -373,19 +409,21 @@ def _along_launch(rt, ks, ins, out, *, axis, ignore):
                           0 if ignore is None else ignore, int(ignore is not None)))
 
 
-def _along_vjp(be, g, ins, out, needs, axis, ignore):
+def _along_vjp(be, g, ins, out, needs, axis, ignore, strict=None):
     x, ids = ins
     return (be.take_along_axis_grad(g, ids, x.shape[axis], axis, ignore) if needs[0] else None,
             None)
 
 
-register(Op("take_along_axis", ("x", "ids"), ("axis", "ignore"), _along_infer, _along_ref,
-            _along_kernels("take_along_axis", _ALONG, _CPU_ALONG, False, "x"), _along_launch,
-            _along_vjp, "numpy's take_along_axis (ids == ignore give +0.0)",
-            {"axis": -1, "ignore": None},
+register(Op("take_along_axis", ("x", "ids"), ("axis", "ignore", "strict"), _along_infer,
+            _along_ref, _along_kernels("take_along_axis", _ALONG, _CPU_ALONG, False, "x"),
+            _along_launch, _along_vjp,
+            "numpy's take_along_axis (ids == ignore give +0.0; strict: ids in [0, n) only)",
+            {"axis": -1, "ignore": None, "strict": None},
             cpu=_along_kernels("take_along_axis", _ALONG, _CPU_ALONG, True, "x"),
             types=(F, IDS), check=lambda ins, at: check_ids(
-                "take_along_axis", "ids", ins[1], ins[0].shape[at["axis"]], at["ignore"])))
+                "take_along_axis", "ids", ins[1], ins[0].shape[at["axis"]], at["ignore"],
+                at.get("strict"))))
 
 
 def _along_grad_infer(shapes_: tuple, attrs: dict) -> tuple[tuple, dict]:
