@@ -63,11 +63,7 @@ def gelu(x: Var, approximate: str = "none") -> Var:
         x3 = ops.mul(ops.mul(x, x), x)
         inner = ops.muls(ops.add(x, ops.muls(x3, GELU_KAPPA)), GELU_BETA)
         return ops.mul(half, ops.adds(ops.tanh(inner), 1.0))
-    erf = getattr(ops, "erf", None)
-    if erf is None:  # NOTE: the erf op lands with the math-library work (issue 38)
-        raise NotImplementedError("gelu: the exact form needs the erf op, which this gtensor "
-                                  "does not have; use approximate='tanh'")
-    return ops.mul(half, ops.adds(erf(ops.muls(x, M_SQRT1_2)), 1.0))
+    return ops.mul(half, ops.adds(ops.erf(ops.muls(x, M_SQRT1_2)), 1.0))
 
 
 def silu(x: Var) -> Var:
@@ -90,13 +86,9 @@ def softplus(x: Var, beta: float = 1.0, threshold: float = 20.0) -> Var:
     _var("softplus", x)
     beta = real_arg("softplus", "beta", beta, positive=True)
     threshold = real_arg("softplus", "threshold", threshold)
-    log1p = getattr(ops, "log1p", None)
-    if log1p is None:  # NOTE: the log1p op lands with the math-library work (issue 38)
-        raise NotImplementedError("softplus: needs the log1p op, which this gtensor does not "
-                                  "have")
     bx = x if beta == 1.0 else ops.muls(x, beta)
     over = ops.greater(bx, threshold)
-    y = log1p(ops.exp(ops.where(over, 0.0, bx)))
+    y = ops.log1p(ops.exp(ops.where(over, 0.0, bx)))
     if beta != 1.0:
         y = ops.div(y, np.asarray(beta, dtype=x.dtype))
     return ops.where(over, x, y)
