@@ -276,7 +276,69 @@ def log(check: bool) -> bool:
     return write("log", doc, items, check)
 
 
-GENERATORS = {"const": const, "erf": erf, "log": log}
+# --------------------------------------------------------------------------- exp, expm1
+EXP_BITS, EXP_DEG = 6, 8  # 64 table entries 2^(j/64); Taylor degree of expm1(r)
+
+
+def _split_bits(v, bits):
+    """``v`` rounded to ``bits`` significant bits (so small integer multiples stay exact)."""
+    e = int(mp.floor(mp.log(abs(v), 2)))
+    q = mp.mpf(2) ** (e - bits + 1)
+    return mp.nint(v / q) * q
+
+
+def exp(check: bool) -> bool:
+    """exp / expm1's table 2^(j/64), the pieces of ln2/64, the expm1(r) polynomial and bound."""
+    n = 1 << EXP_BITS
+    step = mp.log(2) / n
+    l_hi = _split_bits(step, 36)
+    l_mid = _split_bits(step - l_hi, 36)
+    l_lo = step - l_hi - l_mid
+    rmax = step / 2 * (1 + mp.mpf(2) ** -40)  # |r| after the reduction (with its roundings)
+    coefs = [mp.mpf(0)] + [1 / mp.factorial(k) for k in range(1, EXP_DEG + 1)]
+    c3 = split(coefs[3], 2)
+    tail = [float(c) for c in coefs[4:]]
+    ex = coefs[:3] + [mp.mpf(c3[0]) + mp.mpf(c3[1])] + [mp.mpf(c) for c in tail]
+    approx = max(abs(horner(ex, r) / mp.expm1(r) - 1)
+                 for r in (rmax * (2 * j / 4000 - 1) for j in range(4001)) if r != 0)
+    tailb = _tail_bound([mp.mpf(0)] * 4 + ex[4:], rmax, 4) * rmax ** 3 / (1 - rmax)
+    eps_p = approx * mp.mpf(1.25) + tailb + 5 * mp.mpf(2) ** -103  # r_lo term: 2^-106 more
+    # expm1(x) = A + B, A = 2^k T_j - 1, B = 2^k T_j expm1(r): |B| <= 2 |result|, A exact to
+    # 2^-104 (the table, a two-sum) and |A| <= 3 |result| (checked on the table's grid)
+    ratio = mp.mpf(0)
+    for k in (-2, -1, 0, 1):
+        for j in range(n):
+            t = mp.mpf(2) ** (k + mp.mpf(j) / n)
+            for r in (-rmax, rmax):
+                res = abs(t * mp.exp(r) - 1)
+                if k == 0 and j == 0:
+                    continue
+                ratio = max(ratio, abs(t * mp.expm1(r)) / res, abs(t - 1) / res)
+    eps = eps_p * ratio + 4 * ratio * mp.mpf(2) ** -103
+    print(f"exp: P eps 2^{float(mp.log(eps_p, 2)):.2f}; ratio {float(ratio):.2f}; "
+          f"expm1 eps 2^{float(mp.log(eps, 2)):.2f}")
+    items = {
+        "BITS": EXP_BITS,
+        "DEG": EXP_DEG,
+        "EPS_EXPM1": float(eps).hex(),
+        "EPS_P": float(eps_p).hex(),
+        "INV_STEP": float(n / mp.log(2)).hex(),
+        "L_HI": float(l_hi).hex(),
+        "L_MID": float(l_mid).hex(),
+        "L_LO": float(l_lo).hex(),
+        "C3": hexs(c3),
+        "TAIL": hexs(tail),
+        "T": hexs([p_ for j in range(n) for p_ in split(mp.mpf(2) ** (mp.mpf(j) / n), 3)]),
+    }
+    doc = ("exp / expm1's fast path: x = (64k + j) ln2/64 + r, N = rint(x 64/ln2), ln2/64 =\n"
+           "L_HI + L_MID + L_LO (36-bit pieces: N L_HI, N L_MID exact for |N| < 2^17);\n"
+           "T[3j..3j+2] = 2^(j/64) as a triple-double; expm1(r) ~ r (1 + r (1/2 + r (C3 + r\n"
+           "TAIL(r)))), Taylor to degree DEG, relative error <= EPS_P; EPS_EXPM1: the bound\n"
+           "of the double-double expm1(x) = (2^k T_j - 1) + 2^k T_j expm1(r).")
+    return write("exp", doc, items, check)
+
+
+GENERATORS = {"const": const, "erf": erf, "log": log, "exp": exp}
 
 
 def main(argv: list[str] | None = None) -> int:

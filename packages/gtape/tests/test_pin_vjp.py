@@ -167,6 +167,8 @@ ROWS = [
         G, i[0])]),
     Row("log1p", g.log1p, (S,), lambda i, y, G, dt: [
         ew(lambda q, x: q / (x + _T(dt)(1.0)), G, i[0])], (0,)),
+    Row("expm1", g.expm1, (S,), lambda i, y, G, dt: [
+        ew(lambda q, o: q * (o + _T(dt)(1.0)), G, y)]),
     Row("sum", g.sum, (S,), lambda i, y, G, dt: [np.broadcast_to(G, S)]),
     Row("sum_axis0", lambda x: g.sum(x, 0), (S,), lambda i, y, G, dt: [np.broadcast_to(G, S)]),
     Row("sum_keepdims", lambda x: g.sum(x, 1, keepdims=True), (S,),

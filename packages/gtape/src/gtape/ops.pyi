@@ -402,6 +402,10 @@ def log1p(x: FloatOperand) -> Var:
     """Log(1 + x), correctly rounded. [gtensor op log1p: differentiable; result float]"""
 
 
+def expm1(x: FloatOperand) -> Var:
+    """Exp(x) - 1, correctly rounded. [gtensor op expm1: differentiable; result float]"""
+
+
 def dropout(x: FloatOperand, key: IndexOperand, p) -> Var:
     """X * 1/(1-p) where the element's uniform >= p, else +0.0 (mask from the key). [gtensor op
     dropout: differentiable; result float]"""

@@ -13,7 +13,7 @@ import numpy as np
 from .. import dtypes, shapes
 from ..dtypes import F32, F64, FLOATS, FloatType, round_scalar
 from ..kernels import Kernel
-from ..scalar import crerf, crlog
+from ..scalar import crerf, crexp, crlog
 from ..scalar import transcendental as tr
 from ..scalar.dsl import ScalarFn, scalar_fn
 from .forms import ELEMENT_COST, MAP, SCALAR, ZIP2, split_cost
@@ -67,6 +67,7 @@ SIGMOID = {F64: tr.SIGMOID_F64, F32: tr.SIGMOID_F32}
 # correctly rounded (gtensor.scalar.crmath): the exact value rounded once, in both dtypes
 ERF = {F64: crerf.ERF_F64, F32: crerf.ERF_F32}
 LOG1P = {F64: crlog.LOG1P_F64, F32: crlog.LOG1P_F32}
+EXPM1 = {F64: crexp.EXPM1_F64, F32: crexp.EXPM1_F32}
 TWO_OVER_SQRTPI = 1.1283791670955126  # 2/sqrt(pi) rounded to float64 (0x1.20dd750429b6dp+0)
 
 # --------------------------------------------------------------------------- kernels
@@ -248,6 +249,10 @@ unary("sqrt", SQRT, lambda be, g, ins, out, needs: (be.div(g, be.add(out, out)),
 unary("erf", ERF, _erf_vjp, "error function 2/sqrt(pi) int_0^x exp(-t^2) dt, correctly rounded")
 unary("log1p", LOG1P, lambda be, g, ins, out, needs: (be.div(g, be.adds(ins[0], 1.0)),),
       "log(1 + x), correctly rounded")
+# expm1's derivative e^x from the output: g * (out + 1), as torch (no second exp; below
+# x = -37.4 out + 1 is exactly 0, an absolute error under 2^-54)
+unary("expm1", EXPM1, lambda be, g, ins, out, needs: (be.mul(g, be.adds(out, 1.0)),),
+      "exp(x) - 1, correctly rounded")
 binary("relu_grad", RELU_GRAD, _relu_grad_vjp, "g where x > 0 else 0 (relu's backward)",
        ("g", "x"))
 binary("sigmoid_grad", SIGMOID_GRAD, _sigmoid_grad_vjp,
@@ -257,5 +262,5 @@ binary("tanh_grad", TANH_GRAD, _tanh_grad_vjp, "g * (1 - y * y) (tanh's backward
 
 SCALAR_FNS = [fn for table in (ADD, SUB, MUL, DIV, NEG, SQRT, RELU, RELU_GRAD, SIGMOID_GRAD,
                                TANH_GRAD, EXP, LOG, TANH, SIGMOID, MAX, MAX_MASK, MIN, MIN_MASK,
-                               ERF, LOG1P)
+                               ERF, LOG1P, EXPM1)
               for fn in table.values()]

@@ -12,10 +12,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from types import ModuleType
 
-from . import crerf, crlog
+from . import crerf, crexp, crlog
 from .dsl import ScalarFn
 
-ALL: list[ScalarFn] = [*crerf.ALL, *crlog.ALL]
+ALL: list[ScalarFn] = [*crerf.ALL, *crlog.ALL, *crexp.ALL]
 
 
 @dataclass(frozen=True)
@@ -34,6 +34,8 @@ BY_NAME: dict[str, Function] = {
     "erf": Function(crerf.ERF_F64, crerf.ERF_F32, crerf.erf_acc_f64, crerf.erf_acc_f32, crerf),
     "log1p": Function(crlog.LOG1P_F64, crlog.LOG1P_F32, crlog.log1p_acc_f64,
                       crlog.log1p_acc_f32, crlog),
+    "expm1": Function(crexp.EXPM1_F64, crexp.EXPM1_F32, crexp.expm1_acc_f64,
+                      crexp.expm1_acc_f32, crexp),
 }
 
 

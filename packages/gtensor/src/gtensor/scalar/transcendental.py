@@ -284,7 +284,7 @@ def log_f64(m, x):
 
 
 # --------------------------------------------------------------------------- expm1
-@scalar_fn("gt_expm1_f64", (F64,), F64)
+@scalar_fn("gt_expm1_fd_f64", (F64,), F64)  # fdlibm, tanh's; the op expm1 is crexp's
 def expm1_f64(m, x):
     """exp(x) - 1 for float64, < 1 ulp (fdlibm s_expm1.c).
 
