@@ -53,6 +53,80 @@ def returns_non_scalar(tp, params, batch):
     return batch["x"] @ params["W1"]
 
 
+# ---------------------------------------------------------------- a GPT-like model, dropout
+VOCAB, T, C, HEADS = 11, 6, 8, 2
+
+
+class TinyGPT(g.nn.Module):
+    """A pre-norm decoder block over token and position embeddings with dropout in three
+    places (embeddings, attention weights, MLP), causal attention, GELU and a tied head."""
+
+    def __init__(self, tp, p: float = 0.2):
+        self.wte = g.nn.Embedding(tp, VOCAB, C)
+        self.wpe = g.nn.Embedding(tp, T, C)
+        self.drop = g.nn.Dropout(p, tp=tp)
+        self.ln1 = g.nn.LayerNorm(tp, C)
+        self.attn = g.nn.MultiheadAttention(tp, C, HEADS, dropout=p)
+        self.ln2 = g.nn.LayerNorm(tp, C)
+        self.fc = g.nn.Linear(tp, C, 4 * C)
+        self.proj = g.nn.Linear(tp, 4 * C, C)
+        self.mlp_drop = g.nn.Dropout(p, tp=tp)
+        self.lnf = g.nn.LayerNorm(tp, C)
+
+    def forward(self, idx):
+        x = self.drop(self.wte(idx) + self.wpe(np.arange(idx.shape[1])))
+        h = self.ln1(x)
+        x = x + self.attn(h, h, h, need_weights=False, is_causal=True)[0]
+        x = x + self.mlp_drop(self.proj(g.gelu(self.fc(self.ln2(x)), approximate="tanh")))
+        return self.lnf(x) @ self.wte.weight.transpose(0, 1)
+
+
+def gpt_factory(tp):
+    """The model factory: built on the replica's tape, its keys from the tape's stream."""
+    return TinyGPT(tp)
+
+
+def gpt_loss(tp, model, batch):
+    """Next-token cross-entropy of the tiny GPT."""
+    logits = model(batch["idx"])
+    return g.cross_entropy(logits.reshape(-1, VOCAB), batch["tgt"].reshape(-1))
+
+
+def gpt_groups():
+    """nanoGPT's rule: matrices decay, vectors (biases, norms) do not."""
+    tp = g.Tape()
+    named = dict(TinyGPT(tp).named_parameters())
+    return [{"params": [n for n, v in named.items() if len(v.shape) >= 2],
+             "weight_decay": 0.1},
+            {"params": [n for n, v in named.items() if len(v.shape) < 2], "weight_decay": 0.0}]
+
+
+def gpt_case(seed: int = 3, rows: int = 6, steps: int = 20):
+    """Batches of the tiny GPT: ``rows`` sequences of T tokens, targets shifted by one."""
+    rng = np.random.default_rng(seed)
+    text = rng.integers(0, VOCAB, 4000)
+    out = []
+    for _ in range(steps):
+        at = rng.integers(0, text.size - T - 1, rows)
+        out.append({"idx": np.stack([text[a:a + T] for a in at]),
+                    "tgt": np.stack([text[a + 1:a + T + 1] for a in at])})
+    return out
+
+
+def gpt_trainer(cls, bname, dtype="float64", inner="plain", **kw):
+    """A trainer of the tiny GPT: AdamW with groups, torch's clip, cosine with warmup."""
+    import gopt
+
+    return cls(gpt_loss, gpt_factory, gopt.AdamW, {"lr": 3e-2, "betas": (0.9, 0.95)},
+               microbatch=2, backend=bname, dtype=dtype, inner=inner, seed=5,
+               param_groups=gpt_groups(), clip=0.5, clip_rule="torch",
+               schedule=lambda opt: gopt.schedules.cosine(opt, total_steps=20,
+                                                          warmup_steps=3), **kw)
+
+
+def unseeded_factory(tp):
+    """A factory that is not deterministic: global random state, different per process."""
+    return {"w": tp.param(np.random.default_rng().normal(size=(8, 3)))}
 
 
 def mlp_case(seed: int = 0, rows: int = 24):

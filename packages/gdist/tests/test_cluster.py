@@ -1,7 +1,10 @@
 """DataParallel on real LocalClusters of 1, 2 and 3 worker processes: bitwise Local for two
-models, f64 and f32, shuffled submission order and any placement; the model built once per
-worker process; a raising loss_fn surfaced with the step not applied; bad input refused
-before any task is sent."""
+models, f64 and f32, any placement, submission order, resident data or rows, the tree on the
+workers or on the driver; the tiny GPT (dropout, AdamW with groups, torch's clip, a cosine
+schedule) over 1, 2, 3 workers; a model built once per worker; the replicas' digest check
+catching a perturbed replica; a raising loss_fn surfaced with the step not applied; bad input
+refused before anything is sent; workers that differ from the driver and a factory that is
+not deterministic refused at start."""
 
 from __future__ import annotations
 
@@ -10,24 +13,38 @@ import logging
 import gdist
 import numpy as np
 import pytest
-from gdist_models import CASES, mlp_case, mlp_ce, mlp_ce_boom
+from gdist_models import (
+    CASES,
+    gpt_case,
+    gpt_trainer,
+    mlp_case,
+    mlp_ce,
+    mlp_ce_boom,
+    unseeded_factory,
+)
 
 distributed = pytest.importorskip("distributed")
 
 DTYPES = ["float64", "float32"]
-# placement(microbatch index, sorted worker addresses) -> address
-PLACEMENTS = {
-    "dask": None,  # Dask's own choice
-    "round_robin": lambda i, ws: ws[i % len(ws)],
-    "reversed": lambda i, ws: ws[::-1][i % len(ws)],
-    "last_worker": lambda i, ws: ws[-1],
-}
-VARIANTS = {name: {"placement": p} for name, p in PLACEMENTS.items()}
-VARIANTS["driver_tree"] = {"placement": PLACEMENTS["round_robin"], "tree_on": "driver"}
+KERNELS = ("sim", "cpu", "cuda")
+STEPS = 6  # the 3 batches of a case, twice: as rows, then as indices into resident data
 
 
 def bits(params: dict) -> dict:
     return {k: np.asarray(v).tobytes() for k, v in params.items()}
+
+
+class Rotating:
+    """A placement that changes every step: contiguous, round-robin, reversed, all on the last
+    worker (a placement is called once per microbatch, in order)."""
+
+    def __init__(self, k: int) -> None:
+        self.k, self.calls = k, 0
+
+    def __call__(self, i: int, ws: list[str]) -> str:
+        step, self.calls = self.calls // self.k, self.calls + 1
+        n = len(ws)
+        return [ws[i * n // self.k], ws[i % n], ws[::-1][i % n], ws[-1]][step % 4]
 
 
 def trainer(cls, name: str, bname: str, dtype: str, **kw):
@@ -37,6 +54,17 @@ def trainer(cls, name: str, bname: str, dtype: str, **kw):
                **extra, **kw), batches
 
 
+def run(t, batches) -> list:
+    """STEPS steps: the batches as rows, then the same batches as resident row indices."""
+    out = [(t.step(b), bits(t.params)) for b in batches]
+    data = {k: np.concatenate([b[k] for b in batches]) for k in batches[0]}
+    t.load_data(data)
+    rows = len(batches[0][next(iter(data))])
+    for j in range(len(batches)):
+        out.append((t.step(np.arange(j * rows, (j + 1) * rows)), bits(t.params)))
+    return out
+
+
 @pytest.fixture(scope="module")
 def reference(bname):
     """Local runs of every (model, dtype): the losses and params after each step."""
@@ -44,7 +72,7 @@ def reference(bname):
     for name in CASES:
         for dtype in DTYPES:
             t, batches = trainer(gdist.Local, name, bname, dtype)
-            out[name, dtype] = [(t.step(b), bits(t.params)) for b in batches]
+            out[name, dtype] = run(t, batches)
     return out
 
 
@@ -60,40 +88,88 @@ def client(request):
     cluster.close()
 
 
-@pytest.mark.parametrize("variant", sorted(VARIANTS))
+def two(client) -> None:
+    if len(client.nthreads()) != 2:
+        pytest.skip("runs on the 2-worker cluster")
+
+
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("name", sorted(CASES))
-def test_bitwise_equal_to_local(client, reference, bname, name, dtype, variant) -> None:
-    seed = sorted(VARIANTS).index(variant)  # a different submission shuffle each
-    t, batches = trainer(gdist.DataParallel, name, bname, dtype, client=client,
-                         submit_seed=seed, **VARIANTS[variant])
-    for step, (b, (loss, params)) in enumerate(zip(batches, reference[name, dtype])):
-        got = t.step(b)
-        assert got == loss, f"step {step}: loss {got!r} vs Local {loss!r}"
-        assert bits(t.params) == params, f"step {step}: params differ from Local"
-    assert all(v.dtype == np.dtype(dtype) for v in t.params.values())
-
-
-def test_model_built_once_per_worker_process(client, bname) -> None:
-    """A fresh model (its own key) spread over every worker: each builds it exactly once."""
-    init, batches = mlp_case(seed=7)  # different shapes from any other test: a new key
-    init = {k: np.concatenate([v, v[:, :1]], axis=1) if k == "W2" else v
-            for k, v in init.items()}
-    init["b2"] = np.zeros((1, 4))
+def test_bitwise_equal_to_local(client, reference, bname, name, dtype) -> None:
+    k = {"mlp": 6, "tanh": 3}[name]  # microbatches per batch
     before = client.run(gdist.worker_stats)
-    t = gdist.DataParallel(mlp_ce, init, microbatch=4, client=client, backend=bname,
-                           placement=PLACEMENTS["round_robin"])
-    for b in batches:
-        t.step(b)
+    t, batches = trainer(gdist.DataParallel, name, bname, dtype, client=client,
+                         placement=Rotating(k), submit_seed=7, check_every=2)
+    for step, (got, want) in enumerate(zip(run(t, batches), reference[name, dtype])):
+        assert got[0] == want[0], f"step {step}: loss {got[0]!r} vs Local {want[0]!r}"
+        assert got[1] == want[1], f"step {step}: params differ from Local"
+    assert all(v.dtype == np.dtype(dtype) for v in t.params.values())
     after = client.run(gdist.worker_stats)
-    assert set(after) == set(before)
-    for addr in after:
+    for addr in after:  # one model per worker, built once; every worker computed
         assert after[addr]["builds"] - before[addr]["builds"] == 1, (addr, before, after)
         assert after[addr]["microbatches"] > before[addr]["microbatches"]
-    assert sum(a["microbatches"] - before[w]["microbatches"] for w, a in after.items()) == 18
+    ran = sum(a["microbatches"] - before[w]["microbatches"] for w, a in after.items())
+    assert ran == STEPS * k
+    assert t.optimizer.t == STEPS and t.steps == STEPS
+    t.close()
+
+
+@pytest.mark.parametrize("combo", ["float64-plain", "float32-fma"])
+def test_tiny_gpt_with_dropout_is_bitwise_local(client, bname, combo) -> None:
+    """AdamW with groups, torch's clip, cosine with warmup, dropout in three modules; the
+    replicas capture their step on kernel backends (Local stays eager)."""
+    dtype, inner = combo.split("-")
+    steps = 5 if len(client.nthreads()) != 2 else 8
+    batches = gpt_case(steps=steps)
+    ref = gpt_trainer(gdist.Local, bname, dtype, inner)
+    want = [(ref.step(b), bits(ref.params)) for b in batches]
+    t = gpt_trainer(gdist.DataParallel, bname, dtype, inner, client=client,
+                    capture=bname in KERNELS, check_every=3)
+    for step, (b, (loss, params)) in enumerate(zip(batches, want)):
+        assert t.step(b) == loss, f"step {step}"
+        assert bits(t.params) == params, f"step {step}"
+    assert want[-1][0] < want[0][0]
+    t.close()
+
+
+def test_tree_on_the_driver(client, bname) -> None:
+    two(client)
+    ref, batches = trainer(gdist.Local, "mlp", bname, "float64")
+    t, _ = trainer(gdist.DataParallel, "mlp", bname, "float64", client=client,
+                   tree_on="driver", placement=lambda i, ws: ws[i % len(ws)])
+    for b in batches:
+        assert t.step(b) == ref.step(b)
+    assert t.digest() == ref.digest()
+    t.close()
+
+
+def test_the_digest_check_catches_a_perturbed_replica(client, bname) -> None:
+    two(client)
+    t, batches = trainer(gdist.DataParallel, "mlp", bname, "float64", client=client,
+                         check_every=2)
+    t.step(batches[0])
+    t.step(batches[1])  # checked: equal
+    run_id, victim = t._replicas.run, t.workers[1]
+
+    def perturb(run_id: str) -> None:
+        from gdist import service
+
+        model = service._RUNS[run_id].model
+        values = model.values()
+        values["b1"] = np.nextafter(values["b1"], np.inf)  # one ulp, one array
+        model.set_values(values)
+
+    client.run(perturb, run_id, workers=[victim])
+    t.step(batches[2])  # not a check step: goes on
+    with pytest.raises(gdist.ReplicaMismatch, match=rf"at step 3 the replica on {victim}"):
+        t.step(batches[0])
+    with pytest.raises(gdist.ReplicaMismatch, match="the run stopped"):
+        t.step(batches[1])
+    t.close()
 
 
 def test_a_raising_loss_fn_surfaces_and_the_step_is_not_applied(client, bname) -> None:
+    two(client)
     init, batches = mlp_case()
     t = gdist.DataParallel(mlp_ce_boom, init, microbatch=4, client=client, backend=bname,
                            submit_seed=1)
@@ -112,27 +188,73 @@ def test_a_raising_loss_fn_surfaces_and_the_step_is_not_applied(client, bname) -
         ref.step(b)
     t.step(ok[1])  # the trainer goes on as if the failed step had never been tried
     assert t.digest() == ref.digest()
+    t.close()
 
 
-def test_bad_input_is_refused_before_any_task_is_sent(client, bname, monkeypatch) -> None:
+def test_bad_input_is_refused_before_anything_is_sent(client, bname, monkeypatch) -> None:
+    two(client)
     init, batches = mlp_case()
     t = gdist.DataParallel(mlp_ce, init, microbatch=4, client=client, backend=bname)
     t.step(batches[0])
     sent = []
-    real = client.submit
-    monkeypatch.setattr(client, "submit", lambda *a, **k: sent.append(a) or real(*a, **k))
+    real = t._replicas.call
+
+    async def spy(addr, call, **payload):
+        sent.append(call)
+        return await real(addr, call, **payload)
+
+    monkeypatch.setattr(t._replicas, "call", spy)
     b = batches[1]
     for batch, msg in [({"x": b["x"][:21], "y": b["y"][:21]}, "B = 21 rows"),
                        ({"x": b["x"]}, r"missing \['y'\]"),
-                       ({**b, "z": b["y"]}, r"unknown \['z'\]")]:
+                       ({**b, "z": b["y"]}, r"unknown \['z'\]"),
+                       (np.arange(8), "no data is resident")]:
         with pytest.raises(ValueError, match=msg):
             t.step(batch)
     with pytest.raises(ValueError, match="has shape"):
         t.set_params({**t.params, "W1": np.zeros((7, 16))})
+    sent.clear()  # t.params asked a replica
     nowhere = gdist.DataParallel(mlp_ce, init, microbatch=4, client=client, backend=bname,
                                  placement=lambda i, ws: "tcp://127.0.0.1:1")
+    monkeypatch.setattr(nowhere._replicas, "call", spy)
     with pytest.raises(ValueError, match=r"placement\(0, workers\) returned 'tcp://127.0.0.1:1'"):
         nowhere.step(b)
     assert sent == []
     t.step(b)
-    assert len(sent) == 1 + 6 + 5  # params, 6 microbatches, 5 tree nodes
+    assert sent == ["step", "step"]  # one request per replica: the rest is between them
+    t.close()
+    nowhere.close()
+
+
+def test_workers_that_differ_and_random_factories_are_refused(client, bname) -> None:
+    two(client)
+    init, _ = mlp_case()
+    victim = sorted(client.nthreads())[1]
+    held = {a: s["replicas"] for a, s in client.run(gdist.worker_stats).items()}
+
+    def patch(on: bool) -> None:
+        from gdist import identity
+
+        if on:
+            identity._real = identity.sources_hash
+            identity.sources_hash = lambda p: "0" * 64 if p == "gopt" else identity._real(p)
+        else:
+            identity.sources_hash = identity._real
+
+    client.run(patch, True, workers=[victim])
+    try:
+        with pytest.raises(gdist.WorkerRefused, match=rf"worker at {victim} does not run what "
+                                                      r"the driver runs \(gopt sources"):
+            gdist.DataParallel(mlp_ce, init, microbatch=4, client=client, backend=bname)
+    finally:
+        client.run(patch, False, workers=[victim])
+    with pytest.raises(ValueError, match="first digests differ.*not deterministic"):
+        gdist.DataParallel(lambda tp, p, b: g_sum(p["w"]), unseeded_factory, microbatch=4,
+                           client=client, backend=bname)
+    assert {a: s["replicas"] for a, s in client.run(gdist.worker_stats).items()} == held
+
+
+def g_sum(w):
+    import gtape as g
+
+    return g.sum(w)

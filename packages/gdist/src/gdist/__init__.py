@@ -1,9 +1,10 @@
-"""gdist: exact data-parallel training of any gtape tape on a Dask cluster.
+"""gdist: exact data-parallel training of any gtape model on a Dask cluster.
 
 The batch is cut into microbatches of m rows in order; each microbatch's gradient is computed
-by a tape on some worker; the gradients are summed in a fixed pairwise tree over microbatch
-index (never over workers), then divided by their count; the driver's gopt optimizer steps once
-on that. The bits depend on the data, m and the tree only: 1, 2 or N workers, any placement,
+by a replica (one per worker, built once, holding its optimizer and resident data); the
+gradients are summed in a fixed pairwise tree over microbatch index (never over workers),
+between the replicas, then divided by their count; every replica steps its own optimizer on
+that. The bits depend on the data, m and the tree only: 1, 2 or N workers, any placement,
 any completion order, and ``gdist.Local`` (one process, no Dask) give the same bits.
 
 >>> import numpy as np, gtape as g, gopt, gdist
@@ -20,11 +21,14 @@ True
 
 from __future__ import annotations
 
-from . import tree
+from . import faults, tree
+from .capture import CaptureRefused
+from .cluster import ReplicaMismatch, WorkerRefused
 from .digest import params_digest
-from .trainer import DataParallel, Local, Trainer
-from .worker import stats as worker_stats
+from .stats import stats as worker_stats
+from .trainer import DataParallel, Local, OptimizerView, Trainer
 
 __version__ = "0.1.0"
-__all__ = ["DataParallel", "Local", "Trainer", "__version__", "params_digest", "tree",
+__all__ = ["CaptureRefused", "DataParallel", "Local", "OptimizerView", "ReplicaMismatch",
+           "Trainer", "WorkerRefused", "__version__", "faults", "params_digest", "tree",
            "worker_stats"]

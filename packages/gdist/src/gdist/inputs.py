@@ -100,6 +100,28 @@ def cut(data: Mapping[str, np.ndarray], m: int) -> list[dict[str, np.ndarray]]:
     return [{k: np.array(a[lo:lo + m]) for k, a in data.items()} for lo in range(0, rows, m)]
 
 
+def indices(where: str, got: Any, rows: int | None, m: int) -> np.ndarray:
+    """B row indices into the resident data (``load_data``): ints in [0, rows), B % m == 0."""
+    try:
+        a = np.asarray(got)
+    except ValueError:
+        a = np.zeros(0, object)
+    if a.dtype.kind not in "iu" or a.ndim != 1:
+        raise TypeError(f"{where}: batch is {describe(got)}; expected a non-empty dict "
+                        "{name: numpy array of B rows}, or a 1-d int array of B row indices "
+                        "into the resident data (load_data)")
+    if rows is None:
+        raise ValueError(f"{where}: got {a.size} row indices but no data is resident; call "
+                         "load_data(data) first (or pass the rows: {name: array})")
+    if a.size == 0 or a.size % m:
+        raise ValueError(f"{where}: the batch has B = {a.size} rows; expected a positive "
+                         f"multiple of microbatch = {m}")
+    if a.min() < 0 or a.max() >= rows:
+        raise ValueError(f"{where}: row indices lie in [{a.min()}, {a.max()}]; expected them in "
+                         f"[0, {rows}) (the resident data's rows)")
+    return np.ascontiguousarray(a, dtype=np.int64)
+
+
 def positive_int(where: str, arg: str, x: Any) -> int:
     """``x`` checked to be an int >= 1."""
     if isinstance(x, bool) or not isinstance(x, (int, np.integer)) or x < 1:

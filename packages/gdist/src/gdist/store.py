@@ -1,47 +1,49 @@
-"""The driver's parameters as a gopt *parameter store*: values and reduced gradients.
+"""A replica's parameters as a gopt *parameter store*: the model's values, the reduced gradient.
 
 gopt's optimizers step over a ``gtape.Tape`` or any object with ``backend``, ``dtype``,
 ``value(p)``, ``grad(p)``, ``set_value(p, x)`` and ``check_param(where, p)`` (see
-``gopt.Optimizer``). Here the gradient of each param is not computed by a local backward but
-written in: the batch gradient reduced from the workers' microbatch gradients (``set_grads``).
-The optimizer then steps on it with its usual ops, clip and L2 included.
+``gopt.Optimizer``). Here the parameters are the model's own param Vars and their values are
+the buffers the model computes with (the tape's, or the captured program's), updated in place;
+the gradient is not a local backward's but written in: the batch gradient reduced along the
+fixed tree (``set_grads``). The optimizer then steps on it with its usual ops, clip and L2
+included.
+
+On a kernel backend the store's backend is a ``gtensor.recording.Recorder``: ops run as usual,
+and the optimizer's device half can be recorded once and replayed as one native call
+(``gdist.optim``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
+import gtape
 import gtensor
 import numpy as np
 from gtensor import describe
+from gtensor.recording import Recorder, recordable
 
-
-@dataclass(frozen=True)
-class Handle:
-    """One parameter of the store: what gopt registers (``add``) in place of a tape Var."""
-
-    name: str
-    index: int
-    shape: tuple[int, ...]
+from .model import Model
 
 
 class GradStore:
-    """Host-side parameter store on one gtensor backend and dtype."""
+    """The model's parameters (values in place) with separately written gradients."""
 
-    def __init__(self, backend: str, dtype: np.dtype, values: Mapping[str, np.ndarray]) -> None:
-        self._be = gtensor.backend(backend)
-        self._dtype = np.dtype(dtype)
-        self.handles = {name: Handle(name, i, tuple(v.shape))
-                        for i, (name, v) in enumerate(values.items())}
-        self._values = [self._be.asarray(v, dtype=self._dtype) for v in values.values()]
-        self._grads = [self._be.zeros(v.shape, self._dtype) for v in values.values()]
+    def __init__(self, model: Model) -> None:
+        inner = gtensor.backend(model.defn.backend)
+        self._be = Recorder(inner) if recordable(inner) else inner
+        self._model = model
+        self._dtype = np.dtype(model.defn.dtype)
+        self.vars = dict(model.vars)
+        self._name = {v.index: n for n, v in self.vars.items()}
+        self._grads = {n: self._be.zeros(tuple(v.shape), self._dtype)
+                       for n, v in self.vars.items()}
         self._count = 0
 
     @property
-    def backend(self) -> gtensor.Backend:
-        """The gtensor backend every value and gradient lives on."""
+    def backend(self) -> Any:
+        """The backend every value and gradient lives on (a Recorder over a kernel backend)."""
         return self._be
 
     @property
@@ -54,44 +56,54 @@ class GradStore:
         """Gradients written so far (gopt refuses a step without new ones)."""
         return self._count
 
-    def check_param(self, where: str, p: Any) -> Handle:
-        """``p`` checked to be one of this store's handles."""
-        if not isinstance(p, Handle) or self.handles.get(p.name) is not p:
-            raise TypeError(f"{where}: param is {describe(p)}; expected a gdist store handle")
+    def check_param(self, where: str, p: Any) -> gtape.Var:
+        """``p`` checked to be one of the model's parameter Vars."""
+        if not isinstance(p, gtape.Var) or self.vars.get(self._name.get(p.index, "")) is not p:
+            raise TypeError(f"{where}: param is {describe(p)}; expected a parameter of the "
+                            "gdist replica's model")
         return p
 
-    def value(self, p: Handle) -> Any:
-        """The parameter's value buffer (a backend array)."""
-        return self._values[p.index]
+    def value(self, p: gtape.Var) -> Any:
+        """The parameter's live value buffer."""
+        return self._model.buffer(self._name[p.index])
 
-    def grad(self, p: Handle) -> Any:
-        """The parameter's reduced gradient buffer (a backend array)."""
-        return self._grads[p.index]
+    param_buffer = value  # gopt updates it in place, then calls note_updated
 
-    def set_value(self, p: Handle, x: Any) -> None:
-        """Overwrite a parameter's value (a backend array is copied with the copy op)."""
-        buf = self._values[p.index]
+    def note_updated(self, p: gtape.Var) -> None:
+        """The optimizer wrote the parameter in place (the model's tape clock ticks)."""
+        self._model.note_updated(self._name[p.index])
+
+    def grad(self, p: gtape.Var) -> Any:
+        """The parameter's reduced gradient buffer."""
+        return self._grads[self._name[p.index]]
+
+    def set_value(self, p: gtape.Var, x: Any) -> None:
+        """Overwrite a parameter's value (a backend array by the copy op, host data written)."""
+        name = self._name[p.index]
+        buf = self._model.buffer(name)
         if self._be.is_array(x):
             self._be.copy(x, out=buf)
         else:
-            self._be.write(buf, np.asarray(x))
+            self._be.write(buf, np.asarray(x, self._dtype))
+        self._model.note_updated(name)
 
-    def set_grads(self, grads: Mapping[str, Any]) -> None:
-        """Write every parameter's gradient (backend arrays or host data of its shape)."""
-        for name, h in self.handles.items():
-            g = grads[name]
-            if self._be.is_array(g):
-                self._be.copy(g, out=self._grads[h.index])
+    def set_grads(self, grads: Mapping[str, np.ndarray], k: int | None) -> None:
+        """Write every parameter's gradient: host ``grads`` divided by ``k`` with the backend's
+        ``div`` (one rounding, as gtensor's mean), or as they are when ``k`` is None."""
+        be = self._be
+        kk = None if k is None else be.asarray(np.asarray(k, self._dtype))
+        for name, buf in self._grads.items():
+            if kk is None:
+                be.write(buf, np.ascontiguousarray(grads[name], self._dtype))
             else:
-                self._be.write(self._grads[h.index], np.asarray(g))
+                be.div(be.asarray(np.ascontiguousarray(grads[name], self._dtype)), kk, out=buf)
         self._count += 1
 
-    def values(self) -> dict[str, np.ndarray]:
-        """Every parameter's current value as a host numpy copy."""
-        return {name: self._be.to_numpy(self._values[h.index])
-                for name, h in self.handles.items()}
-
     def grads(self) -> dict[str, np.ndarray]:
-        """Every parameter's last written gradient as a host numpy copy."""
-        return {name: self._be.to_numpy(self._grads[h.index])
-                for name, h in self.handles.items()}
+        """Every parameter's last written gradient as a host copy."""
+        return {n: self._be.to_numpy(g) for n, g in self._grads.items()}
+
+    def buffers_key(self) -> tuple[int, ...]:
+        """The identities of the value and gradient buffers (a recorded step reads them)."""
+        return tuple(id(self._model.buffer(n)) for n in self.vars) + tuple(
+            id(g) for g in self._grads.values())

@@ -60,3 +60,51 @@ def depth(k: int) -> int:
     while n > 1:
         n, d = (n + 1) // 2, d + 1
     return d
+
+
+def contiguous(k: int, n: int) -> list[int]:
+    """Leaf i's holder among ``n`` replicas: contiguous, balanced blocks in leaf order (the
+    first ``k % n`` replicas hold one leaf more), so most tree nodes have both children on one
+    replica and only the blocks' partial sums travel.
+
+    >>> contiguous(5, 2), contiguous(4, 3), contiguous(2, 3)
+    ([0, 0, 0, 1, 1], [0, 0, 1, 2], [0, 1])
+    """
+    if n < 1:
+        raise ValueError(f"gdist.tree.contiguous: n is {n!r}; expected an int >= 1")
+    base, extra = divmod(k, n)
+    out: list[int] = []
+    for r in range(n):
+        out += [r] * (base + (r < extra))
+    return out
+
+
+def owners(k: int, leaf_owner: Sequence[int]) -> dict[int, int]:
+    """Who adds each node: a leaf's holder, and for an inner node the owner of its left child
+    (so a node's left operand never travels: only right children are sent, to the owner of
+    their parent). Keys are the node ids of ``plan(k)``."""
+    own = {i: int(leaf_owner[i]) for i in range(k)}
+    for node, left, _ in plan(k):
+        own[node] = own[left]
+    return own
+
+
+def parents(k: int) -> dict[int, int]:
+    """Each non-root node's parent id (``plan(k)``'s ids)."""
+    return {c: node for node, left, right in plan(k) for c in (left, right)}
+
+
+def broadcast_children(position: int, n: int) -> list[int]:
+    """Positions a holder at ``position`` forwards the root to in a binomial tree over ``n``
+    positions rooted at 0: ``position + 2**j`` for every ``2**j > position`` (log2 n rounds).
+
+    >>> [broadcast_children(p, 6) for p in range(6)]
+    [[1, 2, 4], [3, 5], [], [], [], []]
+    """
+    out, step = [], 1
+    while step <= position:
+        step *= 2
+    while position + step < n:
+        out.append(position + step)
+        step *= 2
+    return out
