@@ -156,6 +156,14 @@ CASES = {
                                                  1) * y)),
     "max_pool2d_pick": ([_n(1, 2, 4, 4)], [_d(1, 2, 4, 4), _n(1, 2, 2, 2)],
                         lambda w, x, y: g.sum(g.max_pool2d_pick(w * w, x, 2) * y)),
+    # issue 41: dilated grouped conv, conv_transpose2d, padded / ceil-mode pools, adaptive
+    "conv2d_groups": ([_n(4, 1, 3, 3), _n(4, 1, 2, 2)], [_n(1, 2, 6, 6), _n(1, 2, 5, 5)],
+                      lambda w, v, x, y: g.sum(g.conv_transpose2d(
+                          g.tanh(g.conv2d(x, w, None, 1, 1, 2, 2)), v, None, 1, 0, 0, 2) * y)),
+    "pools_padded": ([_n(2, 2, 3, 3)], [_n(1, 2, 6, 5), _n(1, 2, 2, 3)],
+                     lambda w, x, y: g.sum(g.adaptive_avg_pool2d(g.avg_pool2d(g.max_pool2d(
+                         g.conv2d(x, w, padding=1), 3, 2, 1, 1, True), 2, 1, 1, True, False),
+                         (2, 3)) * y)),
 }
 # the optimizer's fused updates run on the optimizer's side, never inside a loss
 NOT_IN_LOSSES = set(UPDATE_OPS)  # the optimizer's fused updates: never inside a loss

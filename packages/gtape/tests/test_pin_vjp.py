@@ -359,6 +359,37 @@ ROWS += [
     Row("avg_pool2d_grad", lambda a: g.avg_pool2d_grad(a, 3, 2, (5, 5)), (P2,),
         lambda i, y, G, dt: [cl.loop_avg_pool2d(G, 3, 2)]),
 ]
+# issue 41: dilation and groups (the rules pass them on), padded / dilated / ceil-mode pools
+# (the same windows both ways), adaptive pooling
+XG, WG, GG = (1, 4, 6, 5), (4, 2, 3, 2), (1, 4, 2, 3)  # stride 2, padding 1, dilation 2, groups 2
+CG = {"dilation": 2, "groups": 2}
+MP = {"padding": 1, "dilation": (1, 2), "ceil_mode": True}  # kernel 3, stride 2 over (6, 7)
+AP = {"padding": 1, "ceil_mode": True, "count_include_pad": False}  # kernel 3, stride 2 (6, 5)
+ROWS += [
+    Row("conv2d_dilation_groups", lambda x, w: g.conv2d(x, w, None, 2, 1, 2, 2), (XG, WG),
+        lambda i, y, G, dt: [cl.loop_conv2d_grad_input(G, i[1], 2, 1, (6, 5), **CG),
+                             cl.loop_conv2d_grad_weight(G, i[0], 2, 1, (3, 2), **CG)]),
+    Row("conv2d_grad_input_groups", lambda a, w: g.conv2d_grad_input(a, w, 2, 1, (6, 5), 2, 2),
+        (GG, WG), lambda i, y, G, dt: [cl.loop_conv2d(G, i[1], 2, 1, **CG),
+                                       cl.loop_conv2d_grad_weight(i[0], G, 2, 1, (3, 2), **CG)]),
+    Row("conv2d_grad_weight_groups", lambda a, x: g.conv2d_grad_weight(a, x, 2, 1, (3, 2), 2, 2),
+        (GG, XG), lambda i, y, G, dt: [cl.loop_conv2d(i[1], G, 2, 1, **CG),
+                                       cl.loop_conv2d_grad_input(i[0], G, 2, 1, (6, 5), **CG)]),
+    Row("max_pool2d_padded", lambda x: g.max_pool2d(x, 3, 2, **MP), ((1, 2, 6, 7),),
+        lambda i, y, G, dt: [cl.loop_max_pool2d_grad(G, i[0], 3, 2, **MP)]),
+    Row("max_pool2d_pick_padded", lambda v, x: g.max_pool2d_pick(v, x, 3, 2, **MP),
+        ((1, 2, 6, 7), (1, 2, 6, 7)),
+        lambda i, y, G, dt: [cl.loop_max_pool2d_grad(G, i[1], 3, 2, **MP), np.zeros(
+            (1, 2, 6, 7), dt)]),
+    Row("avg_pool2d_padded", lambda x: g.avg_pool2d(x, 3, 2, **AP), ((1, 2, 6, 5),),
+        lambda i, y, G, dt: [cl.loop_avg_pool2d_grad(G, 3, 2, (6, 5), **AP)]),
+    Row("avg_pool2d_grad_padded", lambda a: g.avg_pool2d_grad(a, 3, 2, (6, 5), **AP),
+        ((1, 2, 4, 3),), lambda i, y, G, dt: [cl.loop_avg_pool2d(G, 3, 2, **AP)]),
+    Row("adaptive_avg_pool2d", lambda x: g.adaptive_avg_pool2d(x, (3, 2)), ((1, 2, 7, 5),),
+        lambda i, y, G, dt: [cl.loop_adaptive_avg_pool2d_grad(G, (7, 5))]),
+    Row("adaptive_avg_pool2d_grad", lambda a: g.adaptive_avg_pool2d_grad(a, (7, 5)),
+        ((1, 2, 3, 2),), lambda i, y, G, dt: [cl.loop_adaptive_avg_pool2d(G, (3, 2))]),
+]
 COVERED = {r.name.split("_axis0")[0].split("_axis1")[0].split("_keepdims")[0].split("_head")[0]
            for r in ROWS}
 

@@ -129,6 +129,39 @@ ROWS += [
     Row("avg_pool2d", lambda x: g.avg_pool2d(x, 3, (1, 2)), ((1, 2, 5, 6),)),
     Row("avg_pool2d_grad", lambda a: g.avg_pool2d_grad(a, 3, 2, (6, 5)), ((1, 2, 2, 2),)),
 ]
+# issue 41: dilated and grouped conv (depthwise), conv_transpose2d, padded / dilated / ceil-mode
+# pools, adaptive pooling, nearest upsampling, layer_norm over 2 axes, group_norm, batch_norm
+ROWS += [
+    Row("conv2d_dilation_groups", lambda x, w, b: g.conv2d(x, w, b, 2, 1, (2, 1), 2),
+        ((2, 4, 6, 5), (4, 2, 3, 2), (4,))),
+    Row("conv2d_depthwise", lambda x, w: g.conv2d(x, w, padding=1, groups=3),
+        ((1, 3, 4, 4), (3, 1, 3, 3))),
+    Row("conv2d_grad_input_groups", lambda a, w: g.conv2d_grad_input(a, w, 2, 1, (6, 5), 2, 2),
+        ((1, 4, 2, 3), (4, 1, 3, 2))),
+    Row("conv2d_grad_weight_groups", lambda a, x: g.conv2d_grad_weight(a, x, 1, 1, (2, 2), 2,
+                                                                        2), ((1, 4, 5, 5),
+                                                                             (1, 2, 5, 5))),
+    Row("conv_transpose2d", lambda x, w, b: g.conv_transpose2d(x, w, b, 2, 1, 1, 2, 1),
+        ((1, 4, 3, 3), (4, 1, 3, 3), (2,))),
+    Row("max_pool2d_pad_dil_ceil", lambda x: g.max_pool2d(x, 3, 2, 1, 2, True), ((1, 2, 7, 6),)),
+    Row("max_pool2d_grad_pad", lambda a, x: g.max_pool2d_grad(a, x, 3, 2, 1),
+        ((1, 2, 3, 3), (1, 2, 5, 5))),
+    Row("max_pool2d_pick_pad", lambda v, x: g.max_pool2d_pick(v, x, 2, 2, 1, 1, True),
+        ((1, 1, 5, 4), (1, 1, 5, 4))),
+    Row("avg_pool2d_pad_ceil", lambda x: g.avg_pool2d(x, 3, 2, 1, True, False), ((1, 2, 6, 5),)),
+    Row("avg_pool2d_grad_pad", lambda a: g.avg_pool2d_grad(a, 2, 2, (4, 5), 1, True, True),
+        ((1, 2, 3, 3),)),
+    Row("adaptive_avg_pool2d", lambda x: g.adaptive_avg_pool2d(x, (3, 2)), ((1, 2, 7, 5),)),
+    Row("adaptive_avg_pool2d_grad", lambda a: g.adaptive_avg_pool2d_grad(a, (5, 4)),
+        ((1, 2, 3, 3),)),
+    Row("interpolate_nearest", lambda x: g.interpolate(x, scale_factor=(2, 3)),
+        ((1, 2, 2, 3),)),
+    Row("layer_norm_2_axes", lambda x, w, b: g.layer_norm(x, (3, 4), w, b),
+        ((2, 3, 4), (3, 4), (3, 4))),
+    Row("group_norm", lambda x, w, b: g.group_norm(x, 2, w, b), ((2, 4, 3, 2), (4,), (4,))),
+    Row("batch_norm_train", lambda x, w, b: g.batch_norm(x, None, None, w, b, True),
+        ((3, 2, 2, 3), (2,), (2,))),
+]
 NONDIFF = {name for name, op in gtensor.REGISTRY.items() if not op.differentiable}
 
 

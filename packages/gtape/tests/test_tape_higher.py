@@ -160,6 +160,38 @@ ROWS += [
     Row("avg_pool2d", lambda x: g.avg_pool2d(x * x, 3, 2), lambda x: F.avg_pool2d(x * x, 3, 2),
         ((1, 2, 5, 5),), ("avg_pool2d", "avg_pool2d_grad")),
 ]
+
+
+def _t_grad_input_g(a, w, stride, padding, size, dilation, groups):
+    """conv2d_grad_input with dilation and groups: torch's conv_transpose2d (differentiable)."""
+    x0 = T.zeros((a.shape[0], w.shape[1] * groups) + size, dtype=a.dtype, requires_grad=True)
+    return T.autograd.grad(F.conv2d(x0, w, None, stride, padding, dilation, groups), x0, a,
+                           create_graph=True)[0]
+
+
+# issue 41: dilation and groups, conv_transpose2d, padded / dilated / ceil-mode pools, adaptive
+ROWS += [
+    Row("conv2d_dilation_groups", lambda x, w, b: g.conv2d(x, w, b, 2, 1, (2, 1), 2),
+        lambda x, w, b: F.conv2d(x, w, b, 2, 1, (2, 1), 2),
+        ((1, 4, 6, 5), (4, 2, 3, 2), (4,)), ("conv2d", "conv2d_grad_input",
+                                             "conv2d_grad_weight")),
+    Row("conv_transpose2d", lambda x, w: g.conv_transpose2d(x, w, None, 2, 1, 1, 2, 2),
+        lambda x, w: F.conv_transpose2d(x, w, None, 2, 1, 1, 2, 2),
+        ((1, 4, 3, 3), (4, 1, 2, 3)), ("conv2d_grad_input", "conv2d", "conv2d_grad_weight")),
+    Row("conv2d_grad_input_groups", lambda a, w: g.conv2d_grad_input(a * a, w, 1, 1, (4, 4), 2,
+                                                                      2),
+        lambda a, w: _t_grad_input_g(a * a, w, 1, 1, (4, 4), 2, 2),
+        ((1, 2, 2, 4), (2, 1, 3, 2)), ("conv2d_grad_input", "conv2d", "conv2d_grad_weight")),
+    Row("max_pool2d_pad_dil_ceil", lambda x: g.max_pool2d(x, 3, 2, 1, (1, 2), True),
+        lambda x: F.max_pool2d(x, 3, 2, 1, (1, 2), True), ((1, 2, 6, 7),),
+        ("max_pool2d", "max_pool2d_grad")),
+    Row("avg_pool2d_pad_ceil", lambda x: g.avg_pool2d(x * x, 3, 2, 1, True, False),
+        lambda x: F.avg_pool2d(x * x, 3, 2, 1, True, False), ((1, 2, 6, 5),),
+        ("avg_pool2d", "avg_pool2d_grad")),
+    Row("adaptive_avg_pool2d", lambda x: g.adaptive_avg_pool2d(x * x, (2, 3)),
+        lambda x: F.adaptive_avg_pool2d(x * x, (2, 3)), ((1, 2, 5, 5),),
+        ("adaptive_avg_pool2d", "adaptive_avg_pool2d_grad")),
+]
 # no rule: no input is trained (the optimizer's updates) or the result is int64 / bool
 NOT_COVERED = {n for n, op in gtensor.REGISTRY.items() if not op.differentiable}
 

@@ -60,6 +60,9 @@ def _cases() -> list[Case]:
             if len(s) >= 2:
                 cases.append(Case(op, (s,), {"axis": -1, "keepdims": True}))
                 cases.append(Case(op, (s,), {"keepdims": True}))
+            if len(s) == 3:  # several axes (batch norm's (N, H, W)): row-major over them
+                cases.append(Case(op, (s,), {"axis": (0, 2), "keepdims": True}))
+                cases.append(Case(op, (s,), {"axis": (-1, -2)}))
     for x, target in [((3, 5), (5,)), ((3, 5), (1, 5)), ((3, 5), (3, 1)), ((3, 5), ()),
                       ((2, 3, 4), (3, 1)), ((2, 3, 4), (2, 1, 4)), ((2, 3, 4), (1, 3, 1)),
                       ((7,), (7,)), ((1, 1), (1,)), ((13,), (1,))]:
@@ -120,39 +123,79 @@ def _cases() -> list[Case]:
     return cases
 
 
-def _conv_out(size: int, k: int, s: int, p: int) -> int:
-    return (size + 2 * p - k) // s + 1
+def _conv_out(size: int, k: int, s: int, p: int, d: int = 1) -> int:
+    return (size + 2 * p - d * (k - 1) - 1) // s + 1
+
+
+def _pool_out(size: int, k: int, s: int, p: int, d: int = 1, ceil: bool = False) -> int:
+    room = size + 2 * p - d * (k - 1) - 1
+    o = (-(-room // s) if ceil else room // s) + 1
+    return o - 1 if ceil and (o - 1) * s >= size + p else o
+
+
+def _two(v) -> tuple:
+    return v if isinstance(v, tuple) else (v, v)
 
 
 def _conv_cases() -> list[Case]:
     """Rows of conv2d, its gradients (both inner-product contracts) and the pools: strides,
-    paddings, odd sizes, 1x1, a kernel wider than the input (padding), an empty batch."""
+    paddings, dilations, groups (depthwise too), odd sizes, 1x1, a kernel wider than the input
+    (padding), an empty batch; pools with padding, dilation, ceil mode and count_include_pad;
+    adaptive pools (global, uneven windows)."""
     cases: list[Case] = []
-    for (n, c, h, w), (o, kh, kw), stride, padding in [
-            ((2, 3, 5, 5), (4, 3, 3), 1, 0), ((1, 2, 6, 7), (3, 3, 3), 1, 1),
-            ((2, 1, 7, 6), (2, 3, 2), 2, 1), ((1, 2, 4, 4), (2, 1, 1), 1, 0),
-            ((1, 1, 5, 4), (1, 2, 3), (2, 1), (0, 2)), ((1, 2, 3, 3), (2, 3, 3), 3, 2),
-            ((0, 2, 4, 4), (3, 3, 3), 1, 1), ((2, 1, 2, 2), (3, 4, 3), 1, (1, 2))]:
-        sh, sw = stride if isinstance(stride, tuple) else (stride, stride)
-        ph, pw = padding if isinstance(padding, tuple) else (padding, padding)
-        gs = (n, o, _conv_out(h, kh, sh, ph), _conv_out(w, kw, sw, pw))
-        for at in ({"stride": stride, "padding": padding},
-                   {"stride": stride, "padding": padding, "inner": "fma"}):
-            cases.append(Case("conv2d", ((n, c, h, w), (o, c, kh, kw)), at))
+    for (n, c, h, w), (o, kh, kw), stride, padding, dilation, groups in [
+            ((2, 3, 5, 5), (4, 3, 3), 1, 0, 1, 1), ((1, 2, 6, 7), (3, 3, 3), 1, 1, 1, 1),
+            ((2, 1, 7, 6), (2, 3, 2), 2, 1, 1, 1), ((1, 2, 4, 4), (2, 1, 1), 1, 0, 1, 1),
+            ((1, 1, 5, 4), (1, 2, 3), (2, 1), (0, 2), 1, 1), ((1, 2, 3, 3), (2, 3, 3), 3, 2, 1, 1),
+            ((0, 2, 4, 4), (3, 3, 3), 1, 1, 1, 1), ((2, 1, 2, 2), (3, 4, 3), 1, (1, 2), 1, 1),
+            ((1, 4, 6, 6), (6, 3, 3), 1, 1, 1, 2), ((2, 3, 5, 6), (3, 3, 3), (1, 2), 1, 1, 3),
+            ((1, 2, 7, 7), (2, 3, 2), 1, 2, (2, 3), 1), ((1, 4, 8, 7), (8, 3, 3), 2, 2, 2, 4)]:
+        (sh, sw), (ph, pw), (dh, dw) = _two(stride), _two(padding), _two(dilation)
+        gs = (n, o, _conv_out(h, kh, sh, ph, dh), _conv_out(w, kw, sw, pw, dw))
+        wshape = (o, c // groups, kh, kw)
+        geo = {"stride": stride, "padding": padding}
+        if dilation != 1 or groups != 1:
+            geo = {**geo, "dilation": dilation, "groups": groups}
+        for at in (geo, {**geo, "inner": "fma"}):
+            cases.append(Case("conv2d", ((n, c, h, w), wshape), at))
             cases.append(Case("conv2d_grad_weight", (gs, (n, c, h, w)),
                               {**at, "kernel": (kh, kw)}))
-            cases.append(Case("conv2d_grad_input", (gs, (o, c, kh, kw)), {**at, "size": (h, w)}))
-    for x, kernel, stride in [((2, 3, 4, 4), 2, None), ((1, 2, 5, 7), 3, 2), ((1, 1, 5, 5), 3, 1),
-                              ((2, 1, 6, 5), (2, 3), (1, 2)), ((1, 2, 3, 3), 3, None),
-                              ((1, 1, 4, 6), 1, 2)]:
-        k = kernel if isinstance(kernel, tuple) else (kernel, kernel)
-        s = k if stride is None else (stride if isinstance(stride, tuple) else (stride, stride))
-        y = x[:2] + (_conv_out(x[2], k[0], s[0], 0), _conv_out(x[3], k[1], s[1], 0))
-        at = {"kernel": kernel, "stride": stride}
+            cases.append(Case("conv2d_grad_input", (gs, wshape), {**at, "size": (h, w)}))
+    for x, kernel, stride, more in [
+            ((2, 3, 4, 4), 2, None, {}), ((1, 2, 5, 7), 3, 2, {}), ((1, 1, 5, 5), 3, 1, {}),
+            ((2, 1, 6, 5), (2, 3), (1, 2), {}), ((1, 2, 3, 3), 3, None, {}),
+            ((1, 1, 4, 6), 1, 2, {}), ((1, 2, 5, 5), 3, 2, {"padding": 1}),
+            ((2, 1, 7, 6), (3, 2), 2, {"padding": (1, 1), "ceil_mode": True}),
+            ((1, 2, 5, 4), 2, 2, {"padding": 1, "ceil_mode": True})]:
+        k, at = _two(kernel), {"kernel": kernel, "stride": stride, **more}
+        s = k if stride is None else _two(stride)
+        p, ceil = _two(more.get("padding", 0)), more.get("ceil_mode", False)
+        y = x[:2] + (_pool_out(x[2], k[0], s[0], p[0], 1, ceil),
+                     _pool_out(x[3], k[1], s[1], p[1], 1, ceil))
         for op, shapes_ in [("max_pool2d", (x,)), ("max_pool2d_grad", (y, x)),
                             ("max_pool2d_pick", (x, x)), ("avg_pool2d", (x,))]:
             cases.append(Case(op, shapes_, at))
         cases.append(Case("avg_pool2d_grad", (y,), {**at, "size": x[2:]}))
+        if more:
+            off = {**at, "count_include_pad": False}
+            cases.append(Case("avg_pool2d", (x,), off))
+            cases.append(Case("avg_pool2d_grad", (y,), {**off, "size": x[2:]}))
+    for x, kernel, stride, padding, dilation, ceil in [
+            ((1, 2, 7, 7), 3, 1, 1, 2, False),
+            ((2, 1, 6, 7), (2, 3), (2, 1), (1, 0), (2, 1), True)]:
+        k, (s, p, d) = _two(kernel), (_two(stride), _two(padding), _two(dilation))
+        y = x[:2] + (_pool_out(x[2], k[0], s[0], p[0], d[0], ceil),
+                     _pool_out(x[3], k[1], s[1], p[1], d[1], ceil))
+        at = {"kernel": kernel, "stride": stride, "padding": padding, "dilation": dilation,
+              "ceil_mode": ceil}
+        for op, shapes_ in [("max_pool2d", (x,)), ("max_pool2d_grad", (y, x)),
+                            ("max_pool2d_pick", (x, x))]:
+            cases.append(Case(op, shapes_, at))
+    for x, out in [((2, 3, 4, 4), 1), ((1, 2, 7, 5), (3, 2)), ((1, 1, 5, 6), (5, 4)),
+                   ((0, 2, 3, 3), 2)]:
+        o = _two(out)
+        cases.append(Case("adaptive_avg_pool2d", (x,), {"output_size": out}))
+        cases.append(Case("adaptive_avg_pool2d_grad", (x[:2] + o,), {"size": x[2:]}))
     return cases
 
 

@@ -1,6 +1,8 @@
-"""conv2d, its gradients and the pools: the backend under test vs the loop oracles (bitwise,
-special values included), vs torch float64 (forward and both gradients), tie and NaN rules,
-and bad input refused with the op, the argument and what is accepted."""
+"""conv2d (strides, paddings, dilations, groups), its gradients and the pools (padding,
+dilation, ceil mode, count_include_pad, adaptive): the backend under test vs the loop oracles
+(bitwise, special values included), vs torch float64 (forward and both gradients, random
+geometries), tie and NaN rules, and bad input refused with the op, the argument and what is
+accepted."""
 
 from __future__ import annotations
 
@@ -13,19 +15,36 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 DTYPES = [np.float64, np.float32]
+_GEO = ("dilation", "groups")
+_MAX = ("padding", "dilation", "ceil_mode")
+_AVG = ("padding", "ceil_mode", "count_include_pad")
+
+
+def _more(at: dict, names: tuple) -> dict:
+    return {k: at[k] for k in names if k in at}
+
+
 ORACLES = {
     "conv2d": lambda a, at: cl.loop_conv2d(*a, at["stride"], at["padding"],
-                                           at.get("inner", "plain")),
+                                           at.get("inner", "plain"), **_more(at, _GEO)),
     "conv2d_grad_weight": lambda a, at: cl.loop_conv2d_grad_weight(
-        *a, at["stride"], at["padding"], at["kernel"], at.get("inner", "plain")),
+        *a, at["stride"], at["padding"], at["kernel"], at.get("inner", "plain"),
+        **_more(at, _GEO)),
     "conv2d_grad_input": lambda a, at: cl.loop_conv2d_grad_input(
-        *a, at["stride"], at["padding"], at["size"], at.get("inner", "plain")),
-    "max_pool2d": lambda a, at: cl.loop_max_pool2d(*a, at["kernel"], at["stride"]),
-    "max_pool2d_grad": lambda a, at: cl.loop_max_pool2d_grad(*a, at["kernel"], at["stride"]),
-    "max_pool2d_pick": lambda a, at: cl.loop_max_pool2d_pick(*a, at["kernel"], at["stride"]),
-    "avg_pool2d": lambda a, at: cl.loop_avg_pool2d(*a, at["kernel"], at["stride"]),
+        *a, at["stride"], at["padding"], at["size"], at.get("inner", "plain"),
+        **_more(at, _GEO)),
+    "max_pool2d": lambda a, at: cl.loop_max_pool2d(*a, at["kernel"], at["stride"],
+                                                   **_more(at, _MAX)),
+    "max_pool2d_grad": lambda a, at: cl.loop_max_pool2d_grad(*a, at["kernel"], at["stride"],
+                                                             **_more(at, _MAX)),
+    "max_pool2d_pick": lambda a, at: cl.loop_max_pool2d_pick(*a, at["kernel"], at["stride"],
+                                                             **_more(at, _MAX)),
+    "avg_pool2d": lambda a, at: cl.loop_avg_pool2d(*a, at["kernel"], at["stride"],
+                                                   **_more(at, _AVG)),
     "avg_pool2d_grad": lambda a, at: cl.loop_avg_pool2d_grad(*a, at["kernel"], at["stride"],
-                                                             at["size"]),
+                                                             at["size"], **_more(at, _AVG)),
+    "adaptive_avg_pool2d": lambda a, at: cl.loop_adaptive_avg_pool2d(*a, at["output_size"]),
+    "adaptive_avg_pool2d_grad": lambda a, at: cl.loop_adaptive_avg_pool2d_grad(*a, at["size"]),
 }
 ROWS = [c for c in CASES if c.op in ORACLES]
 
@@ -41,8 +60,12 @@ def _run(be, op, arrays, **attrs):
 def test_against_the_loop_oracle(be, case, dtype, data):
     """Every conv/pool row: the defined order, each operation rounded, bit for bit."""
     ins = [data.draw(s, label=f"input{i}") for i, s in enumerate(case_inputs(case, dtype))]
-    full = {"stride": 1, "padding": 0, **case.attrs} if case.op.startswith("conv") else \
-        {"stride": None, **case.attrs}
+    if case.op.startswith("conv"):
+        full = {"stride": 1, "padding": 0, **case.attrs}
+    elif case.op.startswith("adaptive"):
+        full = dict(case.attrs)
+    else:
+        full = {"stride": None, **case.attrs}
     want = ORACLES[case.op](ins, full)
     got = _run(be, case.op, ins, **case.attrs)
     assert bits_equal(want, got), f"{case.id} {np.dtype(dtype)}: {first_difference(want, got)}"
@@ -50,36 +73,42 @@ def test_against_the_loop_oracle(be, case, dtype, data):
 
 @st.composite
 def _geometry(draw):
-    """A conv geometry: sizes, kernel, stride, padding (kernel <= padded input)."""
-    n, c, o = draw(st.integers(0, 2)), draw(st.integers(1, 3)), draw(st.integers(1, 5))
+    """A conv geometry: sizes, kernel, stride, padding, dilation, groups (dilated kernel <=
+    padded input; groups dividing both channel counts)."""
+    n, g = draw(st.integers(0, 2)), draw(st.sampled_from([1, 1, 2, 3]))
+    c, o = g * draw(st.integers(1, 2)), g * draw(st.integers(1, 3))
     h, w = draw(st.integers(1, 7)), draw(st.integers(1, 7))
     ph, pw = draw(st.integers(0, 2)), draw(st.integers(0, 2))
-    kh, kw = draw(st.integers(1, h + 2 * ph)), draw(st.integers(1, w + 2 * pw))
+    dh, dw = draw(st.integers(1, 3)), draw(st.integers(1, 3))
+    kh = min(draw(st.integers(1, 4)), (h + 2 * ph - 1) // dh + 1)
+    kw = min(draw(st.integers(1, 4)), (w + 2 * pw - 1) // dw + 1)
     sh, sw = draw(st.integers(1, 3)), draw(st.integers(1, 3))
-    return (n, c, h, w), (o, c, min(kh, 4), min(kw, 4)), (sh, sw), (ph, pw)
+    return (n, c, h, w), (o, c // g, kh, kw), (sh, sw), (ph, pw), (dh, dw), g
 
 
 @pytest.mark.parametrize("inner", ["plain", "fma"])
 @pytest.mark.parametrize("dtype", DTYPES, ids=["f64", "f32"])
 @given(geom=_geometry(), data=st.data())
 def test_conv_geometries_against_the_loops(be, dtype, inner, geom, data):
-    """Random sizes, kernels, strides and paddings (borders, taps skipped by strides, empty
-    batches): all three conv ops bitwise the loop oracles, under both contracts."""
+    """Random sizes, kernels, strides, paddings, dilations and groups (borders, taps skipped
+    by strides, empty batches): all three conv ops bitwise the loop oracles, both contracts."""
     from cases import arrays
 
-    xs, ws, stride, padding = geom
-    at = {"stride": stride, "padding": padding, "inner": inner}
+    xs, ws, stride, padding, dilation, groups = geom
+    at = {"stride": stride, "padding": padding, "inner": inner, "dilation": dilation,
+          "groups": groups}
+    geo = {"dilation": dilation, "groups": groups}
     x = data.draw(arrays(np.dtype(dtype), xs), label="x")
     w = data.draw(arrays(np.dtype(dtype), ws), label="w")
     y = _run(be, "conv2d", [x, w], **at)
-    want = cl.loop_conv2d(x, w, stride, padding, inner)
+    want = cl.loop_conv2d(x, w, stride, padding, inner, **geo)
     assert bits_equal(want, y), f"conv2d: {first_difference(want, y)}"
     gy = data.draw(arrays(np.dtype(dtype), y.shape), label="g")
     got = _run(be, "conv2d_grad_input", [gy, w], size=xs[2:], **at)
-    want = cl.loop_conv2d_grad_input(gy, w, stride, padding, xs[2:], inner)
+    want = cl.loop_conv2d_grad_input(gy, w, stride, padding, xs[2:], inner, **geo)
     assert bits_equal(want, got), f"grad_input: {first_difference(want, got)}"
     got = _run(be, "conv2d_grad_weight", [gy, x], kernel=ws[2:], **at)
-    want = cl.loop_conv2d_grad_weight(gy, x, stride, padding, ws[2:], inner)
+    want = cl.loop_conv2d_grad_weight(gy, x, stride, padding, ws[2:], inner, **geo)
     assert bits_equal(want, got), f"grad_weight: {first_difference(want, got)}"
 
 
@@ -132,29 +161,52 @@ def test_fma_reference_is_the_fma_matmul_of_im2col(ref):
 @pytest.mark.parametrize("dtype", DTYPES, ids=["f64", "f32"])
 @given(data=st.data())
 def test_pool_geometries_against_the_loops(be, dtype, data):
-    """Random pool geometries over a few repeated values (ties, +-0.0, NaN, inf): the pools and
-    their gradients bitwise the loop oracles."""
+    """Random pool geometries (padding, dilation, ceil mode, count_include_pad; windows of
+    padding only) over a few repeated values (ties, +-0.0, NaN, inf): the pools and their
+    gradients bitwise the loop oracles; adaptive pools over random output sizes too."""
     from hypothesis.extra import numpy as hnp
 
     n, c = data.draw(st.integers(0, 2)), data.draw(st.integers(1, 2))
     h, w = data.draw(st.integers(1, 6)), data.draw(st.integers(1, 6))
-    k = (data.draw(st.integers(1, h)), data.draw(st.integers(1, w)))
+    k = (data.draw(st.integers(1, h + 1)), data.draw(st.integers(1, w + 1)))
     stride = data.draw(st.one_of(st.none(), st.tuples(st.integers(1, 3), st.integers(1, 3))))
+    pad = (data.draw(st.integers(0, k[0] // 2)), data.draw(st.integers(0, k[1] // 2)))
+    dil = (data.draw(st.integers(1, 2)), data.draw(st.integers(1, 2)))
+    ceil, inc = data.draw(st.booleans()), data.draw(st.booleans())
     vals = st.sampled_from([0.0, -0.0, 1.0, -1.0, 2.0, np.nan, np.inf, -np.inf, 0.5])
     x = data.draw(hnp.arrays(np.dtype(dtype), (n, c, h, w), elements=vals), label="x")
-    y = _run(be, "max_pool2d", [x], kernel=k, stride=stride)
-    assert bits_equal(cl.loop_max_pool2d(x, k, stride), y)
-    assert bits_equal(cl.loop_avg_pool2d(x, k, stride),
-                      _run(be, "avg_pool2d", [x], kernel=k, stride=stride))
-    gy = data.draw(hnp.arrays(np.dtype(dtype), y.shape, elements=vals), label="g")
-    want = cl.loop_max_pool2d_grad(gy, x, k, stride)
-    got = _run(be, "max_pool2d_grad", [gy, x], kernel=k, stride=stride)
-    assert bits_equal(want, got), f"max grad: {first_difference(want, got)}"
-    want = cl.loop_avg_pool2d_grad(gy, k, stride, (h, w))
-    got = _run(be, "avg_pool2d_grad", [gy], kernel=k, stride=stride, size=(h, w))
-    assert bits_equal(want, got), f"avg grad: {first_difference(want, got)}"
-    assert bits_equal(cl.loop_max_pool2d_pick(x * 2, x, k, stride),
-                      _run(be, "max_pool2d_pick", [x * 2, x], kernel=k, stride=stride))
+    mx = {"kernel": k, "stride": stride, "padding": pad, "dilation": dil, "ceil_mode": ceil}
+    av = {"kernel": k, "stride": stride, "padding": pad, "ceil_mode": ceil,
+          "count_include_pad": inc}
+    try:
+        y = _run(be, "max_pool2d", [x], **mx)
+    except ValueError:  # the dilated window does not fit: refused (tested below)
+        y = None
+    if y is not None:
+        assert bits_equal(cl.loop_max_pool2d(x, k, stride, pad, dil, ceil), y)
+        gy = data.draw(hnp.arrays(np.dtype(dtype), y.shape, elements=vals), label="g")
+        want = cl.loop_max_pool2d_grad(gy, x, k, stride, pad, dil, ceil)
+        got = _run(be, "max_pool2d_grad", [gy, x], **mx)
+        assert bits_equal(want, got), f"max grad: {first_difference(want, got)}"
+        assert bits_equal(cl.loop_max_pool2d_pick(x * 2, x, k, stride, pad, dil, ceil),
+                          _run(be, "max_pool2d_pick", [x * 2, x], **mx))
+    try:
+        y = _run(be, "avg_pool2d", [x], **av)
+    except ValueError:
+        y = None
+    if y is not None:
+        assert bits_equal(cl.loop_avg_pool2d(x, k, stride, pad, ceil, inc), y)
+        gy = data.draw(hnp.arrays(np.dtype(dtype), y.shape, elements=vals), label="ga")
+        want = cl.loop_avg_pool2d_grad(gy, k, stride, (h, w), pad, ceil, inc)
+        got = _run(be, "avg_pool2d_grad", [gy], size=(h, w), **av)
+        assert bits_equal(want, got), f"avg grad: {first_difference(want, got)}"
+    out = (data.draw(st.integers(1, h)), data.draw(st.integers(1, w)))
+    y = _run(be, "adaptive_avg_pool2d", [x], output_size=out)
+    assert bits_equal(cl.loop_adaptive_avg_pool2d(x, out), y)
+    gy = data.draw(hnp.arrays(np.dtype(dtype), y.shape, elements=vals), label="gad")
+    want = cl.loop_adaptive_avg_pool2d_grad(gy, (h, w))
+    got = _run(be, "adaptive_avg_pool2d_grad", [gy], size=(h, w))
+    assert bits_equal(want, got), f"adaptive grad: {first_difference(want, got)}"
 
 
 # --------------------------------------------------------------------------- torch float64
@@ -185,6 +237,91 @@ def test_conv2d_matches_torch_float64(be, x_shape, w_shape, stride, padding):
         assert ours.shape == theirs.shape, what
         err = np.max(np.abs(ours - theirs)) / np.max(np.abs(theirs))
         assert err < 1e-14, f"{what}: relative error {err:.2e}"
+
+
+def _rel(ours, theirs) -> float:
+    theirs = theirs.detach().numpy() if hasattr(theirs, "detach") else theirs
+    assert ours.shape == theirs.shape
+    scale = np.max(np.abs(theirs)) if theirs.size else 1.0
+    return float(np.max(np.abs(ours - theirs)) / scale) if theirs.size and scale else 0.0
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_conv_random_geometries_match_torch_float64(be, seed):
+    """Random strides, paddings, dilations, groups (depthwise included) and odd sizes: conv2d,
+    its two gradients, and conv2d_grad_input as torch's conv_transpose2d (weight (C_in,
+    C_out/groups, KH, KW), output_padding < stride), against torch float64."""
+    rng = np.random.default_rng(100 + seed)
+    g = int(rng.choice([1, 2, 3]))
+    c, o = g * int(rng.integers(1, 3)), g * int(rng.integers(1, 3))
+    if seed % 4 == 3:  # depthwise
+        o = c = g
+    n, h, w = int(rng.integers(1, 3)), int(rng.integers(4, 9)), int(rng.integers(4, 9))
+    k = (int(rng.integers(1, 4)), int(rng.integers(1, 4)))
+    st_ = tuple(int(v) for v in rng.integers(1, 3, 2))
+    pd, dl = (tuple(int(v) for v in rng.integers(0, 3, 2)),
+              tuple(int(v) for v in rng.integers(1, 3, 2)))
+    x, wt = rng.standard_normal((n, c, h, w)), rng.standard_normal((o, c // g, *k))
+    xt, wtt = torch.tensor(x, requires_grad=True), torch.tensor(wt, requires_grad=True)
+    yt = F.conv2d(xt, wtt, stride=st_, padding=pd, dilation=dl, groups=g)
+    gy = rng.standard_normal(tuple(yt.shape))
+    yt.backward(torch.tensor(gy))
+    at = {"stride": st_, "padding": pd, "dilation": dl, "groups": g}
+    y = _run(be, "conv2d", [x, wt], **at)
+    dx = _run(be, "conv2d_grad_input", [gy, wt], size=(h, w), **at)
+    dw = _run(be, "conv2d_grad_weight", [gy, x], kernel=k, **at)
+    for what, ours, theirs in (("y", y, yt), ("dx", dx, xt.grad), ("dw", dw, wtt.grad)):
+        assert _rel(ours, theirs) < 1e-14, f"{what} {at}: {_rel(ours, theirs):.2e}"
+    op = tuple(int(rng.integers(0, s)) for s in st_)  # conv_transpose2d of gy by wt
+    size = tuple((gy.shape[2 + a] - 1) * st_[a] - 2 * pd[a] + dl[a] * (k[a] - 1) + op[a] + 1
+                 for a in (0, 1))
+    tt = F.conv_transpose2d(torch.tensor(gy), torch.tensor(wt), stride=st_, padding=pd,
+                            output_padding=op, groups=g, dilation=dl)
+    ours = _run(be, "conv2d_grad_input", [gy, wt], size=size, **at)
+    assert _rel(ours, tt) < 1e-14, f"conv_transpose2d {at} output_padding {op}"
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_pool_random_geometries_match_torch_float64(be, seed):
+    """Random kernels, strides, paddings (<= kernel // 2), dilations, ceil mode and
+    count_include_pad, and adaptive output sizes: values and gradients against torch float64
+    (max pooling's values and, on distinct values, its gradients exactly)."""
+    rng = np.random.default_rng(200 + seed)
+    n, c, h, w = 2, 2, int(rng.integers(3, 9)), int(rng.integers(3, 9))
+    k = (int(rng.integers(1, 4)), int(rng.integers(1, 4)))
+    s = (int(rng.integers(1, 4)), int(rng.integers(1, 4)))
+    p = (int(rng.integers(0, k[0] // 2 + 1)), int(rng.integers(0, k[1] // 2 + 1)))
+    d = (int(rng.integers(1, 3)), int(rng.integers(1, 3)))
+    ceil, inc = bool(seed % 2), bool(seed % 3)
+    x = rng.standard_normal((n, c, h, w))
+    xt = torch.tensor(x, requires_grad=True)
+    calls = []
+    try:
+        calls.append(("max", F.max_pool2d(xt, k, s, p, d, ceil), {
+            "kernel": k, "stride": s, "padding": p, "dilation": d, "ceil_mode": ceil}))
+    except RuntimeError:  # torch refuses the geometry too: so do we (bad-input tests)
+        pass
+    calls.append(("avg", F.avg_pool2d(xt, k, s, p, ceil, inc), {
+        "kernel": k, "stride": s, "padding": p, "ceil_mode": ceil, "count_include_pad": inc}))
+    out = (int(rng.integers(1, h + 1)), int(rng.integers(1, w + 1)))
+    calls.append(("adaptive", F.adaptive_avg_pool2d(xt, out), {"output_size": out}))
+    for kind, yt, at in calls:
+        xt.grad = None
+        gy = rng.standard_normal(tuple(yt.shape))
+        yt.backward(torch.tensor(gy))
+        if kind == "max":
+            y = _run(be, "max_pool2d", [x], **at)
+            if np.isneginf(y).any():  # a window of padding only: torch indexes past it
+                continue
+            assert bits_equal(y, yt.detach().numpy()), f"max {at}"
+            dx = _run(be, "max_pool2d_grad", [gy, x], **at)
+        elif kind == "avg":
+            y = _run(be, "avg_pool2d", [x], **at)
+            dx = _run(be, "avg_pool2d_grad", [gy], size=(h, w), **at)
+        else:
+            y = _run(be, "adaptive_avg_pool2d", [x], **at)
+            dx = _run(be, "adaptive_avg_pool2d_grad", [gy], size=(h, w))
+        assert _rel(y, yt) < 1e-15 and _rel(dx, xt.grad) < 1e-15, f"{kind} {at}"
 
 
 POOL_SHAPES = [((2, 3, 8, 8), 2, None), ((1, 2, 7, 9), 3, 2), ((2, 1, 6, 5), (2, 3), (1, 2)),
@@ -284,6 +421,43 @@ BAD = [
      r"\(O, OH, OW\) = \(2, 2, 2\)"),
     ("max_pool2d_grad", [(1, 1, 3, 3), (1, 1, 4, 4)], {"kernel": 2}, ValueError,
      r"max_pool2d_grad: g has shape \(1, 1, 3, 3\); expected \(1, 1, 2, 2\)"),
+    ("conv2d", [(1, 4, 5, 5), (6, 2, 3, 3)], {"groups": 3}, ValueError,
+     r"conv2d: groups is 3, which does not divide the input channels 4; expected groups "
+     r"dividing both"),
+    ("conv2d", [(1, 4, 5, 5), (6, 2, 3, 3)], {"groups": 1}, ValueError,
+     r"conv2d: x has 4 channels .* w expects 2 .* groups 1\); expected x.shape\[1\] == "
+     r"w.shape\[1\] \* groups"),
+    ("conv2d", [(1, 2, 5, 5), (2, 1, 3, 3)], {"groups": 0}, ValueError,
+     r"conv2d: groups is 0; expected an int >= 1"),
+    ("conv2d", [(1, 2, 5, 5), (2, 1, 3, 3)], {"groups": 2.0}, TypeError,
+     r"conv2d: groups is 2.0; expected an int >= 1"),
+    ("conv2d", [(1, 1, 5, 5), (1, 1, 3, 3)], {"dilation": 3}, ValueError,
+     r"conv2d: kernel \(3, 3\) dilated by \(3, 3\) \(extent \(7, 7\)\) is larger than the "
+     r"padded input"),
+    ("conv2d", [(1, 1, 5, 5), (1, 1, 3, 3)], {"dilation": 0}, ValueError,
+     r"conv2d: dilation is 0; expected values >= 1"),
+    ("conv2d_grad_input", [(1, 4, 3, 3), (4, 1, 3, 3)], {"size": (5, 5), "groups": 3},
+     ValueError, r"conv2d_grad_input: groups is 3, which does not divide the output channels 4"),
+    ("max_pool2d", [(1, 1, 5, 5)], {"kernel": 3, "padding": 2}, ValueError,
+     r"max_pool2d: padding \(2, 2\) is more than half the kernel \(3, 3\); expected padding "
+     r"<= kernel // 2 on each axis \(torch's rule\)"),
+    ("avg_pool2d", [(1, 1, 5, 5)], {"kernel": 2, "padding": (0, 2)}, ValueError,
+     r"avg_pool2d: padding \(0, 2\) is more than half the kernel"),
+    ("max_pool2d", [(1, 1, 4, 4)], {"kernel": 2, "ceil_mode": 1}, TypeError,
+     r"max_pool2d: ceil_mode is 1; expected a bool"),
+    ("avg_pool2d", [(1, 1, 4, 4)], {"kernel": 2, "count_include_pad": "no"}, TypeError,
+     r"avg_pool2d: count_include_pad is 'no'; expected a bool"),
+    ("max_pool2d", [(1, 1, 4, 4)], {"kernel": 2, "dilation": 4}, ValueError,
+     r"max_pool2d: kernel \(2, 2\) dilated by \(4, 4\) is larger than the padded input"),
+    ("max_pool2d", [(1, 1, 0, 4)], {"kernel": 1}, ValueError,
+     r"max_pool2d: x has shape \(1, 1, 0, 4\); expected H, W >= 1"),
+    ("adaptive_avg_pool2d", [(1, 1, 4, 4)], {"output_size": (5, 2)}, ValueError,
+     r"adaptive_avg_pool2d: output_size \(5, 2\) is larger than the input \(4, 4\); "
+     r"expected at most"),
+    ("adaptive_avg_pool2d", [(1, 1, 4, 4)], {"output_size": 0}, ValueError,
+     r"adaptive_avg_pool2d: output_size is 0; expected values >= 1"),
+    ("adaptive_avg_pool2d_grad", [(1, 1, 5, 2)], {"size": (4, 4)}, ValueError,
+     r"adaptive_avg_pool2d_grad: output_size \(5, 2\) is larger than the input \(4, 4\)"),
 ]
 
 
@@ -308,12 +482,25 @@ def test_cpu_thread_splits_change_no_bit(be, ref, dtype, inner):
     gy = rng.standard_normal((5, 7, 4, 3)).astype(dtype)  # stride 2, padding 1
     p = rng.standard_normal((5, 3, 3, 2)).astype(dtype)  # max/avg pool 3, stride 2 of x
     at = {"stride": 2, "padding": 1, "inner": inner}
+    xg = rng.standard_normal((5, 6, 7, 6)).astype(dtype)  # groups 3, dilation 2
+    wg = rng.standard_normal((9, 2, 3, 3)).astype(dtype)
+    gg = rng.standard_normal((5, 9, 2, 1)).astype(dtype)
+    ag = {"stride": 2, "padding": 1, "dilation": 2, "groups": 3, "inner": inner}
+    pp = {"kernel": 3, "stride": 2, "padding": 1, "ceil_mode": True}  # pooled (5, 3, 4, 4)
+    q = rng.standard_normal((5, 3, 4, 4)).astype(dtype)
     calls = [("conv2d", (x, w), at),
              ("conv2d_grad_input", (gy, w), {**at, "size": (7, 6)}),
              ("conv2d_grad_weight", (gy, x), {**at, "kernel": (3, 3)}),
+             ("conv2d", (xg, wg), ag),
+             ("conv2d_grad_input", (gg, wg), {**ag, "size": (7, 6)}),
+             ("conv2d_grad_weight", (gg, xg), {**ag, "kernel": (3, 3)}),
              ("max_pool2d", (x,), {"kernel": 3, "stride": 2}),
              ("max_pool2d_grad", (p, x), {"kernel": 3, "stride": 2}),
-             ("avg_pool2d_grad", (p,), {"kernel": 3, "stride": 2, "size": (7, 6)})]
+             ("avg_pool2d_grad", (p,), {"kernel": 3, "stride": 2, "size": (7, 6)}),
+             ("max_pool2d_grad", (q, x), pp),
+             ("avg_pool2d_grad", (q,), {**pp, "size": (7, 6), "count_include_pad": False}),
+             ("adaptive_avg_pool2d", (x,), {"output_size": (3, 4)}),
+             ("adaptive_avg_pool2d_grad", (q,), {"size": (7, 6)})]
     with cpu_thread_runs(be, threads=("1", "2", "3")) as runs:
         for op, args, attrs in calls:
             want = _run(ref, op, list(args), **attrs)

@@ -138,6 +138,25 @@ def test_sum_mean_serial_order(be, dtype, shape, data):
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=["f64", "f32"])
+@pytest.mark.parametrize("shape,axes", [((2, 3, 4, 5), (0, 2, 3)), ((2, 3, 4), (2, 0)),
+                                        ((3, 4, 5), (-1, -2)), ((0, 3, 2), (0, 2))])
+@given(data=st.data())
+def test_sum_mean_over_several_axes(be, dtype, shape, axes, data):
+    """sum / mean over a tuple of axes (batch norm's (N, H, W), layer norm's last k): per
+    kept slot the serial sum in row-major order over those axes, then / their count."""
+    x = data.draw(arrays(np.dtype(dtype), shape))
+    bx = be.asarray(x)
+    norm = tuple(sorted(a % len(shape) for a in axes))
+    want = loop_sum(x, norm)
+    _check(be, want, be.sum(bx, axes), f"sum axes {axes}")
+    with np.errstate(all="ignore"):
+        _check(be, want / dtype(int(np.prod([shape[a] for a in norm]))), be.mean(bx, axes),
+               f"mean axes {axes}")
+    kept = be.sum(bx, axes, keepdims=True)
+    assert tuple(kept.shape) == tuple(1 if i in norm else d for i, d in enumerate(shape))
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=["f64", "f32"])
 @pytest.mark.parametrize("shape,target,axes", [((2, 3, 4), (3, 1), (0, 2)),
                                                ((2, 3, 4), (2, 1, 4), (1,)),
                                                ((3, 5), (), (0, 1)), ((3, 5), (5,), (0,))])

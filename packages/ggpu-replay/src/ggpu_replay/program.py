@@ -322,19 +322,21 @@ class Program:
             return self._tr.grad(self._check_index("grad_at", i))
 
     def sync_params(self, tp: gtape.Tape) -> None:
-        """Copy the device's parameter values back into ``tp`` (the tape captured from)."""
+        """Copy the device's parameter values back into ``tp`` (the tape captured from), and
+        its states (``Tape.state``: running statistics the steps updated)."""
         if tp is not self._tape:
             raise CaptureError("sync_params: tp is not the tape this program was captured "
                                "from; expected that tape")
         if tp.closed:
             raise CaptureError("sync_params: the tape is closed")
         hosts = []
-        for i in self._tr.params:
+        states = [n.index for n in self._tr.nodes if n.op is gtape.STATE]
+        for i in (*self._tr.params, *states):
             v = self._var(i, "sync_params")
             with self._device.ordered():
                 hosts.append((v, self._tr.value(i)))
         for v, host in hosts:
-            tp.set_value(v, host)
+            (tp.set_state if v.op == "state" else tp.set_value)(v, host)
 
     # ---------------------------------------------------------------- optimizers
     def adam(self, params: Any = None, lr: float | None = None,

@@ -15,25 +15,28 @@ from __future__ import annotations
 from . import nn, ops, rng, tensor_methods
 from .activations import gelu, silu, softplus
 from .attention import masked_fill, scaled_dot_product_attention
+from .batchnorm import batch_norm
 from .episode import EpisodeError
 from .higher import grad
-from .leaves import CONST, PARAM, Leaf
+from .leaves import CONST, PARAM, STATE, Leaf
 from .linalg import linear
 from .losses import bce_with_logits, cross_entropy, mse
-from .norms import layer_norm, rms_norm
+from .norms import group_norm, layer_norm, rms_norm
 from .ops import *  # noqa: F403  (one function per gtensor op: gtape.ops.__all__)
 from .rng import dropout, multinomial  # dropout(x, p, key): the key may be a host Key
 from .shaping import cat, stack
 from .tape import Mark, Node, Tape, TapeGrowthWarning
 from .var import StaleVarError, Var
+from .vision_layers import interpolate
 
 tensor_methods.bind(Var)  # torch's tensor methods (transpose(d0, d1), view, split, ...)
 
 __version__ = "0.1.0"
 __all__ = [
-    "CONST", "EpisodeError", "Leaf", "Mark", "Node", "PARAM", "StaleVarError", "Tape",
-    "TapeGrowthWarning", "Var", "__version__", "bce_with_logits", "cat", "cross_entropy",
-    "dropout", "gelu", "grad", "layer_norm", "linear", "masked_fill", "mse", "multinomial", "nn",
+    "CONST", "EpisodeError", "Leaf", "Mark", "Node", "PARAM", "STATE", "StaleVarError", "Tape",
+    "TapeGrowthWarning", "Var", "__version__", "batch_norm", "bce_with_logits", "cat",
+    "cross_entropy", "dropout", "gelu", "grad", "group_norm", "interpolate", "layer_norm",
+    "linear", "masked_fill", "mse", "multinomial", "nn",
     "rms_norm", "rng", "scaled_dot_product_attention", "silu", "softplus", "stack",
     *ops.__all__,
 ]

@@ -7,7 +7,7 @@ from typing import Any
 
 from gtensor import describe
 
-from .leaves import PARAM, Leaf
+from .leaves import PARAM, STATE, Leaf
 from .var import StaleVarError, Var
 
 GROWTH_WARNING_AFTER = 8  # backward calls on an ever longer tape without a reset_to
@@ -31,7 +31,7 @@ class Freshness:
         self._dropped_params: dict[int, int] = {}  # serial -> index of params reset_to dropped
 
     def _note_write(self, i: int) -> None:
-        """Tick the clock for a write of param node ``i``."""
+        """Tick the clock for a write of param (or state) node ``i``."""
         self._clock += 1
         self._written[i] = self._last_write = self._clock
 
@@ -54,10 +54,14 @@ class Freshness:
             if not needed[k] or isinstance(self._op[k], Leaf):
                 continue
             for j in self._inputs[k]:
-                if self._op[j] is PARAM and self._written.get(j, -1) > self._node_clock[k]:
+                if (self._op[j] is PARAM or self._op[j] is STATE) and \
+                        self._written.get(j, -1) > self._node_clock[k]:
+                    what = ("parameter node {j} was overwritten (set_value or an optimizer "
+                            "step)" if self._op[j] is PARAM else
+                            "state node {j} was overwritten (set_state or a state update)")
                     raise RuntimeError(
-                        f"backward: parameter node {j} was overwritten (set_value or an "
-                        f"optimizer step) after node {k} ({self._op[k].name}) used it in the "
+                        f"backward: {what.format(j=j)} after node {k} "
+                        f"({self._op[k].name}) used it in the "
                         "forward; the gradients would belong to neither value. Record the "
                         "episode again after the update (reset_to(mark), then rebuild the loss)")
 

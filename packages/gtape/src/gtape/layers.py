@@ -43,24 +43,32 @@ def _pair(where: str, name: str, n: Any, least: int = 1) -> tuple[int, int]:
 
 
 class Conv2d(Module):
-    """``g.conv2d(x, weight, bias, stride, padding)`` on NCHW input, torch's ``nn.Conv2d``
-    (kernel_size, stride, padding: an int or a pair; kept as pairs, as torch):
-    weight (out, in, kh, kw) U(-b, b) with torch's kaiming_uniform(a = sqrt 5) bound
-    (``kaiming_bound(fan_in)``, fan_in = in * kh * kw) and bias (out,)
+    """``g.conv2d(x, weight, bias, stride, padding, dilation, groups)`` on NCHW input, torch's
+    ``nn.Conv2d`` (kernel_size, stride, padding, dilation: an int or a pair; kept as pairs, as
+    torch): weight (out, in/groups, kh, kw) U(-b, b) with torch's kaiming_uniform(a = sqrt 5)
+    bound (``kaiming_bound(fan_in)``, fan_in = in/groups * kh * kw) and bias (out,)
     U(-1/sqrt(fan_in), 1/sqrt(fan_in)), drawn from ``key.split(2)`` (weight, bias) by
     ``gtape.nn_init.uniform_init`` (``key`` None: the tape's next key)."""
 
+    dilation: tuple[int, int] = (1, 1)  # class defaults: layers made before these options
+    groups: int = 1
+
     def __init__(self, tp: Tape, in_channels: int, out_channels: int, kernel_size: Any,
                  stride: Any = 1, padding: Any = 0, bias: bool = True,
-                 key: KeyLike | None = None) -> None:
+                 key: KeyLike | None = None, dilation: Any = 1, groups: int = 1) -> None:
         self.in_channels = _positive("Conv2d", "in_channels", in_channels)
         self.out_channels = _positive("Conv2d", "out_channels", out_channels)
         self.kernel_size = _pair("Conv2d", "kernel_size", kernel_size)
         self.stride = _pair("Conv2d", "stride", stride)
         self.padding = _pair("Conv2d", "padding", padding, least=0)
+        self.dilation = _pair("Conv2d", "dilation", dilation)
+        self.groups = _positive("Conv2d", "groups", groups)
+        if self.in_channels % self.groups or self.out_channels % self.groups:
+            raise ValueError(f"Conv2d: groups is {groups}, which does not divide in_channels "
+                             f"{in_channels} and out_channels {out_channels}")
         kw, kb = layer_key("Conv2d", tp, key).split(2)
-        fan_in = self.in_channels * self.kernel_size[0] * self.kernel_size[1]
-        shape = (self.out_channels, self.in_channels, *self.kernel_size)
+        fan_in = self.in_channels // self.groups * self.kernel_size[0] * self.kernel_size[1]
+        shape = (self.out_channels, self.in_channels // self.groups, *self.kernel_size)
         self.weight = tp.param(uniform_init(kw, shape, kaiming_bound(fan_in)))
         self.bias: Var | None = (tp.param(uniform_init(kb, (self.out_channels,),
                                                        1.0 / np.sqrt(fan_in)))
@@ -88,13 +96,17 @@ class Conv2d(Module):
         return layer
 
     def forward(self, x: Any) -> Var:
-        """conv2d(x, weight, bias, stride, padding)."""
-        return ops.conv2d(x, self.weight, self.bias, stride=self.stride, padding=self.padding)
+        """conv2d(x, weight, bias, stride, padding, dilation, groups)."""
+        return ops.conv2d(x, self.weight, self.bias, stride=self.stride, padding=self.padding,
+                          dilation=self.dilation, groups=self.groups)
 
     def extra_repr(self) -> str:
-        """in, out, kernel_size, stride, padding, bias."""
+        """in, out, kernel_size, stride, padding, dilation and groups (when not 1), bias."""
+        more = (f", dilation={self.dilation}" if self.dilation != (1, 1) else "") + (
+            f", groups={self.groups}" if self.groups != 1 else "")
         return (f"{self.in_channels}, {self.out_channels}, kernel_size={self.kernel_size}, "
-                f"stride={self.stride}, padding={self.padding}, bias={self.bias is not None}")
+                f"stride={self.stride}, padding={self.padding}{more}, "
+                f"bias={self.bias is not None}")
 
 
 def _as_given(v: Any) -> int | tuple[int, int]:
@@ -103,38 +115,59 @@ def _as_given(v: Any) -> int | tuple[int, int]:
 
 
 class _Pool2d(Module):
-    """A 2-D pooling layer: kernel_size and stride (None: the kernel size), ints or pairs."""
+    """A 2-D pooling layer: kernel_size and stride (None: the kernel size), ints or pairs,
+    padding (<= kernel // 2), and the options of ``OPTIONS`` (torch's names and defaults)."""
 
     OP: Any = None
+    OPTIONS: dict[str, Any] = {}
+    padding: Any = 0  # class defaults: layers made before these options
 
-    def __init__(self, kernel_size: Any, stride: Any = None) -> None:
+    def __init__(self, kernel_size: Any, stride: Any = None, padding: Any = 0,
+                 **options: Any) -> None:
         name = type(self).__name__
         _pair(name, "kernel_size", kernel_size)
         if stride is not None:
             _pair(name, "stride", stride)
+        _pair(name, "padding", padding, least=0)
+        bad = set(options) - set(self.OPTIONS)
+        if bad:
+            raise TypeError(f"{name}: unexpected option(s) {sorted(bad)}; expected "
+                            f"{sorted(self.OPTIONS)}")
         self.kernel_size = _as_given(kernel_size)
         self.stride = None if stride is None else _as_given(stride)
+        self.padding = _as_given(padding)
+        for k, default in self.OPTIONS.items():
+            setattr(self, k, options.get(k, default))
 
     def forward(self, x: Any) -> Var:
         """The pooling op on x (NCHW)."""
-        return type(self).OP(x, self.kernel_size, self.stride)
+        extra = {k: getattr(self, k, d) for k, d in self.OPTIONS.items()}
+        return type(self).OP(x, self.kernel_size, self.stride, self.padding, **extra)
 
     def extra_repr(self) -> str:
-        """kernel_size, stride."""
-        return f"kernel_size={self.kernel_size}, stride={self.stride or self.kernel_size}"
+        """kernel_size, stride, padding and the options that differ from torch's defaults."""
+        more = "".join(f", {k}={getattr(self, k, d)}" for k, d in self.OPTIONS.items()
+                       if getattr(self, k, d) != d)
+        pad = f", padding={self.padding}" if self.padding != 0 else ""
+        return f"kernel_size={self.kernel_size}, stride={self.stride or self.kernel_size}" \
+               f"{pad}{more}"
 
 
 class MaxPool2d(_Pool2d):
-    """``g.max_pool2d(x, kernel_size, stride)``, torch's ``nn.MaxPool2d`` without padding or
-    dilation (the first maximum of a window wins; its gradient goes there)."""
+    """``g.max_pool2d(x, kernel_size, stride, padding, dilation, ceil_mode)``, torch's
+    ``nn.MaxPool2d`` (the first maximum of a window wins; its gradient goes there; padding
+    never wins)."""
 
     OP = staticmethod(ops.max_pool2d)
+    OPTIONS = {"dilation": 1, "ceil_mode": False}
 
 
 class AvgPool2d(_Pool2d):
-    """``g.avg_pool2d(x, kernel_size, stride)``, torch's ``nn.AvgPool2d`` without padding."""
+    """``g.avg_pool2d(x, kernel_size, stride, padding, ceil_mode, count_include_pad)``,
+    torch's ``nn.AvgPool2d`` (no divisor_override)."""
 
     OP = staticmethod(ops.avg_pool2d)
+    OPTIONS = {"ceil_mode": False, "count_include_pad": True}
 
 
 IDS = "Embedding: ids"  # what the ids' check names (eager and replay alike)

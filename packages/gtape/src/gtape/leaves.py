@@ -1,4 +1,4 @@
-"""The two kinds of leaf node: parameters and constants (objects, not strings)."""
+"""The kinds of leaf node: parameters, constants and states (objects, not strings)."""
 
 from __future__ import annotations
 
@@ -17,3 +17,4 @@ class Leaf:
 
 PARAM = Leaf("param")  # a trained value: gets a persistent gradient buffer
 CONST = Leaf("const")  # data: no gradient flows into it
+STATE = Leaf("state")  # not trained, updated by the step (running statistics): gtape.states

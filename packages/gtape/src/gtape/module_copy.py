@@ -1,6 +1,7 @@
 """``Module.to``: a copy of a module tree on another tape (another dtype, backend, or a given
-tape), its params copied in ``named_parameters`` order, tied params tied, buffers and dropout
-keys kept.
+tape), its params copied in ``named_parameters`` order, tied params tied, its states
+(running statistics, ``Tape.state``) copied at their current values after the params, buffers
+and dropout keys kept.
 
 >>> import numpy as np, gtape as g
 >>> tp = g.Tape()
@@ -51,14 +52,19 @@ def copy_to(module: Module, target: Any) -> Module:
     params: dict[tuple[int, int], Var] = {}
     for _, p in module.named_parameters():  # registration order = named_parameters order
         params[(id(p.tape), p.index)] = dst.param(p.numpy())
+    for _, s in module.named_states():
+        if (id(s.tape), s.index) not in params:
+            params[(id(s.tape), s.index)] = dst.state(s.tape.backend.to_numpy(
+                s.tape.state_value(s)))
     memo: dict[int, Any] = {}
 
     def move(value: Any, path: str) -> Any:
         if isinstance(value, Var):
             key = (id(value.tape), value.index)
-            if value.op != "param" or key not in params:
+            if value.op not in ("param", "state") or key not in params:
                 raise ValueError(f"{where}: {path} holds {value!r}, which is not one of the "
-                                 "module's params; to() copies params (keep data as buffers)")
+                                 "module's params or states; to() copies those (keep data as "
+                                 "buffers)")
             return params[key]
         if isinstance(value, Module):
             return clone(value, path)

@@ -52,10 +52,12 @@ class Module:
         return self.forward(*args, **kwargs)
 
     def __getattr__(self, name: str) -> Any:
-        # called only when normal lookup fails: a registered buffer, read as an attribute
+        # called only when normal lookup fails: a registered buffer, read as an attribute (a
+        # tape state: its current value, ``Tape.state_var``)
         bufs = self.__dict__.get("_buffers")
         if bufs is not None and name in bufs:
-            return bufs[name]
+            b = bufs[name]
+            return b.tape.state_var(b) if _is_state(b) else b
         raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
     # ---------------------------------------------------------------- structure
@@ -151,13 +153,15 @@ class Module:
         """Keep host array ``value`` (a mask, a table; numpy, or a torch tensor copied to
         numpy) as buffer ``name``: read as ``self.name``, listed by ``named_buffers`` and, when
         ``persistent``, saved in ``state_dict`` (torch's). None removes nothing and stores no
-        value (torch's "no buffer")."""
+        value (torch's "no buffer"). A tape state Var (``tp.state``: running statistics the
+        training step updates) is kept as it is: ``self.name`` reads its current value
+        (``Tape.state_var``), ``state_dict`` a host copy of it."""
         if not isinstance(name, str) or not name.isidentifier() or "." in name:
             raise TypeError(f"register_buffer: name is {name!r}; expected an identifier")
         if name in vars(self) and name not in self.__dict__.get("_buffers", {}):
             raise KeyError(f"register_buffer: {type(self).__name__} already has an attribute "
                            f"{name!r}")
-        if value is not None:
+        if value is not None and not _is_state(value):
             value = np.array(_to_host(value))  # a copy the module owns
         self.__dict__.setdefault("_buffers", {})[name] = value
         keep = self.__dict__.setdefault("_persistent", set())
@@ -171,7 +175,24 @@ class Module:
         for path, m in self.named_modules():
             for name, b in m.__dict__.get("_buffers", {}).items():
                 if b is not None:
+                    yield (f"{prefix}{path}.{name}" if path else f"{prefix}{name}",
+                           m._buffer_host(name, b))
+
+    def named_states(self, prefix: str = "") -> Iterator[tuple[str, Var]]:
+        """(dotted name, state Var) of every buffer that is a tape state (``tp.state``), in
+        ``named_buffers`` order: what the training step updates."""
+        for path, m in self.named_modules():
+            for name, b in m.__dict__.get("_buffers", {}).items():
+                if _is_state(b):
                     yield f"{prefix}{path}.{name}" if path else f"{prefix}{name}", b
+
+    def _buffer_host(self, name: str, b: Any) -> np.ndarray:
+        """Buffer ``name`` as a host array: a state's current value (int64 for the module's
+        integer counters, ``_int_states``), a host buffer itself."""
+        if not _is_state(b):
+            return b
+        host = np.array(b.tape.backend.to_numpy(b.tape.state_value(b)))
+        return host.astype(np.int64) if name in getattr(self, "_int_states", ()) else host
 
     def _state_items(self, prefix: str = "") -> Iterator[tuple[str, Any, bool]]:
         """(name, param Var or buffer array, is_param) in torch's state_dict order: each
@@ -208,8 +229,27 @@ class Module:
     def state_dict(self) -> dict[str, np.ndarray]:
         """{name: a host numpy copy} of every param (tied ones under each of their names) and
         persistent buffer, in torch's order."""
-        return {name: (v.numpy() if is_param else np.array(v))
-                for name, v, is_param in self._state_items()}
+        out, mods = {}, self._paths()
+        for name, v, is_param in self._state_items():
+            if is_param:
+                out[name] = v.numpy()
+            else:
+                owner, _, short = name.rpartition(".")
+                out[name] = np.array(mods[owner]._buffer_host(short, v))
+        return out
+
+    def _paths(self) -> dict[str, Module]:
+        """{dotted path: module} of this module ("") and every descendant under every path
+        (a module shared by two parents under both, unlike ``named_modules``)."""
+        out: dict[str, Module] = {}
+
+        def walk(m: Module, path: str) -> None:
+            out[path] = m
+            for name, child in m.named_children():
+                walk(child, f"{path}.{name}" if path else name)
+
+        walk(self, "")
+        return out
 
     def load_state_dict(self, state_dict: Mapping[str, Any], strict: bool = True
                         ) -> IncompatibleKeys:
@@ -226,7 +266,11 @@ class Module:
         from .state import check_state
         items = list(self._state_items())
         params = {n: v for n, v, is_param in items if is_param}
-        buffers = {n: v for n, v, is_param in items if not is_param}
+        buffers, mods = {}, self._paths()
+        for n, v, is_param in items:
+            if not is_param:
+                owner, _, short = n.rpartition(".")
+                buffers[n] = mods[owner]._buffer_host(short, v)
         loads, bufs, keys = check_state("load_state_dict", params, state_dict, strict, buffers)
         for p, arr in loads:
             p.tape.set_value(p, arr)
@@ -237,8 +281,12 @@ class Module:
     def _set_buffer(self, dotted: str, value: np.ndarray) -> None:
         """Overwrite the buffer at dotted path ``dotted`` (checked by ``check_state``)."""
         path, _, name = dotted.rpartition(".")
-        owner = dict(self.named_modules())[path]
-        owner.__dict__["_buffers"][name] = np.array(value)
+        owner = self._paths()[path]
+        have = owner.__dict__["_buffers"][name]
+        if _is_state(have):
+            have.tape.set_state(have, value)
+        else:
+            owner.__dict__["_buffers"][name] = np.array(value)
 
     # ---------------------------------------------------------------- copies
     def to(self, target: Any) -> Module:
@@ -261,6 +309,11 @@ class Module:
     def extra_repr(self) -> str:
         """The arguments shown in ``repr`` (none by default)."""
         return ""
+
+
+def _is_state(value: Any) -> bool:
+    """Whether ``value`` is a tape state Var (``tp.state``)."""
+    return isinstance(value, Var) and value.op == "state"
 
 
 def _to_host(value: Any) -> Any:

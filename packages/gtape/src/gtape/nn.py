@@ -29,17 +29,18 @@ from .layers import AvgPool2d, Conv2d, Dropout, Embedding, MaxPool2d
 from .linalg import linear
 from .modules import Flatten, Identity, IncompatibleKeys, Module, ReLU, Sequential, Sigmoid, Tanh
 from .nn_init import KeyLike, kaiming_bound, layer_key, normal_init, uniform_init
-from .norm_layers import LayerNorm, RMSNorm
+from .norm_layers import GroupNorm, LayerNorm, RMSNorm
 from .state import load, save
 from .tape import Tape
 from .var import Var
 
 __all__ = [
-    "ACTIVATIONS", "AvgPool2d", "Conv2d", "Dropout", "Embedding", "Flatten", "GELU", "INITS",
+    "ACTIVATIONS", "AdaptiveAvgPool2d", "AvgPool2d", "BatchNorm1d", "BatchNorm2d", "Conv2d",
+    "ConvTranspose2d", "Dropout", "Embedding", "Flatten", "GELU", "GroupNorm", "INITS",
     "Identity", "IncompatibleKeys", "LayerNorm", "Linear", "MLP", "MaxPool2d", "Module",
     "ModuleDict", "ModuleList", "MultiheadAttention", "RMSNorm", "ReLU", "Sequential", "SiLU",
     "Sigmoid", "Softplus", "Tanh", "from_torch", "init", "kaiming_bound", "kaiming_uniform",
-    "load", "normal_init", "save", "uniform_init", "xavier_uniform",
+    "Upsample", "load", "normal_init", "save", "uniform_init", "xavier_uniform",
 ]
 
 Seed = int | np.random.Generator
@@ -201,5 +202,7 @@ class MLP(Module):
 
 # layers defined on top of Linear (imported last: they use it)
 from .activation_layers import GELU, SiLU, Softplus  # noqa: E402
+from .batchnorm import BatchNorm1d, BatchNorm2d  # noqa: E402
 from .nn_attention import MultiheadAttention  # noqa: E402
 from .torch_interop import from_torch  # noqa: E402
+from .vision_layers import AdaptiveAvgPool2d, ConvTranspose2d, Upsample  # noqa: E402

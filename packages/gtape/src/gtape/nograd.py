@@ -66,4 +66,5 @@ def _drop_previous(tp: Tape) -> None:
     start, last_serial = block
     n = len(tp)
     if n > start and tp._serial[n - 1] == last_serial and start <= n:
+        tp._commit_states(start)
         tp._truncate(start)

@@ -1,5 +1,7 @@
-"""``LayerNorm`` and ``RMSNorm`` as torch names and shapes them (parameters ``weight`` and
-``bias`` of shape (H,), initialised to ones and zeros), over the last axis only.
+"""``LayerNorm``, ``RMSNorm`` and ``GroupNorm`` as torch names and shapes them (parameters
+``weight`` and ``bias`` of the normalised shape, initialised to ones and zeros): LayerNorm over
+the last k axes (torch's ``normalized_shape``), RMSNorm over the last axis, GroupNorm per
+channel.
 
 >>> import numpy as np, gtape as g
 >>> tp = g.Tape()
@@ -19,19 +21,21 @@ from typing import Any
 import numpy as np
 
 from .modules import Module
-from .norms import layer_norm, rms_norm
+from .norms import group_norm, layer_norm, normalized_axes, rms_norm
 from .tape import Tape
 from .var import Var
 
 
-def _features(where: str, normalized_shape: int | Sequence[int]) -> int:
+def _features(where: str, normalized_shape: int | Sequence[int],
+              name: str = "normalized_shape") -> int:
     """The size of the last axis from torch's ``normalized_shape`` (an int or a 1-tuple)."""
     shape = normalized_shape
     if isinstance(shape, (list, tuple)) and len(shape) == 1:
         shape = shape[0]
     if isinstance(shape, bool) or not isinstance(shape, (int, np.integer)) or shape < 1:
-        raise ValueError(f"{where}: normalized_shape is {normalized_shape!r}; expected an int "
-                         ">= 1 or a 1-tuple (normalisation over the last axis only)")
+        extra = " (normalisation over the last axis only)" if name == "normalized_shape" else ""
+        raise ValueError(f"{where}: {name} is {normalized_shape!r}; expected an int >= 1"
+                         f"{' or a 1-tuple' if extra else ''}{extra}")
     return int(shape)
 
 
@@ -43,21 +47,24 @@ def _eps(where: str, eps: Any) -> float:
 
 
 class LayerNorm(Module):
-    """``gtape.layer_norm`` over the last axis with torch's ``LayerNorm`` parameters:
-    ``weight`` ones and ``bias`` zeros of shape (H,) (none with ``elementwise_affine=False``;
-    no bias with ``bias=False``)."""
+    """``gtape.layer_norm`` over the last k axes (``normalized_shape``: an int or a tuple of
+    the last axes' sizes) with torch's ``LayerNorm`` parameters: ``weight`` ones and ``bias``
+    zeros of ``normalized_shape`` (none with ``elementwise_affine=False``; no bias with
+    ``bias=False``)."""
 
     def __init__(self, tp: Tape, normalized_shape: int | Sequence[int], eps: float = 1e-5,
                  elementwise_affine: bool = True, bias: bool = True) -> None:
-        self.normalized_shape = (_features("LayerNorm", normalized_shape),)
+        self.normalized_shape = normalized_axes("LayerNorm", normalized_shape)
         self.eps = _eps("LayerNorm", eps)
-        h = self.normalized_shape[0]
+        h = self.normalized_shape
         self.weight: Var | None = tp.param(np.ones(h)) if elementwise_affine else None
         self.bias: Var | None = tp.param(np.zeros(h)) if elementwise_affine and bias else None
 
     def forward(self, x: Any) -> Var:
-        """layer_norm(x, weight, bias, eps)."""
-        return layer_norm(x, self.weight, self.bias, self.eps)
+        """layer_norm(x, weight, bias, eps) over the last len(normalized_shape) axes."""
+        if len(self.normalized_shape) == 1:  # the last axis: the same nodes as before k axes
+            return layer_norm(x, self.weight, self.bias, self.eps)
+        return layer_norm(x, self.normalized_shape, self.weight, self.bias, self.eps)
 
     def extra_repr(self) -> str:
         """normalized_shape, eps, elementwise_affine."""
@@ -85,3 +92,32 @@ class RMSNorm(Module):
         """normalized_shape, eps, elementwise_affine."""
         return (f"{self.normalized_shape}, eps={self.eps}, "
                 f"elementwise_affine={self.weight is not None}")
+
+
+class GroupNorm(Module):
+    """``gtape.group_norm`` with torch's ``GroupNorm(num_groups, num_channels)`` parameters:
+    ``weight`` ones and ``bias`` zeros of shape (C,) (none with ``affine=False``)."""
+
+    def __init__(self, tp: Tape, num_groups: int, num_channels: int, eps: float = 1e-5,
+                 affine: bool = True) -> None:
+        self.num_groups = _features("GroupNorm", num_groups, "num_groups")
+        self.num_channels = _features("GroupNorm", num_channels, "num_channels")
+        if self.num_channels % self.num_groups:
+            raise ValueError(f"GroupNorm: num_groups is {num_groups}, which does not divide "
+                             f"num_channels {num_channels}; expected a divisor")
+        self.eps = _eps("GroupNorm", eps)
+        c = self.num_channels
+        self.weight: Var | None = tp.param(np.ones(c)) if affine else None
+        self.bias: Var | None = tp.param(np.zeros(c)) if affine else None
+
+    def forward(self, x: Any) -> Var:
+        """group_norm(x, num_groups, weight, bias, eps)."""
+        if isinstance(x, Var) and (len(x.shape) < 2 or x.shape[1] != self.num_channels):
+            raise ValueError(f"GroupNorm: x has shape {tuple(x.shape)}; expected (N, "
+                             f"{self.num_channels}, *)")
+        return group_norm(x, self.num_groups, self.weight, self.bias, self.eps)
+
+    def extra_repr(self) -> str:
+        """num_groups, num_channels, eps, affine."""
+        return (f"{self.num_groups}, {self.num_channels}, eps={self.eps}, "
+                f"affine={self.weight is not None}")

@@ -139,13 +139,14 @@ def abs(x: Operand) -> Var:  # noqa: A001
 
 
 # ---------------------------------------------------------------- reductions
-def sum(x: Operand, axis: int | None = None, keepdims: bool = False) -> Var:  # noqa: A001
-    """Serial sum over all elements or one axis."""
+def sum(x: Operand, axis: int | tuple[int, ...] | None = None,  # noqa: A001
+        keepdims: bool = False) -> Var:
+    """Serial sum over all elements, one axis or several (row-major over them)."""
     return apply("sum", (x,), axis=axis, keepdims=keepdims)
 
 
-def mean(x: Operand, axis: int | None = None, keepdims: bool = False) -> Var:
-    """Serial sum / count over all elements or one axis."""
+def mean(x: Operand, axis: int | tuple[int, ...] | None = None, keepdims: bool = False) -> Var:
+    """Serial sum / count over all elements, one axis or several (row-major over them)."""
     return apply("mean", (x,), axis=axis, keepdims=keepdims)
 
 
@@ -391,62 +392,131 @@ IntPair = int | tuple[int, int]
 
 
 def conv2d(x: Operand, w: Operand, b: Operand | None = None, stride: IntPair = 1,
-           padding: IntPair = 0) -> Var:
-    """torch's conv2d (NCHW; w (O, C, KH, KW); b (O,) or None): each output a serial chain
-    over (c, kh, kw) row-major (padding +0.0, multiplied), then ``+ b`` (one broadcast add;
-    its gradient the serial sum over (n, oy, ox)). See docs/semantics.md."""
-    if b is not None:  # checked before anything is recorded (a refused call changes nothing)
-        o = tuple(w.shape if isinstance(w, Var) else np.shape(w))[:1]
+           padding: IntPair = 0, dilation: IntPair = 1, groups: int = 1) -> Var:
+    """torch's conv2d (NCHW; w (O, C/groups, KH, KW); b (O,) or None): each output a serial
+    chain over its group's (c, kh, kw) row-major (padding +0.0, multiplied; taps dilation
+    apart), then ``+ b`` (one broadcast add; its gradient the serial sum over (n, oy, ox)).
+    ``groups == C`` is a depthwise conv. See docs/semantics.md."""
+    o = _bias_checked("conv2d", w, b, 0, 1)
+    y = apply("conv2d", (x, w), stride=stride, padding=padding, dilation=dilation,
+              groups=groups)
+    return y if b is None else add(y, reshape(b, (o, 1, 1)))
+
+
+def _bias_checked(where: str, w: Operand, b: Operand | None, axis: int, times: int) -> int:
+    """The channel count a bias must have (w's ``axis`` times ``times``), checked against
+    ``b`` before anything is recorded (a refused call changes nothing)."""
+    ws = tuple(w.shape if isinstance(w, Var) else np.shape(w))
+    o = ws[axis] * times if len(ws) > axis else None
+    if b is not None:
         got = tuple(b.shape if isinstance(b, Var) else np.shape(b))
-        if got != o:
-            raise ValueError(f"conv2d: b has shape {got}; expected ({o[0] if o else 'O'},), "
+        if got != (o,):
+            raise ValueError(f"{where}: b has shape {got}; expected ({o if o else 'O'},), "
                              "one bias per output channel of w")
-    y = apply("conv2d", (x, w), stride=stride, padding=padding)
-    return y if b is None else add(y, reshape(b, (o[0], 1, 1)))
+    return o
+
+
+def conv_transpose2d(x: Operand, w: Operand, b: Operand | None = None, stride: IntPair = 1,
+                     padding: IntPair = 0, output_padding: IntPair = 0, groups: int = 1,
+                     dilation: IntPair = 1) -> Var:
+    """torch's conv_transpose2d (NCHW; w (C_in, C_out/groups, KH, KW), torch's layout; b
+    (C_out,) or None): conv2d's input gradient of x by w onto the output size
+    (H - 1)*sh - 2*ph + dh*(KH - 1) + output_padding + 1 (likewise for W), then ``+ b``.
+    Per output element: per tap a serial chain over the group's input channels, then the sum
+    over the taps (kh, kw) row-major reaching it (``conv2d_grad_input``'s order).
+    ``output_padding`` must be smaller than the stride (torch also allows < dilation)."""
+    from gtensor.ops.conv import pair
+
+    where = "conv_transpose2d"
+    st, pd = pair(where, "stride", stride, 1), pair(where, "padding", padding, 0)
+    dl, op = pair(where, "dilation", dilation, 1), pair(where, "output_padding", output_padding, 0)
+    if op[0] >= st[0] or op[1] >= st[1]:
+        raise ValueError(f"{where}: output_padding {op} is not smaller than the stride {st}; "
+                         "expected output_padding < stride on each axis")
+    xs = tuple(x.shape if isinstance(x, Var) else np.shape(x))
+    ws = tuple(w.shape if isinstance(w, Var) else np.shape(w))
+    if len(xs) != 4 or len(ws) != 4:
+        raise ValueError(f"{where}: x has shape {xs} and w {ws}; expected 4-D arrays "
+                         "(N, C_in, H, W) and (C_in, C_out/groups, KH, KW)")
+    size = tuple((xs[2 + a] - 1) * st[a] - 2 * pd[a] + dl[a] * (ws[2 + a] - 1) + op[a] + 1
+                 for a in (0, 1))
+    if min(size) < 1:
+        raise ValueError(f"{where}: the output size {size} is empty (input {xs[2:]}, stride "
+                         f"{st}, padding {pd}, dilation {dl}, kernel {ws[2:]}); expected "
+                         "sizes >= 1")
+    o = _bias_checked(where, w, b, 1, groups if isinstance(groups, int) else 1)
+    y = apply("conv2d_grad_input", (x, w), stride=st, padding=pd, size=size, dilation=dl,
+              groups=groups)
+    return y if b is None else add(y, reshape(b, (o, 1, 1)))
 
 
 def conv2d_grad_input(g: Operand, w: Operand, stride: IntPair = 1, padding: IntPair = 0,
-                      size: IntPair | None = None) -> Var:
+                      size: IntPair | None = None, dilation: IntPair = 1, groups: int = 1) -> Var:
     """conv2d's input gradient for an input of spatial ``size`` (H, W) (col2im of w^T g)."""
-    return apply("conv2d_grad_input", (g, w), stride=stride, padding=padding, size=size)
+    return apply("conv2d_grad_input", (g, w), stride=stride, padding=padding, size=size,
+                 dilation=dilation, groups=groups)
 
 
 def conv2d_grad_weight(g: Operand, x: Operand, stride: IntPair = 1, padding: IntPair = 0,
-                       kernel: IntPair | None = None) -> Var:
+                       kernel: IntPair | None = None, dilation: IntPair = 1,
+                       groups: int = 1) -> Var:
     """conv2d's weight gradient for a ``kernel`` (KH, KW): per weight a serial chain over
     (n, oy, ox)."""
-    return apply("conv2d_grad_weight", (g, x), stride=stride, padding=padding, kernel=kernel)
+    return apply("conv2d_grad_weight", (g, x), stride=stride, padding=padding, kernel=kernel,
+                 dilation=dilation, groups=groups)
 
 
-def max_pool2d(x: Operand, kernel: IntPair, stride: IntPair | None = None) -> Var:
-    """torch's max_pool2d (no padding; stride None = kernel): the first maximum of each window
-    in row-major order wins (the first NaN if any); the gradient goes to it."""
-    return apply("max_pool2d", (x,), kernel=kernel, stride=stride)
+def max_pool2d(x: Operand, kernel: IntPair, stride: IntPair | None = None, padding: IntPair = 0,
+               dilation: IntPair = 1, ceil_mode: bool = False) -> Var:
+    """torch's max_pool2d (stride None = kernel; padding <= kernel // 2, never chosen; taps
+    dilation apart; ceil_mode as torch): the first maximum of each window's input elements in
+    row-major order wins (the first NaN if any); the gradient goes to it."""
+    return apply("max_pool2d", (x,), kernel=kernel, stride=stride, padding=padding,
+                 dilation=dilation, ceil_mode=ceil_mode)
 
 
-def max_pool2d_grad(g: Operand, x: Operand, kernel: IntPair,
-                    stride: IntPair | None = None) -> Var:
+def max_pool2d_grad(g: Operand, x: Operand, kernel: IntPair, stride: IntPair | None = None,
+                    padding: IntPair = 0, dilation: IntPair = 1, ceil_mode: bool = False) -> Var:
     """max_pool2d's backward: g to each window's chosen element of x, summed over windows."""
-    return apply("max_pool2d_grad", (g, x), kernel=kernel, stride=stride)
+    return apply("max_pool2d_grad", (g, x), kernel=kernel, stride=stride, padding=padding,
+                 dilation=dilation, ceil_mode=ceil_mode)
 
 
-def max_pool2d_pick(v: Operand, x: Operand, kernel: IntPair,
-                    stride: IntPair | None = None) -> Var:
+def max_pool2d_pick(v: Operand, x: Operand, kernel: IntPair, stride: IntPair | None = None,
+                    padding: IntPair = 0, dilation: IntPair = 1, ceil_mode: bool = False) -> Var:
     """v (x's shape) read at the element each max_pool2d window of x chooses."""
-    return apply("max_pool2d_pick", (v, x), kernel=kernel, stride=stride)
+    return apply("max_pool2d_pick", (v, x), kernel=kernel, stride=stride, padding=padding,
+                 dilation=dilation, ceil_mode=ceil_mode)
 
 
-def avg_pool2d(x: Operand, kernel: IntPair, stride: IntPair | None = None) -> Var:
-    """torch's avg_pool2d (no padding; stride None = kernel): each window's serial sum in
-    row-major order, then one division by kh*kw."""
-    return apply("avg_pool2d", (x,), kernel=kernel, stride=stride)
+def avg_pool2d(x: Operand, kernel: IntPair, stride: IntPair | None = None, padding: IntPair = 0,
+               ceil_mode: bool = False, count_include_pad: bool = True) -> Var:
+    """torch's avg_pool2d (stride None = kernel; padding <= kernel // 2; ceil_mode and
+    count_include_pad as torch): each window's serial sum of its input elements in row-major
+    order, then one division by its divisor (torch's)."""
+    return apply("avg_pool2d", (x,), kernel=kernel, stride=stride, padding=padding,
+                 ceil_mode=ceil_mode, count_include_pad=count_include_pad)
 
 
 def avg_pool2d_grad(g: Operand, kernel: IntPair, stride: IntPair | None = None,
-                    size: IntPair | None = None) -> Var:
-    """avg_pool2d's backward onto an input of spatial ``size``: g / (kh*kw) summed over the
-    windows containing each element."""
-    return apply("avg_pool2d_grad", (g,), kernel=kernel, stride=stride, size=size)
+                    size: IntPair | None = None, padding: IntPair = 0, ceil_mode: bool = False,
+                    count_include_pad: bool = True) -> Var:
+    """avg_pool2d's backward onto an input of spatial ``size``: g / divisor summed over the
+    windows holding each element."""
+    return apply("avg_pool2d_grad", (g,), kernel=kernel, stride=stride, size=size,
+                 padding=padding, ceil_mode=ceil_mode, count_include_pad=count_include_pad)
+
+
+def adaptive_avg_pool2d(x: Operand, output_size: IntPair) -> Var:
+    """torch's adaptive_avg_pool2d (output at most the input; None in a pair: the input's
+    size): window (oy, ox) rows [floor(oy*H/OH), ceil((oy+1)*H/OH)) by columns likewise, its
+    serial sum row-major, then / its element count. ``output_size=1``: global average
+    pooling."""
+    if isinstance(output_size, (tuple, list)) and None in output_size:
+        xs = tuple(x.shape if isinstance(x, Var) else np.shape(x))
+        output_size = tuple(xs[2 + a] if v is None and len(xs) == 4 else v
+                            for a, v in enumerate(output_size))
+    return apply("adaptive_avg_pool2d", (x,), output_size=output_size)
 
 
 # ---------------------------------------------------------------- the rest, from the registry

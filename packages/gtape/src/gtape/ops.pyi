@@ -97,14 +97,14 @@ def abs(x: Operand) -> Var:
     sign(x), 0 at x = 0 (as PyTorch's)."""
 
 
-def sum(x: FloatOperand, axis: int | None = None, keepdims: bool = False) -> Var:
-    """Serial sum over all elements or one axis. [gtensor op sum: differentiable; result
-    float]"""
+def sum(x: FloatOperand, axis: int | tuple[int, ...] | None = None, keepdims: bool = False) -> Var:
+    """Serial sum over all elements, one axis or several (row-major over them). [gtensor op sum:
+    differentiable; result float]"""
 
 
-def mean(x: FloatOperand, axis: int | None = None, keepdims: bool = False) -> Var:
-    """Serial sum / count over all elements or one axis. [gtensor op mean: differentiable;
-    result float]"""
+def mean(x: FloatOperand, axis: int | tuple[int, ...] | None = None, keepdims: bool = False) -> Var:
+    """Serial sum / count over all elements, one axis or several (row-major over them). [gtensor
+    op mean: differentiable; result float]"""
 
 
 def sum_to(x: FloatOperand, shape: Sequence[int]) -> Var:
@@ -321,11 +321,32 @@ def conv2d(
     b: Operand | None = None,
     stride: IntPair = 1,
     padding: IntPair = 0,
+    dilation: IntPair = 1,
+    groups: int = 1,
 ) -> Var:
-    """torch's conv2d (NCHW; w (O, C, KH, KW); b (O,) or None): each output a serial chain over
-    (c, kh, kw) row-major (padding +0.0, multiplied), then ``+ b`` (one broadcast add; its
-    gradient the serial sum over (n, oy, ox)). See docs/semantics.md. [gtensor op conv2d:
+    """torch's conv2d (NCHW; w (O, C/groups, KH, KW); b (O,) or None): each output a serial
+    chain over its group's (c, kh, kw) row-major (padding +0.0, multiplied; taps dilation
+    apart), then ``+ b`` (one broadcast add; its gradient the serial sum over (n, oy, ox)).
+    ``groups == C`` is a depthwise conv. See docs/semantics.md. [gtensor op conv2d:
     differentiable; result float]"""
+
+
+def conv_transpose2d(
+    x: Operand,
+    w: Operand,
+    b: Operand | None = None,
+    stride: IntPair = 1,
+    padding: IntPair = 0,
+    output_padding: IntPair = 0,
+    groups: int = 1,
+    dilation: IntPair = 1,
+) -> Var:
+    """torch's conv_transpose2d (NCHW; w (C_in, C_out/groups, KH, KW), torch's layout; b
+    (C_out,) or None): conv2d's input gradient of x by w onto the output size (H - 1)*sh - 2*ph
+    + dh*(KH - 1) + output_padding + 1 (likewise for W), then ``+ b``. Per output element: per
+    tap a serial chain over the group's input channels, then the sum over the taps (kh, kw) row-
+    major reaching it (``conv2d_grad_input``'s order). ``output_padding`` must be smaller than
+    the stride (torch also allows < dilation)."""
 
 
 def conv2d_grad_input(
@@ -334,6 +355,8 @@ def conv2d_grad_input(
     stride: IntPair = 1,
     padding: IntPair = 0,
     size: IntPair | None = None,
+    dilation: IntPair = 1,
+    groups: int = 1,
 ) -> Var:
     """conv2d's input gradient for an input of spatial ``size`` (H, W) (col2im of w^T g).
     [gtensor op conv2d_grad_input: differentiable; result float]"""
@@ -345,14 +368,24 @@ def conv2d_grad_weight(
     stride: IntPair = 1,
     padding: IntPair = 0,
     kernel: IntPair | None = None,
+    dilation: IntPair = 1,
+    groups: int = 1,
 ) -> Var:
     """conv2d's weight gradient for a ``kernel`` (KH, KW): per weight a serial chain over (n,
     oy, ox). [gtensor op conv2d_grad_weight: differentiable; result float]"""
 
 
-def max_pool2d(x: FloatOperand, kernel: IntPair, stride: IntPair | None = None) -> Var:
-    """torch's max_pool2d (no padding; stride None = kernel): the first maximum of each window
-    in row-major order wins (the first NaN if any); the gradient goes to it. [gtensor op
+def max_pool2d(
+    x: FloatOperand,
+    kernel: IntPair,
+    stride: IntPair | None = None,
+    padding: IntPair = 0,
+    dilation: IntPair = 1,
+    ceil_mode: bool = False,
+) -> Var:
+    """torch's max_pool2d (stride None = kernel; padding <= kernel // 2, never chosen; taps
+    dilation apart; ceil_mode as torch): the first maximum of each window's input elements in
+    row-major order wins (the first NaN if any); the gradient goes to it. [gtensor op
     max_pool2d: differentiable; result float]"""
 
 
@@ -361,6 +394,9 @@ def max_pool2d_grad(
     x: FloatOperand,
     kernel: IntPair,
     stride: IntPair | None = None,
+    padding: IntPair = 0,
+    dilation: IntPair = 1,
+    ceil_mode: bool = False,
 ) -> Var:
     """max_pool2d's backward: g to each window's chosen element of x, summed over windows.
     [gtensor op max_pool2d_grad: differentiable; result float]"""
@@ -371,15 +407,26 @@ def max_pool2d_pick(
     x: FloatOperand,
     kernel: IntPair,
     stride: IntPair | None = None,
+    padding: IntPair = 0,
+    dilation: IntPair = 1,
+    ceil_mode: bool = False,
 ) -> Var:
     """v (x's shape) read at the element each max_pool2d window of x chooses. [gtensor op
     max_pool2d_pick: differentiable; result float]"""
 
 
-def avg_pool2d(x: FloatOperand, kernel: IntPair, stride: IntPair | None = None) -> Var:
-    """torch's avg_pool2d (no padding; stride None = kernel): each window's serial sum in row-
-    major order, then one division by kh*kw. [gtensor op avg_pool2d: differentiable; result
-    float]"""
+def avg_pool2d(
+    x: FloatOperand,
+    kernel: IntPair,
+    stride: IntPair | None = None,
+    padding: IntPair = 0,
+    ceil_mode: bool = False,
+    count_include_pad: bool = True,
+) -> Var:
+    """torch's avg_pool2d (stride None = kernel; padding <= kernel // 2; ceil_mode and
+    count_include_pad as torch): each window's serial sum of its input elements in row-major
+    order, then one division by its divisor (torch's). [gtensor op avg_pool2d: differentiable;
+    result float]"""
 
 
 def avg_pool2d_grad(
@@ -387,10 +434,19 @@ def avg_pool2d_grad(
     kernel: IntPair,
     stride: IntPair | None = None,
     size: IntPair | None = None,
+    padding: IntPair = 0,
+    ceil_mode: bool = False,
+    count_include_pad: bool = True,
 ) -> Var:
-    """avg_pool2d's backward onto an input of spatial ``size``: g / (kh*kw) summed over the
-    windows containing each element. [gtensor op avg_pool2d_grad: differentiable; result
-    float]"""
+    """avg_pool2d's backward onto an input of spatial ``size``: g / divisor summed over the
+    windows holding each element. [gtensor op avg_pool2d_grad: differentiable; result float]"""
+
+
+def adaptive_avg_pool2d(x: FloatOperand, output_size: IntPair) -> Var:
+    """torch's adaptive_avg_pool2d (output at most the input; None in a pair: the input's size):
+    window (oy, ox) rows [floor(oy*H/OH), ceil((oy+1)*H/OH)) by columns likewise, its serial sum
+    row-major, then / its element count. ``output_size=1``: global average pooling. [gtensor op
+    adaptive_avg_pool2d: differentiable; result float]"""
 
 
 def erf(x: FloatOperand) -> Var:
@@ -404,6 +460,11 @@ def log1p(x: FloatOperand) -> Var:
 
 def expm1(x: FloatOperand) -> Var:
     """Exp(x) - 1, correctly rounded. [gtensor op expm1: differentiable; result float]"""
+
+
+def adaptive_avg_pool2d_grad(g: FloatOperand, size) -> Var:
+    """Adaptive_avg_pool2d's backward: g / count summed over the windows row-major. [gtensor op
+    adaptive_avg_pool2d_grad: differentiable; result float]"""
 
 
 def dropout(x: FloatOperand, key: IndexOperand, p) -> Var:

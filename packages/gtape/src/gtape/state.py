@@ -116,7 +116,9 @@ def save(model: Module, path: str | Path) -> Path:
     """Write ``model.state_dict()`` to ``path`` as a safetensors file (atomically)."""
     from safetensors.numpy import save as to_bytes
 
-    sd = {k: np.ascontiguousarray(v) for k, v in _check_module("save", model).state_dict().items()}
+    # NOTE: np.asarray(order="C"), not ascontiguousarray: that makes a 0-d buffer (BatchNorm's
+    # num_batches_tracked) 1-d
+    sd = {k: np.asarray(v, order="C") for k, v in _check_module("save", model).state_dict().items()}
     if not sd:
         raise ValueError("save: the model has no parameters; nothing to write")
     dtypes = {p.tape.dtype.name for p in model.parameters()}

@@ -30,6 +30,7 @@ from .leaves import CONST, PARAM
 from .nodes import Node, NodeTable
 from .passes import BackwardPasses
 from .recording import Recording
+from .states import States
 from .var import Var
 
 __all__ = ["GROWTH_WARNING_AFTER", "Mark", "Node", "Tape", "TapeGrowthWarning"]
@@ -47,7 +48,7 @@ class Mark:
     serial: int  # serial number of node length-1 (-1 for an empty tape)
 
 
-class Tape(NodeTable, Freshness):
+class Tape(NodeTable, Freshness, States):
     """A define-by-run tape: every op runs eagerly on a gtensor backend and appends one node.
 
     ``inner`` is the inner-product contract of every matmul / bmm / conv2d (and conv2d's
@@ -87,6 +88,7 @@ class Tape(NodeTable, Freshness):
         self._closed = False
         self._init_table()
         self._init_freshness()
+        self._init_states()
         self._gcache: dict[int, Any] = {}  # persistent gradient buffers of params
         self._passes = BackwardPasses(self._be)  # backward passes (replayed when repeated)
         self._zeroing = Recording("reset_to's gradient zeroing")  # keyed by the buffers
@@ -396,6 +398,7 @@ class Tape(NodeTable, Freshness):
             raise ValueError(f"reset_to: {mark!r} points past nodes already dropped by an "
                              "earlier reset_to; take a new mark")
         self._note_dropped_params(n)
+        self._commit_states(n)
         self._truncate(n)
         self._no_grad_block = None
         self._grad_loss = self._grad_vars = None

@@ -44,7 +44,8 @@ from .var import Var
 
 LAYERS = ("Sequential", "ModuleList", "ModuleDict", "Linear", "ReLU", "Tanh", "Sigmoid", "GELU",
           "SiLU", "Softplus", "Flatten", "Identity", "Conv2d", "MaxPool2d", "AvgPool2d",
-          "Dropout", "LayerNorm", "RMSNorm", "Embedding", "MultiheadAttention")
+          "Dropout", "LayerNorm", "RMSNorm", "Embedding", "MultiheadAttention", "BatchNorm1d",
+          "BatchNorm2d", "GroupNorm", "ConvTranspose2d", "AdaptiveAvgPool2d", "Upsample")
 SUPPORTED = LAYERS  # (the name older code reads)
 _PLAIN = {"ReLU": modules.ReLU, "Tanh": modules.Tanh, "Sigmoid": modules.Sigmoid,
           "Identity": modules.Identity, "SiLU": activation_layers.SiLU}
@@ -96,29 +97,34 @@ def _limits(m: Any, kind: str) -> list[str]:
         return tuple(v) if isinstance(v, (tuple, list)) else (v, v)
 
     bad = []
-    if kind == "Conv2d":
-        if m.groups != 1:
-            bad.append(f"groups={m.groups}")
-        if two(m.dilation) != (1, 1):
-            bad.append(f"dilation={m.dilation}")
-        if m.padding_mode != "zeros" or isinstance(m.padding, str):
-            bad.append(f"padding={m.padding!r}, padding_mode={m.padding_mode!r}")
-    if kind in ("MaxPool2d", "AvgPool2d"):
-        if two(m.padding) != (0, 0):
-            bad.append(f"padding={m.padding}")
-        if m.ceil_mode:
-            bad.append("ceil_mode=True")
-    if kind == "MaxPool2d" and (two(m.dilation) != (1, 1) or m.return_indices):
-        bad.append(f"dilation={m.dilation}, return_indices={m.return_indices}")
+    if kind in ("Conv2d", "ConvTranspose2d") and (
+            m.padding_mode != "zeros" or isinstance(m.padding, str)):
+        bad.append(f"padding={m.padding!r}, padding_mode={m.padding_mode!r}")
+    if kind == "ConvTranspose2d" and any(o >= s for o, s in zip(two(m.output_padding),
+                                                                two(m.stride))):
+        bad.append(f"output_padding={m.output_padding} >= stride={m.stride}")
+    if kind == "MaxPool2d" and m.return_indices:
+        bad.append(f"return_indices={m.return_indices}")
     if kind == "AvgPool2d" and m.divisor_override is not None:
         bad.append(f"divisor_override={m.divisor_override}")
-    if kind in ("LayerNorm", "RMSNorm") and len(m.normalized_shape) != 1:
+    if kind == "RMSNorm" and len(m.normalized_shape) != 1:
         bad.append(f"normalized_shape={tuple(m.normalized_shape)} (the last axis only)")
+    if kind == "Upsample" and (m.mode != "nearest" or not _integer_factors(m)):
+        bad.append(f"mode={m.mode!r}, scale_factor={m.scale_factor}, size={m.size} "
+                   "(nearest with integer factors only)")
     if kind == "Embedding" and (m.padding_idx is not None or m.max_norm is not None):
         bad.append(f"padding_idx={m.padding_idx}, max_norm={m.max_norm}")
     if kind == "MultiheadAttention" and (m.bias_k is not None or m.add_zero_attn):
         bad.append("add_bias_kv=True" if m.bias_k is not None else "add_zero_attn=True")
     return bad
+
+
+def _integer_factors(m: Any) -> bool:
+    """Whether an Upsample's scale_factor is whole numbers (or it gives a size)."""
+    sf = m.scale_factor
+    if sf is None:
+        return m.size is not None
+    return all(float(s) == int(s) and s >= 1 for s in (sf if isinstance(sf, tuple) else (sf,)))
 
 
 def _check(torch: Any, m: Any, path: str) -> None:
@@ -196,6 +202,45 @@ class _Builder:
         layer.kernel_size = tuple(int(k) for k in m.kernel_size)
         layer.stride = layers._pair("Conv2d", "stride", m.stride)
         layer.padding = layers._pair("Conv2d", "padding", m.padding, least=0)
+        layer.dilation = layers._pair("Conv2d", "dilation", m.dilation)
+        layer.groups = int(m.groups)
+        layer.weight, layer.bias = self.param(m.weight), self.param(m.bias)
+        return layer
+
+    def _ConvTranspose2d(self, m: Any, path: str) -> Module:
+        from .vision_layers import ConvTranspose2d
+
+        layer = ConvTranspose2d.__new__(ConvTranspose2d)
+        layer.in_channels, layer.out_channels = int(m.in_channels), int(m.out_channels)
+        for name in ("kernel_size", "stride", "padding", "output_padding", "dilation"):
+            setattr(layer, name, tuple(int(k) for k in getattr(m, name)))
+        layer.groups = int(m.groups)
+        layer.weight, layer.bias = self.param(m.weight), self.param(m.bias)
+        return layer
+
+    def _BatchNorm1d(self, m: Any, path: str) -> Module:
+        from . import batchnorm as batch_norm
+
+        kind = batch_norm.BatchNorm1d if type(m).__name__ == "BatchNorm1d" else \
+            batch_norm.BatchNorm2d
+        layer = kind.__new__(kind)
+        layer.num_features, layer.eps, layer.momentum = int(m.num_features), float(m.eps), (
+            None if m.momentum is None else float(m.momentum))
+        layer.affine, layer.track_running_stats = bool(m.affine), bool(m.track_running_stats)
+        layer.weight, layer.bias = self.param(m.weight), self.param(m.bias)
+        layer._int_states = {"num_batches_tracked"}
+        for name in ("running_mean", "running_var", "num_batches_tracked"):
+            b = getattr(m, name, None)
+            layer.register_buffer(name, None if b is None else self.tp.state(
+                b.detach().cpu().numpy().astype(np.float64)))
+        return layer
+
+    _BatchNorm2d = _BatchNorm1d
+
+    def _GroupNorm(self, m: Any, path: str) -> Module:
+        layer = norm_layers.GroupNorm.__new__(norm_layers.GroupNorm)
+        layer.num_groups, layer.num_channels = int(m.num_groups), int(m.num_channels)
+        layer.eps = float(m.eps)
         layer.weight, layer.bias = self.param(m.weight), self.param(m.bias)
         return layer
 
@@ -208,7 +253,7 @@ class _Builder:
 
     def _LayerNorm(self, m: Any, path: str) -> Module:
         layer = norm_layers.LayerNorm.__new__(norm_layers.LayerNorm)
-        layer.normalized_shape = (int(m.normalized_shape[0]),)
+        layer.normalized_shape = tuple(int(n) for n in m.normalized_shape)
         layer.eps = float(m.eps)
         layer.weight, layer.bias = self.param(m.weight), self.param(m.bias)
         return layer
@@ -239,8 +284,19 @@ class _Builder:
         return layer
 
     def _simple(self, m: Any, kind: str) -> Module:
-        if kind in ("MaxPool2d", "AvgPool2d"):
-            return getattr(layers, kind)(m.kernel_size, m.stride)
+        from . import vision_layers
+
+        if kind == "MaxPool2d":
+            return layers.MaxPool2d(m.kernel_size, m.stride, m.padding, dilation=m.dilation,
+                                    ceil_mode=bool(m.ceil_mode))
+        if kind == "AvgPool2d":
+            return layers.AvgPool2d(m.kernel_size, m.stride, m.padding,
+                                    ceil_mode=bool(m.ceil_mode),
+                                    count_include_pad=bool(m.count_include_pad))
+        if kind == "AdaptiveAvgPool2d":
+            return vision_layers.AdaptiveAvgPool2d(m.output_size)
+        if kind == "Upsample":
+            return vision_layers.Upsample(m.size, m.scale_factor, m.mode)
         if kind == "Dropout":
             return layers.Dropout(m.p, tp=self.tp)  # its own key, in tree order
         if kind == "GELU":

@@ -5,7 +5,10 @@ The trace runs the very ops the tape ran (``Backend.apply`` with the node's Op a
 the tape's own backward engine, on a ``gtensor.recording.Recorder``: nothing is re-derived, so
 a traced episode computes exactly what the tape computed on that backend. Every buffer is
 allocated during the trace and owned by it: leaves are copied in, each op node has one value
-buffer, the backward's results and each parameter's gradient have one buffer each.
+buffer, the backward's results and each parameter's gradient have one buffer each. The
+episode's pending state updates (``Tape.update_state``: BatchNorm's running statistics) end
+the backward launches as copies of the new values into the states' buffers (``Trace.writes``),
+so a replayed step updates them as the eager step does.
 
 >>> import numpy as np, gtape as g
 >>> from gtape.trace import trace
@@ -50,6 +53,7 @@ class Trace:
     forward: list[Launch]
     backward: list[Launch]
     backward_stats: dict
+    writes: tuple[tuple[int, int], ...] = ()  # (state node, source node): the state updates
 
     def value(self, i: int) -> np.ndarray:
         """A host copy of node ``i``'s value buffer."""
@@ -121,6 +125,13 @@ def trace(tp: Tape, loss: Var, backend: str | KernelBackend, dtype: Any = None,
                             [n.attrs for n in nodes], [n.shape for n in nodes],
                             [n.requires_grad for n in nodes], [], [])
     _backward.reached(graph, li)  # NotImplementedError naming the node, before any work
+    writes = tuple(tp.pending_states())
+    late = [(j, i) for j, i in writes if i > li]
+    if late:
+        j, i = late[0]
+        raise CaptureError(f"{where}: state node {j} is updated from node {i}, recorded after "
+                           f"the loss (node {li}); expected every state update computed "
+                           "before the loss (an engine replays the episode up to it)")
     rec = Recorder(inner)
     values: list[Any] = []
     grads: list[Any] = []
@@ -149,5 +160,10 @@ def trace(tp: Tape, loss: Var, backend: str | KernelBackend, dtype: Any = None,
     with rec.recording() as bwd:
         rec.tag = li
         stats = _backward.run(rec, graph, li, dt, visit)
+        for j, i in writes:  # the step's state updates, after everything that reads them
+            rec.tag = j
+            rec.copy(values[i], out=values[j])
     rec.tag = None
-    return Trace(rec, dt, nodes, li, values, grads, fwd, bwd, stats)
+    for j, _ in writes:  # the trace's own run recorded the updates: undo them (not recorded)
+        rec.write(values[j], tp.backend.to_numpy(tp.value_at(j)).astype(dt))
+    return Trace(rec, dt, nodes, li, values, grads, fwd, bwd, stats, writes)

@@ -79,45 +79,56 @@ def _xp(x: np.ndarray, n: int, c: int, yy: int, xx: int):
     return _T(x)(0.0)
 
 
-def loop_conv2d(x: np.ndarray, w: np.ndarray, stride=1, padding=0,
-                inner="plain") -> np.ndarray:
-    """y[n, o, oy, ox]: serial over (c, i, j) row-major of w * x_padded, the first starts
-    (fma: from +0.0, one fma per term)."""
-    (sh, sw), (ph, pw) = _pair(stride), _pair(padding)
+def _conv_out(size: int, k: int, s: int, p: int, d: int = 1) -> int:
+    return (size + 2 * p - d * (k - 1) - 1) // s + 1
+
+
+def loop_conv2d(x: np.ndarray, w: np.ndarray, stride=1, padding=0, inner="plain",
+                dilation=1, groups=1) -> np.ndarray:
+    """y[n, o, oy, ox]: serial over the group's (c, i, j) row-major of w * x_padded at
+    (oy*sh + i*dh, ox*sw + j*dw), the first starts (fma: from +0.0, one fma per term)."""
+    (sh, sw), (ph, pw), (dh, dw) = _pair(stride), _pair(padding), _pair(dilation)
     n_, c_, h, wd = x.shape
-    o_, _, kh, kw = w.shape
-    oh, ow = _out(h, kh, sh, ph), _out(wd, kw, sw, pw)
+    o_, cg, kh, kw = w.shape
+    og = o_ // groups
+    oh, ow = _conv_out(h, kh, sh, ph, dh), _conv_out(wd, kw, sw, pw, dw)
     y = np.zeros((n_, o_, oh, ow), x.dtype)
     T = _T(x)
     step = _chain(T, inner)
     with np.errstate(all="ignore"):
         for n in range(n_):
             for o in range(o_):
+                c0 = (o // og) * cg
                 for oy in range(oh):
                     for ox in range(ow):
                         acc = None
-                        for c in range(c_):
+                        for c in range(cg):
                             for i in range(kh):
                                 for j in range(kw):
                                     acc = step(acc, T(w[o, c, i, j]),
-                                               _xp(x, n, c, oy * sh + i - ph, ox * sw + j - pw))
+                                               _xp(x, n, c0 + c, oy * sh + i * dh - ph,
+                                                   ox * sw + j * dw - pw))
                         y[n, o, oy, ox] = acc
     return y
 
 
 def loop_conv2d_grad_weight(g: np.ndarray, x: np.ndarray, stride=1, padding=0,
-                            kernel=(3, 3), inner="plain") -> np.ndarray:
+                            kernel=(3, 3), inner="plain", dilation=1,
+                            groups=1) -> np.ndarray:
     """dw[o, c, i, j]: serial over (n, oy, ox) row-major of g * x_padded (none: +0.0; fma:
-    from +0.0, one fma per term)."""
+    from +0.0, one fma per term); c counts the group's channels."""
     (sh, sw), (ph, pw), (kh, kw) = _pair(stride), _pair(padding), _pair(kernel)
+    dh, dw_ = _pair(dilation)
     n_, o_, oh, ow = g.shape
-    c_ = x.shape[1]
-    dw = np.zeros((o_, c_, kh, kw), g.dtype)
+    cg = x.shape[1] // groups
+    og = o_ // groups
+    dw = np.zeros((o_, cg, kh, kw), g.dtype)
     T = _T(g)
     step = _chain(T, inner)
     with np.errstate(all="ignore"):
         for o in range(o_):
-            for c in range(c_):
+            c0 = (o // og) * cg
+            for c in range(cg):
                 for i in range(kh):
                     for j in range(kw):
                         acc = None
@@ -125,133 +136,217 @@ def loop_conv2d_grad_weight(g: np.ndarray, x: np.ndarray, stride=1, padding=0,
                             for oy in range(oh):
                                 for ox in range(ow):
                                     acc = step(acc, T(g[n, o, oy, ox]),
-                                               _xp(x, n, c, oy * sh + i - ph, ox * sw + j - pw))
+                                               _xp(x, n, c0 + c, oy * sh + i * dh - ph,
+                                                   ox * sw + j * dw_ - pw))
                         dw[o, c, i, j] = T(0.0) if acc is None else acc
     return dw
 
 
 def loop_conv2d_grad_input(g: np.ndarray, w: np.ndarray, stride=1, padding=0,
-                           size=(3, 3), inner="plain") -> np.ndarray:
+                           size=(3, 3), inner="plain", dilation=1,
+                           groups=1) -> np.ndarray:
     """dx[n, c, y, x]: serial over the taps (i, j) row-major reaching it of the tap's serial
-    chain over o of w * g (fma: from +0.0, one fma per term); the first tap starts, the taps'
-    sum is plain adds under both contracts; none: +0.0."""
+    chain over the group's o of w * g (fma: from +0.0, one fma per term); the first tap
+    starts, the taps' sum is plain adds under both contracts; none: +0.0. Also torch's
+    conv_transpose2d of g by w."""
     (sh, sw), (ph, pw), (h, wd) = _pair(stride), _pair(padding), _pair(size)
+    dh, dw = _pair(dilation)
     n_, o_, oh, ow = g.shape
-    _, c_, kh, kw = w.shape
-    dx = np.zeros((n_, c_, h, wd), g.dtype)
+    _, cg, kh, kw = w.shape
+    og = o_ // groups
+    dx = np.zeros((n_, cg * groups, h, wd), g.dtype)
     T = _T(g)
     step = _chain(T, inner)
     with np.errstate(all="ignore"):
         for n in range(n_):
-            for c in range(c_):
+            for c in range(cg * groups):
+                o0, cl = (c // cg) * og, c % cg
                 for yy in range(h):
                     for xx in range(wd):
                         acc = None
                         for i in range(kh):
                             for j in range(kw):
-                                ty, tx = yy + ph - i, xx + pw - j
+                                ty, tx = yy + ph - i * dh, xx + pw - j * dw
                                 if ty < 0 or tx < 0 or ty % sh or tx % sw:
                                     continue
                                 oy, ox = ty // sh, tx // sw
                                 if oy >= oh or ox >= ow:
                                     continue
                                 t = None
-                                for o in range(o_):
-                                    t = step(t, T(w[o, c, i, j]), T(g[n, o, oy, ox]))
+                                for o in range(o0, o0 + og):
+                                    t = step(t, T(w[o, cl, i, j]), T(g[n, o, oy, ox]))
                                 acc = t if acc is None else acc + t
                         dx[n, c, yy, xx] = T(0.0) if acc is None else acc
     return dx
 
 
-def _pool_geom(x_shape: tuple, kernel, stride):
+def pool_out(size: int, k: int, s: int, p: int, d: int, ceil: bool) -> int:
+    """Pooled length (torch's rule): floor or ceil of the room / stride, plus one, minus one
+    in ceil mode when the last window would start at or past size + p."""
+    room = size + 2 * p - d * (k - 1) - 1
+    o = (-(-room // s) if ceil else room // s) + 1
+    return o - 1 if ceil and (o - 1) * s >= size + p else o
+
+
+def _pool_geom(x_shape: tuple, kernel, stride, padding=0, dilation=1, ceil_mode=False):
     kh, kw = _pair(kernel)
     sh, sw = (kh, kw) if stride is None else _pair(stride)
-    return kh, kw, sh, sw, (x_shape[2] - kh) // sh + 1, (x_shape[3] - kw) // sw + 1
+    (ph, pw), (dh, dw) = _pair(padding), _pair(dilation)
+    return (kh, kw, sh, sw, ph, pw, dh, dw, pool_out(x_shape[2], kh, sh, ph, dh, ceil_mode),
+            pool_out(x_shape[3], kw, sw, pw, dw, ceil_mode))
 
 
-def loop_window_choice(x: np.ndarray, n: int, c: int, oy: int, ox: int, kernel, stride):
-    """(y, x) of the element max-pool window (oy, ox) chooses: a serial scan in tap order, a
-    later element only when strictly greater, the first NaN ends the scan."""
-    kh, kw, sh, sw, _, _ = _pool_geom(x.shape, kernel, stride)
-    best = (oy * sh, ox * sw)
-    bv = x[n, c, best[0], best[1]]
-    if bv != bv:
-        return best
-    for i in range(kh):
-        for j in range(kw):
-            v = x[n, c, oy * sh + i, ox * sw + j]
-            if v != v:
-                return (oy * sh + i, ox * sw + j)
-            if v > bv:
-                best, bv = (oy * sh + i, ox * sw + j), v
+def _window(x_shape: tuple, oy: int, ox: int, g: tuple):
+    """The in-input taps (y, x) of window (oy, ox) in row-major tap order."""
+    kh, kw, sh, sw, ph, pw, dh, dw = g[:8]
+    return [(oy * sh - ph + i * dh, ox * sw - pw + j * dw) for i in range(kh) for j in range(kw)
+            if 0 <= oy * sh - ph + i * dh < x_shape[2] and 0 <= ox * sw - pw + j * dw < x_shape[3]]
+
+
+def loop_window_choice(x: np.ndarray, n: int, c: int, oy: int, ox: int, kernel, stride,
+                       padding=0, dilation=1, ceil_mode=False):
+    """(y, x) of the element max-pool window (oy, ox) chooses, None for none: a serial scan of
+    its in-input taps in tap order, a later element only when strictly greater, the first NaN
+    ends the scan."""
+    g = _pool_geom(x.shape, kernel, stride, padding, dilation, ceil_mode)
+    best = bv = None
+    for yy, xx in _window(x.shape, oy, ox, g):
+        v = x[n, c, yy, xx]
+        if v != v:
+            return (yy, xx)
+        if best is None or v > bv:
+            best, bv = (yy, xx), v
     return best
 
 
-def loop_max_pool2d(x: np.ndarray, kernel, stride=None) -> np.ndarray:
-    """The chosen element of each window."""
-    return loop_max_pool2d_pick(x, x, kernel, stride)
+def loop_max_pool2d(x: np.ndarray, kernel, stride=None, padding=0, dilation=1,
+                    ceil_mode=False) -> np.ndarray:
+    """The chosen element of each window (-inf where it holds no input element)."""
+    return _loop_pick(x, x, kernel, stride, padding, dilation, ceil_mode, -np.inf)
 
 
-def loop_max_pool2d_pick(v: np.ndarray, x: np.ndarray, kernel, stride=None) -> np.ndarray:
-    """v at the element each window of x chooses."""
-    _, _, _, _, oh, ow = _pool_geom(x.shape, kernel, stride)
+def loop_max_pool2d_pick(v: np.ndarray, x: np.ndarray, kernel, stride=None, padding=0,
+                         dilation=1, ceil_mode=False) -> np.ndarray:
+    """v at the element each window of x chooses (+0.0 where it chooses none)."""
+    return _loop_pick(v, x, kernel, stride, padding, dilation, ceil_mode, 0.0)
+
+
+def _loop_pick(v, x, kernel, stride, padding, dilation, ceil_mode, empty) -> np.ndarray:
+    oh, ow = _pool_geom(x.shape, kernel, stride, padding, dilation, ceil_mode)[8:]
     y = np.zeros(x.shape[:2] + (oh, ow), v.dtype)
     for n, c, oy, ox in np.ndindex(y.shape):
-        yy, xx = loop_window_choice(x, n, c, oy, ox, kernel, stride)
-        y[n, c, oy, ox] = v[n, c, yy, xx]
+        at = loop_window_choice(x, n, c, oy, ox, kernel, stride, padding, dilation, ceil_mode)
+        y[n, c, oy, ox] = empty if at is None else v[n, c, at[0], at[1]]
     return y
 
 
-def _windows_of(yy: int, xx: int, kernel, stride, x_shape):
-    """The windows (oy, ox) containing (yy, xx), in row-major order."""
-    kh, kw, sh, sw, oh, ow = _pool_geom(x_shape, kernel, stride)
+def _windows_of(yy: int, xx: int, x_shape, g):
+    """The windows (oy, ox) holding (yy, xx) at some tap, in row-major order."""
+    oh, ow = g[8:]
     return [(oy, ox) for oy in range(oh) for ox in range(ow)
-            if oy * sh <= yy < oy * sh + kh and ox * sw <= xx < ox * sw + kw]
+            if (yy, xx) in _window(x_shape, oy, ox, g)]
 
 
-def loop_max_pool2d_grad(g: np.ndarray, x: np.ndarray, kernel, stride=None) -> np.ndarray:
+def loop_max_pool2d_grad(g: np.ndarray, x: np.ndarray, kernel, stride=None, padding=0,
+                         dilation=1, ceil_mode=False) -> np.ndarray:
     """dx: per element the serial sum over the windows (row-major) choosing it of g."""
+    geo = _pool_geom(x.shape, kernel, stride, padding, dilation, ceil_mode)
     dx = np.zeros(x.shape, g.dtype)
     T = _T(g)
     with np.errstate(all="ignore"):
         for n, c, yy, xx in np.ndindex(x.shape):
             acc = None
-            for oy, ox in _windows_of(yy, xx, kernel, stride, x.shape):
-                if loop_window_choice(x, n, c, oy, ox, kernel, stride) == (yy, xx):
+            for oy, ox in _windows_of(yy, xx, x.shape, geo):
+                if loop_window_choice(x, n, c, oy, ox, kernel, stride, padding, dilation,
+                                      ceil_mode) == (yy, xx):
                     t = T(g[n, c, oy, ox])
                     acc = t if acc is None else acc + t
             dx[n, c, yy, xx] = T(0.0) if acc is None else acc
     return dx
 
 
-def loop_avg_pool2d(x: np.ndarray, kernel, stride=None) -> np.ndarray:
-    """Per window: the serial sum in tap order, then / (kh*kw)."""
-    kh, kw, sh, sw, oh, ow = _pool_geom(x.shape, kernel, stride)
+def _divisor(x_shape, oy: int, ox: int, geo, count_include_pad: bool) -> int:
+    """torch's average-pool divisor of window (oy, ox)."""
+    kh, kw, sh, sw, ph, pw = geo[:6]
+    hs, ws = oy * sh - ph, ox * sw - pw
+    he, we = min(hs + kh, x_shape[2] + ph), min(ws + kw, x_shape[3] + pw)
+    if count_include_pad:
+        return (he - hs) * (we - ws)
+    return (min(he, x_shape[2]) - max(hs, 0)) * (min(we, x_shape[3]) - max(ws, 0))
+
+
+def loop_avg_pool2d(x: np.ndarray, kernel, stride=None, padding=0, ceil_mode=False,
+                    count_include_pad=True) -> np.ndarray:
+    """Per window: the serial sum of its in-input elements in tap order, then / divisor."""
+    geo = _pool_geom(x.shape, kernel, stride, padding, 1, ceil_mode)
     T = _T(x)
-    y = np.zeros(x.shape[:2] + (oh, ow), x.dtype)
+    y = np.zeros(x.shape[:2] + geo[8:], x.dtype)
     with np.errstate(all="ignore"):
         for n, c, oy, ox in np.ndindex(y.shape):
             acc = None
-            for i in range(kh):
-                for j in range(kw):
-                    v = T(x[n, c, oy * sh + i, ox * sw + j])
-                    acc = v if acc is None else acc + v
-            y[n, c, oy, ox] = acc / T(kh * kw)
+            for yy, xx in _window(x.shape, oy, ox, geo):
+                v = T(x[n, c, yy, xx])
+                acc = v if acc is None else acc + v
+            y[n, c, oy, ox] = T(0.0) if acc is None else \
+                acc / T(_divisor(x.shape, oy, ox, geo, count_include_pad))
     return y
 
 
-def loop_avg_pool2d_grad(g: np.ndarray, kernel, stride=None, size=(2, 2)) -> np.ndarray:
-    """dx: per element the serial sum over the windows (row-major) containing it of
-    g / (kh*kw); none: +0.0."""
-    kh, kw = _pair(kernel)
+def loop_avg_pool2d_grad(g: np.ndarray, kernel, stride=None, size=(2, 2), padding=0,
+                         ceil_mode=False, count_include_pad=True) -> np.ndarray:
+    """dx: per element the serial sum over the windows (row-major) holding it of
+    g / divisor; none: +0.0."""
     shape = g.shape[:2] + tuple(_pair(size))
+    geo = _pool_geom(shape, kernel, stride, padding, 1, ceil_mode)
     T = _T(g)
     dx = np.zeros(shape, g.dtype)
     with np.errstate(all="ignore"):
         for n, c, yy, xx in np.ndindex(shape):
             acc = None
-            for oy, ox in _windows_of(yy, xx, kernel, stride, shape):
-                t = T(g[n, c, oy, ox]) / T(kh * kw)
+            for oy, ox in _windows_of(yy, xx, shape, geo):
+                t = T(g[n, c, oy, ox]) / T(_divisor(shape, oy, ox, geo, count_include_pad))
                 acc = t if acc is None else acc + t
+            dx[n, c, yy, xx] = T(0.0) if acc is None else acc
+    return dx
+
+
+def _adaptive(size: int, out: int, o: int) -> range:
+    """torch's adaptive window o of ``out`` over ``size``: [floor(o*size/out),
+    ceil((o+1)*size/out))."""
+    return range(math.floor(o * size / out), math.ceil((o + 1) * size / out))
+
+
+def loop_adaptive_avg_pool2d(x: np.ndarray, output_size) -> np.ndarray:
+    """Per adaptive window: the serial sum row-major, then / its element count."""
+    oh, ow = _pair(output_size)
+    T = _T(x)
+    y = np.zeros(x.shape[:2] + (oh, ow), x.dtype)
+    with np.errstate(all="ignore"):
+        for n, c, oy, ox in np.ndindex(y.shape):
+            rows, cols = _adaptive(x.shape[2], oh, oy), _adaptive(x.shape[3], ow, ox)
+            acc = None
+            for yy in rows:
+                for xx in cols:
+                    acc = T(x[n, c, yy, xx]) if acc is None else acc + T(x[n, c, yy, xx])
+            y[n, c, oy, ox] = acc / T(len(rows) * len(cols))
+    return y
+
+
+def loop_adaptive_avg_pool2d_grad(g: np.ndarray, size) -> np.ndarray:
+    """dx: per element the serial sum over the adaptive windows (row-major) holding it of
+    g / count; none: +0.0."""
+    h, w = _pair(size)
+    oh, ow = g.shape[2:]
+    T = _T(g)
+    dx = np.zeros(g.shape[:2] + (h, w), g.dtype)
+    with np.errstate(all="ignore"):
+        for n, c, yy, xx in np.ndindex(dx.shape):
+            acc = None
+            for oy in range(oh):
+                for ox in range(ow):
+                    rows, cols = _adaptive(h, oh, oy), _adaptive(w, ow, ox)
+                    if yy in rows and xx in cols:
+                        t = T(g[n, c, oy, ox]) / T(len(rows) * len(cols))
+                        acc = t if acc is None else acc + t
             dx[n, c, yy, xx] = T(0.0) if acc is None else acc
     return dx

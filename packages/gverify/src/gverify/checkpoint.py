@@ -166,6 +166,16 @@ def load_checkpoint(path: Any, tp: Any, opt: Any, rng: np.random.Generator | Non
         if a.shape != b.shape or a.dtype != b.dtype:
             raise CheckpointError(f"{where}: parameter node {i} is {a.dtype} {a.shape} in the "
                                   f"checkpoint; this run's is {b.dtype} {b.shape}")
+    saved_states = [] if got.get("tape.states") is None else got["tape.states"].tolist()
+    if saved_states != st.states:
+        raise CheckpointError(f"{where}: the checkpoint's states (running statistics) are "
+                              f"nodes {saved_states}; this run's are {st.states} (rebuild "
+                              "the same model first)")
+    for i in st.states:
+        a, b = got[f"state.{i}"], mine[f"state.{i}"]
+        if a.shape != b.shape or a.dtype != b.dtype:
+            raise CheckpointError(f"{where}: state node {i} is {a.dtype} {a.shape} in the "
+                                  f"checkpoint; this run's is {b.dtype} {b.shape}")
     kind = str(got.get("opt.kind"))
     if (opt is None) != (kind == "none"):
         raise CheckpointError(f"{where}: the checkpoint's optimizer is {kind!r}; got opt "
@@ -186,8 +196,8 @@ def load_checkpoint(path: Any, tp: Any, opt: Any, rng: np.random.Generator | Non
                                   "registered (register the same ones, in the same order)")
         state = {k[4:]: v for k, v in got.items() if k.startswith("opt.") and k != "opt.params"}
         opt.load_state_dict(state)  # checks everything first; refuses without a change
-    for i in st.params:
-        st.write(i, got[f"param.{i}"])
+    for i in (*st.params, *st.states):
+        st.write(i, got[f"param.{i}" if i in st.params else f"state.{i}"])
     if rng is not None:
         rng.bit_generator.state = ck.rng_state
     now = canonical.entries_digest(store.entries(tp, opt, where))

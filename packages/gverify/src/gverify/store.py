@@ -4,7 +4,9 @@ A *store* holds the parameters: a ``gtape.Tape``, or a ``ggpu_replay.Program`` (
 buffers). Its optimizer is a ``gopt.Optimizer`` over the tape, or the program's
 ``DeviceOptimizer``. ``entries`` lists the run's state as named host arrays in canonical
 order -- the tape's dtype (and inner-product contract, where the tape has one), every
-parameter by node index, then the optimizer's kind, step count, hyperparameters, host scalars,
+parameter by node index, every state (``Tape.state``: running statistics, their current
+values; only where the tape has states, so stateless runs hash as before), then the
+optimizer's kind, step count, hyperparameters, host scalars,
 the registered parameters and every state buffer (gopt's ``state_dict``) -- which is what a
 digest hashes and a checkpoint holds.
 """
@@ -30,6 +32,7 @@ class Store:
             self.kind = "tape"
             self.dtype = obj.dtype
             self.params = [v.index for v in obj.params()]
+            self.states = [v.index for v in obj.states()]
             self.contract = _contract(obj)
             return
         program = _program_type()
@@ -37,22 +40,29 @@ class Store:
             self.kind = "program"
             self.dtype = obj.dtype
             self.params = list(obj.trace.params)
+            self.states = [n.index for n in obj.trace.nodes if n.op is gtape.STATE]
             self.contract = _contract(obj.tape)
             return
         raise TypeError(f"{where}: tp is {describe(obj)}; expected a gtape.Tape or a "
                         "ggpu_replay.Program")
 
     def value(self, i: int) -> np.ndarray:
-        """A host copy of parameter node ``i``'s value."""
+        """A host copy of parameter (or state) node ``i``'s value (a state's current one)."""
         if self.kind == "tape":
             tp = self.obj
+            if i in self.states:
+                return np.array(tp.backend.to_numpy(tp.state_value(tp.var_at(i))))
             return np.array(tp.backend.to_numpy(tp.value_at(i)))
         return np.array(self.obj.value_at(i))
 
     def write(self, i: int, x: np.ndarray) -> None:
-        """Overwrite parameter node ``i`` with host data ``x`` (checked by the caller)."""
+        """Overwrite parameter (or state) node ``i`` with host data ``x`` (checked by the
+        caller)."""
         if self.kind == "tape":
-            self.obj.set_value(self.obj.var_at(i), x)
+            if i in self.states:
+                self.obj.set_state(self.obj.var_at(i), x)
+            else:
+                self.obj.set_value(self.obj.var_at(i), x)
             return
         prog = self.obj
         with prog.device.ordered():
@@ -102,6 +112,11 @@ def tape_entries(store: Store, values: dict[int, np.ndarray] | None = None
         out.append(("tape.contract", np.array(str(store.contract))))
     for i in store.params:
         out.append((f"param.{i}", store.value(i) if values is None else values[i]))
+    if store.states:
+        out.append(("tape.states", np.array(store.states, np.int64)))
+        for i in store.states:
+            out.append((f"state.{i}", store.value(i) if values is None or i not in values
+                        else values[i]))
     return out
 
 

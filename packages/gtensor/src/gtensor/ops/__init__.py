@@ -1,6 +1,7 @@
 """The op set. Importing this package registers every op in ``REGISTRY``."""
 
 from . import (  # noqa: F401  (registration)
+    avg_pool,
     conv,
     elementwise,
     index,

@@ -1,24 +1,31 @@
-"""2-D convolution (NCHW, as torch's conv2d without bias) and its two backward ops.
+"""2-D convolution (NCHW, as torch's conv2d without bias: strides, paddings, dilations and
+groups) and its two backward ops.
 
-Definitions (x (N, C, H, W), w (O, C, KH, KW), stride (sh, sw), padding (ph, pw);
-OH = (H + 2ph - KH) // sh + 1, OW likewise; ``xp`` is x padded with +0.0 on each side;
-K = C*KH*KW taps k = (c, i, j) in row-major order; P = (n, oy, ox) output positions):
+Definitions (x (N, C, H, W), w (O, C/G, KH, KW) for G = groups (G divides C and O; output
+channel o belongs to group o // (O/G), which reads input channels [gi*C/G, (gi+1)*C/G)),
+stride (sh, sw), padding (ph, pw), dilation (dh, dw); OH = (H + 2ph - dh*(KH-1) - 1) // sh + 1,
+OW likewise; ``xp`` is x padded with +0.0 on each side; K = (C/G)*KH*KW taps k = (c, i, j) in
+row-major order, tap (i, j) reading xp at (oy*sh + i*dh, ox*sw + j*dw); P = (n, oy, ox)
+output positions):
 
 * ``conv2d(x, w)``: y[n, o, oy, ox] = the serial chain over k ascending (matmul's: acc = the
   first product, then acc + product, each rounded; no FMA) of
-  w[o, c, i, j] * xp[n, c, oy*sh + i, ox*sw + j]. Padded elements are +0.0 and ARE multiplied
-  (0 * inf = NaN, 0 * -1 = -0.0). This is matmul(w.reshape(O, K), im2col(xp)) exactly.
-  The bias is not part of the op: ``gtape.conv2d`` adds it with one broadcast ``add``.
+  w[o, c, i, j] * xp[n, gi*C/G + c, oy*sh + i*dh, ox*sw + j*dw]. Padded elements are +0.0 and
+  ARE multiplied (0 * inf = NaN, 0 * -1 = -0.0). Per group this is
+  matmul(w_g.reshape(O/G, K), im2col(xp_g)) exactly. The bias is not part of the op:
+  ``gtape.conv2d`` adds it with one broadcast ``add``.
 * ``conv2d_grad_weight(g, x)``: dw[o, c, i, j] = the serial chain over the positions
-  (n, oy, ox) in row-major order of g[n, o, oy, ox] * xp[n, c, oy*sh + i, ox*sw + j] (padded
-  elements multiplied too): matmul(g as (O, N*OH*OW), im2col(xp) transposed). No positions
-  (N == 0): +0.0.
+  (n, oy, ox) in row-major order of g[n, o, oy, ox] * xp[n, gi*C/G + c, oy*sh + i*dh,
+  ox*sw + j*dw] (padded elements multiplied too): per group matmul(g_g as (O/G, N*OH*OW),
+  im2col(xp_g) transposed). No positions (N == 0): +0.0.
 * ``conv2d_grad_input(g, w)``: first, per tap k and position (n, oy, ox), the serial chain
-  over o ascending t = w[0, k] * g[n, 0, oy, ox], then t + w[o, k] * g[n, o, oy, ox]
-  (matmul(w.reshape(O, K).T, g)); then col2im: dx[n, c, y, x] = the serial sum over the taps
-  (i, j) in row-major order that reach it (oy = (y + ph - i) / sh an integer in [0, OH), ox
-  likewise) of t[(c, i, j), (n, oy, ox)], the accumulator starting at the first one; an
-  element no tap reaches is +0.0. Taps landing in the padding are dropped.
+  over the group's output channels o ascending t = w[o0, k] * g[n, o0, oy, ox], then
+  t + w[o, k] * g[n, o, oy, ox] (per group matmul(w_g.reshape(O/G, K).T, g_g)); then col2im:
+  dx[n, c, y, x] = the serial sum over the taps (i, j) in row-major order that reach it
+  (oy = (y + ph - i*dh) / sh an integer in [0, OH), ox likewise) of t[(c, i, j), (n, oy, ox)],
+  the accumulator starting at the first one; an element no tap reaches is +0.0. Taps landing
+  in the padding are dropped. This is also torch's ``conv_transpose2d`` (gtape's
+  ``conv_transpose2d`` records this op: weight (C_in, C_out/G, KH, KW) as torch's).
 
 The ``inner`` attr chooses the inner-product contract, as matmul's (a tape sets it from
 ``Tape.inner``): ``"plain"`` (above) or ``"fma"``: every chain above (conv2d's over k, the
@@ -40,6 +47,8 @@ from .elementwise import ADD, BLOCK, MUL, grid_for
 from .linalg import _FMA_INTRINSIC, INNER, _check_inner, serial_matmul
 from .registry import Op, register
 
+ONE = (1, 1)
+
 
 def pair(op: str, arg: str, value, minimum: int) -> tuple[int, int]:
     """An int or (h, w) pair of ints, each >= ``minimum``; TypeError / ValueError naming them."""
@@ -59,14 +68,24 @@ def check_4d(op: str, arg: str, shape: tuple, what: str) -> None:
         raise ValueError(f"{op}: {arg} has shape {tuple(shape)}; expected a 4-D array {what}")
 
 
-def out_size(op: str, size: tuple, kernel: tuple, stride: tuple, padding: tuple) -> tuple:
-    """(OH, OW) of a window of ``kernel`` sliding over ``size`` padded by ``padding``."""
+def span(kernel: tuple, dilation: tuple) -> tuple[int, int]:
+    """The extent of a dilated kernel: d*(k - 1) + 1 per axis."""
+    return (dilation[0] * (kernel[0] - 1) + 1, dilation[1] * (kernel[1] - 1) + 1)
+
+
+def out_size(op: str, size: tuple, kernel: tuple, stride: tuple, padding: tuple,
+             dilation: tuple = ONE) -> tuple:
+    """(OH, OW) of a window of ``kernel`` (dilated by ``dilation``) sliding over ``size``
+    padded by ``padding``."""
     padded = (size[0] + 2 * padding[0], size[1] + 2 * padding[1])
-    if kernel[0] > padded[0] or kernel[1] > padded[1]:
-        raise ValueError(f"{op}: kernel {kernel} is larger than the padded input {padded} "
+    ext = span(kernel, dilation)
+    if ext[0] > padded[0] or ext[1] > padded[1]:
+        what = f"kernel {kernel}" if dilation == ONE else \
+            f"kernel {kernel} dilated by {dilation} (extent {ext})"
+        raise ValueError(f"{op}: {what} is larger than the padded input {padded} "
                          f"(input {tuple(size)}, padding {padding}); expected kernel <= "
                          "input + 2 * padding on both axes")
-    return ((padded[0] - kernel[0]) // stride[0] + 1, (padded[1] - kernel[1]) // stride[1] + 1)
+    return ((padded[0] - ext[0]) // stride[0] + 1, (padded[1] - ext[1]) // stride[1] + 1)
 
 
 def _positive(op: str, arg: str, shape: tuple, axes: tuple) -> None:
@@ -76,10 +95,27 @@ def _positive(op: str, arg: str, shape: tuple, axes: tuple) -> None:
                          f"{axes}")
 
 
-def _attrs(op: str, attrs: dict) -> tuple[tuple, tuple, str]:
+def groups_of(op: str, value, channels: dict[str, int]) -> int:
+    """``groups``: an int >= 1 dividing every count in ``channels`` ({what: count})."""
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise TypeError(f"{op}: groups is {value!r}; expected an int >= 1")
+    if value < 1:
+        raise ValueError(f"{op}: groups is {value!r}; expected an int >= 1")
+    bad = {k: v for k, v in channels.items() if v % value}
+    if bad:
+        said = ", ".join(f"{k} {v}" for k, v in bad.items())
+        raise ValueError(f"{op}: groups is {value}, which does not divide the {said}; "
+                         "expected groups dividing both the input and the output channels")
+    return int(value)
+
+
+def _attrs(op: str, attrs: dict) -> dict:
+    """stride, padding, dilation and inner, normalized (groups is checked by the caller)."""
     _check_inner(op, attrs)
-    return (pair(op, "stride", attrs.get("stride", 1), 1),
-            pair(op, "padding", attrs.get("padding", 0), 0), attrs.get("inner", "plain"))
+    return {"stride": pair(op, "stride", attrs.get("stride", 1), 1),
+            "padding": pair(op, "padding", attrs.get("padding", 0), 0),
+            "dilation": pair(op, "dilation", attrs.get("dilation", 1), 1),
+            "inner": attrs.get("inner", "plain")}
 
 
 # --------------------------------------------------------------------------- numpy
@@ -88,46 +124,58 @@ def _padded(x: np.ndarray, padding: tuple) -> np.ndarray:
     return np.pad(x, ((0, 0), (0, 0), (ph, ph), (pw, pw)))  # +0.0
 
 
-def im2col(x: np.ndarray, kernel: tuple, stride: tuple, padding: tuple) -> np.ndarray:
-    """(C*KH*KW, N, OH, OW): row (c, i, j) holds xp[n, c, oy*sh + i, ox*sw + j]."""
+def im2col(x: np.ndarray, kernel: tuple, stride: tuple, padding: tuple,
+           dilation: tuple = ONE) -> np.ndarray:
+    """(C*KH*KW, N, OH, OW): row (c, i, j) holds xp[n, c, oy*sh + i*dh, ox*sw + j*dw]."""
     n, c, h, w = x.shape
     kh, kw = kernel
     sh, sw = stride
-    oh, ow = out_size("im2col", (h, w), kernel, stride, padding)
+    dh, dw = dilation
+    oh, ow = out_size("im2col", (h, w), kernel, stride, padding, dilation)
     xp = _padded(x, padding)
     cols = np.empty((c, kh, kw, n, oh, ow), x.dtype)
     for i in range(kh):
         for j in range(kw):
-            cols[:, i, j] = xp[:, :, i:i + sh * (oh - 1) + 1:sh,
-                               j:j + sw * (ow - 1) + 1:sw].transpose(1, 0, 2, 3)
+            cols[:, i, j] = xp[:, :, i * dh:i * dh + sh * (oh - 1) + 1:sh,
+                               j * dw:j * dw + sw * (ow - 1) + 1:sw].transpose(1, 0, 2, 3)
     return cols.reshape(c * kh * kw, n, oh, ow)
 
 
-def _conv_ref(x, w, *, stride, padding, inner="plain"):
+def _grouped_cols(x: np.ndarray, groups: int, kernel: tuple, stride: tuple, padding: tuple,
+                  dilation: tuple) -> np.ndarray:
+    """(G, K, N*OH*OW): each group's im2col (its input channels only), and (N, OH, OW)."""
+    cg = x.shape[1] // groups
+    cols = [im2col(x[:, gi * cg:(gi + 1) * cg], kernel, stride, padding, dilation)
+            for gi in range(groups)]
+    k, n, oh, ow = cols[0].shape
+    return np.stack(cols).reshape(groups, k, n * oh * ow), (n, oh, ow)
+
+
+def _conv_ref(x, w, *, stride, padding, dilation=ONE, groups=1, inner="plain"):
     o = w.shape[0]
-    cols = im2col(x, w.shape[2:], stride, padding)
-    k, n, oh, ow = cols.shape
-    y = serial_matmul(w.reshape(o, k), cols.reshape(k, n * oh * ow), inner)
+    cols, (n, oh, ow) = _grouped_cols(x, groups, w.shape[2:], stride, padding, dilation)
+    wg = w.reshape(groups, o // groups, -1)
+    y = serial_matmul(wg, cols, inner)  # (G, O/G, N*OH*OW)
     return np.ascontiguousarray(y.reshape(o, n, oh, ow).transpose(1, 0, 2, 3))
 
 
-def _grad_weight_ref(g, x, *, stride, padding, kernel, inner="plain"):
+def _grad_weight_ref(g, x, *, stride, padding, kernel, dilation=ONE, groups=1, inner="plain"):
     n, o, oh, ow = g.shape
-    cols = im2col(x, kernel, stride, padding)
-    k = cols.shape[0]
-    gm = g.transpose(1, 0, 2, 3).reshape(o, n * oh * ow)
-    dw = serial_matmul(gm, cols.reshape(k, n * oh * ow).T, inner)
-    return np.ascontiguousarray(dw.reshape((o, x.shape[1]) + tuple(kernel)))
+    cols, _ = _grouped_cols(x, groups, kernel, stride, padding, dilation)
+    gm = g.transpose(1, 0, 2, 3).reshape(groups, o // groups, n * oh * ow)
+    dw = serial_matmul(gm, cols.transpose(0, 2, 1), inner)  # (G, O/G, K)
+    return np.ascontiguousarray(dw.reshape((o, x.shape[1] // groups) + tuple(kernel)))
 
 
-def col2im(t: np.ndarray, shape: tuple, kernel: tuple, stride: tuple,
-           padding: tuple) -> np.ndarray:
+def col2im(t: np.ndarray, shape: tuple, kernel: tuple, stride: tuple, padding: tuple,
+           dilation: tuple = ONE) -> np.ndarray:
     """x of ``shape`` (N, C, H, W): per element the serial sum over taps (i, j) row-major of
     t[(c, i, j), n, oy, ox] reaching it (first term starts; none: +0.0); padding dropped."""
     n, c, h, w = shape
     kh, kw = kernel
     sh, sw = stride
     ph, pw = padding
+    dh, dw = dilation
     _, _, oh, ow = t.shape
     t6 = t.reshape(c, kh, kw, n, oh, ow)
     acc = np.zeros((n, c, h + 2 * ph, w + 2 * pw), t.dtype)
@@ -135,8 +183,8 @@ def col2im(t: np.ndarray, shape: tuple, kernel: tuple, stride: tuple,
     with np.errstate(all="ignore"):
         for i in range(kh):
             for j in range(kw):
-                at = (slice(None), slice(None), slice(i, i + sh * (oh - 1) + 1, sh),
-                      slice(j, j + sw * (ow - 1) + 1, sw))
+                at = (slice(None), slice(None), slice(i * dh, i * dh + sh * (oh - 1) + 1, sh),
+                      slice(j * dw, j * dw + sw * (ow - 1) + 1, sw))
                 v = t6[:, i, j].transpose(1, 0, 2, 3)
                 acc[at] = np.where(seen[at], acc[at] + v, v)
                 seen[at] = True
@@ -145,28 +193,35 @@ def col2im(t: np.ndarray, shape: tuple, kernel: tuple, stride: tuple,
                                          t.dtype.type(0.0)))
 
 
-def _grad_input_ref(g, w, *, stride, padding, size, inner="plain"):
+def _grad_input_ref(g, w, *, stride, padding, size, dilation=ONE, groups=1, inner="plain"):
     n, o, oh, ow = g.shape
-    _, c, kh, kw = w.shape
-    k = c * kh * kw
-    gm = g.transpose(1, 0, 2, 3).reshape(o, n * oh * ow)
-    t = serial_matmul(w.reshape(o, k).T, gm, inner).reshape(k, n, oh, ow)
-    return col2im(t, (n, c) + tuple(size), (kh, kw), stride, padding)
+    _, cg, kh, kw = w.shape
+    k = cg * kh * kw
+    og = o // groups
+    gm = g.transpose(1, 0, 2, 3).reshape(groups, og, n * oh * ow)
+    t = serial_matmul(w.reshape(groups, og, k).transpose(0, 2, 1), gm, inner)  # (G, K, P)
+    return np.concatenate(
+        [col2im(t[gi].reshape(k, n, oh, ow), (n, cg) + tuple(size), (kh, kw), stride, padding,
+                dilation) for gi in range(groups)], axis=1)
 
 
 # --------------------------------------------------------------------------- shape rules
 def _conv_infer(shapes_: tuple, attrs: dict) -> tuple[tuple, dict]:
     x, w = shapes_
-    check_4d("conv2d", "x", x, "(N, C, H, W)")
-    check_4d("conv2d", "w", w, "(O, C, KH, KW)")
-    _positive("conv2d", "x", x, (1, 2, 3))
-    _positive("conv2d", "w", w, (0, 1, 2, 3))
-    if x[1] != w[1]:
-        raise ValueError(f"conv2d: x has {x[1]} channels (shape {tuple(x)}) but w expects "
-                         f"{w[1]} (shape {tuple(w)}); expected x.shape[1] == w.shape[1]")
-    stride, padding, inner = _attrs("conv2d", attrs)
-    oh, ow = out_size("conv2d", x[2:], w[2:], stride, padding)
-    return (x[0], w[0], oh, ow), {"stride": stride, "padding": padding, "inner": inner}
+    op = "conv2d"
+    check_4d(op, "x", x, "(N, C, H, W)")
+    check_4d(op, "w", w, "(O, C/groups, KH, KW)")
+    _positive(op, "x", x, (1, 2, 3))
+    _positive(op, "w", w, (0, 1, 2, 3))
+    groups = groups_of(op, attrs.get("groups", 1), {"input channels": x[1],
+                                                    "output channels": w[0]})
+    if x[1] != w[1] * groups:
+        raise ValueError(f"{op}: x has {x[1]} channels (shape {tuple(x)}) but w expects "
+                         f"{w[1] * groups} (shape {tuple(w)}, groups {groups}); expected "
+                         "x.shape[1] == w.shape[1] * groups")
+    norm = _attrs(op, attrs)
+    oh, ow = out_size(op, x[2:], w[2:], norm["stride"], norm["padding"], norm["dilation"])
+    return (x[0], w[0], oh, ow), {**norm, "groups": groups}
 
 
 def _grad_weight_infer(shapes_: tuple, attrs: dict) -> tuple[tuple, dict]:
@@ -176,40 +231,45 @@ def _grad_weight_infer(shapes_: tuple, attrs: dict) -> tuple[tuple, dict]:
     check_4d(op, "x", x, "(N, C, H, W)")
     _positive(op, "g", g, (1, 2, 3))
     _positive(op, "x", x, (1, 2, 3))
-    stride, padding, inner = _attrs(op, attrs)
+    norm = _attrs(op, attrs)
+    groups = groups_of(op, attrs.get("groups", 1), {"input channels": x[1],
+                                                    "output channels": g[1]})
     kernel = pair(op, "kernel", attrs["kernel"], 1)
-    want = (x[0],) + out_size(op, x[2:], kernel, stride, padding)
+    want = (x[0],) + out_size(op, x[2:], kernel, norm["stride"], norm["padding"],
+                              norm["dilation"])
     if (g[0], g[2], g[3]) != want:
         raise ValueError(f"{op}: g has shape {tuple(g)}; expected (N, O, OH, OW) with "
                          f"(N, OH, OW) = {want} for x {tuple(x)}")
-    return (g[1], x[1]) + kernel, {"stride": stride, "padding": padding, "kernel": kernel,
-                                   "inner": inner}
+    return (g[1], x[1] // groups) + kernel, {**norm, "kernel": kernel, "groups": groups}
 
 
 def _grad_input_infer(shapes_: tuple, attrs: dict) -> tuple[tuple, dict]:
     g, w = shapes_
     op = "conv2d_grad_input"
     check_4d(op, "g", g, "(N, O, OH, OW)")
-    check_4d(op, "w", w, "(O, C, KH, KW)")
+    check_4d(op, "w", w, "(O, C/groups, KH, KW)")
     _positive(op, "w", w, (0, 1, 2, 3))
-    stride, padding, inner = _attrs(op, attrs)
+    norm = _attrs(op, attrs)
+    groups = groups_of(op, attrs.get("groups", 1), {"output channels": w[0]})
     size = pair(op, "size", attrs["size"], 1)
-    want = (w[0],) + out_size(op, size, w[2:], stride, padding)
+    want = (w[0],) + out_size(op, size, w[2:], norm["stride"], norm["padding"],
+                              norm["dilation"])
     if (g[1], g[2], g[3]) != want:
         raise ValueError(f"{op}: g has shape {tuple(g)}; expected (N, O, OH, OW) with "
                          f"(O, OH, OW) = {want} for w {tuple(w)} and size {size}")
-    return (g[0], w[1]) + size, {"stride": stride, "padding": padding, "size": size,
-                                 "inner": inner}
+    return (g[0], w[1] * groups) + size, {**norm, "size": size, "groups": groups}
 
 
 # --------------------------------------------------------------------------- kernels
-# geom = [N, C, H, W, O, KH, KW, OH, OW, sh, sw, ph, pw]
+# geom = [N, C, H, W, O, KH, KW, OH, OW, sh, sw, ph, pw, dh, dw, G]: C and O count every
+# channel; a group has Cg = C / G input and Og = O / G output channels
 _GEOM = "long long n, const long long* geom"
 _DECODE = """\
     const long long N = geom[0], C = geom[1], H = geom[2], W = geom[3], O = geom[4],
                     KH = geom[5], KW = geom[6], OH = geom[7], OW = geom[8], sh = geom[9],
-                    sw = geom[10], ph = geom[11], pw = geom[12];
-    (void)N; (void)O;
+                    sw = geom[10], ph = geom[11], pw = geom[12], dil_h = geom[13],
+                    dil_w = geom[14], G = geom[15], Cg = C / G, Og = O / G;
+    (void)N; (void)O; (void)Og;
 """
 _GRID = _DECODE + """\
     const long long step = (long long)gridDim.x * blockDim.x;
@@ -219,44 +279,48 @@ $ONE    }"""
 _CONV_ONE = """\
         const long long ox = e % OW, oy = (e / OW) % OH, oc = (e / (OW * OH)) % O,
                         nn = e / (OW * OH * O);
+        const $T* xg = x + (nn * C + (oc / Og) * Cg) * H * W;
+        const $T* wo = w + oc * Cg * KH * KW;
         $T acc = ($T)0;
         long long k = 0;
-        for (long long c = 0; c < C; ++c)
+        for (long long c = 0; c < Cg; ++c)
             for (long long i = 0; i < KH; ++i)
                 for (long long j = 0; j < KW; ++j, ++k) {
-                    const long long yy = oy * sh + i - ph, xx = ox * sw + j - pw;
+                    const long long yy = oy * sh + i * dil_h - ph, xx = ox * sw + j * dil_w - pw;
                     const $T xv = (yy >= 0 && yy < H && xx >= 0 && xx < W)
-                                      ? x[((nn * C + c) * H + yy) * W + xx] : ($T)0;
+                                      ? xg[(c * H + yy) * W + xx] : ($T)0;
 $STEP                }
         y[e] = acc;
 """
 _GRAD_WEIGHT_ONE = """\
-        const long long j = e % KW, i = (e / KW) % KH, c = (e / (KW * KH)) % C,
-                        oc = e / (KW * KH * C);
+        const long long j = e % KW, i = (e / KW) % KH, c = (e / (KW * KH)) % Cg,
+                        oc = e / (KW * KH * Cg);
+        const long long xc = (oc / Og) * Cg + c;
         $T acc = ($T)0;
 $INIT        for (long long nn = 0; nn < N; ++nn)
             for (long long oy = 0; oy < OH; ++oy)
                 for (long long ox = 0; ox < OW; ++ox) {
-                    const long long yy = oy * sh + i - ph, xx = ox * sw + j - pw;
+                    const long long yy = oy * sh + i * dil_h - ph, xx = ox * sw + j * dil_w - pw;
                     const $T xv = (yy >= 0 && yy < H && xx >= 0 && xx < W)
-                                      ? x[((nn * C + c) * H + yy) * W + xx] : ($T)0;
+                                      ? x[((nn * C + xc) * H + yy) * W + xx] : ($T)0;
 $STEP                }
         y[e] = acc;
 """
 _GRAD_INPUT_ONE = """\
         const long long xx = e % W, yy = (e / W) % H, c = (e / (W * H)) % C,
                         nn = e / (W * H * C);
+        const long long cl = c % Cg, o0 = (c / Cg) * Og;
         $T acc = ($T)0;
         bool first = true;
         for (long long i = 0; i < KH; ++i) {
-            const long long ty = yy + ph - i;
+            const long long ty = yy + ph - i * dil_h;
             if (ty < 0 || ty % sh != 0 || ty / sh >= OH) continue;
             const long long oy = ty / sh;
             for (long long j = 0; j < KW; ++j) {
-                const long long tx = xx + pw - j;
+                const long long tx = xx + pw - j * dil_w;
                 if (tx < 0 || tx % sw != 0 || tx / sw >= OW) continue;
-                const long long ox = tx / sw, k = (c * KH + i) * KW + j;
-                const long long gp = (nn * O * OH + oy) * OW + ox, gs = OH * OW;
+                const long long ox = tx / sw, k = (cl * KH + i) * KW + j;
+                const long long gp = ((nn * O + o0) * OH + oy) * OW + ox, gs = OH * OW;
 $STEP                acc = first ? t : $ADD(acc, t);
                 first = false;
             }
@@ -272,11 +336,11 @@ $STEP                acc = first ? t : $ADD(acc, t);
 _STEPS = {
     "conv2d": {
         "plain": ("", """\
-                    const $T p = $MUL(w[oc * C * KH * KW + k], xv);
+                    const $T p = $MUL(wo[k], xv);
                     acc = k == 0 ? p : $ADD(acc, p);
 """),
         "fma": ("", """\
-                    acc = $FMA(w[oc * C * KH * KW + k], xv, acc);
+                    acc = $FMA(wo[k], xv, acc);
 """)},
     "conv2d_grad_weight": {
         "plain": ("        bool first = true;\n", """\
@@ -289,39 +353,40 @@ _STEPS = {
 """)},
     "conv2d_grad_input": {
         "plain": ("", """\
-                $T t = $MUL(w[k], g[gp]);
-                for (long long oc = 1; oc < O; ++oc)
-                    t = $ADD(t, $MUL(w[oc * C * KH * KW + k], g[gp + oc * gs]));
+                $T t = $MUL(w[o0 * Cg * KH * KW + k], g[gp]);
+                for (long long q = 1; q < Og; ++q)
+                    t = $ADD(t, $MUL(w[(o0 + q) * Cg * KH * KW + k], g[gp + q * gs]));
 """),
         "fma": ("", """\
                 $T t = ($T)0;
-                for (long long oc = 0; oc < O; ++oc)
-                    t = $FMA(w[oc * C * KH * KW + k], g[gp + oc * gs], t);
+                for (long long q = 0; q < Og; ++q)
+                    t = $FMA(w[(o0 + q) * Cg * KH * KW + k], g[gp + q * gs], t);
 """)},
 }
 
-# cpu: images split across threads (weight gradient: output channels). Each image is copied
-# once into an im2col panel (padded +0.0); each output then runs its own chain in the defined
-# order, independent outputs side by side (the inner loops over positions / taps vectorize:
-# lanes are different outputs, each lane's product and sum rounded, no FMA -- or, under the
-# fma contract, one fused multiply-add per lane from +0.0).
+# cpu: images split across threads (weight gradient: output channels). Each image's group is
+# copied once into an im2col panel (padded +0.0); each output then runs its own chain in the
+# defined order, independent outputs side by side (the inner loops over positions / taps
+# vectorize: lanes are different outputs, each lane's product and sum rounded, no FMA -- or,
+# under the fma contract, one fused multiply-add per lane from +0.0).
 _IM2COL = """\
-    // cols[k * P + p] (or colsT[p * K + k]) of image nn: xp[nn, c, oy*sh + i, ox*sw + j];
-    // per tap the columns ox in [lo, hi) read x, the others are padding (+0.0)
+    // cols[k * P + p] (or colsT[p * K + k]) of one image's group (xn: its first channel):
+    // xp[c, oy*sh + i*dh, ox*sw + j*dw]; per tap the columns ox in [lo, hi) read x, the
+    // others are padding (+0.0)
     auto im2col = [=](const T* __restrict__ xn, T* __restrict__ out, bool transposed) {
         const long long ps = transposed ? K : 1, ks = transposed ? 1 : P;
         long long k = 0;
-        for (long long c = 0; c < C; ++c)
+        for (long long c = 0; c < Cg; ++c)
             for (long long i = 0; i < KH; ++i)
                 for (long long j = 0; j < KW; ++j, ++k) {
-                    const long long d = pw - j;  // xx = ox*sw - d
+                    const long long d = pw - j * dil_w;  // xx = ox*sw - d
                     long long lo = d > 0 ? (d + sw - 1) / sw : 0;
                     long long hi = W - 1 + d >= 0 ? (W - 1 + d) / sw + 1 : 0;
                     if (hi > OW) hi = OW;
                     if (lo > hi) lo = hi;
                     T* ok = out + k * ks;
                     for (long long oy = 0; oy < OH; ++oy) {
-                        const long long yy = oy * sh + i - ph;
+                        const long long yy = oy * sh + i * dil_h - ph;
                         T* o = ok + oy * OW * ps;
                         if (yy < 0 || yy >= H) {
                             for (long long ox = 0; ox < OW; ++ox) o[ox * ps] = (T)0;
@@ -397,72 +462,82 @@ _CPU_STEPS = {
             "SNEXT": "std::fma(a[r * ar + k * ak], b[k * bs + p], acc)"}}
 _CPU_CONV = Template(_DECODE + """\
     typedef $T T;
-    const long long P = OH * OW, K = C * KH * KW;
+    const long long P = OH * OW, K = Cg * KH * KW;
 $IM2COL$CHAINS
-    gtcpu::parallel_for(N, O * K * P + K * P, [=](long long lo, long long hi) {
+    gtcpu::parallel_for(N, O * K * P + C * KH * KW * P, [=](long long lo, long long hi) {
         T* cols = new T[K * P];
-        for (long long nn = lo; nn < hi; ++nn) {
-            im2col(x + nn * C * H * W, cols, false);
-            chains(w, K, 1, cols, P, y + nn * O * P, P, O, P, K);  // y[nn] = w @ cols
-        }
+        for (long long nn = lo; nn < hi; ++nn)
+            for (long long gi = 0; gi < G; ++gi) {
+                im2col(x + (nn * C + gi * Cg) * H * W, cols, false);
+                // y[nn, group gi] = w[group gi] @ cols
+                chains(w + gi * Og * K, K, 1, cols, P, y + (nn * O + gi * Og) * P, P, Og, P, K);
+            }
         delete[] cols;
     });""")
 _CPU_GRAD_WEIGHT = Template(_DECODE + """\
     typedef $T T;
-    const long long P = OH * OW, K = C * KH * KW, Q = N * P;
+    const long long P = OH * OW, K = Cg * KH * KW, Q = N * P;
 $IM2COL$CHAINS
     if (Q == 0) {
         for (long long e = 0; e < n; ++e) y[e] = (T)0;
         return;
     }
-    // colsT[q][k] over every position q = (nn, p) and gm[o][q] = g[nn, o, p]: exact copies
-    T* colsT = new T[Q * K];
+    // per group colsT[gi][q][k] over every position q = (nn, p), and gm[o][q] = g[nn, o, p]:
+    // exact copies
+    T* colsT = new T[G * Q * K];
     T* gm = new T[O * Q];
     for (long long nn = 0; nn < N; ++nn) {
-        im2col(x + nn * C * H * W, colsT + nn * P * K, true);
+        for (long long gi = 0; gi < G; ++gi)
+            im2col(x + (nn * C + gi * Cg) * H * W, colsT + gi * Q * K + nn * P * K, true);
         for (long long oc = 0; oc < O; ++oc)
             for (long long p = 0; p < P; ++p) gm[oc * Q + nn * P + p] = g[(nn * O + oc) * P + p];
     }
     gtcpu::parallel_for(O, Q * K, [=](long long lo, long long hi) {
-        chains(gm + lo * Q, Q, 1, colsT, K, y + lo * K, K, hi - lo, K, Q);  // dw = gm @ colsT
+        for (long long r = lo; r < hi;) {  // rows of one group at a time: dw = gm @ colsT
+            const long long gi = r / Og, end = (gi + 1) * Og < hi ? (gi + 1) * Og : hi;
+            chains(gm + r * Q, Q, 1, colsT + gi * Q * K, K, y + r * K, K, end - r, K, Q);
+            r = end;
+        }
     });
     delete[] gm;
     delete[] colsT;""")
 _CPU_GRAD_INPUT = Template(_DECODE + """\
     typedef $T T;
-    const long long P = OH * OW, K = C * KH * KW;
+    const long long P = OH * OW, K = Cg * KH * KW;
 $CHAINS
-    gtcpu::parallel_for(N, O * K * P + K * P, [=](long long lo, long long hi) {
+    gtcpu::parallel_for(N, O * K * P + C * KH * KW * P, [=](long long lo, long long hi) {
         T* t = new T[K * P];
-        char* seen = new char[C * H * W];
-        for (long long nn = lo; nn < hi; ++nn) {
-            chains(w, 1, K, g + nn * O * P, P, t, P, K, P, O);  // t[k, p]: serial over o
-            // col2im: taps (c, i, j) in row-major order, the first reaching one starts
-            T* dx = y + nn * C * H * W;
-            for (long long q = 0; q < C * H * W; ++q) seen[q] = 0;
-            long long k = 0;
-            for (long long c = 0; c < C; ++c)
-                for (long long i = 0; i < KH; ++i)
-                    for (long long j = 0; j < KW; ++j, ++k)
-                        for (long long oy = 0; oy < OH; ++oy) {
-                            const long long yy = oy * sh + i - ph;
-                            if (yy < 0 || yy >= H) continue;
-                            for (long long ox = 0; ox < OW; ++ox) {
-                                const long long xx = ox * sw + j - pw;
-                                if (xx < 0 || xx >= W) continue;
-                                const long long q = (c * H + yy) * W + xx;
-                                const T v = t[k * P + oy * OW + ox];
-                                if (seen[q]) {
-                                    dx[q] = dx[q] + v;
-                                } else {
-                                    dx[q] = v;
-                                    seen[q] = 1;
+        char* seen = new char[Cg * H * W];
+        for (long long nn = lo; nn < hi; ++nn)
+            for (long long gi = 0; gi < G; ++gi) {
+                // t[k, p]: serial over the group's o
+                chains(w + gi * Og * K, 1, K, g + (nn * O + gi * Og) * P, P, t, P, K, P, Og);
+                // col2im: taps (c, i, j) in row-major order, the first reaching one starts
+                T* dx = y + (nn * C + gi * Cg) * H * W;
+                for (long long q = 0; q < Cg * H * W; ++q) seen[q] = 0;
+                long long k = 0;
+                for (long long c = 0; c < Cg; ++c)
+                    for (long long i = 0; i < KH; ++i)
+                        for (long long j = 0; j < KW; ++j, ++k)
+                            for (long long oy = 0; oy < OH; ++oy) {
+                                const long long yy = oy * sh + i * dil_h - ph;
+                                if (yy < 0 || yy >= H) continue;
+                                for (long long ox = 0; ox < OW; ++ox) {
+                                    const long long xx = ox * sw + j * dil_w - pw;
+                                    if (xx < 0 || xx >= W) continue;
+                                    const long long q = (c * H + yy) * W + xx;
+                                    const T v = t[k * P + oy * OW + ox];
+                                    if (seen[q]) {
+                                        dx[q] = dx[q] + v;
+                                    } else {
+                                        dx[q] = v;
+                                        seen[q] = 1;
+                                    }
                                 }
                             }
-                        }
-            for (long long q = 0; q < C * H * W; ++q)
-                if (!seen[q]) dx[q] = (T)0;
-        }
+                for (long long q = 0; q < Cg * H * W; ++q)
+                    if (!seen[q]) dx[q] = (T)0;
+            }
         delete[] seen;
         delete[] t;
     });""")
@@ -509,77 +584,89 @@ def _kernels(spec: tuple, cpu: bool):
     return kernels
 
 
-def _launch_with(kernel: Kernel, rt, a, b, out, x_shape, w_shape, y_shape, stride, padding):
+def _launch_with(kernel: Kernel, rt, a, b, out, x_shape, w_shape, y_shape, stride, padding,
+                 dilation, groups):
     n, c, h, w = x_shape
     o, _, kh, kw = w_shape
     oh, ow = y_shape[2:]
     if out.size:
         rt.launch(kernel, grid_for(out.size), BLOCK,
                   (a, b, out, out.size,
-                   rt.geom((n, c, h, w, o, kh, kw, oh, ow, *stride, *padding))))
+                   rt.geom((n, c, h, w, o, kh, kw, oh, ow, *stride, *padding, *dilation,
+                            groups))))
 
 
-def _conv_launch(rt, ks, ins, out, *, stride, padding, inner="plain"):
+def _conv_launch(rt, ks, ins, out, *, stride, padding, dilation=ONE, groups=1, inner="plain"):
     x, w = ins
     _launch_with(ks[kernel_base("conv2d", inner)], rt, x, w, out, x.shape, w.shape, out.shape,
-                 stride, padding)
+                 stride, padding, dilation, groups)
 
 
-def _grad_weight_launch(rt, ks, ins, out, *, stride, padding, kernel, inner="plain"):
+def _grad_weight_launch(rt, ks, ins, out, *, stride, padding, kernel, dilation=ONE, groups=1,
+                        inner="plain"):
     g, x = ins
     _launch_with(ks[kernel_base("conv2d_grad_weight", inner)], rt, g, x, out, x.shape,
-                 out.shape, g.shape, stride, padding)
+                 out.shape, g.shape, stride, padding, dilation, groups)
 
 
-def _grad_input_launch(rt, ks, ins, out, *, stride, padding, size, inner="plain"):
+def _grad_input_launch(rt, ks, ins, out, *, stride, padding, size, dilation=ONE, groups=1,
+                       inner="plain"):
     g, w = ins
     _launch_with(ks[kernel_base("conv2d_grad_input", inner)], rt, g, w, out, out.shape,
-                 w.shape, g.shape, stride, padding)
+                 w.shape, g.shape, stride, padding, dilation, groups)
 
 
 # --------------------------------------------------------------------------- backward rules
-# every backward inner product under the forward's contract (``inner`` passed on)
-def _conv_vjp(be, g, ins, out, needs, stride, padding, inner="plain"):
+# every backward inner product under the forward's contract (``inner`` passed on), with the
+# forward's geometry (stride, padding, dilation, groups)
+def _conv_vjp(be, g, ins, out, needs, stride, padding, dilation=ONE, groups=1, inner="plain"):
     x, w = ins
-    return (be.conv2d_grad_input(g, w, stride, padding, tuple(x.shape[2:]), inner=inner)
+    geo = {"dilation": dilation, "groups": groups, "inner": inner}
+    return (be.conv2d_grad_input(g, w, stride, padding, tuple(x.shape[2:]), **geo)
             if needs[0] else None,
-            be.conv2d_grad_weight(g, x, stride, padding, tuple(w.shape[2:]), inner=inner)
+            be.conv2d_grad_weight(g, x, stride, padding, tuple(w.shape[2:]), **geo)
             if needs[1] else None)
 
 
-def _grad_input_vjp(be, g2, ins, out, needs, stride, padding, size, inner="plain"):
+def _grad_input_vjp(be, g2, ins, out, needs, stride, padding, size, dilation=ONE, groups=1,
+                    inner="plain"):
     # dx = T(g, w) is bilinear, the adjoint of conv2d in x: d/dg = conv2d(g2, w),
     # d/dw = conv2d_grad_weight(g, g2)
     g, w = ins
-    return (be.conv2d(g2, w, stride, padding, inner=inner) if needs[0] else None,
-            be.conv2d_grad_weight(g, g2, stride, padding, tuple(w.shape[2:]), inner=inner)
+    geo = {"dilation": dilation, "groups": groups, "inner": inner}
+    return (be.conv2d(g2, w, stride, padding, **geo) if needs[0] else None,
+            be.conv2d_grad_weight(g, g2, stride, padding, tuple(w.shape[2:]), **geo)
             if needs[1] else None)
 
 
-def _grad_weight_vjp(be, g2, ins, out, needs, stride, padding, kernel, inner="plain"):
+def _grad_weight_vjp(be, g2, ins, out, needs, stride, padding, kernel, dilation=ONE, groups=1,
+                     inner="plain"):
     # dw = U(g, x) is bilinear, the adjoint of conv2d in w: d/dg = conv2d(x, g2),
     # d/dx = conv2d_grad_input(g, g2)
     g, x = ins
-    return (be.conv2d(x, g2, stride, padding, inner=inner) if needs[0] else None,
-            be.conv2d_grad_input(g, g2, stride, padding, tuple(x.shape[2:]), inner=inner)
+    geo = {"dilation": dilation, "groups": groups, "inner": inner}
+    return (be.conv2d(x, g2, stride, padding, **geo) if needs[0] else None,
+            be.conv2d_grad_input(g, g2, stride, padding, tuple(x.shape[2:]), **geo)
             if needs[1] else None)
 
 
-register(Op("conv2d", ("x", "w"), ("stride", "padding", "inner"), _conv_infer, _conv_ref,
-            _kernels(_FORWARD, False), _conv_launch, _conv_vjp,
-            "NCHW 2-D convolution (no bias): per output a serial chain over (c, kh, kw) "
-            "row-major, padding +0.0 multiplied (inner: the plain or fma contract)",
-            {"stride": 1, "padding": 0, "inner": "plain"},
-            cpu=_kernels(_FORWARD, True)))
-register(Op("conv2d_grad_weight", ("g", "x"), ("stride", "padding", "kernel", "inner"),
+_DEFAULTS = {"stride": 1, "padding": 0, "dilation": 1, "groups": 1, "inner": "plain"}
+register(Op("conv2d", ("x", "w"), ("stride", "padding", "dilation", "groups", "inner"),
+            _conv_infer, _conv_ref, _kernels(_FORWARD, False), _conv_launch, _conv_vjp,
+            "NCHW 2-D convolution (no bias; dilation, groups): per output a serial chain over "
+            "its group's (c, kh, kw) row-major, padding +0.0 multiplied (inner: the plain or "
+            "fma contract)", dict(_DEFAULTS), cpu=_kernels(_FORWARD, True)))
+register(Op("conv2d_grad_weight", ("g", "x"),
+            ("stride", "padding", "kernel", "dilation", "groups", "inner"),
             _grad_weight_infer, _grad_weight_ref, _kernels(_WEIGHT, False),
             _grad_weight_launch, _grad_weight_vjp,
             "conv2d's weight gradient: per weight a serial chain over (n, oy, ox) row-major "
-            "(inner: the plain or fma contract)",
-            {"stride": 1, "padding": 0, "inner": "plain"}, cpu=_kernels(_WEIGHT, True)))
-register(Op("conv2d_grad_input", ("g", "w"), ("stride", "padding", "size", "inner"),
+            "(inner: the plain or fma contract)", dict(_DEFAULTS),
+            cpu=_kernels(_WEIGHT, True)))
+register(Op("conv2d_grad_input", ("g", "w"),
+            ("stride", "padding", "size", "dilation", "groups", "inner"),
             _grad_input_infer, _grad_input_ref, _kernels(_INPUT, False), _grad_input_launch,
             _grad_input_vjp,
-            "conv2d's input gradient: per tap a serial chain over o, then col2im over the "
-            "taps (kh, kw) row-major, plain adds (inner: the chains' plain or fma contract)",
-            {"stride": 1, "padding": 0, "inner": "plain"}, cpu=_kernels(_INPUT, True)))
+            "conv2d's input gradient (= conv_transpose2d): per tap a serial chain over the "
+            "group's o, then col2im over the taps (kh, kw) row-major, plain adds (inner: the "
+            "chains' plain or fma contract)", dict(_DEFAULTS), cpu=_kernels(_INPUT, True)))

@@ -67,8 +67,16 @@ def serial_sum(x: np.ndarray, axes: tuple[int, ...]) -> np.ndarray:
 
 
 def _reduced_axes(op: str, ndim: int, axis) -> tuple[int, ...]:
+    """The reduced axes, ascending: all (None), one int, or a tuple of distinct ints (the
+    positions of an output then reduce in row-major order over those axes)."""
     if axis is None:
         return tuple(range(ndim))
+    if isinstance(axis, (tuple, list)):
+        axes = tuple(sorted(shapes.normalize_axis(op, a, ndim) for a in axis))
+        if len(set(axes)) != len(axes) or not axes:
+            raise ValueError(f"{op}: axis {tuple(axis)!r} names an axis twice or none; expected "
+                             "distinct axes")
+        return axes
     return (shapes.normalize_axis(op, axis, ndim),)
 
 
@@ -92,8 +100,9 @@ def _infer_reduce(op: str):
         axes = _reduced_axes(op, len(shape), attrs.get("axis"))
         out = tuple(1 if i in axes else d for i, d in enumerate(shape)) if keepdims else tuple(
             d for i, d in enumerate(shape) if i not in axes)
-        return out, {"axis": None if attrs.get("axis") is None else axes[0],
-                     "keepdims": bool(keepdims)}
+        axis = attrs.get("axis")
+        norm = None if axis is None else axes if isinstance(axis, (tuple, list)) else axes[0]
+        return out, {"axis": norm, "keepdims": bool(keepdims)}
 
     return infer
 
@@ -137,10 +146,11 @@ def _mean_vjp(be, g, ins, out, needs, *, axis, keepdims):
 
 
 register(Op("sum", ("x",), ("axis", "keepdims"), _infer_reduce("sum"), _sum_reference, _kernels,
-            _launch_sum, _sum_vjp, "serial sum over all elements or one axis",
+            _launch_sum, _sum_vjp, "serial sum over all elements, one axis or several",
             {"axis": None, "keepdims": False}, cpu=_cpu_kernels))
 register(Op("mean", ("x",), ("axis", "keepdims"), _infer_reduce("mean"), _mean_reference,
-            _kernels, _launch_mean, _mean_vjp, "serial sum / count, over all elements or one axis",
+            _kernels, _launch_mean, _mean_vjp,
+            "serial sum / count, over all elements, one axis or several",
             {"axis": None, "keepdims": False}, cpu=_cpu_kernels))
 
 
