@@ -111,10 +111,12 @@ def _dropout_noise(v: dict) -> g.Var:
 
 def _special_fns(v: dict) -> g.Var:
     """The correctly rounded elementwise functions of issue 38 in one MLP: exact GELU's erf,
-    softplus's log1p, expm1."""
+    softplus's log1p, expm1, and sin / cos features (as rotary embeddings and Fourier
+    features use them)."""
     h = v["x"] @ v["w1"] + v["b1"]
     h = (h * 0.5) * (g.erf(h * 0.7071067811865476) + 1.0)
     h = g.log1p(h * h) - g.expm1(h * -0.5)
+    h = g.sin(h * 3.0) + g.cos(h * g.slice(v["x"], 1, 0, 1))
     return g.mse(h @ v["w2"], v["t"])
 
 

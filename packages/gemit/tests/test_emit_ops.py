@@ -63,6 +63,8 @@ CASES = {
     "erf": ([_n(5)], [_n(5)], lambda w, x: g.sum(g.erf(w * x) * x)),
     "log1p": ([_n(5)], [_n(5)], lambda w, x: g.sum(g.log1p(w * w * x * x) * x)),
     "expm1": ([_n(5)], [_n(5)], lambda w, x: g.sum(g.expm1(w * x) * x)),
+    "sin": ([_n(5)], [_n(5)], lambda w, x: g.sum(g.sin(w * x * 3.0) * x)),
+    "cos": ([_n(5)], [_n(5)], lambda w, x: g.sum(g.cos(w * x * 3.0) * x)),
     "sqrt": ([_n(5)], [_n(5)], lambda w, x: g.sum(g.sqrt(_sq1(w - x)))),
     "matmul": ([_n(3, 4), _n(4)], [_n(2, 3)], lambda w, b, x: g.sum(g.tanh(x @ w + b))),
     "bmm": ([_n(2, 3, 2)], [_n(2, 2, 3)], lambda w, x: g.sum(g.bmm(x, w) * g.bmm(x, w))),

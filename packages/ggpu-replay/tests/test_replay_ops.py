@@ -36,6 +36,7 @@ ROWS = [
     Row("erf", ((3, 4),), (3, 4), lambda p, d: g.erf(p[0] * d - 0.5)),
     Row("log1p", ((3, 4),), (3, 4), lambda p, d: g.log1p(p[0] * p[0] * d), positive=True),
     Row("expm1", ((3, 4),), (3, 4), lambda p, d: g.expm1(p[0] * d)),
+    Row("sin_cos", ((3, 4),), (3, 4), lambda p, d: g.sin(p[0] * d * 4.0) * g.cos(p[0] - d)),
     Row("sum_mean", ((2, 3, 4),), (2, 3, 4),
         lambda p, d: g.sum(p[0] * d, axis=1) + g.mean(p[0] + d, axis=1)),
     Row("sum_to_broadcast", ((3, 1), (4,)), (2, 3, 4),

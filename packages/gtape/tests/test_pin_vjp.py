@@ -169,6 +169,8 @@ ROWS = [
         ew(lambda q, x: q / (x + _T(dt)(1.0)), G, i[0])], (0,)),
     Row("expm1", g.expm1, (S,), lambda i, y, G, dt: [
         ew(lambda q, o: q * (o + _T(dt)(1.0)), G, y)]),
+    Row("sin", g.sin, (S,), lambda i, y, G, dt: [ew(lambda q, c: q * c, G, _our("cos", i[0]))]),
+    Row("cos", g.cos, (S,), lambda i, y, G, dt: [ew(lambda q, s: q * -s, G, _our("sin", i[0]))]),
     Row("sum", g.sum, (S,), lambda i, y, G, dt: [np.broadcast_to(G, S)]),
     Row("sum_axis0", lambda x: g.sum(x, 0), (S,), lambda i, y, G, dt: [np.broadcast_to(G, S)]),
     Row("sum_keepdims", lambda x: g.sum(x, 1, keepdims=True), (S,),
@@ -216,6 +218,13 @@ ROWS = [
 ]
 _TAKE_IDS = np.array([2, 0, 2, 1, 2])
 _ALONG_IDS = np.array([[0, 0], [3, 1], [2, 3]])
+
+
+def _our(name: str, x: np.ndarray) -> np.ndarray:
+    """gtensor's elementwise op ``name`` on x (its numpy reference)."""
+    from gtensor.dtypes import float_type
+    from gtensor.ops import elementwise as E
+    return getattr(E, name.upper())[float_type(x)].numpy(x)
 
 
 def _our_exp(x: np.ndarray) -> np.ndarray:

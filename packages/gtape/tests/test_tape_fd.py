@@ -52,6 +52,8 @@ ROWS = [
     Row("erf", g.erf, ((3, 4),)),
     Row("log1p", g.log1p, ((3, 4),), POS),
     Row("expm1", g.expm1, ((3, 4),)),
+    Row("sin", g.sin, ((3, 4),)),
+    Row("cos", g.cos, ((3, 4),)),
     Row("sum_all", g.sum, ((3, 4),)),
     Row("sum_axis1_keep", lambda x: g.sum(x, axis=1, keepdims=True), ((3, 4),)),
     Row("sum_axis0", lambda x: g.sum(x, axis=0), ((2, 3, 2),)),

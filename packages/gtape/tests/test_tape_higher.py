@@ -58,6 +58,8 @@ ROWS = [
     Row("erf", g.erf, T.erf, ((3, 4),), ("erf",)),
     Row("log1p", g.log1p, T.log1p, ((3, 4),), ("log1p",), True),
     Row("expm1", g.expm1, T.expm1, ((3, 4),), ("expm1",)),
+    Row("sin", g.sin, T.sin, ((3, 4),), ("sin", "cos")),
+    Row("cos", g.cos, T.cos, ((3, 4),), ("cos", "sin")),
     Row("sum_axis", lambda x: g.sum(x * x, axis=1, keepdims=True),
         lambda x: (x * x).sum(1, keepdim=True), ((3, 4),), ("sum",)),
     Row("mean", lambda x: g.mean(x * x, axis=0), lambda x: (x * x).mean(0), ((3, 4),), ("mean",)),

@@ -38,7 +38,8 @@ BINARY_SHAPES = [
     ((3, 1), (1, 5)), ((2, 3, 4), (2, 3, 4)), ((2, 3, 4), (4,)), ((2, 1, 4), (3, 1)),
     ((), (3, 5)), ((1,), (1,)), ((13,), (1,)),
 ]
-UNARY = ["neg", "relu", "sigmoid", "tanh", "exp", "log", "sqrt", "erf", "log1p", "expm1"]
+UNARY = ["neg", "relu", "sigmoid", "tanh", "exp", "log", "sqrt", "erf", "log1p", "expm1", "sin",
+         "cos"]
 BINARY = ["add", "sub", "mul", "div", "relu_grad", "sigmoid_grad", "tanh_grad", "maximum",
           "maximum_mask"]
 

@@ -37,7 +37,8 @@ from gtensor.scalar import crmath
 NAMES = sorted(crmath.BY_NAME)
 DTYPES = [np.float64, np.float32]
 IDS = {np.float64: "f64", np.float32: "f32"}
-ODD = {"erf", "sin", "tanh"}  # odd: hard cases listed for x > 0; fast_dd is of f(|x|)
+BOTH_SIGNS = {"erf", "sin", "cos", "tanh"}  # hard cases listed for x > 0: test -x too
+ABS_FAST = {"erf"}  # fast_dd gives f(|x|)
 
 # per function: the busy range (uniform samples) and edge points (each with 4 neighbours a side)
 DOMAIN = {
@@ -48,6 +49,12 @@ DOMAIN = {
     "expm1": ((-40.0, 710.0), [2.0**-54, 2.0**-6, 0.0054152123481245725, 0.01083042469624915,
                                -37.42994775023705, -40.0, 709.782712893384, 1.0, -1.0,
                                88.72283935546875, -0.34657359027997264]),
+    "sin": ((-10.0, 10.0), [2.0**-26, 2.0**-27, 0.7853981633974483, 1.5707963267948966,
+                            3.141592653589793, 2.0**20, 1e22, 6381956970095103 * 2.0**797,
+                            0.01227184630308513, 355.0, 1.7976931348623157e308]),
+    "cos": ((-10.0, 10.0), [2.0**-26, 2.0**-27, 0.7853981633974483, 1.5707963267948966,
+                            3.141592653589793, 2.0**20, 1e22, 6381956970095103 * 2.0**797,
+                            0.01227184630308513, 355.0, 1.7976931348623157e308]),
 }
 MEASURED: list[str] = []  # printed in the terminal summary (conftest)
 
@@ -115,7 +122,7 @@ def test_correctly_rounded_on_a_sample(name, dtype):
 @pytest.mark.parametrize("name", [n for n in NAMES if n in HARD])
 def test_correctly_rounded_on_published_hard_cases(name):
     x = np.array([float.fromhex(h) for h, _ in HARD[name]])
-    if name in ODD:
+    if name in BOTH_SIGNS:
         x = np.concatenate([x, -x])
     f = crmath.BY_NAME[name]
     _assert_cr(name, np.float64, x, f.f64.numpy(x), "hard cases")
@@ -143,7 +150,7 @@ def test_fast_path_error_within_its_bound(name):
     with mp.workprec(200):
         from cr_oracle import FUNCTIONS
         for xi, hi, lo, e in zip(x[live], h[live], low[live], eps[live]):
-            v = FUNCTIONS[name](mp.mpf(abs(float(xi))) if name in ODD else mp.mpf(float(xi)))
+            v = FUNCTIONS[name](mp.mpf(abs(float(xi))) if name in ABS_FAST else mp.mpf(float(xi)))
             rel = abs((mp.mpf(float(hi)) + mp.mpf(float(lo))) / v - 1)
             worst = max(worst, float(rel / e))
     MEASURED.append(f"{name}: fast path error / bound, max over {int(live.sum())} inputs: "
@@ -176,6 +183,10 @@ SPECIALS = {
               ("-sub", "-sub")],
     "expm1": [(0.0, 0.0), (-0.0, -0.0), (np.inf, np.inf), (-np.inf, -1.0), (np.nan, np.nan),
               ("max", np.inf), ("-max", -1.0), ("sub", "sub"), ("-sub", "-sub"), (-50.0, -1.0)],
+    "sin": [(0.0, 0.0), (-0.0, -0.0), (np.inf, np.nan), (-np.inf, np.nan), (np.nan, np.nan),
+            ("sub", "sub"), ("-sub", "-sub")],
+    "cos": [(0.0, 1.0), (-0.0, 1.0), (np.inf, np.nan), (-np.inf, np.nan), (np.nan, np.nan),
+            ("sub", 1.0), ("-sub", 1.0)],
 }
 
 
@@ -236,6 +247,10 @@ DIGESTS = {
     ("log1p", "f32"): "aca72c4ebcf38fa8487c049a0fdf220f",
     ("expm1", "f64"): "a949bb0c5e14037d71f1e51bd4446e1f",
     ("expm1", "f32"): "e484764284fd4dda0e528b3d10ab18f5",
+    ("sin", "f64"): "0dfcbf0a02c3b9d76496b0dd575fdd59",
+    ("sin", "f32"): "de19f11455006f2eb7b8f25fa7007648",
+    ("cos", "f64"): "69333e30739da02bbbedfda7012902f1",
+    ("cos", "f32"): "8156d87f276ad4822c0c27799521b77e",
 }
 
 

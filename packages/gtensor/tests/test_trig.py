@@ -104,8 +104,8 @@ PIN_INPUTS = np.concatenate([np.linspace(-50.0, 50.0, 1001), np.arange(0, 2048) 
 # sha256 of the result bits on PIN_INPUTS (float64), recorded when the functions were written;
 # a change here means the tables (and every rotary embedding after them) changed bits
 PINS = {
-    "gt_sin_f64": "41efd9cc0785166b3c6d696e9e13deb7",
-    "gt_cos_f64": "ee9bf57d96ba78d781aa24107ede103c",
+    "gt_sin20_f64": "41efd9cc0785166b3c6d696e9e13deb7",
+    "gt_cos20_f64": "ee9bf57d96ba78d781aa24107ede103c",
 }
 
 

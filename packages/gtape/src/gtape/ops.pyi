@@ -467,6 +467,16 @@ def adaptive_avg_pool2d_grad(g: FloatOperand, size) -> Var:
     adaptive_avg_pool2d_grad: differentiable; result float]"""
 
 
+def sin(x: FloatOperand) -> Var:
+    """Sine, correctly rounded over the whole domain. [gtensor op sin: differentiable; result
+    float]"""
+
+
+def cos(x: FloatOperand) -> Var:
+    """Cosine, correctly rounded over the whole domain. [gtensor op cos: differentiable; result
+    float]"""
+
+
 def dropout(x: FloatOperand, key: IndexOperand, p) -> Var:
     """X * 1/(1-p) where the element's uniform >= p, else +0.0 (mask from the key). [gtensor op
     dropout: differentiable; result float]"""

@@ -13,7 +13,7 @@ import numpy as np
 from .. import dtypes, shapes
 from ..dtypes import F32, F64, FLOATS, FloatType, round_scalar
 from ..kernels import Kernel
-from ..scalar import crerf, crexp, crlog
+from ..scalar import crerf, crexp, crlog, crtrig
 from ..scalar import transcendental as tr
 from ..scalar.dsl import ScalarFn, scalar_fn
 from .forms import ELEMENT_COST, MAP, SCALAR, ZIP2, split_cost
@@ -68,6 +68,8 @@ SIGMOID = {F64: tr.SIGMOID_F64, F32: tr.SIGMOID_F32}
 ERF = {F64: crerf.ERF_F64, F32: crerf.ERF_F32}
 LOG1P = {F64: crlog.LOG1P_F64, F32: crlog.LOG1P_F32}
 EXPM1 = {F64: crexp.EXPM1_F64, F32: crexp.EXPM1_F32}
+SIN = {F64: crtrig.SIN_F64, F32: crtrig.SIN_F32}
+COS = {F64: crtrig.COS_F64, F32: crtrig.COS_F32}
 TWO_OVER_SQRTPI = 1.1283791670955126  # 2/sqrt(pi) rounded to float64 (0x1.20dd750429b6dp+0)
 
 # --------------------------------------------------------------------------- kernels
@@ -253,6 +255,11 @@ unary("log1p", LOG1P, lambda be, g, ins, out, needs: (be.div(g, be.adds(ins[0], 
 # x = -37.4 out + 1 is exactly 0, an absolute error under 2^-54)
 unary("expm1", EXPM1, lambda be, g, ins, out, needs: (be.mul(g, be.adds(out, 1.0)),),
       "exp(x) - 1, correctly rounded")
+# sin' = cos, cos' = -sin (torch's forms: g * cos(x), g * -sin(x))
+unary("sin", SIN, lambda be, g, ins, out, needs: (be.mul(g, be.cos(ins[0])),),
+      "sine, correctly rounded over the whole domain")
+unary("cos", COS, lambda be, g, ins, out, needs: (be.mul(g, be.neg(be.sin(ins[0]))),),
+      "cosine, correctly rounded over the whole domain")
 binary("relu_grad", RELU_GRAD, _relu_grad_vjp, "g where x > 0 else 0 (relu's backward)",
        ("g", "x"))
 binary("sigmoid_grad", SIGMOID_GRAD, _sigmoid_grad_vjp,
@@ -262,5 +269,5 @@ binary("tanh_grad", TANH_GRAD, _tanh_grad_vjp, "g * (1 - y * y) (tanh's backward
 
 SCALAR_FNS = [fn for table in (ADD, SUB, MUL, DIV, NEG, SQRT, RELU, RELU_GRAD, SIGMOID_GRAD,
                                TANH_GRAD, EXP, LOG, TANH, SIGMOID, MAX, MAX_MASK, MIN, MIN_MASK,
-                               ERF, LOG1P, EXPM1)
+                               ERF, LOG1P, EXPM1, SIN, COS)
               for fn in table.values()]

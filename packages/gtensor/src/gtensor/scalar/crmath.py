@@ -12,22 +12,22 @@ from __future__ import annotations
 from dataclasses import dataclass
 from types import ModuleType
 
-from . import crerf, crexp, crlog
+from . import crerf, crexp, crlog, crtrig
 from .dsl import ScalarFn
 
-ALL: list[ScalarFn] = [*crerf.ALL, *crlog.ALL, *crexp.ALL]
+ALL: list[ScalarFn] = [*crerf.ALL, *crlog.ALL, *crexp.ALL, *crtrig.ALL]
 
 
 @dataclass(frozen=True)
 class Function:
     """One correctly rounded function: its float64 / float32 scalar functions, their accurate
-    paths alone, and the module (for ``accurate_needed`` and ``fast_dd``, used by tests)."""
+    paths alone, and the module (or object) with ``accurate_needed`` and ``fast_dd`` (tests)."""
 
     f64: ScalarFn
     f32: ScalarFn
     acc_f64: ScalarFn
     acc_f32: ScalarFn
-    module: ModuleType
+    module: ModuleType | object
 
 
 BY_NAME: dict[str, Function] = {
@@ -36,6 +36,10 @@ BY_NAME: dict[str, Function] = {
                       crlog.log1p_acc_f32, crlog),
     "expm1": Function(crexp.EXPM1_F64, crexp.EXPM1_F32, crexp.expm1_acc_f64,
                       crexp.expm1_acc_f32, crexp),
+    "sin": Function(crtrig.SIN_F64, crtrig.SIN_F32, crtrig.sin_acc_f64, crtrig.sin_acc_f32,
+                    crtrig.SIN_HOOKS),
+    "cos": Function(crtrig.COS_F64, crtrig.COS_F32, crtrig.cos_acc_f64, crtrig.cos_acc_f32,
+                    crtrig.COS_HOOKS),
 }
 
 

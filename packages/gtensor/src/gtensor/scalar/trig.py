@@ -1,5 +1,8 @@
 """sin and cos in the scalar language, for host-side tables (rotary embeddings); not tape ops.
 
+(C names ``gt_sin20_*`` / ``gt_cos20_*``: the tape ops sin and cos are the correctly rounded
+ones of :mod:`gtensor.scalar.crtrig`, over the whole domain.)
+
 Written once (see :mod:`gtensor.scalar.dsl`) with correctly rounded ``+ - * /``, ``rint``,
 int64 bit manipulation and ``where`` only (no FMA, no libm), so the numpy evaluation and the
 emitted C/CUDA agree bit for bit, and a table of angles is the same bits on every machine.
@@ -98,7 +101,7 @@ def _lanes(m, x):
     return bad, m.fabs(x) < TINY27, _ksin(hi, lo), _kcos(hi, lo), q
 
 
-@scalar_fn("gt_sin_f64", (F64,), F64)
+@scalar_fn("gt_sin20_f64", (F64,), F64)
 def sin_f64(m, x):
     """sin(x) for float64, ``|x| <= 2**20`` (NaN outside); see the module docstring."""
     bad, tiny, s, c, q = _lanes(m, x)
@@ -107,7 +110,7 @@ def sin_f64(m, x):
     return m.where(bad, NAN, res)
 
 
-@scalar_fn("gt_cos_f64", (F64,), F64)
+@scalar_fn("gt_cos20_f64", (F64,), F64)
 def cos_f64(m, x):
     """cos(x) for float64, ``|x| <= 2**20`` (NaN outside); see the module docstring."""
     bad, tiny, s, c, q = _lanes(m, x)
