@@ -172,11 +172,21 @@ def round_dd_f64(h, lo, err):
 
 
 def round_dd_f32(m, h, lo, err):
-    """(RN32(h + lo), ok) for a float64 DD: the bounds rounded to odd in float64 then to float32
-    (RN32(RO64(y)) = RN32(y): 53 >= 24 + 2), so each is the exact bound's float32 rounding."""
-    left = m.to_f32(ro_sum(m, h, lo - err))
-    right = m.to_f32(ro_sum(m, h, lo + err))
-    return m.to_f32(ro_sum(m, h, lo)), left == right
+    """(RN32(h + lo), ok) for a float64 DD whose error ``err`` is far below an ulp of ``h``.
+
+    With g the float32 spacing at |h| (2^(e-23) in h's binade, at least 2^-149: subnormals),
+    t = |h|/g is exact and the float32 midpoints are the t with fraction 1/2; t < 2^24 and its
+    float64 ulp is at most 2^-29. The exact value lies within |lo| + err <= 0.5 ulp64(h) + err
+    of h, i.e. within 2^-30 + 2^-36 of t: if t's fraction is at least 2^-28 away from 1/2, no
+    midpoint lies between them and RN32(exact) = RN32(h) = ``to_f32(h)`` (float32's overflow
+    threshold is such a midpoint too). Otherwise ``ok`` is false."""
+    a = m.fabs(h)
+    ge = (m.bits(a) >> 52) - 23
+    ge = m.where(ge < 1023 - 149, ge * 0 + (1023 - 149), ge)  # the subnormal spacing 2^-149
+    t = a * m.from_bits((2046 - ge) << 52)  # |h| / g, exact
+    d = (t - m.floor(t)) - 0.5
+    ok = (m.fabs(d) >= 2.0 ** -28) & (err < a * 2.0 ** -60)
+    return m.to_f32(h), ok
 
 
 def round_td_f64(m, t):
