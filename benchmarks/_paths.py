@@ -7,7 +7,8 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = ("gtensor", "gtape", "gopt", "gemit", "ggpu-replay", "ggpu-fuse", "gdist", "gdemos")
+PACKAGES = ("gtensor", "gtape", "gopt", "gemit", "ggpu-replay", "ggpu-fuse", "gverify", "gdist",
+            "gdemos")
 
 for _name in PACKAGES:
     _src = str(ROOT / "packages" / _name / "src")

@@ -137,3 +137,16 @@ def test_the_tasks_resolve_by_name():
         tasks.make({"task": "example", "config": {"bogus": 1}})
     with pytest.raises(tasks.TaskError, match="config steps is 0"):
         ExampleTask({"steps": 0})
+
+
+def test_the_commitment_names_the_run_identity(runs):
+    com = commit.RunDir(runs["honest"]).commitment
+    ident = com["identity"]
+    assert (ident["dtype"], ident["inner"], ident["tape_seed"]) == ("float64", "plain", 0)
+    assert ident["optimizer"]["kind"] == "adam" and ident["optimizer"]["hyper"]["lr"] == 0.05
+    assert com["config_id"] == commit.config_id(com["spec"], ident)
+    s = ExampleTask({"steps": 2, "seed": 5, "inner": "fma"}).session("numpy")
+    try:
+        assert (s.identity()["tape_seed"], s.identity()["inner"]) == (5, "fma")
+    finally:
+        s.close()

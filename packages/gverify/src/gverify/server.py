@@ -270,8 +270,16 @@ def _announce(line: str) -> None:
 
 def serve(run_dir: Any, host: str = "127.0.0.1", port: int = 8765,
           announce: Callable[[str], None] = _announce) -> None:
-    """Serve ``run_dir`` in the foreground until interrupted (``gverify serve``)."""
-    app = make_app(run_dir)
+    """Serve ``run_dir`` in the foreground until interrupted (``gverify serve``); the
+    trainer's engine runs one step first (a kernel backend compiles then, not during a
+    query), and the URL is announced once the socket listens."""
+    run = commit.RunDir(run_dir)
+    s = run.task.session(run.backend)
+    try:
+        s.step()
+    finally:
+        s.close()
+    app = make_app(run)
 
     async def main() -> None:
         runner = web.AppRunner(app, access_log=None)

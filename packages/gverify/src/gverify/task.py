@@ -118,7 +118,9 @@ class Session:
 
     def __init__(self, task: Task, backend: str) -> None:
         self.task = task
-        self.tp = gtape.Tape(backend, task.config["dtype"], inner=task.config["inner"])
+        # the tape's key stream starts at the config's seed (modules made without a key)
+        self.tp = gtape.Tape(backend, task.config["dtype"], inner=task.config["inner"],
+                             seed=task.config["seed"])
         self.opt: Any = None
         self.done = 0
         self._mark: Any = None
