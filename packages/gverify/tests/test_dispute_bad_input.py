@@ -227,6 +227,10 @@ def test_tampered_verdicts_are_inconclusive(runs, tmp_path):
     assert r["ruling"] == "inconclusive"
     r = variant("root", lambda w: w["commitment"].update(root="1" * 64))
     assert r["ruling"] == "inconclusive"
+    r = variant("node", lambda w: w.update(node=999))
+    assert r["ruling"] == "inconclusive" and "proves no trace leaf" in r["reason"]
+    r = variant("nostep", lambda w: w.pop("step"))
+    assert r["ruling"] == "inconclusive" and "malformed" in r["reason"]
     some = next(iter(v["evidence"]["arrays"].values()))
     r = variant("evidence", lambda w: w["evidence"]["arrays"].update(
         {k: v["evidence"]["trainer_array"] for k in w["evidence"]["arrays"]}))

@@ -108,6 +108,15 @@ class Auditor:
         self.state_blobs[k] = name
         return ents
 
+    def restore(self, s: tasks.Session, k: int, ents: list) -> None:
+        """Put the trainer's (proved) state after step ``k`` into session ``s``; a state the
+        task refuses (another model, another optimizer) makes the audit inconclusive."""
+        try:
+            s.restore(k, ents)
+        except (ValueError, TypeError, KeyError) as e:
+            raise Inconclusive(f"the trainer's state after step {k} hashes to its record but "
+                               f"does not fit the task ({e})") from None
+
     # ------------------------------------------------------------ the audit
     def run(self, start: int | None = None, stop: int | None = None) -> dict:
         """Audit steps ``start + 1 .. stop`` (default: all, from step 0); the verdict."""
@@ -183,7 +192,7 @@ class Auditor:
             rec = got[start]["leaf"]
             if not well_formed_record(rec, start, cid):
                 raise Inconclusive(f"the trainer's record of step {start} is malformed: {rec}")
-            s.restore(start, self.state(start, rec))
+            self.restore(s, start, self.state(start, rec))
             self.proofs["start"] = {"step": start, "record": rec}
         probe = self.probe()
         while s.done < b:

@@ -59,7 +59,7 @@ class StepDispute:
         self.ev["state_before"] = aud.state_blobs[k - 1]
         s = self.task.session(aud.engine)
         try:
-            s.restore(k - 1, ents)
+            aud.restore(s, k - 1, ents)
             self.mine = nodetrace.trace_next_step(s, self.cid, self.rec["batch"], aud.probe())
         finally:
             s.close()

@@ -65,6 +65,9 @@ class Referee:
             out.update(self._rule(v))
         except (Unverifiable, vfile.VerdictError, wire.WireError, tasks.TaskError) as e:
             out.update({"ruling": "inconclusive", "reason": str(e)})
+        except (KeyError, TypeError, ValueError, IndexError) as e:  # a field missing or odd
+            out.update({"ruling": "inconclusive",
+                        "reason": f"the verdict is malformed ({type(e).__name__}: {e})"})
         out["recomputed"] = self.recomputed
         out["seconds"] = round(time.perf_counter() - t0, 4)
         return out
