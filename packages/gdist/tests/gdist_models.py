@@ -113,12 +113,14 @@ def gpt_case(seed: int = 3, rows: int = 6, steps: int = 20):
     return out
 
 
-def gpt_trainer(cls, bname, dtype="float64", inner="plain", **kw):
+def gpt_trainer(cls, bname, dtype="float64", inner="plain", microbatch_override=2,
+                seed_override=5, **kw):
     """A trainer of the tiny GPT: AdamW with groups, torch's clip, cosine with warmup."""
     import gopt
 
     return cls(gpt_loss, gpt_factory, gopt.AdamW, {"lr": 3e-2, "betas": (0.9, 0.95)},
-               microbatch=2, backend=bname, dtype=dtype, inner=inner, seed=5,
+               microbatch=microbatch_override, backend=bname, dtype=dtype, inner=inner,
+               seed=seed_override,
                param_groups=gpt_groups(), clip=0.5, clip_rule="torch",
                schedule=lambda opt: gopt.schedules.cosine(opt, total_steps=20,
                                                           warmup_steps=3), **kw)

@@ -114,12 +114,11 @@ def test_bitwise_equal_to_local(client, reference, bname, name, dtype) -> None:
     t.close()
 
 
-@pytest.mark.parametrize("combo", ["float64-plain", "float32-fma"])
-def test_tiny_gpt_with_dropout_is_bitwise_local(client, bname, combo) -> None:
-    """AdamW with groups, torch's clip, cosine with warmup, dropout in three modules; the
-    replicas capture their step on kernel backends (Local stays eager)."""
+def gpt_run(client, bname: str, combo: str, steps: int) -> None:
+    """The tiny GPT (dropout in three modules, AdamW with groups, torch's clip, cosine with
+    warmup) on the cluster, step by step bitwise Local; the replicas capture their step on
+    kernel backends (Local stays eager)."""
     dtype, inner = combo.split("-")
-    steps = 5 if len(client.nthreads()) != 2 else 8
     batches = gpt_case(steps=steps)
     ref = gpt_trainer(gdist.Local, bname, dtype, inner)
     want = [(ref.step(b), bits(ref.params)) for b in batches]
@@ -130,6 +129,19 @@ def test_tiny_gpt_with_dropout_is_bitwise_local(client, bname, combo) -> None:
         assert bits(t.params) == params, f"step {step}"
     assert want[-1][0] < want[0][0]
     t.close()
+
+
+@pytest.mark.parametrize("combo", ["float64-plain", "float32-fma"])
+def test_tiny_gpt_with_dropout_is_bitwise_local(client, bname, combo) -> None:
+    two(client)
+    gpt_run(client, bname, combo, 6)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("combo", ["float64-plain", "float64-fma", "float32-plain",
+                                   "float32-fma"])
+def test_tiny_gpt_twenty_steps_every_combination(client, bname, combo) -> None:
+    gpt_run(client, bname, combo, 20)
 
 
 def test_tree_on_the_driver(client, bname) -> None:

@@ -300,3 +300,154 @@ def test_the_fma_contract_reaches_the_workers_tapes(bname: str, tmp_path: Path) 
     assert bits(other.params) == before
     with pytest.raises(ValueError, match=r"inner is 'x'; expected one of"):
         gdist.Local(mlp_ce, init, gopt.Adam, {"lr": 1e-2}, microbatch=24, inner="x")
+
+
+# ---------------------------------------------------------------- factories, keys, capture
+KERNELS = ("sim", "cpu", "cuda")
+
+
+def test_a_factory_with_dropout_in_one_microbatch_is_a_plain_tape_loop(bname: str) -> None:
+    """m = B: Local is the loop a user writes -- the factory on Tape(seed=5), AdamW with
+    torch-style groups, torch's clip, a cosine schedule, Dropout layers drawing fold(step)."""
+    import gopt
+    from gdist_models import TinyGPT, gpt_case, gpt_groups, gpt_loss, gpt_trainer
+
+    batches = gpt_case(steps=4)
+    t = gpt_trainer(gdist.Local, bname, microbatch_override=6)
+    tp = g.Tape(bname, seed=5)
+    model = TinyGPT(tp)
+    named = dict(model.named_parameters())
+    groups = [{**grp, "params": [named[n] for n in grp["params"]]} for grp in gpt_groups()]
+    opt = gopt.AdamW(groups, lr=3e-2, betas=(0.9, 0.95))
+    opt.set_clip(0.5, rule="torch")
+    sched = gopt.schedules.cosine(opt, total_steps=20, warmup_steps=3)
+    for b in batches:
+        with tp.episode():
+            loss = gpt_loss(tp, model, b)
+            tp.backward(loss)
+            opt.step()
+            sched.step()
+            want = float(tp.backend.to_numpy(tp.value(loss)))
+        assert t.step(b) == want
+    assert bits(t.params) == bits({n: tp.backend.to_numpy(tp.value(v)) for n, v in named.items()})
+    assert t.optimizer.param_groups[0]["lr"] == opt.param_groups[0]["lr"]
+
+
+def test_dropout_keys_follow_the_microbatch_count_across_a_resume(bname: str,
+                                                                  tmp_path: Path) -> None:
+    from gdist_models import gpt_case, gpt_trainer
+
+    batches = gpt_case(steps=3)
+    full = gpt_trainer(gdist.Local, bname)
+    losses = [full.step(b) for b in batches]
+    part = gpt_trainer(gdist.Local, bname)
+    part.step(batches[0])
+    part.save(tmp_path / "gpt.npz")
+    again = gpt_trainer(gdist.Local, bname)
+    again.load(tmp_path / "gpt.npz")
+    assert [again.step(b) for b in batches[1:]] == losses[1:]
+    assert again.digest() == full.digest()
+    other = gpt_trainer(gdist.Local, bname, seed_override=6)
+    with pytest.raises(ValueError, match="the checkpoint's seed is 5; this trainer's is 6"):
+        other.load(tmp_path / "gpt.npz")
+
+
+def test_the_captured_step_is_the_eager_step(bname: str) -> None:
+    from gdist_models import gpt_case, gpt_trainer
+
+    if bname not in KERNELS:
+        with pytest.raises(ValueError, match="capture=True needs a kernel backend"):
+            local("mlp", bname, capture=True)
+        return
+    for name in sorted(CASES):
+        runs = []
+        for capture in (False, True):
+            t, batches = local(name, bname, capture=capture)
+            runs.append([t.step(b) for b in batches * 2] + [t.digest()])
+        assert runs[0] == runs[1], name
+    batches = gpt_case(steps=4)
+    runs = []
+    for capture in (False, True):
+        t = gpt_trainer(gdist.Local, bname, dtype="float32", inner="fma", capture=capture)
+        runs.append([t.step(b) for b in batches] + [t.digest()])
+    assert runs[0] == runs[1]
+    assert t._rep.model.engine is not None  # it did capture
+
+
+def shifted(tp, params, batch):
+    """A target computed from the batch in numpy inside loss_fn: not capturable."""
+    return mlp_ce(tp, params, {"x": batch["x"], "y": (batch["y"] + 1) % 3})
+
+
+def branchy(tp, params, batch):
+    """Different ops for different data: not capturable."""
+    loss = mlp_ce(tp, params, batch)
+    return loss * 2.0 if batch["y"][0] == 0 else loss
+
+
+def test_what_cannot_be_captured_is_refused(bname: str) -> None:
+    if bname not in KERNELS:
+        pytest.skip("capture needs a kernel backend")
+    init, batches = mlp_case()
+    for fn, msg in [(shifted, "changes with the data but matches no batch entry"),
+                    (branchy, "records different ops for two microbatches")]:
+        t = gdist.Local(fn, init, gopt.Adam, microbatch=4, backend=bname, capture=True)
+        with pytest.raises(gdist.CaptureRefused, match=msg):
+            for b in batches:
+                t.step(b)
+
+
+def test_keys_from_the_tape_stream_in_loss_fn_are_refused(bname: str) -> None:
+    def drawing(tp, params, batch):
+        h = g.dropout(batch["x"] @ params["W1"], 0.5, tp.next_key())
+        return g.cross_entropy(g.relu(h + params["b1"]) @ params["W2"] + params["b2"],
+                               batch["y"])
+
+    init, batches = mlp_case()
+    t = gdist.Local(drawing, init, gopt.Adam, microbatch=4, backend=bname)
+    with pytest.raises(RuntimeError, match="took keys from the tape's key stream"):
+        t.step(batches[0])
+    assert t.steps == 0
+
+
+def test_resident_data_and_its_refusals(bname: str) -> None:
+    a, batches = local("mlp", bname)
+    b, _ = local("mlp", bname)
+    data = {k: np.concatenate([x[k] for x in batches]) for k in batches[0]}
+    with pytest.raises(ValueError, match="no data is resident"):
+        b.step(np.arange(24))
+    b.load_data(data)
+    for j, x in enumerate(batches):
+        assert a.step(x) == b.step(np.arange(24 * j, 24 * j + 24)[::-1][::-1])
+    assert a.digest() == b.digest()
+    for idx, err, msg in [(np.arange(22), ValueError, "B = 22 rows"),
+                          (np.array([0, 1, 2, 72]), ValueError, r"expected them in \[0, 72\)"),
+                          (np.arange(8.0), TypeError, "1-d int array")]:
+        with pytest.raises(err, match=msg):
+            b.step(idx)
+    assert b.steps == 3
+
+
+def test_groups_set_lr_and_their_refusals(bname: str) -> None:
+    init, batches = mlp_case()
+    groups = [{"params": ["W1", "W2"], "weight_decay": 0.1}, {"params": ["b1", "b2"]}]
+    t = gdist.Local(mlp_ce, init, gopt.AdamW, {"lr": 1e-2}, microbatch=4, backend=bname,
+                    param_groups=groups)
+    assert [grp["weight_decay"] for grp in t.optimizer.param_groups] == [0.1, 0.01]
+    t.step(batches[0])
+    before = bits(t.params)
+    t.set_lr([0.0, 0.0])
+    t.step(batches[1])  # AdamW's decay is lr * wd: no change at lr 0
+    assert bits(t.params) == before
+    t.step(batches[2])  # the groups keep the lr set (until a schedule moves it)
+    assert bits(t.params) == before
+    for bad, msg in [([{"params": ["W1", "W9"]}], r"names 'W9', which is not a parameter"),
+                     ([{"params": ["W1", "b1", "W2", "b2"]}, {"params": ["W1"]}],
+                      r"'W1' is in param_groups\[0\] and param_groups\[1\]"),
+                     ([{"params": ["W1"]}], r"leave out \['b1', 'W2', 'b2'\]"),
+                     ([{"lr": 1.0}], "expected a dict whose 'params'")]:
+        with pytest.raises((ValueError, TypeError), match=msg):
+            gdist.Local(mlp_ce, init, gopt.AdamW, microbatch=4, backend=bname,
+                        param_groups=bad)
+    with pytest.raises(ValueError, match="2 learning rates for 1 parameter groups"):
+        local("mlp", bname)[0].set_lr([0.1, 0.2])

@@ -3,9 +3,12 @@
 One training definition (a relu MLP on sklearn's 8x8 digits, Adam with L2 and clipping,
 batches of 96 rows cut into 4 microbatches of 24) runs with ``gdist.Local`` (one process, no Dask)
 and with ``gdist.DataParallel`` on LocalClusters of 1, 2 and 3 worker processes (or on a
-running cluster, ``--scheduler``). The oracle is ``Local``: every run must reach the same
-parameter digest (sha256 of the params' bytes) with the same loss at every step. Writes
-``OUT/dp.json`` and ``OUT/dp_loss.png`` (the loss curves drawn over each other).
+running cluster, ``--scheduler``): persistent replicas, one per worker, each holding the
+training rows (``load_data``: a step sends only 96 row indices), reducing the microbatch
+gradients among themselves in the fixed tree and stepping their own optimizer; on a kernel
+backend each replica replays its captured step. The oracle is ``Local``: every run must reach
+the same parameter digest (sha256 of the params' bytes) with the same loss at every step.
+Writes ``OUT/dp.json`` and ``OUT/dp_loss.png`` (the loss curves drawn over each other).
 """
 
 from __future__ import annotations
@@ -51,9 +54,10 @@ def digits_loss(tp: Any, params: dict, batch: dict) -> Any:
 
 
 @functools.lru_cache(maxsize=4)
-def load(cfg: DPConfig) -> tuple[dict, list[dict], dict]:
-    """(init params, the training batches in order, the held-out split) from load_digits
-    (cached: every engine trains on the same arrays; treat them as read-only)."""
+def load(cfg: DPConfig) -> tuple[dict, dict, list[np.ndarray], dict]:
+    """(init params, the training rows, the batches as row indices into them in order, the
+    held-out split) from load_digits (cached: every engine trains on the same arrays; treat
+    them as read-only)."""
     from sklearn.datasets import load_digits
 
     d = load_digits()
@@ -66,13 +70,11 @@ def load(cfg: DPConfig) -> tuple[dict, list[dict], dict]:
     batches = []
     for _ in range(cfg.epochs):
         perm = rng.permutation(n_train)
-        for lo in range(0, n_train, cfg.batch):
-            idx = perm[lo:lo + cfg.batch]
-            batches.append({"x": train["x"][idx], "y": train["y"][idx]})
+        batches += [perm[lo:lo + cfg.batch] for lo in range(0, n_train, cfg.batch)]
     b1, b2 = 1 / np.sqrt(64), 1 / np.sqrt(cfg.hidden)
     init = {"W1": rng.uniform(-b1, b1, (64, cfg.hidden)), "b1": np.zeros((1, cfg.hidden)),
             "W2": rng.uniform(-b2, b2, (cfg.hidden, 10)), "b2": np.zeros((1, 10))}
-    return init, batches, test
+    return init, train, batches, test
 
 
 def accuracy(params: dict, data: dict) -> float:
@@ -81,39 +83,50 @@ def accuracy(params: dict, data: dict) -> float:
     return float(np.mean(np.argmax(h @ params["W2"] + params["b2"], axis=1) == data["y"]))
 
 
-def round_robin(i: int, workers: list[str]) -> str:
-    """Microbatch i on worker i mod n (so every worker computes some)."""
-    return workers[i % len(workers)]
+KERNEL_BACKENDS = ("sim", "cpu", "cuda")  # where each replica replays its captured step
 
 
-def train(cfg: DPConfig, client: Any = None, progress: Any = None) -> dict:
-    """One run of the definition: Local when ``client`` is None, else DataParallel."""
+def trainer(cfg: DPConfig, client: Any = None, **kw: Any) -> Any:
+    """The definition's trainer: Local when ``client`` is None, else DataParallel."""
     import gdist
     import gopt
 
-    init, batches, test = load(cfg)
+    init = load(cfg)[0]
     common = dict(microbatch=cfg.microbatch, backend=cfg.backend, dtype=cfg.dtype,
-                  l2={"W1": cfg.l2, "W2": cfg.l2}, clip=cfg.clip)
+                  l2={"W1": cfg.l2, "W2": cfg.l2}, clip=cfg.clip,
+                  capture=cfg.backend in KERNEL_BACKENDS, **kw)
     if client is None:
-        t = gdist.Local(digits_loss, init, gopt.Adam, {"lr": cfg.lr}, **common)
-    else:
-        t = gdist.DataParallel(digits_loss, init, gopt.Adam, {"lr": cfg.lr}, client=client,
-                               placement=round_robin, **common)
+        return gdist.Local(digits_loss, init, gopt.Adam, {"lr": cfg.lr}, **common)
+    return gdist.DataParallel(digits_loss, init, gopt.Adam, {"lr": cfg.lr}, client=client,
+                              **common)
+
+
+def train(cfg: DPConfig, client: Any = None, progress: Any = None) -> dict:
+    """One run of the definition: Local when ``client`` is None, else DataParallel (its
+    replicas hold the training rows; each step sends them 96 row indices)."""
+    import gdist
+
+    _, rows, batches, test = load(cfg)
+    t = trainer(cfg, client)
     before = {} if client is None else client.run(gdist.worker_stats)
     t0 = time.perf_counter()
+    t.load_data(rows)
     losses = []
-    for i, b in enumerate(batches):
-        losses.append(t.step(b))
+    for i, idx in enumerate(batches):
+        losses.append(t.step(idx))
         if progress is not None:
             progress(i + 1, len(batches), losses[-1])
     seconds = time.perf_counter() - t0
     out = {"losses": losses, "digest": t.digest(), "seconds": seconds,
-           "accuracy": accuracy(t.params, test), "steps": t.steps}
+           "accuracy": accuracy(t.params, test), "steps": t.steps,
+           "driver_bytes_per_step": t.last_step["payload_sent_bytes"]}
     if client is not None:
         stats = client.run(gdist.worker_stats)
         out["microbatches_per_worker"] = {
             a: s["microbatches"] - before.get(a, {}).get("microbatches", 0)
             for a, s in sorted(stats.items())}
+        out["workers"] = t.workers
+        t.close()
     return out
 
 

@@ -23,13 +23,13 @@ import uuid
 from collections.abc import Callable, Sequence
 from typing import Any
 
-import numpy as np
 from distributed.core import ConnectionPool
 from distributed.protocol import to_serialize
 
 from . import identity as ident
 from . import tree
 from .definition import Definition
+from .replica import add
 from .service import Plan, Service, StepAborted, UnknownRun
 
 TREE_ON = ("workers", "driver")
@@ -249,10 +249,9 @@ class Replicas:
         for r in results.values():
             vals.update(r["leaves"])
         k = plan.k
-        be = _host_add(self.defn)
         for node, left, right in tree.plan(k):
             if node not in vals:
-                vals[node] = be(vals.pop(left), vals.pop(right))
+                vals[node] = add(vals.pop(left), vals.pop(right))
             else:
                 vals.pop(left, None)
                 vals.pop(right, None)
@@ -332,15 +331,3 @@ class Replicas:
             if len(new) >= n or time.monotonic() > deadline:
                 return new
             await asyncio.sleep(0.2)
-
-
-def _host_add(defn: Definition) -> Callable[[Any, Any], Any]:
-    """The tree's addition on the driver: the backend's ``add`` on (loss, gradients)."""
-    import gtensor
-
-    be = gtensor.backend(defn.backend)
-
-    def add(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-        return be.to_numpy(be.add(be.asarray(a), be.asarray(b)))
-
-    return lambda x, y: (add(x[0], y[0]), {n: add(g, y[1][n]) for n, g in x[1].items()})

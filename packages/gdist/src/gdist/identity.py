@@ -3,13 +3,14 @@
 A data-parallel run is only exact if every replica runs the same definitions. Package versions
 are not enough for that (an editable install keeps its version while its files change), so the
 identity holds a sha256 over each package's source files (``.py`` and the C/CUDA headers the
-kernels are built from) and, on the cpu backend, over the compiled module's source (the part
-of the kernel cache key that decides the bits). ``DataParallel`` compares every worker's
-identity with the driver's before it builds anything.
+kernels are built from; read once per process) and, on the cpu backend, over the compiled
+module's source (the part of the kernel cache key that decides the bits). ``DataParallel``
+compares every worker's identity with the driver's before it builds anything.
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import importlib.metadata
 import importlib.util
@@ -20,8 +21,10 @@ PACKAGES = ("gtensor", "gtape", "gopt", "ggpu_replay", "gdist")
 SUFFIXES = (".py", ".h", ".cu", ".cuh", ".cpp", ".c")
 
 
+@functools.cache
 def sources_hash(package: str) -> str:
-    """sha256 over the package's source files (relative path and bytes, in path order)."""
+    """sha256 over the package's source files (relative path and bytes, in path order), read
+    once per process (what it loaded, not what a later edit left on disk)."""
     spec = importlib.util.find_spec(package)
     if spec is None or not spec.submodule_search_locations:
         return "not installed"

@@ -22,6 +22,12 @@ from .model import Model, Result
 from .store import GradStore
 
 
+def add(left: Result, right: Result) -> Result:
+    """``left + right`` of two (loss, gradients) results: numpy's float add, the IEEE addition
+    that gtensor's ``add`` is on every backend (the numpy backend runs exactly this)."""
+    return np.add(left[0], right[0]), {n: np.add(g, right[1][n]) for n, g in left[1].items()}
+
+
 class Replica:
     """The model and optimizer of one replica (see the module docstring)."""
 
@@ -57,15 +63,10 @@ class Replica:
         return self.model.leaf(serial, self.rows(part))
 
     def add(self, left: Result, right: Result) -> Result:
-        """One tree node: ``left + right``, the loss and every gradient, with the backend's
-        ``add`` (one rounding per element)."""
-        be = self.store.backend
-
-        def add(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-            return be.to_numpy(be.add(be.asarray(a), be.asarray(b)))
-
+        """One tree node: ``left + right``, the loss and every gradient, element by element
+        (gtensor's ``add``: one IEEE addition, rounded once, on the host arrays)."""
         stats.count("adds")
-        return add(left[0], right[0]), {n: add(g, right[1][n]) for n, g in left[1].items()}
+        return add(left, right)
 
     def apply(self, root: Result, k: int, lrs: Sequence[float] | None = None) -> float:
         """Apply a step: the root of the tree over its ``k`` microbatches (sums) divided by k
@@ -87,11 +88,10 @@ class Replica:
             self.log.append((root, k, used))
             if self.steps % self.checkpoint_every == 0:
                 self.take_checkpoint()
-        be = self.store.backend
-        loss = be.asarray(np.asarray(root[0], self.store.dtype))
-        if mean:
-            loss = be.div(loss, be.asarray(np.asarray(k, self.store.dtype)))
-        self.last_loss = float(be.to_numpy(loss))
+        loss = np.asarray(root[0], self.store.dtype)
+        if mean:  # one IEEE division, as gtensor's div (and mean) round it
+            loss = np.divide(loss, np.asarray(k, self.store.dtype))
+        self.last_loss = float(loss)
         return self.last_loss
 
     # ---------------------------------------------------------------- state

@@ -6,13 +6,12 @@ comms (``rpc``): the driver asks a worker to build a replica, to run a step, for
 state; during a step the replicas send each other partial sums and the root, worker to worker.
 The scheduler sees none of it: no task per step, no parameters through the driver.
 
-A step on one replica (``_step``), for the plan the driver sent (who holds which microbatch):
-compute its microbatches in the run's compute thread; add every tree node it owns (a node is
-owned by the owner of its left child), taking each right child from its own results or from
-the mailbox where its owner sent it; send each value whose parent another replica owns; the
-owner of the root sends the root down a binomial tree; every replica applies the root with its
-own optimizer. A replica waiting for a value gets it, or an abort from the driver (a peer was
-lost), or gives up after ``timeout`` seconds.
+A step on one replica (``_step``) is its share of the plan the driver sent (who holds which
+microbatch): ``gdist.allreduce.share``, run in the worker's compute thread in one piece (the
+event loop keeps serving messages). Values for other replicas go out through the event loop as
+soon as they are made; a value from another replica is waited for in the mailbox, which a
+peer's ``deliver`` fills and the driver's ``abort`` (a peer was lost) empties with an error;
+a wait gives up after ``timeout`` seconds.
 """
 
 from __future__ import annotations
@@ -23,11 +22,10 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
 from distributed.diagnostics.plugin import WorkerPlugin
 from distributed.protocol import to_serialize
 
-from . import faults, tree
+from . import allreduce
 from .replica import Replica
 
 _RUNS: dict[str, Replica] = {}
@@ -230,59 +228,31 @@ async def _catch_up(worker: Any, run: str, source: str) -> dict:
 
 
 async def _step(worker: Any, run: str, plan: Plan, me: int, parts: dict) -> dict:
-    """This replica's share of one step (see the module docstring)."""
+    """This replica's share of one step (``gdist.allreduce``), run in the compute thread in
+    one piece: sends leave through the event loop as soon as a value is made, waits block
+    the compute thread until the event loop has the value (or the driver's abort)."""
     rep, box = _replica(run), _BOXES[run]
     if box.aborted(plan.tag):
         raise StepAborted(f"gdist: step {plan.step} was aborted")
-    k, owner = plan.k, tree.owners(plan.k, plan.holders)
-    parent = tree.parents(k)
+    loop = asyncio.get_running_loop()
 
-    def send(node: Any, to: int, value: Any) -> None:
+    def post(node: Any, to: int, value: Any) -> None:  # on the event loop
         msg = {"step": plan.tag, "node": node, "value": value}
         task = asyncio.ensure_future(worker.rpc(plan.addresses[to]).gdist(
             call="deliver", run=run, payload=to_serialize(msg)))
         task.add_done_callback(_retrieved)  # a lost peer is the driver's to find
 
-    mine = sorted(parts)
-    if plan.order_seed is not None:
-        np.random.default_rng([plan.order_seed, plan.step, me]).shuffle(mine)
-    vals: dict[int, Any] = {}
-    out: dict[str, Any] = {}
-    root = tree.root(k)
+    def send(node: Any, to: int, value: Any) -> None:  # from the compute thread
+        loop.call_soon_threadsafe(post, node, to, value)
+
+    def wait(node: Any) -> Any:  # from the compute thread
+        return asyncio.run_coroutine_threadsafe(box.get(plan.tag, node, plan.timeout),
+                                                loop).result()
+
     try:
-        for i in mine:
-            faults.hit("leaf", plan.step)
-            try:
-                vals[i] = await _compute(rep.leaf, plan.serial + i, parts[i])
-            except Exception as e:
-                e.gdist_microbatch = i  # the driver's note names it
-                raise
-            if plan.tree_on == "workers" and i != root and owner[parent[i]] != me:
-                send(i, owner[parent[i]], vals.pop(i))
         if plan.tree_on == "driver":
-            return {"leaves": await _compute(_local_subtrees, rep, k, plan.holders, me, vals)}
-        for node, left, right in tree.plan(k):
-            if owner[node] != me:
-                continue
-            a = vals.pop(left)
-            b = vals.pop(right) if owner[right] == me else await box.get(plan.tag, right,
-                                                                         plan.timeout)
-            vals[node] = await _compute(rep.add, a, b)
-            if node != root and owner[parent[node]] != me:
-                send(node, owner[parent[node]], vals.pop(node))
-        faults.hit("reduce", plan.step)
-        ranks = [owner[root]] + [r for r in range(len(plan.addresses)) if r != owner[root]]
-        pos = ranks.index(me)
-        value = vals.pop(root) if me == owner[root] else await box.get(plan.tag, "root",
-                                                                       plan.timeout)
-        for c in tree.broadcast_children(pos, len(ranks)):
-            send("root", ranks[c], value)
-        out["loss"] = await _compute(rep.apply, value, k, plan.lrs)
-        faults.hit("apply", plan.step)
-        if plan.check:
-            out["digest"] = await _compute(rep.digest)
-        out["steps"] = rep.steps
-        return out
+            return {"leaves": await _compute(allreduce.partial, rep, plan, me, parts)}
+        return await _compute(allreduce.share, rep, plan, me, parts, send, wait)
     finally:
         box.forget(plan.tag)
 
@@ -293,27 +263,18 @@ def _retrieved(task: asyncio.Future) -> None:
         task.exception()
 
 
-def _local_subtrees(rep: Replica, k: int, holders: tuple[int, ...], me: int,
-                    vals: dict[int, Any]) -> dict[int, Any]:
-    """With the tree on the driver: this replica's leaves, with every node whose whole
-    subtree it holds already added (the driver adds the rest)."""
-    full = {i: holders[i] == me for i in range(k)}
-    for node, left, right in tree.plan(k):
-        full[node] = full[left] and full[right]
-        if full[node]:
-            vals[node] = rep.add(vals.pop(left), vals.pop(right))
-    return vals
-
-
 async def _apply(worker: Any, run: str, step: int, root: Any, k: int, lrs: Any,
                  check: bool) -> dict:
     """With the tree on the driver: apply the root it sends."""
     rep = _replica(run)
-    out = {"loss": await _compute(rep.apply, root, k, lrs)}
-    if check:
-        out["digest"] = await _compute(rep.digest)
-    out["steps"] = rep.steps
-    return out
+    def apply() -> dict:
+        out = {"loss": rep.apply(root, k, lrs)}
+        if check:
+            out["digest"] = rep.digest()
+        out["steps"] = rep.steps
+        return out
+
+    return await _compute(apply)
 
 
 _CALLS = {"identity": _identity, "build": _build, "history": _history, "deliver": _deliver,

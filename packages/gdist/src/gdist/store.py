@@ -88,15 +88,13 @@ class GradStore:
         self._model.note_updated(name)
 
     def set_grads(self, grads: Mapping[str, np.ndarray], k: int | None) -> None:
-        """Write every parameter's gradient: host ``grads`` divided by ``k`` with the backend's
-        ``div`` (one rounding, as gtensor's mean), or as they are when ``k`` is None."""
-        be = self._be
-        kk = None if k is None else be.asarray(np.asarray(k, self._dtype))
+        """Write every parameter's gradient: host ``grads`` divided by ``k`` (one IEEE
+        division per element, rounded once: gtensor's ``div``, as its ``mean`` divides), or as
+        they are when ``k`` is None."""
+        kk = None if k is None else np.asarray(k, self._dtype)
         for name, buf in self._grads.items():
-            if kk is None:
-                be.write(buf, np.ascontiguousarray(grads[name], self._dtype))
-            else:
-                be.div(be.asarray(np.ascontiguousarray(grads[name], self._dtype)), kk, out=buf)
+            g = np.ascontiguousarray(grads[name], self._dtype)
+            self._be.write(buf, g if kk is None else np.divide(g, kk))
         self._count += 1
 
     def grads(self) -> dict[str, np.ndarray]:

@@ -1,0 +1,88 @@
+"""One replica's share of a step: its microbatches, the tree nodes it owns, the root, the apply.
+
+Written against two callbacks, so the same code runs under any transport: ``send(node, rank,
+value)`` hands a value to the replica of that rank, ``wait(node)`` blocks until the value of
+``node`` sent to this replica arrives (or raises: an abort, a timeout). The tree is the fixed
+pairwise tree over microbatch index (``gdist.tree``); a node is added by the owner of its left
+child, so each right child whose owner differs travels once, to its parent's owner; the root's
+owner sends the root down a binomial tree over the replicas, and every replica applies it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from . import faults, tree
+
+if TYPE_CHECKING:
+    from .replica import Replica
+    from .service import Plan
+
+Send = Callable[[Any, int, Any], None]
+Wait = Callable[[Any], Any]
+
+
+def leaves(rep: Replica, plan: Plan, me: int, parts: Mapping[int, Any],
+           done: Callable[[int, Any], None]) -> None:
+    """This replica's microbatches (in index order, or shuffled with ``plan.order_seed``),
+    each handed to ``done(i, result)`` as soon as it is computed."""
+    mine = sorted(parts)
+    if plan.order_seed is not None:
+        np.random.default_rng([plan.order_seed, plan.step, me]).shuffle(mine)
+    for i in mine:
+        faults.hit("leaf", plan.step)
+        try:
+            result = rep.leaf(plan.serial + i, parts[i])
+        except Exception as e:
+            e.gdist_microbatch = i  # the driver's note names it
+            raise
+        done(i, result)
+
+
+def share(rep: Replica, plan: Plan, me: int, parts: Mapping[int, Any], send: Send,
+          wait: Wait) -> dict[str, Any]:
+    """The replica's whole share of a step with the tree on the workers (see the module
+    docstring); returns {"loss", "steps"} and, on check steps, "digest"."""
+    k = plan.k
+    owner, parent, root = tree.owners(k, plan.holders), tree.parents(k), tree.root(k)
+    vals: dict[int, Any] = {}
+
+    def keep(node: int, value: Any) -> None:  # a value this replica made: kept or sent
+        if node != root and owner[parent[node]] != me:
+            send(node, owner[parent[node]], value)
+        else:
+            vals[node] = value
+
+    leaves(rep, plan, me, parts, keep)
+    for node, left, right in tree.plan(k):
+        if owner[node] == me:
+            a = vals.pop(left)
+            keep(node, rep.add(a, vals.pop(right) if owner[right] == me else wait(right)))
+    faults.hit("reduce", plan.step)
+    ranks = [owner[root]] + [r for r in range(len(plan.addresses)) if r != owner[root]]
+    pos = ranks.index(me)
+    value = vals.pop(root) if pos == 0 else wait("root")
+    for c in tree.broadcast_children(pos, len(ranks)):
+        send("root", ranks[c], value)
+    out: dict[str, Any] = {"loss": rep.apply(value, k, plan.lrs)}
+    faults.hit("apply", plan.step)
+    if plan.check:
+        out["digest"] = rep.digest()
+    out["steps"] = rep.steps
+    return out
+
+
+def partial(rep: Replica, plan: Plan, me: int, parts: Mapping[int, Any]) -> dict[int, Any]:
+    """With the tree on the driver: this replica's leaves, with every node whose whole subtree
+    it holds already added (the driver adds the rest)."""
+    vals: dict[int, Any] = {}
+    leaves(rep, plan, me, parts, vals.__setitem__)
+    full = {i: plan.holders[i] == me for i in range(plan.k)}
+    for node, left, right in tree.plan(plan.k):
+        full[node] = full[left] and full[right]
+        if full[node]:
+            vals[node] = rep.add(vals.pop(left), vals.pop(right))
+    return vals
