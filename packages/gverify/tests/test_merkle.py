@@ -4,6 +4,7 @@ to a record, a proof or the root refused (property tests), the tree's shape."""
 from __future__ import annotations
 
 import hashlib
+import json
 
 import pytest
 from gverify import canonical, merkle
@@ -107,3 +108,18 @@ def test_nodes_and_children():
     # a leaf can never pass for an inner node (the 0x00 / 0x01 prefixes)
     assert merkle.leaf_hash(ha + hb) != merkle.node_hash(ha, hb)
     assert canonical.json_bytes({"b": 1, "a": [1.5]}) == b'{"a":[1.5],"b":1}'
+
+
+def test_a_run_log_commits_to_its_lines(tmp_path):
+    from gverify.commit import runlog_root
+    from gverify.example import Config, train
+
+    train(Config(steps=5), log=tmp_path / "a.jsonl")
+    root, n = runlog_root(tmp_path / "a.jsonl")
+    assert n == 6 and root == runlog_root(tmp_path / "a.jsonl")[0]
+    lines = (tmp_path / "a.jsonl").read_text().splitlines()
+    row = json.loads(lines[3])
+    row["digest"] = "0" * 64
+    lines[3] = json.dumps(row)
+    (tmp_path / "b.jsonl").write_text("\n".join(lines) + "\n")
+    assert runlog_root(tmp_path / "b.jsonl")[0] != root

@@ -32,6 +32,7 @@ from . import canonical, merkle, nodetrace
 from . import task as tasks
 from .checkpoint import read_checkpoint, save_checkpoint
 from .faults import Drill
+from .runlog import read_log
 
 FORMAT = "gverify-commitment-v1"
 COMMITMENT, RECORDS, TRAINER = "commitment.json", "records.jsonl", "trainer.json"
@@ -64,6 +65,14 @@ def commitment(task: tasks.Task, identity: dict, root: str) -> dict:
     return {"format": FORMAT, "spec": spec, "identity": identity,
             "config_id": config_id(spec, identity), "steps": task.steps,
             "leaves": task.steps + 1, "root": root}
+
+
+def runlog_root(path: Any) -> tuple[str, int]:
+    """A commitment to a run logged with ``RunLog`` (a tape's or a captured program's): the
+    Merkle root over its header and step lines (each as canonical JSON), and the leaf count."""
+    header, lines = read_log(path)
+    tree = merkle.Tree([canonical.json_bytes(x) for x in [header, *lines]])
+    return tree.root.hex(), tree.n
 
 
 def checkpoint_name(k: int) -> str:
