@@ -242,7 +242,7 @@ def _install_once(session: nox.Session, packages: list[str], extras: dict[str, s
 @nox.session(reuse_venv=True)
 def demo(session: nox.Session) -> None:
     """The main job: the demo ladder on the CPU (every rung, one verdict line each)."""
-    _install_once(session, _closure("gdemos"), {"gdemos": "oracle,swarm"})  # swarm: rung 5
+    _install_once(session, _closure("gdemos"), {"gdemos": "demo"})  # the ladder's extras
     out = Path(session.posargs[0]) if session.posargs else ROOT / "out"  # git-ignored
     session.run("gdemos", "ladder", "--out", str(out))
 

@@ -13,7 +13,18 @@ from pathlib import Path
 
 import gtensor
 
-from . import ae, dp, ladder, rung_ae, rung_cnn, rung_dispute, rung_lora, rung_verify, swarm_rung
+from . import (
+    ae,
+    dp,
+    ladder,
+    rung_ae,
+    rung_cnn,
+    rung_dispute,
+    rung_gpt,
+    rung_lora,
+    rung_verify,
+    swarm_rung,
+)
 
 EXIT_PASS, EXIT_FAIL, EXIT_UNVERIFIED = 0, 1, 3
 MAX_EPOCHS = 10_000
@@ -81,6 +92,7 @@ def _parser() -> argparse.ArgumentParser:
     rung_dispute.add_parser(sub, common)
     dp.add_parser(sub, common)
     rung_cnn.add_parser(sub, common)
+    rung_gpt.add_parser(sub, common)
     sub.add_parser("ladder", parents=[common], help="every rung, in order, one verdict each")
     return p
 
@@ -134,6 +146,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return dp.main(args)
     if args.command == "cnn":
         return rung_cnn.main(args)
+    if args.command == "gpt":
+        return rung_gpt.main(args)
     verdicts = ladder.run_ladder(args.out, args.backend, progress=not args.no_progress)
     return ladder_exit(verdicts)
 

@@ -7,7 +7,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import ae, cnn, dp, rung_ae, rung_cnn, rung_lora, rung_verify, swarm_rung
+from . import ae, cnn, dp, gpt, rung_ae, rung_cnn, rung_gpt, rung_lora, rung_verify, swarm_rung
 
 
 @dataclass(frozen=True)
@@ -122,6 +122,12 @@ def _dp(out: Path, backend: str, progress: bool) -> Verdict:
 def _cnn(out: Path, backend: str, progress: bool) -> Verdict:
     ok, detail, unchecked = rung_cnn.ladder_verdict(out / "cnn", progress, backend)
     return Verdict(cnn.RUNG, ok, detail, unchecked)
+
+
+@rung(gpt.RUNG)
+def _gpt(out: Path, backend: str, progress: bool) -> Verdict:
+    ok, detail, unchecked = rung_gpt.ladder_verdict(out / "gpt", progress, backend)
+    return Verdict(gpt.RUNG, ok, detail, unchecked)
 
 
 def run_ladder(out: Path, backend: str = "numpy", progress: bool = True,
