@@ -10,6 +10,7 @@ owner sends the root down a binomial tree over the replicas, and every replica a
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -45,10 +46,12 @@ def leaves(rep: Replica, plan: Plan, me: int, parts: Mapping[int, Any],
 def share(rep: Replica, plan: Plan, me: int, parts: Mapping[int, Any], send: Send,
           wait: Wait) -> dict[str, Any]:
     """The replica's whole share of a step with the tree on the workers (see the module
-    docstring); returns {"loss", "steps"} and, on check steps, "digest"."""
+    docstring); returns {"loss", "steps", "seconds"} and, on check steps, "digest";
+    "seconds" splits the share's time: leaves, tree additions, waiting, the apply."""
     k = plan.k
     owner, parent, root = tree.owners(k, plan.holders), tree.parents(k), tree.root(k)
     vals: dict[int, Any] = {}
+    clock = Clock()
 
     def keep(node: int, value: Any) -> None:  # a value this replica made: kept or sent
         if node != root and owner[parent[node]] != me:
@@ -57,22 +60,51 @@ def share(rep: Replica, plan: Plan, me: int, parts: Mapping[int, Any], send: Sen
             vals[node] = value
 
     leaves(rep, plan, me, parts, keep)
+    clock.lap("leaves")
     for node, left, right in tree.plan(k):
         if owner[node] == me:
             a = vals.pop(left)
-            keep(node, rep.add(a, vals.pop(right) if owner[right] == me else wait(right)))
+            b = vals.pop(right) if owner[right] == me else clock.timed("wait", wait, right)
+            keep(node, clock.timed("adds", rep.add, a, b))
     faults.hit("reduce", plan.step)
     ranks = [owner[root]] + [r for r in range(len(plan.addresses)) if r != owner[root]]
     pos = ranks.index(me)
-    value = vals.pop(root) if pos == 0 else wait("root")
+    value = vals.pop(root) if pos == 0 else clock.timed("wait", wait, "root")
     for c in tree.broadcast_children(pos, len(ranks)):
         send("root", ranks[c], value)
+    clock.lap()
     out: dict[str, Any] = {"loss": rep.apply(value, k, plan.lrs)}
+    clock.lap("apply")
     faults.hit("apply", plan.step)
     if plan.check:
         out["digest"] = rep.digest()
     out["steps"] = rep.steps
+    out["seconds"] = clock.spent
     return out
+
+
+class Clock:
+    """Seconds spent per part of a share (perf_counter laps and timed calls)."""
+
+    def __init__(self) -> None:
+        self.spent = {"leaves": 0.0, "adds": 0.0, "wait": 0.0, "apply": 0.0}
+        self._t = time.perf_counter()
+
+    def lap(self, what: str | None = None) -> None:
+        """Charge the time since the last lap to ``what`` (None: to nothing)."""
+        now = time.perf_counter()
+        if what is not None:
+            self.spent[what] += now - self._t
+        self._t = now
+
+    def timed(self, what: str, fn: Callable[..., Any], *args: Any) -> Any:
+        """``fn(*args)``, its time charged to ``what``."""
+        t0 = time.perf_counter()
+        try:
+            return fn(*args)
+        finally:
+            self.spent[what] += time.perf_counter() - t0
+            self._t = time.perf_counter()
 
 
 def partial(rep: Replica, plan: Plan, me: int, parts: Mapping[int, Any]) -> dict[int, Any]:

@@ -64,6 +64,7 @@ class Replicas:
         self.timeout, self.replace_wait = timeout, replace_wait
         self.data = data
         self.tag = 0  # attempts so far (each step attempt's mailbox id)
+        self.last: dict[str, Any] = {}  # per worker: the last step's seconds by part
         self.failed: str | None = None  # why the run stopped (a digest mismatch)
         client.register_plugin(Service(), name=Service.name)
         known = sorted(client.nthreads())
@@ -184,6 +185,7 @@ class Replicas:
                 out = results[holders[0] if tree_on == "workers" else 0]
                 if check:
                     self._compare(step, {r: v["digest"] for r, v in results.items()})
+                self.last = {self.addresses[r]: v.get("seconds") for r, v in results.items()}
                 return out["loss"]
             loss = self.sync(self._recover, step, lost)
             if loss is not None:

@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import os
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -193,6 +194,18 @@ async def _abort(worker: Any, run: str, step: int) -> dict:
     return {"steps": None if rep is None else rep.steps}
 
 
+async def _ping(worker: Any, run: str, to: str | None = None, n: int = 0,
+                payload: Any = None) -> list[float]:
+    """Latency probe: with ``to``, ``n`` round trips to that worker's service carrying
+    ``payload`` (seconds each); without, nothing (the round trip from the caller)."""
+    out = []
+    for _ in range(n if to else 0):
+        t0 = time.perf_counter()
+        await worker.rpc(to).gdist(call="ping", payload=to_serialize({"payload": payload}))
+        out.append(time.perf_counter() - t0)
+    return out
+
+
 async def _drop(worker: Any, run: str) -> None:
     _RUNS.pop(run, None)
     _BOXES.pop(run, None)
@@ -277,6 +290,6 @@ async def _apply(worker: Any, run: str, step: int, root: Any, k: int, lrs: Any,
     return await _compute(apply)
 
 
-_CALLS = {"identity": _identity, "build": _build, "history": _history, "deliver": _deliver,
-          "abort": _abort, "drop": _drop, "do": _do, "catch_up": _catch_up, "step": _step,
-          "apply": _apply}
+_CALLS = {"ping": _ping, "identity": _identity, "build": _build, "history": _history,
+          "deliver": _deliver, "abort": _abort, "drop": _drop, "do": _do, "catch_up": _catch_up,
+          "step": _step, "apply": _apply}

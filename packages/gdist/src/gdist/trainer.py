@@ -375,6 +375,7 @@ class DataParallel(Trainer):
                 client.close()
             raise
         self._finalizer = weakref.finalize(self, _close, self._replicas, client if own else None)
+        self.replica_seconds: dict[str, Any] = {}  # the last step's time on each replica, by part
 
     @property
     def client(self) -> Any:
@@ -402,8 +403,10 @@ class DataParallel(Trainer):
         self.close()
 
     def _run(self, parts: list[Any]) -> float:
-        return self._replicas.step(self._steps, self._serial, parts, self._lrs,
+        loss = self._replicas.step(self._steps, self._serial, parts, self._lrs,
                                    self._placement, self._tree_on, self._submit_seed)
+        self.replica_seconds = dict(self._replicas.last)
+        return loss
 
     def _ask(self, what: str) -> Any:
         return self._replicas.ask(what)
