@@ -1,9 +1,12 @@
 """nox sessions for the grad monorepo.
 
-`nox` (no arguments) runs what CI runs: lint, every package's unit tests per backend, and the
-cross-package parity matrix. GPU sessions skip themselves (with a reason) when no NVIDIA GPU is
-present. Each unit session installs only its package and the siblings its pyproject declares,
-which proves a user can install just the layers they need.
+`nox` (no arguments) runs what CI runs: lint, every package's unit tests on every backend
+(``suite``: one virtualenv per package, the backends one after another in it), the
+cross-package parity matrix on every backend (``matrix``), the docs' examples and the LoRA
+oracle. The cuda backend runs where an NVIDIA GPU is and is skipped with the reason elsewhere.
+Each package's session installs only its package and the siblings its pyproject declares,
+which proves a user can install just the layers they need. ``unit(package, backend)`` and
+``parity(backend)`` run one backend alone.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ import tomllib
 from pathlib import Path
 
 import nox
+import nox.command
 import nox.virtualenv
 
 nox.needs_version = ">=2024.10.9"
@@ -25,13 +29,13 @@ nox.options.error_on_external_run = True
 # pip-based virtualenvs (nox's default backend). NOTE: not uv - uv ignores this machine's pip
 # configuration, so torch==2.13.0 would come as a multi-GB CUDA download instead of the CPU wheel.
 nox.options.default_venv_backend = "virtualenv"
-nox.options.sessions = ["lint", "unit", "parity", "docs", "lora_oracle"]
+nox.options.sessions = ["lint", "suite", "matrix", "docs", "lora_oracle"]
 
 ROOT = Path(__file__).parent
 BACKENDS = ["numpy", "sim", "cuda", "cpu"]
 TORCH = "torch==2.13.0"  # exactly this version: a CPU wheel on these machines
-# A full run builds ~35 virtualenvs (18 GB with torch in 13 of them): each is deleted when its
-# session ends unless this is set (then `nox -r` can reuse them).
+# A full run builds 13 virtualenvs (6 with torch): each is deleted when its session ends unless
+# this is set (then `nox -r` can reuse them).
 KEEP_VENVS = os.environ.get("GRAD_NOX_KEEP_VENVS") == "1"
 
 
@@ -142,6 +146,50 @@ def lint(session: nox.Session) -> None:
     session.run("ruff", "check", ".")
 
 
+def _unit_install(session: nox.Session, package: str, cuda: bool) -> None:
+    """``package`` and its siblings (test extra; gtensor's cuda extra when ``cuda``)."""
+    extras = {package: "test"}
+    if cuda:
+        extras["gtensor"] = "cuda" if package != "gtensor" else "test,cuda"
+    _install(session, _closure(package), extras)
+    if package in ("gtensor", "gemit") and not _has_nvcc():
+        # the CUDA source (gemit: the emitted grad) must compile for sm_90 in every run: NVRTC
+        # from its wheel stands in
+        session.install("nvidia-cuda-nvrtc")
+
+
+def _backends_here(session: nox.Session) -> list[str]:
+    """Every backend this machine runs (cuda only with a GPU; the skip is logged)."""
+    if _has_gpu():
+        return BACKENDS
+    session.log("cuda backend skipped: no NVIDIA GPU on this machine (it is tested where one is)")
+    return [b for b in BACKENDS if b != "cuda"]
+
+
+def _run_each(session: nox.Session, runs: list[tuple[str, list[str], dict[str, str]]]) -> None:
+    """Run every (label, pytest args, env) even when one fails; fail the session at the end
+    naming the failed ones."""
+    failed = []
+    for label, args, env in runs:
+        try:
+            session.run("pytest", *args, *session.posargs, env=env)
+        except nox.command.CommandFailed:
+            failed.append(label)
+    if failed:
+        session.error(f"failed: {', '.join(failed)}")
+
+
+@nox.session
+@nox.parametrize("package", _packages())
+@_one_shot
+def suite(session: nox.Session, package: str) -> None:
+    """One package's unit tests on every backend here, in one venv (what CI runs)."""
+    backends = _backends_here(session)
+    _unit_install(session, package, "cuda" in backends)
+    _run_each(session, [(f"{package} on {b}", [f"packages/{package}/tests"], _test_env(b))
+                        for b in backends])
+
+
 @nox.session
 @nox.parametrize("backend", BACKENDS)
 @nox.parametrize("package", _packages())
@@ -150,15 +198,36 @@ def unit(session: nox.Session, package: str, backend: str) -> None:
     """One package's unit tests on one backend, in a venv holding only what it declares."""
     if backend == "cuda" and not _has_gpu():
         session.skip("no NVIDIA GPU on this machine: the cuda backend is tested where one is")
-    extras = {package: "test"}
-    if backend == "cuda":
-        extras["gtensor"] = "cuda" if package != "gtensor" else "test,cuda"
-    _install(session, _closure(package), extras)
-    if package in ("gtensor", "gemit") and not _has_nvcc():
-        # the CUDA source (gemit: the emitted grad) must compile for sm_90 in every run: NVRTC
-        # from its wheel stands in
-        session.install("nvidia-cuda-nvrtc")
+    _unit_install(session, package, backend == "cuda")
     session.run("pytest", f"packages/{package}/tests", *session.posargs, env=_test_env(backend))
+
+
+def _parity_runs(backend: str) -> list[tuple[str, list[str], dict[str, str]]]:
+    """The parity matrix's pytest runs for one backend (sim: again in reverse thread order)."""
+    runs = [(f"parity {backend}", ["tests-integration"], _test_env(backend))]
+    if backend == "sim":
+        # the race detector (docs/testing.md): again with every block's threads in reverse order
+        reverse = _test_env(backend) | {"GTENSOR_SIM_SCHEDULE": "reverse"}
+        runs += [("gtensor parity sim reversed", ["packages/gtensor/tests/test_parity.py"],
+                  reverse),
+                 ("parity sim reversed", ["tests-integration"], reverse)]
+    return runs
+
+
+def _parity_install(session: nox.Session, cuda: bool) -> None:
+    """Every package (gtensor's test extra; cuda with a GPU) and torch."""
+    extras = {"gtensor": "test,cuda" if cuda else "test"}
+    _install(session, _packages(), extras)
+    session.install(TORCH)
+
+
+@nox.session
+@_one_shot
+def matrix(session: nox.Session) -> None:
+    """The cross-package parity matrix on every backend here, in one venv (what CI runs)."""
+    backends = _backends_here(session)
+    _parity_install(session, "cuda" in backends)
+    _run_each(session, [run for b in backends for run in _parity_runs(b)])
 
 
 @nox.session
@@ -168,19 +237,8 @@ def parity(session: nox.Session, backend: str) -> None:
     """The cross-package parity matrix: every engine bitwise against the numpy tape."""
     if backend == "cuda" and not _has_gpu():
         session.skip("no NVIDIA GPU on this machine: the cuda column runs where one is")
-    if not (ROOT / "tests-integration").glob("test_*.py"):
-        session.skip("no integration tests yet")
-    packages = _packages()
-    extras = {"gtensor": "test,cuda" if backend == "cuda" else "test"}
-    _install(session, packages, extras)
-    session.install(TORCH)
-    session.run("pytest", "tests-integration", *session.posargs, env=_test_env(backend))
-    if backend == "sim":
-        # the race detector (docs/testing.md): again with every block's threads in reverse order
-        reverse = _test_env(backend) | {"GTENSOR_SIM_SCHEDULE": "reverse"}
-        session.run("pytest", "packages/gtensor/tests/test_parity.py", *session.posargs,
-                    env=reverse)
-        session.run("pytest", "tests-integration", *session.posargs, env=reverse)
+    _parity_install(session, backend == "cuda")
+    _run_each(session, _parity_runs(backend))
 
 
 @nox.session

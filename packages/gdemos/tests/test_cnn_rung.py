@@ -83,5 +83,6 @@ def test_cli_usage_errors(tmp_path):
         cli.main(["cnn", "--seed", "-2", "--out", str(tmp_path)])
 
 
-def test_cnn_is_the_ladders_last_rung():
-    assert [name for name, _ in ladder.RUNGS][-1] == cnn.RUNG == "rung 8 cnn"
+def test_cnn_is_rung_8_on_the_ladder():
+    names = [name for name, _ in ladder.RUNGS]
+    assert names[-2:] == [cnn.RUNG, "rung 9 gpt"] and cnn.RUNG == "rung 8 cnn"

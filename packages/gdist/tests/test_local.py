@@ -382,13 +382,15 @@ def shifted(tp, params, batch):
 def branchy(tp, params, batch):
     """Different ops for different data: not capturable."""
     loss = mlp_ce(tp, params, batch)
-    return loss * 2.0 if batch["y"][0] == 0 else loss
+    return loss * 2.0 if batch["y"][0] == 2 else loss
 
 
 def test_what_cannot_be_captured_is_refused(bname: str) -> None:
     if bname not in KERNELS:
         pytest.skip("capture needs a kernel backend")
     init, batches = mlp_case()
+    # capture probes the first two microbatches (rows 0-3 and 4-7): branchy must branch apart
+    assert batches[0]["y"][0] == 2 != batches[0]["y"][4]
     for fn, msg in [(shifted, "changes with the data but matches no batch entry"),
                     (branchy, "records different ops for two microbatches")]:
         t = gdist.Local(fn, init, gopt.Adam, microbatch=4, backend=bname, capture=True)

@@ -462,11 +462,6 @@ def expm1(x: FloatOperand) -> Var:
     """Exp(x) - 1, correctly rounded. [gtensor op expm1: differentiable; result float]"""
 
 
-def adaptive_avg_pool2d_grad(g: FloatOperand, size) -> Var:
-    """Adaptive_avg_pool2d's backward: g / count summed over the windows row-major. [gtensor op
-    adaptive_avg_pool2d_grad: differentiable; result float]"""
-
-
 def sin(x: FloatOperand) -> Var:
     """Sine, correctly rounded over the whole domain. [gtensor op sin: differentiable; result
     float]"""
@@ -475,6 +470,11 @@ def sin(x: FloatOperand) -> Var:
 def cos(x: FloatOperand) -> Var:
     """Cosine, correctly rounded over the whole domain. [gtensor op cos: differentiable; result
     float]"""
+
+
+def adaptive_avg_pool2d_grad(g: FloatOperand, size) -> Var:
+    """Adaptive_avg_pool2d's backward: g / count summed over the windows row-major. [gtensor op
+    adaptive_avg_pool2d_grad: differentiable; result float]"""
 
 
 def dropout(x: FloatOperand, key: IndexOperand, p) -> Var:
