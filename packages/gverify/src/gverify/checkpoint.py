@@ -157,6 +157,11 @@ def load_checkpoint(path: Any, tp: Any, opt: Any, rng: np.random.Generator | Non
         raise CheckpointError(f"{where}: the checkpoint holds a run under the {saved!r} "
                               f"inner-product contract; this tape's is "
                               f"{st.contract or 'plain'!r} (Tape(..., inner=...) must match)")
+    saved_seed = str(got.get("tape.seed", "0"))
+    if saved_seed != str(st.seed):
+        raise CheckpointError(f"{where}: the checkpoint holds a run of a tape with seed "
+                              f"{saved_seed}; this tape's seed is {st.seed} (Tape(..., seed=...) "
+                              "must match: the modules' default keys come from it)")
     if got.get("tape.params") is None or got["tape.params"].tolist() != st.params:
         raise CheckpointError(f"{where}: the checkpoint's parameters are nodes "
                               f"{got.get('tape.params')}; this run's are {st.params} (rebuild "

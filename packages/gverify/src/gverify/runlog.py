@@ -68,8 +68,8 @@ def loss_bits(loss: Any, tp: Any, where: str = "loss_bits") -> tuple[float, str]
 
 
 def run_shape(tp: Any, opt: Any, where: str) -> dict:
-    """What makes two runs comparable: dtype, inner-product contract (where not "plain"),
-    parameters (node index, shape), optimizer."""
+    """What makes two runs comparable: dtype, inner-product contract (where not "plain"), the
+    tape's seed (where not 0), parameters (node index, shape), optimizer."""
     st = store.Store(tp, where)
     if opt is not None:
         st.check_optimizer(opt, where)
@@ -77,6 +77,8 @@ def run_shape(tp: Any, opt: Any, where: str) -> dict:
              "optimizer": "none" if opt is None else str(opt.state_dict(False)["kind"])}
     if st.contract is not None:  # the inner-product contract, where it is not "plain"
         shape["inner"] = st.contract
+    if st.seed != 0:  # the tape's key stream, where it is not the default
+        shape["seed"] = str(st.seed)
     return shape
 
 
@@ -228,14 +230,15 @@ def compare_logs(a: Any, b: Any) -> StepDivergence | None:
     None when they all agree. Refuses (LogError) logs of different run shapes, damaged or
     truncated lines, and logs with no step in common."""
     (ha, la), (hb, lb) = read_log(a), read_log(b)
-    keys = ("dtype", "inner", "params", "optimizer")
-    sa, sb = ({k: h.get(k, "plain" if k == "inner" else None) for k in keys} for h in (ha, hb))
+    keys = ("dtype", "inner", "seed", "params", "optimizer")
+    absent = {"inner": "plain", "seed": "0"}
+    sa, sb = ({k: h.get(k, absent.get(k)) for k in keys} for h in (ha, hb))
     if sa != sb:
         diff = [k for k in keys if sa[k] != sb[k]]
         raise LogError(f"compare_logs: {a} and {b} are logs of different run shapes (they "
                        f"differ in {diff}: {[sa[k] for k in diff]} vs {[sb[k] for k in diff]})"
-                       "; only runs of one model, dtype, inner-product contract and optimizer "
-                       "compare")
+                       "; only runs of one model, dtype, inner-product contract, tape seed and "
+                       "optimizer compare")
     by_step = {ln["step"]: ln for ln in lb}
     common = [ln for ln in la if ln["step"] in by_step]
     if not common:

@@ -3,7 +3,8 @@
 A *store* holds the parameters: a ``gtape.Tape``, or a ``ggpu_replay.Program`` (its device
 buffers). Its optimizer is a ``gopt.Optimizer`` over the tape, or the program's
 ``DeviceOptimizer``. ``entries`` lists the run's state as named host arrays in canonical
-order -- the tape's dtype (and inner-product contract, where the tape has one), every
+order -- the tape's dtype (its inner-product contract where it is not "plain", the seed of its
+key stream where it is not 0: ``Tape(seed=...)``), every
 parameter by node index, every state (``Tape.state``: running statistics, their current
 values; only where the tape has states, so stateless runs hash as before), then the
 optimizer's kind, step count, hyperparameters, host scalars,
@@ -34,6 +35,7 @@ class Store:
             self.params = [v.index for v in obj.params()]
             self.states = [v.index for v in obj.states()]
             self.contract = _contract(obj)
+            self.seed = int(getattr(obj, "seed", 0))
             return
         program = _program_type()
         if program is not None and isinstance(obj, program):
@@ -42,6 +44,7 @@ class Store:
             self.params = list(obj.trace.params)
             self.states = [n.index for n in obj.trace.nodes if n.op is gtape.STATE]
             self.contract = _contract(obj.tape)
+            self.seed = int(getattr(obj.tape, "seed", 0))
             return
         raise TypeError(f"{where}: tp is {describe(obj)}; expected a gtape.Tape or a "
                         "ggpu_replay.Program")
@@ -110,6 +113,8 @@ def tape_entries(store: Store, values: dict[int, np.ndarray] | None = None
            ("tape.params", np.array(store.params, np.int64))]
     if store.contract is not None:
         out.append(("tape.contract", np.array(str(store.contract))))
+    if store.seed != 0:  # the key stream's seed (decimal text: seeds reach 2**128)
+        out.append(("tape.seed", np.array(str(store.seed))))
     for i in store.params:
         out.append((f"param.{i}", store.value(i) if values is None else values[i]))
     if store.states:
