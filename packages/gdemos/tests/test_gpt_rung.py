@@ -128,18 +128,21 @@ def test_the_gdist_loss_is_the_models_arithmetic():
 
 
 def test_a_short_run_writes_summary_plot_and_checks(tmp_path):
-    """The outputs of a short tiny run with its checks on numpy (the other engines and gdist
-    run in the ladder)."""
+    """The outputs of a short tiny run with its checks: the numpy tape, and in the numpy session
+    gdist's Local and one Dask worker (the other engines and 2 workers run in the ladder)."""
     name = testing.backend_name()
     testing.require_backend(name)
     device = name if name in ("sim", "cpu", "cuda") else None
     cfg = _tiny(tmp_path, backend=device or "numpy", engine="replay" if device else "tape")
     cfg = replace(cfg, stop=None, steps=6, eval_every=3)
-    r = rung_gpt.run(cfg, tmp_path / "out", progress=False, short=("numpy",), workers=(),
+    workers = () if device else (1,)
+    r = rung_gpt.run(cfg, tmp_path / "out", progress=False, short=("numpy",), workers=workers,
                      full=device is not None, sample_chars=40)
     assert r.bits_equal and not r.bar_binds and r.passed
     want = ([f"tape-{device}"] if device else []) + ["tape-numpy"]
+    want += [] if device else ["gdist-local", "gdist-dask-1"]
     assert [c["engine"] for c in r.checks] == want
+    assert all(c["equal"] for c in r.checks)
     s = json.loads(r.summary_path.read_text())
     for key in ("sha256_initial", "sha256_final", "loss_first", "loss_last", "held_out_loss",
                 "seconds", "tokens_per_second", "config", "model", "bar", "checks", "sample",
