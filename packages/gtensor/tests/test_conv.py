@@ -484,7 +484,7 @@ def test_cpu_thread_splits_change_no_bit(be, ref, dtype, inner):
     at = {"stride": 2, "padding": 1, "inner": inner}
     xg = rng.standard_normal((5, 6, 7, 6)).astype(dtype)  # groups 3, dilation 2
     wg = rng.standard_normal((9, 2, 3, 3)).astype(dtype)
-    gg = rng.standard_normal((5, 9, 2, 1)).astype(dtype)
+    gg = rng.standard_normal((5, 9, 3, 2)).astype(dtype)
     ag = {"stride": 2, "padding": 1, "dilation": 2, "groups": 3, "inner": inner}
     pp = {"kernel": 3, "stride": 2, "padding": 1, "ceil_mode": True}  # pooled (5, 3, 4, 4)
     q = rng.standard_normal((5, 3, 4, 4)).astype(dtype)
