@@ -30,11 +30,26 @@ def other(be):
     return be
 
 
+# the fixtures through which a test uses the backend under test (GRAD_TEST_BACKEND)
+BACKEND_FIXTURES = frozenset({"be", "other"})
+
+
 def pytest_collection_modifyitems(config, items) -> None:
     """Tests marked ``slow`` (heavy oracles) run only in the oracle session
-    (``HYPOTHESIS_PROFILE=oracle``, set by ``nox -s oracle``) or with ``GRAD_SLOW=1``."""
+    (``HYPOTHESIS_PROFILE=oracle``, set by ``nox -s oracle``) or with ``GRAD_SLOW=1``.
+
+    A test that uses no backend fixture (``be``, ``other``) tests the same thing whatever
+    GRAD_TEST_BACKEND says (the scalar language, the registry, an explicitly named backend, the
+    compilers): it runs once, in the numpy session (``nox -s suite`` runs that one first), and
+    is skipped with that reason in the others. The oracle run (or GRAD_SLOW=1) runs all."""
     if os.environ.get("HYPOTHESIS_PROFILE") == "oracle" or os.environ.get("GRAD_SLOW") == "1":
         return
+    if testing.backend_name() != "numpy":
+        once = pytest.mark.skip(reason="uses no backend under test (no `be` / `other` "
+                                "fixture): runs once, in the numpy session")
+        for item in items:
+            if not BACKEND_FIXTURES & set(getattr(item, "fixturenames", ())):
+                item.add_marker(once)
     skip = pytest.mark.skip(reason="slow oracle: runs in `nox -s oracle` (or GRAD_SLOW=1)")
     for item in items:
         if "slow" in item.keywords:
