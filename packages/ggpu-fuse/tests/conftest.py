@@ -38,3 +38,18 @@ def alone(request, monkeypatch) -> tuple[str, ...]:
     value = getattr(request, "param", ())
     monkeypatch.setattr(program, "ALONE", value)
     return value
+
+
+def pytest_collection_modifyitems(config, items) -> None:
+    """Every test here runs its programs on sim (cuda in the cuda session) or on the compiled
+    cpu step, whatever GRAD_TEST_BACKEND says: they run in the sim session, the compiled cpu
+    step's own file in the cpu session; the numpy and cpu sessions skip the rest, which would
+    repeat the sim session's runs bit for bit."""
+    session = testing.backend_name()
+    if session not in ("numpy", "cpu"):
+        return
+    skip = pytest.mark.skip(reason=f"the same programs on the same engines as the sim session "
+                            f"(they do not depend on GRAD_TEST_BACKEND={session}): run there")
+    for item in items:
+        if item.path.name != "test_fuse_cpu.py":
+            item.add_marker(skip)
