@@ -2,7 +2,7 @@
 
 `nox` (no arguments) runs what CI runs: lint, every package's unit tests on every backend
 (``suite``: one virtualenv per package, the backends one after another in it), the
-cross-package parity matrix on every backend (``matrix``), the docs' examples and the LoRA
+cross-package parity matrix on every backend and the docs' examples (``matrix``), and the LoRA
 oracle. The cuda backend runs where an NVIDIA GPU is and is skipped with the reason elsewhere.
 Each package's session installs only its package and the siblings its pyproject declares,
 which proves a user can install just the layers they need. ``unit(package, backend)`` and
@@ -29,12 +29,12 @@ nox.options.error_on_external_run = True
 # pip-based virtualenvs (nox's default backend). NOTE: not uv - uv ignores this machine's pip
 # configuration, so torch==2.13.0 would come as a multi-GB CUDA download instead of the CPU wheel.
 nox.options.default_venv_backend = "virtualenv"
-nox.options.sessions = ["lint", "suite", "matrix", "docs", "lora_oracle"]
+nox.options.sessions = ["lint", "suite", "matrix", "lora_oracle"]
 
 ROOT = Path(__file__).parent
 BACKENDS = ["numpy", "sim", "cuda", "cpu"]
 TORCH = "torch==2.13.0"  # exactly this version: a CPU wheel on these machines
-# A full run builds 13 virtualenvs (6 with torch): each is deleted when its session ends unless
+# A full run builds 12 virtualenvs (5 with torch): each is deleted when its session ends unless
 # this is set (then `nox -r` can reuse them).
 KEEP_VENVS = os.environ.get("GRAD_NOX_KEEP_VENVS") == "1"
 
@@ -122,13 +122,21 @@ def _one_shot(fn):
     return run
 
 
+BUILD_BACKEND = "setuptools>=68"  # every package's [build-system] requires exactly this
+
+
 def _install(session: nox.Session, packages: list[str], extras: dict[str, str]) -> None:
-    """Editable installs of ``packages`` (siblings resolve to each other, never to PyPI)."""
+    """Editable installs of ``packages`` (siblings resolve to each other, never to PyPI).
+
+    The build backend is installed into the venv once and the packages are built against it
+    (``--no-build-isolation``): an isolated build env per package was half of an install's
+    time."""
     args = []
     for name in packages:
         extra = extras.get(name)
         args += ["-e", f"packages/{name}[{extra}]" if extra else f"packages/{name}"]
-    session.install(*args)
+    session.install(BUILD_BACKEND)
+    session.install("--no-build-isolation", *args)
 
 
 def _test_env(backend: str) -> dict[str, str]:
@@ -221,13 +229,19 @@ def _parity_install(session: nox.Session, cuda: bool) -> None:
     session.install(TORCH)
 
 
+# the gtape README's digits classifier; docs/tape.md's from_torch example
+DOCS_EXTRAS = ("pytest>=8", "scikit-learn>=1.3", TORCH)
+_DOCS_RUN = ("docs examples", ["tests-docs"], _test_env("numpy"))
+
+
 @nox.session
 @_one_shot
 def matrix(session: nox.Session) -> None:
-    """The cross-package parity matrix on every backend here, in one venv (what CI runs)."""
+    """The parity matrix on every backend here and the docs' examples, in one venv (CI)."""
     backends = _backends_here(session)
     _parity_install(session, "cuda" in backends)
-    _run_each(session, [run for b in backends for run in _parity_runs(b)])
+    session.install(*DOCS_EXTRAS)
+    _run_each(session, [run for b in backends for run in _parity_runs(b)] + [_DOCS_RUN])
 
 
 @nox.session
@@ -271,11 +285,10 @@ def lora_oracle(session: nox.Session) -> None:
 @nox.session
 @_one_shot
 def docs(session: nox.Session) -> None:
-    """Every ```python block of the READMEs and docs/ runs as written."""
+    """Every ```python block of the READMEs and docs/ runs as written (also part of matrix)."""
     _install(session, _packages(), {})
-    # the gtape README's digits classifier; docs/tape.md's from_torch example
-    session.install("pytest>=8", "scikit-learn>=1.3", TORCH)
-    session.run("pytest", "tests-docs", *session.posargs, env=_test_env("numpy"))
+    session.install(*DOCS_EXTRAS)
+    _run_each(session, [_DOCS_RUN])
 
 
 def _install_once(session: nox.Session, packages: list[str], extras: dict[str, str]) -> None:

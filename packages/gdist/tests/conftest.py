@@ -6,11 +6,8 @@ value (cloudpickle), as a user's own functions are, so worker processes need no 
 
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
-
-import pytest
 
 try:  # a fresh clone without editable installs: use the sources next to us
     import gdist  # noqa: F401
@@ -20,15 +17,11 @@ except ImportError:  # pragma: no cover
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from gtensor import testing  # noqa: E402
 from gtensor.testing_fixtures import bname  # noqa: E402, F401  (shared fixtures)
 
 
 def pytest_collection_modifyitems(config, items) -> None:
-    """Tests marked ``slow`` (the full matrices) run only in the oracle session
-    (``HYPOTHESIS_PROFILE=oracle``, set by ``nox -s oracle``) or with ``GRAD_SLOW=1``."""
-    if os.environ.get("HYPOTHESIS_PROFILE") == "oracle" or os.environ.get("GRAD_SLOW") == "1":
-        return
-    skip = pytest.mark.skip(reason="slow: runs in `nox -s oracle` (or GRAD_SLOW=1)")
-    for item in items:
-        if "slow" in item.keywords:
-            item.add_marker(skip)
+    """Tests marked ``slow`` (the full matrices) run only in the oracle session or with
+    ``GRAD_SLOW=1`` (``testing.skip_slow``)."""
+    testing.skip_slow(items)

@@ -17,6 +17,7 @@ def device() -> str:
 
 
 def pytest_configure(config) -> None:
+    config.addinivalue_line("markers", "slow: runs in `nox -s oracle` (or GRAD_SLOW=1)")
     config.addinivalue_line("markers", "default_plan: pins the default plan's segments (not "
                             "run with matmuls forced alone)")
 
@@ -41,10 +42,12 @@ def alone(request, monkeypatch) -> tuple[str, ...]:
 
 
 def pytest_collection_modifyitems(config, items) -> None:
-    """Every test here runs its programs on sim (cuda in the cuda session) or on the compiled
-    cpu step, whatever GRAD_TEST_BACKEND says: they run in the sim session, the compiled cpu
-    step's own file in the cpu session; the numpy and cpu sessions skip the rest, which would
-    repeat the sim session's runs bit for bit."""
+    """Tests marked ``slow`` run in the oracle session (``testing.skip_slow``). Every test here
+    runs its programs on sim (cuda in the cuda session) or on the compiled cpu step, whatever
+    GRAD_TEST_BACKEND says: they run in the sim session, the compiled cpu step's own file in
+    the cpu session; the numpy and cpu sessions skip the rest, which would repeat the sim
+    session's runs bit for bit."""
+    testing.skip_slow(items)
     session = testing.backend_name()
     if session not in ("numpy", "cpu"):
         return

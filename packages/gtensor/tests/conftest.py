@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import os
-
 import gtensor
 import pytest
 from gtensor import testing
@@ -35,25 +33,21 @@ BACKEND_FIXTURES = frozenset({"be", "other"})
 
 
 def pytest_collection_modifyitems(config, items) -> None:
-    """Tests marked ``slow`` (heavy oracles) run only in the oracle session
-    (``HYPOTHESIS_PROFILE=oracle``, set by ``nox -s oracle``) or with ``GRAD_SLOW=1``.
+    """Tests marked ``slow`` (heavy oracles) run only in the oracle session or with
+    ``GRAD_SLOW=1`` (``testing.skip_slow``).
 
     A test that uses no backend fixture (``be``, ``other``) tests the same thing whatever
     GRAD_TEST_BACKEND says (the scalar language, the registry, an explicitly named backend, the
     compilers): it runs once, in the numpy session (``nox -s suite`` runs that one first), and
     is skipped with that reason in the others. The oracle run (or GRAD_SLOW=1) runs all."""
-    if os.environ.get("HYPOTHESIS_PROFILE") == "oracle" or os.environ.get("GRAD_SLOW") == "1":
+    testing.skip_slow(items)
+    if testing.slow_runs() or testing.backend_name() == "numpy":
         return
-    if testing.backend_name() != "numpy":
-        once = pytest.mark.skip(reason="uses no backend under test (no `be` / `other` "
-                                "fixture): runs once, in the numpy session")
-        for item in items:
-            if not BACKEND_FIXTURES & set(getattr(item, "fixturenames", ())):
-                item.add_marker(once)
-    skip = pytest.mark.skip(reason="slow oracle: runs in `nox -s oracle` (or GRAD_SLOW=1)")
+    once = pytest.mark.skip(reason="uses no backend under test (no `be` / `other` fixture): "
+                            "runs once, in the numpy session")
     for item in items:
-        if "slow" in item.keywords:
-            item.add_marker(skip)
+        if not BACKEND_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(once)
 
 
 def pytest_terminal_summary(terminalreporter) -> None:

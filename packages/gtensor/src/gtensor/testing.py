@@ -175,6 +175,24 @@ def backend_name(config: object = None) -> str:
     return opt or os.environ.get(BACKEND_ENV) or "numpy"
 
 
+def slow_runs() -> bool:
+    """Whether tests marked ``slow`` run: in the oracle session (``HYPOTHESIS_PROFILE=oracle``,
+    set by ``nox -s oracle``) or with ``GRAD_SLOW=1``."""
+    return os.environ.get("HYPOTHESIS_PROFILE") == "oracle" or os.environ.get("GRAD_SLOW") == "1"
+
+
+def skip_slow(items: Iterable) -> None:
+    """Skip the collected ``items`` marked ``slow`` (with the reason) unless ``slow_runs()``."""
+    if slow_runs():
+        return
+    import pytest
+
+    skip = pytest.mark.skip(reason="slow: runs in `nox -s oracle` (or GRAD_SLOW=1)")
+    for item in items:
+        if "slow" in item.keywords:
+            item.add_marker(skip)
+
+
 def require_backend(name: str):
     """The gtensor backend ``name``, or a pytest skip saying why it is unavailable here."""
     import pytest
