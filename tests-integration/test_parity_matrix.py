@@ -24,6 +24,7 @@ import gtensor
 import numpy as np
 import pytest
 from graphs import GRAPHS, Graph
+from gtensor import testing
 from gtensor.testing import bits_equal
 
 DTYPES = ["float64", "float32"]
@@ -167,6 +168,8 @@ def reference(graph: Graph, dtype: str, inner: str = "plain") -> Result:
 
 # the inner-product contracts: every column runs both (an engine takes ``inner=`` for "fma")
 INNERS = ["plain", "fma"]
+# columns whose float32 / fma rows run only with GRAD_SLOW=1 (see test_parity)
+SAMPLED_COLUMNS = frozenset({"fused-alone-cpu"})
 
 
 @pytest.mark.parametrize("inner", INNERS)
@@ -175,6 +178,11 @@ INNERS = ["plain", "fma"]
 @pytest.mark.parametrize("column", _columns())
 def test_parity(column: str, graph: Graph, dtype: str, inner: str) -> None:
     backend, fn = ENGINES[column]
+    if column in SAMPLED_COLUMNS and (dtype, inner) != ("float64", "plain") and \
+            not testing.slow_runs():
+        pytest.skip(f"{column}: the matmul-alone plan is the same plan for every dtype and "
+                    "contract (each row a cold compile of its own on cpu): CI runs its "
+                    "float64 / plain rows, the sim column every row; GRAD_SLOW=1 runs all")
     try:
         gtensor.backend(backend)
     except RuntimeError as e:

@@ -24,3 +24,29 @@ def full_run(bname):
     from gdemos import AEConfig, train
 
     return train(AEConfig(backend=bname))
+
+
+# the ways a gdemos test uses the backend under test: these fixtures, or reading it itself
+BACKEND_FIXTURES = frozenset({"bname", "other", "full_run"})
+_READS_BACKEND = ("backend_name", "GRAD_TEST_BACKEND")
+
+
+def pytest_collection_modifyitems(config, items) -> None:
+    """A test that uses no backend fixture in a module that never reads the backend under test
+    (the swarm, dp, LoRA core / CLI and verdict tests run their own engines) gives the same
+    result in every session: it runs once, in the numpy session, and the sim and cpu sessions
+    skip it with that reason (``nox -s oracle`` / GRAD_SLOW=1 run all)."""
+    from gtensor import testing
+
+    if testing.backend_name() == "numpy" or testing.slow_runs():
+        return
+    once = pytest.mark.skip(reason="does not use the backend under test: runs once, in the "
+                            "numpy session")
+    reads: dict[Path, bool] = {}
+    for item in items:
+        path = Path(item.path)
+        if path not in reads:
+            text = path.read_text()
+            reads[path] = any(word in text for word in _READS_BACKEND)
+        if not reads[path] and not BACKEND_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(once)
