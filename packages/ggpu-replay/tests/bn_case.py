@@ -4,9 +4,13 @@ their packages' tests do not install ggpu-replay's tests)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import gopt
 import gtape as g
 import numpy as np
+from ggpu_replay import capture
+from gtensor.testing import bits_equal
 
 
 def bn_model(tp: g.Tape) -> g.nn.Module:
@@ -39,3 +43,33 @@ def bn_eager(dtype: str, batches) -> tuple[dict, list[float]]:
             losses.append(loss.item())
     return model.state_dict(), losses
 
+
+
+def check_captured_steps(device: str, dtype: str, transform: Callable = lambda p: p) -> None:
+    """A program captured on ``device`` (``transform``ed: fused, or as is) trains 4 Adam steps:
+    losses, parameters and running statistics bitwise the eager numpy tape's; the capture
+    itself leaves the states at the tape's values."""
+    batches = bn_batches(4)
+    want, want_losses = bn_eager(dtype, batches)
+    tp = g.Tape("numpy", dtype, seed=5)
+    model = bn_model(tp)
+    mark = tp.mark()
+    x0, y0 = batches[0]
+    loss = g.cross_entropy(model(tp.const(x0, name="x")), y0)
+    before = model.state_dict()
+    prog = transform(capture(tp, loss, backend=device))
+    assert all(np.array_equal(model.state_dict()[k], v) for k, v in before.items())
+    dopt = prog.adam(model.parameters(), lr=0.01)
+    losses = []
+    for x, y in batches:
+        prog.set_input("x", x)
+        prog.set_input("labels", y)
+        prog.step(dopt)
+        losses.append(prog.loss())
+    assert losses == want_losses
+    tp.reset_to(mark)
+    prog.sync_params(tp)
+    got = model.state_dict()
+    assert list(got) == list(want)
+    for k, v in want.items():
+        assert bits_equal(got[k], v), k
