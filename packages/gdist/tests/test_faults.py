@@ -38,20 +38,21 @@ def mlp(cls, bname: str, dtype: str = "float64", **kw):
 
 def test_sigkill_mid_step_mid_reduce_and_after_apply_then_resume_on_3(bname: str,
                                                                        tmp_path: Path) -> None:
-    """Three drills on 2 replicas of a 5-worker cluster (a spare worker takes each lost
+    """Three drills on 2 replicas of a 6-worker cluster (a spare worker takes each lost
     replica's place, rebuilt from a survivor's checkpoint and log; spares are there from the
     start because a LocalCluster's nanny restarts are too slow and, now and then, closed by
-    the cluster itself): the run's losses and params stay Local's at every step. Then the
+    the cluster itself, so the 3 workers the resume needs are the 6 less the 3 killed): the
+    run's losses and params stay Local's at every step. Then the
     tiny GPT (dropout) runs on 2 workers, is saved, and resumes on 3: the uninterrupted run's
     bits (its dropout keys follow the microbatch count across the resume)."""
     ref, batches = mlp(gdist.Local, bname)
     batches = batches * 2
     want = [(ref.step(b), bits(ref.params)) for b in batches]
-    cluster = distributed.LocalCluster(n_workers=5, threads_per_worker=1, processes=True,
+    cluster = distributed.LocalCluster(n_workers=6, threads_per_worker=1, processes=True,
                                        dashboard_address=None, silence_logs=logging.CRITICAL)
     client = distributed.Client(cluster)
     try:
-        client.wait_for_workers(5, timeout=180)
+        client.wait_for_workers(6, timeout=180)
         t, _ = mlp(gdist.DataParallel, bname, client=client, checkpoint_every=2,
                    check_every=1, replace_wait=60, capture=bname in KERNELS,
                    workers=sorted(client.nthreads())[:2])
@@ -74,6 +75,7 @@ def test_sigkill_mid_step_mid_reduce_and_after_apply_then_resume_on_3(bname: str
         ref = gpt_trainer(gdist.Local, bname)
         want = [ref.step(b) for b in gpt]
         ws = sorted(client.nthreads())
+        assert len(ws) >= 3, f"the resume needs 3 live workers; the cluster has {ws}"
         u = gpt_trainer(gdist.DataParallel, bname, client=client, workers=ws[:2])
         assert [u.step(b) for b in gpt[:2]] == want[:2]
         u.save(tmp_path / "ckpt.npz")
