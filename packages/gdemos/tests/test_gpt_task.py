@@ -55,14 +55,20 @@ def test_bad_configs_are_refused(config, match):
 def test_a_gpt_dispute_names_the_cheated_softmax(bname, tmp_path):
     """Trainer on the backend under test, auditor and referee on numpy: the attention
     softmax 1 ulp off at step 3 of 4 is found (step 3, forward, softmax) and the referee,
-    recomputing that one op, rules for the auditor; the honest run agrees in one query."""
+    recomputing that one op, rules for the auditor; the honest run agrees in one query; an
+    auditor lying about step 2's AdamW update (two parameter groups, torch's clipping) loses
+    (the referee rebuilds the groups from the committed state)."""
     task = GPTTask(TINY)
     cheat = faults.Drill("ulp", 3, op="softmax", which=0, phase="forward")
+    lie = faults.Drill("flip", 2, bit=30)
     out = {}
-    for name, drill in (("honest", None), ("cheat", cheat)):
-        commit.record_run(tmp_path / name, task, bname, 2, drill)
-        with server.Server(tmp_path / name) as srv:
-            v, blobs = audit(srv.url, "numpy", timeout=300.0)
+    for name, drill, lying in (("honest", None, None), ("cheat", cheat, None),
+                               ("liar", None, lie)):
+        run_dir = tmp_path / ("cheat" if name == "cheat" else "honest")
+        if not run_dir.exists():
+            commit.record_run(run_dir, task, bname, 2, drill)
+        with server.Server(run_dir) as srv:
+            v, blobs = audit(srv.url, "numpy", drill=lying, timeout=300.0)
         out[name] = (v, referee(vfile.write(tmp_path / f"{name}.json", v, blobs), "numpy"))
     v, r = out["honest"]
     assert (v["outcome"], v["queries"]["total"]) == ("agree", 1)
@@ -70,3 +76,7 @@ def test_a_gpt_dispute_names_the_cheated_softmax(bname, tmp_path):
     assert (v["outcome"], v["step"], v["phase"], v["op"]) == ("dispute", 3, "forward",
                                                               "softmax")
     assert r["ruling"] == "auditor" and r["recomputed"].startswith("one op: softmax")
+    v, r = out["liar"]
+    assert (v["outcome"], v["step"], v["phase"], v["op"]) == ("dispute", 2, "update", "adamw")
+    assert r["ruling"] == "trainer", r["reason"]
+    assert r["recomputed"] == "one optimizer update (16 parameters)"

@@ -99,7 +99,10 @@ def gradient(engine: str, graph: list[dict], i: int, values: dict[int, np.ndarra
 def _tape(engine: str, state: dict[str, np.ndarray]) -> tuple[g.Tape, dict[int, g.Var]]:
     """A tape whose parameters sit at the state's node indices (consts in between)."""
     contract = str(state["tape.contract"].reshape(-1)[0]) if "tape.contract" in state else "plain"
-    tp = g.Tape(engine, str(state["tape.dtype"].reshape(-1)[0]), inner=contract)
+    # the tape's seed (a decimal text entry where it is not 0): a checkpoint loads only into
+    # a tape of its seed
+    seed = int(str(state["tape.seed"].reshape(-1)[0])) if "tape.seed" in state else 0
+    tp = g.Tape(engine, str(state["tape.dtype"].reshape(-1)[0]), inner=contract, seed=seed)
     params = [int(x) for x in np.asarray(state["tape.params"]).reshape(-1)]
     made = {}
     for i in range(max(params) + 1 if params else 0):
@@ -123,7 +126,17 @@ def update(engine: str, entries: list[tuple[str, np.ndarray]], grads: dict[int, 
     tp, params = _tape(engine, state)
     try:
         opt = OPTIMIZERS[kind](tp)
-        opt.add([params[int(i)] for i in np.asarray(state["opt.params"]).reshape(-1)])
+        order = [params[int(i)] for i in np.asarray(state["opt.params"]).reshape(-1)]
+        groups = (np.asarray(state["opt.param_group"]).reshape(-1).tolist()
+                  if "opt.param_group" in state else [0] * len(order))
+        if len(groups) != len(order):
+            raise ValueError(f"recompute.update: the state's opt.param_group has {len(groups)} "
+                             f"entries for {len(order)} parameters")
+        # the groups as the trainer made them (each group's parameters in slot order; their
+        # hyperparameters come with the state)
+        opt.add([p for p, k in zip(order, groups) if k == 0])
+        for k in range(1, max(groups, default=0) + 1):
+            opt.add_param_group({"params": [p for p, j in zip(order, groups) if j == k]})
         load_checkpoint(Checkpoint(None, 0, canonical.entries_digest(entries), None, {},
                                    list(entries)), tp, opt)
         mark = tp.mark()
