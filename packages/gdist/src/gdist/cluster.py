@@ -24,10 +24,9 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from distributed.core import ConnectionPool
-from distributed.protocol import to_serialize
 
 from . import identity as ident
-from . import tree
+from . import messages, tree
 from .definition import Definition
 from .replica import add
 from .service import Plan, Service, StepAborted, UnknownRun
@@ -104,7 +103,7 @@ class Replicas:
                                         connection_args=self.client.connection_args)
             await self._pool.start()
         return await self._pool(addr).gdist(call=call, run=self.run,
-                                            payload=to_serialize(payload))
+                                            payload=messages.wrap(payload))
 
     def ask(self, what: str, *args: Any, rank: int = 0) -> Any:
         """A replica method's result (digest, values, state_dict, ...) from replica ``rank``."""
@@ -215,7 +214,9 @@ class Replicas:
         mine: dict[int, dict[int, Any]] = {r: {} for r in range(n)}
         for i, r in enumerate(plan.holders):
             mine[r][i] = parts[i]
-        tasks = {asyncio.ensure_future(self.call(a, "step", plan=plan, me=r, parts=mine[r])): r
+        wire = plan.plain()
+        tasks = {asyncio.ensure_future(self.call(a, "step", plan=wire, me=r,
+                                                 parts=messages.encode_parts(mine[r]))): r
                  for r, a in enumerate(plan.addresses)}
         results: dict[int, Any] = {}
         aborted = False

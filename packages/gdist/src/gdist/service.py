@@ -26,7 +26,7 @@ from typing import Any
 from distributed.diagnostics.plugin import WorkerPlugin
 from distributed.protocol import to_serialize
 
-from . import allreduce
+from . import allreduce, messages
 from .replica import Replica
 
 _RUNS: dict[str, Replica] = {}
@@ -112,6 +112,22 @@ class Plan:
     order_seed: int | None  # shuffle the order a replica computes its leaves in (a test)
     timeout: float
 
+    def plain(self) -> list:
+        """The fields as plain data (``gdist.messages``: msgpack, not pickle)."""
+        return [self.step, self.tag, self.serial, self.k, list(self.holders),
+                list(self.addresses), self.tree_on, self.check,
+                None if self.lrs is None else list(self.lrs), self.order_seed, self.timeout]
+
+    @classmethod
+    def of(cls, x: Plan | list | tuple) -> Plan:
+        """A plan from itself or from its ``plain()`` form (a list, or the tuple Dask's msgpack
+        reads it back as)."""
+        if isinstance(x, Plan):
+            return x
+        step, tag, serial, k, holders, addresses, tree_on, check, lrs, order_seed, timeout = x
+        return cls(step, tag, serial, k, tuple(holders), tuple(addresses), tree_on, check,
+                   None if lrs is None else tuple(lrs), order_seed, timeout)
+
 
 class Service(WorkerPlugin):
     """The Dask worker plugin that serves gdist's replicas (see the module docstring)."""
@@ -133,7 +149,7 @@ class Service(WorkerPlugin):
         if fn is None:
             raise ValueError(f"gdist: unknown request {call!r}")
         out = await fn(self.worker, run, **(payload or {}))
-        return None if out is None else to_serialize(out)
+        return None if out is None else messages.wrap(out)
 
 
 async def _compute(fn: Any, *args: Any) -> Any:
@@ -240,11 +256,12 @@ async def _catch_up(worker: Any, run: str, source: str) -> dict:
     return {"steps": rep.steps, "digest": await _compute(rep.digest)}
 
 
-async def _step(worker: Any, run: str, plan: Plan, me: int, parts: dict) -> dict:
+async def _step(worker: Any, run: str, plan: Plan | list, me: int, parts: Any) -> dict:
     """This replica's share of one step (``gdist.allreduce``), run in the compute thread in
     one piece: sends leave through the event loop as soon as a value is made, waits block
     the compute thread until the event loop has the value (or the driver's abort)."""
     rep, box = _replica(run), _BOXES[run]
+    plan, parts = Plan.of(plan), messages.decode_parts(parts)
     if box.aborted(plan.tag):
         raise StepAborted(f"gdist: step {plan.step} was aborted")
     loop = asyncio.get_running_loop()
