@@ -402,7 +402,8 @@ _IM2COL = """\
 """
 # chains(...): c[r * cs + p] = the serial chain over k ascending of a[r * ar + k * ak] *
 # b[k * bs + p] (the first product starts, each product and sum rounded), for R_ x P_ outputs
-# in register tiles of 4 rows x one 64-byte vector of SIMD lanes, then half and quarter vectors
+# in register tiles of 4 rows x one native vector of SIMD lanes (gtcpu::VEC_BYTES: 64 bytes
+# with AVX-512, 32 with AVX2), then half and quarter vectors
 # (gtcpu::Vec: each lane's * and + one IEEE operation, no FMA); tiles decide only which outputs
 # run side by side, never the order within one. Edge outputs run the same chain one at a time.
 # Under the fma contract the chain starts at +0.0 and each step is one fused multiply-add
@@ -411,7 +412,7 @@ _CHAINS = """\
     auto chains = [](const T* __restrict__ a, long long ar, long long ak,
                      const T* __restrict__ b, long long bs, T* __restrict__ c, long long cs,
                      long long R_, long long P_, long long K_) {
-        constexpr int TR = 4, L = 64 / sizeof(T);  // 4 rows x one 64-byte vector of lanes
+        constexpr int TR = 4, L = gtcpu::VEC_BYTES / sizeof(T);  // 4 rows x one native vector
         // rows r0..r0+3, columns p0.. (N lanes, each lane its own chain)
         auto tile = [&](auto lanes_, long long r0, long long p0) {
             constexpr int N = decltype(lanes_)::value;

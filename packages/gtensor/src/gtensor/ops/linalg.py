@@ -81,7 +81,10 @@ INNER = ("plain", "fma")  # the inner-product contracts (the ``inner`` attr's va
 
 
 # CPU body: rows of c split across threads. Outputs are computed in register tiles (8, 6, 4, 2
-# or 1 rows x up to 2 SIMD vectors of L lanes of columns, gtcpu::Vec); every output keeps its own
+# or 1 rows x up to 2 SIMD vectors of L lanes of columns, gtcpu::Vec; a vector is the build's
+# native width, gtcpu::VEC_BYTES: 64 bytes with AVX-512, 32 with AVX2 -- 64-byte vectors on an
+# AVX2 build went through the stack at 0.46 G multiply-adds/s, 32-byte ones run 5.0 on the
+# same AMD EPYC, float64, one thread); every output keeps its own
 # k-ascending chain: acc = a[i,0]*b[0,j], then acc = acc + a[i,k]*b[k,j], each lane's product and
 # sum rounded (the vector form of MUL and ADD; no FMA) -- or, under the fma contract, acc =
 # fma(a[i,k], b[k,j], acc) from acc = +0.0 (gtcpu::vfma: one fused multiply-add per lane, vfmadd
@@ -111,7 +114,7 @@ INNER = ("plain", "fma")  # the inner-product contracts (the ``inner`` attr's va
 _CPU_MATMUL = Template("""\
     typedef $T T;
     using gtcpu::Int;
-    constexpr int L = 64 / sizeof(T);  // lanes of one 64-byte vector
+    constexpr int L = gtcpu::VEC_BYTES / sizeof(T);  // lanes of one native vector
     constexpr long long PW = 2 * L;    // width of a packed panel of b
     // On AMD Zen 3 / 4 the adds have pipes of their own beside the two 256-bit FMA pipes, and
     // plain's separate multiply + add tiles run fastest tall: 14 rows x one vector per tile
@@ -237,7 +240,8 @@ _CPU_MATMUL = Template("""\
         // (p - p0) * k * PW), in a buffer each thread keeps between launches (no page faults),
         // aligned to 64 bytes (whole-vector loads never straddle a cache line)
         auto aligned = [](std::vector<T>& buf, size_t need) {
-            if (buf.size() < need + L) buf.resize(need + L);
+            constexpr size_t slack = 64 / sizeof(T);  // room to align to 64 bytes
+            if (buf.size() < need + slack) buf.resize(need + slack);
             return (T*)(((uintptr_t)buf.data() + 63) & ~(uintptr_t)63);
         };
         auto direct = [=](long long w) {

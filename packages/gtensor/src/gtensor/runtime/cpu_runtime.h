@@ -49,6 +49,18 @@ template <class S, int N>
 struct Vec {
     typedef S type __attribute__((vector_size(N * sizeof(S))));
 };
+// The widest vector the build's target has registers for (64 bytes with AVX-512, 32 with AVX,
+// else 16): kernels size their lanes by it. A wider GCC vector than the target's registers is
+// lowered through the stack (an AVX2 build of 64-byte tiles ran the matmul at 0.46 G
+// multiply-adds/s, every broadcast a store-forwarding stall). Lanes only decide which
+// independent outputs run side by side: no bit depends on this.
+#if defined(__AVX512F__)
+constexpr int VEC_BYTES = 64;
+#elif defined(__AVX__)
+constexpr int VEC_BYTES = 32;
+#else
+constexpr int VEC_BYTES = 16;
+#endif
 template <class V, class S>
 static __forceinline__ V vload(const S* p) {
     V v;
