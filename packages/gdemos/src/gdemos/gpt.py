@@ -152,6 +152,22 @@ def batch_starts(key: g.rng.Key, step: int, rows: int, n: int, block: int) -> np
     return (g.rng.bits(key.fold(step), rows) % np.uint64(n - block)).astype(np.int64)
 
 
+def train_batch(corpus: Corpus, key: g.rng.Key, step: int, rows: int, block: int
+                ) -> tuple[np.ndarray, np.ndarray]:
+    """Step ``step``'s (inputs, targets): the training windows at ``batch_starts``."""
+    return corpus.windows("train", batch_starts(key, step, rows, len(corpus.train), block),
+                          block)
+
+
+def eager_optimizer(model: g.nn.Module, run: GPTRun) -> tuple[Any, Any]:
+    """(AdamW over ``groups(model)`` with torch's clipping, its warmup-cosine schedule): the
+    eager engine's optimizer."""
+    opt = gopt.AdamW(groups(model), lr=run.lr, betas=run.betas, weight_decay=run.weight_decay)
+    opt.set_clip(run.clip, rule="torch")
+    return opt, schedules.cosine(opt, total_steps=run.total_steps,
+                                 warmup_steps=run.warmup_steps)
+
+
 def digest(model: g.nn.Module) -> str:
     """sha256 of the parameters (gverify's canonical bytes of each name and array)."""
     return entries_digest(model.state_dict().items())
@@ -181,11 +197,7 @@ class TapeSteps:
 
     def __init__(self, tp: g.Tape, model: M.GPT, run: GPTRun) -> None:
         self.tp, self.model = tp, model
-        self.opt = gopt.AdamW(groups(model), lr=run.lr, betas=run.betas,
-                              weight_decay=run.weight_decay)
-        self.opt.set_clip(run.clip, rule="torch")
-        self.sched = schedules.cosine(self.opt, total_steps=run.total_steps,
-                                      warmup_steps=run.warmup_steps)
+        self.opt, self.sched = eager_optimizer(model, run)
         self.mark = tp.mark()
 
     def step(self, x: np.ndarray, y: np.ndarray) -> float:
@@ -298,11 +310,9 @@ def train(run: GPTRun, progress: Callable[[int], Any] | None = None,
     model = M.GPT(tp, cfg)
     initial = digest(model)
     last = run.total_steps if run.stop is None else min(run.stop, run.total_steps)
-    n = len(corpus.train)
 
     def batch(step: int) -> tuple[np.ndarray, np.ndarray]:
-        return corpus.windows("train", batch_starts(k_data, step, run.rows, n, cfg.block),
-                              cfg.block)
+        return train_batch(corpus, k_data, step, run.rows, cfg.block)
 
     steps = (TapeSteps(tp, model, run) if run.engine == "tape"
              else ReplaySteps(tp, model, run, *batch(0)))

@@ -14,10 +14,8 @@ from __future__ import annotations
 
 from typing import Any
 
-import gopt
 import gtape as g
 import numpy as np
-from gopt import schedules
 from gverify.task import Session, Task, TaskError, check_choice, check_int, check_real
 
 from . import gpt
@@ -81,19 +79,13 @@ class GPTSession(Session):
         self.k_data = gpt.keys(run.seed)[0]
         self.model = M.GPT(self.tp, cfg)  # weights and dropout keys from the stream
         self.drops = [m for m in self.model.modules() if isinstance(m, g.nn.Dropout)]
-        opt = gopt.AdamW(gpt.groups(self.model), lr=run.lr, betas=run.betas,
-                         weight_decay=run.weight_decay)
-        opt.set_clip(run.clip, rule="torch")
-        self.sched = schedules.cosine(opt, total_steps=run.total_steps,
-                                      warmup_steps=run.warmup_steps)
+        opt, self.sched = gpt.eager_optimizer(self.model, run)
         self.ready(opt)
 
     def batch(self, k: int) -> list[tuple[str, np.ndarray]]:
         """Step k's input ids and target ids (rung 9's windows)."""
-        cfg = self.model.cfg
-        starts = gpt.batch_starts(self.k_data, k - 1, self.run.rows, len(self.corpus.train),
-                                  cfg.block)
-        x, y = self.corpus.windows("train", starts, cfg.block)
+        x, y = gpt.train_batch(self.corpus, self.k_data, k - 1, self.run.rows,
+                               self.model.cfg.block)
         return [("ids", x), ("targets", y)]
 
     def forward(self, k: int) -> g.Var:
