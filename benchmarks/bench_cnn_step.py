@@ -1,4 +1,5 @@
-"""One training step of rung 8's CNN (forward + backward + Adam, batch 32), ours vs torch eager.
+"""One training step of rung 8's CNN or rung 8b's ResNet (forward + backward + Adam, batch 32),
+ours vs torch eager.
 
 The model is ``gdemos.cnn``'s LeNet-style CNN (Conv2d 1->16 3x3 pad 1, ReLU, MaxPool 2, Conv2d
 16->32, ReLU, MaxPool 2, Linear 128->64, ReLU, Dropout 0.1, Linear 64->10; cross-entropy on int
@@ -8,9 +9,12 @@ labels; Adam with the cosine schedule) on 32 of sklearn's 8x8 digits. Engines: o
 float64 and float32. The engines take turns in blocks (``_timing.round_robin``), so the ratio
 comes from one run under one machine load; medians and interquartile spreads.
 
-    python benchmarks/bench_cnn_step.py [--steps 200]
+    python benchmarks/bench_cnn_step.py [--steps 200] [--model resnet]
 
-prints the table and writes it, with the command, to benchmarks/results/cnn_step.md.
+prints the table and writes it, with the command, to benchmarks/results/cnn_step.md
+(``--model resnet``: rung 8b's ResNet -- a stem conv + BatchNorm, two BasicBlocks, the second
+strided with a 1x1 projection shortcut, global average pooling, a linear head -- against the
+same torch.nn tree, to benchmarks/results/resnet_step.md).
 """
 
 from __future__ import annotations
@@ -33,6 +37,49 @@ from gdemos import cnn  # noqa: E402
 CFG = cnn.CNNConfig(backend="cpu")
 TORCH = "torch.nn eager, CPU, 2 threads"  # the ratios' reference (the other benches' setting)
 TORCH1 = "torch.nn eager, CPU, 1 thread"
+
+
+# where the time goes, per model (measured once, by hand: see each paragraph)
+LENET_WHERE = """
+Where our time goes (cProfile of 100 tape steps, float64, measured once): about 53% inside the
+native kernels (`gtensor_cpu_module.run`: 34 calls a step -- the conv2d forward and its two
+gradients, the pools, the matmuls, the fused backward and Adam), the rest the tape's recording
+and dispatch in Python (23 recorded nodes a step); the dropout layer's per-step keys cost
+nothing measurable since they are folded 256 at a time. The captured step (one native call)
+removes the Python part. The exact kernels keep each output's serial sum over (c, kh, kw) and
+each weight gradient's serial sum over (n, oy, ox); torch's oneDNN kernels reassociate freely.
+"""
+RESNET_WHERE = """
+The exact conv kernels run the matmul kernel's own product on per-image im2col panels
+(`benchmarks/results/cpu_conv.md`), keeping each output's serial sum over (c, kh, kw) and each
+weight gradient's over (n, oy, ox); BatchNorm's batch mean and biased variance are serial sums
+over (n, h, w) in row-major order (docs/semantics.md). torch's oneDNN kernels reassociate freely.
+"""
+
+
+def _torch_resnet(nn, c1: int, c2: int):
+    """rung 8b's ResNet (``cnn.build_resnet``) as a torch.nn tree."""
+    import torch
+
+    class Block(nn.Module):
+        def __init__(self, cin: int, cout: int, stride: int) -> None:
+            super().__init__()
+            self.conv1 = nn.Conv2d(cin, cout, 3, stride, 1, bias=False)
+            self.bn1 = nn.BatchNorm2d(cout)
+            self.conv2 = nn.Conv2d(cout, cout, 3, 1, 1, bias=False)
+            self.bn2 = nn.BatchNorm2d(cout)
+            self.shortcut = nn.Sequential()
+            if stride != 1 or cin != cout:
+                self.shortcut = nn.Sequential(nn.Conv2d(cin, cout, 1, stride, bias=False),
+                                              nn.BatchNorm2d(cout))
+
+        def forward(self, x):
+            out = torch.relu(self.bn1(self.conv1(x)))
+            return torch.relu(self.bn2(self.conv2(out)) + self.shortcut(x))
+
+    return nn.Sequential(nn.Conv2d(1, c1, 3, padding=1, bias=False), nn.BatchNorm2d(c1),
+                         nn.ReLU(), Block(c1, c1, 1), Block(c1, c2, 2), nn.AdaptiveAvgPool2d(1),
+                         nn.Flatten(), nn.Linear(c2, 10))
 
 
 def _batch() -> tuple[np.ndarray, np.ndarray]:
@@ -59,10 +106,13 @@ def torch_step(dtype: str, threads: int):
     tdt = {"float64": torch.float64, "float32": torch.float32}[dtype]
     c1, c2 = CFG.channels
     nn = torch.nn
-    model = nn.Sequential(nn.Conv2d(1, c1, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
-                          nn.Conv2d(c1, c2, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
-                          nn.Flatten(), nn.Linear(4 * c2, CFG.hidden), nn.ReLU(),
-                          nn.Dropout(CFG.dropout), nn.Linear(CFG.hidden, 10)).to(tdt)
+    if CFG.model == "resnet":
+        model = _torch_resnet(nn, c1, c2).to(tdt)
+    else:
+        model = nn.Sequential(nn.Conv2d(1, c1, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+                              nn.Conv2d(c1, c2, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+                              nn.Flatten(), nn.Linear(4 * c2, CFG.hidden), nn.ReLU(),
+                              nn.Dropout(CFG.dropout), nn.Linear(CFG.hidden, 10)).to(tdt)
     opt = torch.optim.Adam(model.parameters(), lr=CFG.lr)
     xb, yb = _batch()
     x, y = torch.from_numpy(xb).to(tdt), torch.from_numpy(yb)
@@ -82,8 +132,17 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--steps", type=int, default=200, help="timed steps per engine (default 200)")
     ap.add_argument("--warmup", type=int, default=20, help="untimed steps first (default 20)")
-    ap.add_argument("--out", type=Path, default=ROOT / "benchmarks/results/cnn_step.md")
+    ap.add_argument("--model", choices=cnn.MODELS, default="lenet",
+                    help="lenet (rung 8, the default) or resnet (rung 8b)")
+    ap.add_argument("--out", type=Path, default=None,
+                    help="the table's file (default benchmarks/results/cnn_step.md, "
+                         "resnet_step.md for --model resnet)")
     args = ap.parse_args()
+    global CFG
+    CFG = replace(CFG, model=args.model)
+    if args.out is None:
+        name = "cnn_step" if args.model == "lenet" else "resnet_step"
+        args.out = ROOT / f"benchmarks/results/{name}.md"
     import torch
 
     names = {"tape": "our tape, cpu backend", "replay": "our step captured, replayed on cpu"}
@@ -110,18 +169,32 @@ def main() -> None:
     table = "\n".join(lines)
     print(table)
     load = " / ".join(f"{x:.1f}" for x in os.getloadavg())
-    cmd = "python benchmarks/bench_cnn_step.py" + (
+    c1, c2 = CFG.channels
+    if CFG.model == "resnet":
+        title = "rung 8b's ResNet"
+        model = (f"`gdemos.cnn`'s ResNet (`cnn.build_resnet`: Conv2d 1->{c1} 3x3 pad 1 without "
+                 f"bias, BatchNorm2d, ReLU; a BasicBlock {c1}->{c1}; a BasicBlock {c1}->{c2} "
+                 f"with stride 2 and a strided 1x1 conv + BatchNorm2d shortcut; "
+                 f"AdaptiveAvgPool2d(1), Flatten, Linear {c2}->10; training-mode BatchNorm, "
+                 "its running statistics updated every step)")
+        where = RESNET_WHERE
+        flags = " --model resnet"
+    else:
+        title = "rung 8's CNN"
+        model = (f"`gdemos.cnn`'s LeNet-style CNN (Conv2d 1->{c1} 3x3 pad 1, ReLU, MaxPool 2, "
+                 f"Conv2d {c1}->{c2}, ReLU, MaxPool 2, Linear {4 * c2}->{CFG.hidden}, ReLU, "
+                 f"Dropout {CFG.dropout:g}, Linear {CFG.hidden}->10)")
+        where = LENET_WHERE
+        flags = ""
+    cmd = "python benchmarks/bench_cnn_step.py" + flags + (
         f" --steps {args.steps}" if args.steps != 200 else "")
-    text = f"""# One training step of rung 8's CNN
+    text = f"""# One training step of {title}
 
-Forward + backward + Adam of `gdemos.cnn`'s LeNet-style CNN (Conv2d 1->{CFG.channels[0]} 3x3
-pad 1, ReLU, MaxPool 2, Conv2d {CFG.channels[0]}->{CFG.channels[1]}, ReLU, MaxPool 2, Linear
-{4 * CFG.channels[1]}->{CFG.hidden}, ReLU, Dropout {CFG.dropout:g}, Linear {CFG.hidden}->10;
-cross-entropy on int labels) on one batch of {CFG.batch} 8x8 digits; ours with Adam and the
-cosine schedule, torch with torch.optim.Adam. The engines take turns in blocks of 25 steps
-after {args.warmup} untimed steps each, so every ratio comes from one run under one machine
-load. Ours is exact (each output's serial sum in the defined order; the same bits on numpy,
-sim, cpu and replayed); torch uses oneDNN/MKL kernels.
+Forward + backward + Adam of {model}; cross-entropy on int labels, on one batch of {CFG.batch}
+8x8 digits; ours with Adam and the cosine schedule, torch with torch.optim.Adam. The engines
+take turns in blocks of 25 steps after {args.warmup} untimed steps each, so every ratio comes
+from one run under one machine load. Ours is exact (each output's serial sum in the defined
+order; the same bits on numpy, sim, cpu and replayed); torch uses oneDNN/MKL kernels.
 
 Command (from the repository root, with torch installed):
 
@@ -136,15 +209,7 @@ that load (its wide IQR), so the table also has torch on one thread and the rati
 against both (our cpu backend uses its own threads, `GTENSOR_CPU_THREADS`).
 
 {table}
-
-Where our time goes (cProfile of 100 tape steps, float64, measured once): about 53% inside the
-native kernels (`gtensor_cpu_module.run`: 34 calls a step -- the conv2d forward and its two
-gradients, the pools, the matmuls, the fused backward and Adam), the rest the tape's recording
-and dispatch in Python (23 recorded nodes a step); the dropout layer's per-step keys cost
-nothing measurable since they are folded 256 at a time. The captured step (one native call)
-removes the Python part. The exact kernels keep each output's serial sum over (c, kh, kw) and
-each weight gradient's serial sum over (n, oy, ox); torch's oneDNN kernels reassociate freely.
-"""
+{where}"""
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(text)
     print(f"wrote {args.out}")

@@ -16,6 +16,13 @@ times the matmul under both inner-product contracts (``inner="plain"``: a multip
 per term; ``inner="fma"``: one fused multiply-add) on ONE thread, in GMAC/s, against the
 machine's measured peak per thread (``_peak.py``: a probe of the FMA and of the mul+add rate),
 and writes benchmarks/results/cpu_matmul_peak.md.
+
+    python benchmarks/bench_cpu_kernels.py --conv [--rounds 5] [--reps 3] [--batch 8]
+
+times the exact conv2d forward and both gradients against the exact matmul of the same
+multiply-adds (the forward's product: (O, C*KH*KW) @ (C*KH*KW, N*OH*OW)), same contract and
+dtype, on ONE thread, in GMAC/s of CPU time, the four interleaved in every round (medians over
+rounds), at ResNet-like shapes; writes benchmarks/results/cpu_conv.md with `uptime`.
 """
 
 from __future__ import annotations
@@ -134,6 +141,103 @@ def peak_table(rounds: int, reps: int) -> tuple[list[str], dict]:
     return lines, peaks
 
 
+CONVS = [(64, 64, 32, 3), (16, 16, 8, 3)]  # (C, O, H = W, kernel), padding 1: ResNet blocks
+
+
+def _conv_calls(be, arrays: tuple, hw: int, kk: int, inner: str) -> dict[str, Callable]:
+    """The four timed calls of one conv shape and contract, each into its own ``out=``."""
+    x, w, g, a, b = arrays
+    outs = {"matmul": be.matmul(a, b, inner=inner),
+            "conv2d": be.conv2d(x, w, padding=1, inner=inner),
+            "grad_input": be.conv2d_grad_input(g, w, padding=1, size=(hw, hw), inner=inner),
+            "grad_weight": be.conv2d_grad_weight(g, x, padding=1, kernel=kk, inner=inner)}
+    return {
+        "matmul": lambda: be.matmul(a, b, inner=inner, out=outs["matmul"]),
+        "conv2d": lambda: be.conv2d(x, w, padding=1, inner=inner, out=outs["conv2d"]),
+        "grad_input": lambda: be.conv2d_grad_input(g, w, padding=1, size=(hw, hw),
+                                                   inner=inner, out=outs["grad_input"]),
+        "grad_weight": lambda: be.conv2d_grad_weight(g, x, padding=1, kernel=kk, inner=inner,
+                                                     out=outs["grad_weight"])}
+
+
+def conv_table(rounds: int, reps: int, batch: int) -> list[str]:
+    """Rows: conv2d, conv2d_grad_input, conv2d_grad_weight and the matmul of the same
+    multiply-adds, GMAC/s per thread (CPU time), interleaved in every round; medians."""
+    os.environ["GTENSOR_CPU_THREADS"] = "1"  # read at every launch
+    be = gtensor.backend("cpu")
+    lines = ["| dtype | contract | shape (N, C, H, W) -> O, kernel | matmul GMAC/s | conv2d | "
+             "grad_input | grad_weight | conv2d / matmul | grad_input / matmul | "
+             "grad_weight / matmul |", "|---|---|---|---:|---:|---:|---:|---:|---:|---:|"]
+    for dtype in ("float64", "float32"):
+        for c, o, hw, kk in CONVS:
+            rng = np.random.default_rng(0)
+            x = be.asarray(rng.standard_normal((batch, c, hw, hw)).astype(dtype))
+            w = be.asarray(rng.standard_normal((o, c, kk, kk)).astype(dtype))
+            g = be.asarray(rng.standard_normal((batch, o, hw, hw)).astype(dtype))
+            a = be.asarray(rng.standard_normal((o, c * kk * kk)).astype(dtype))
+            b = be.asarray(rng.standard_normal((c * kk * kk, batch * hw * hw)).astype(dtype))
+            macs = batch * o * hw * hw * c * kk * kk
+            for inner in ("plain", "fma"):
+                calls = _conv_calls(be, (x, w, g, a, b), hw, kk, inner)
+                per: dict[str, list[float]] = {k: [] for k in calls}
+                for _ in range(rounds):  # the four interleaved: load hits them alike
+                    for k, fn in calls.items():
+                        per[k].append(statistics.median(cpu for cpu, _ in _times(fn, reps)))
+                rate = {k: macs / statistics.median(v) / 1e9 for k, v in per.items()}
+                m = rate["matmul"]
+                row = (f"| {dtype} | {inner} | ({batch}, {c}, {hw}, {hw}) -> {o}, {kk}x{kk} | "
+                       f"{m:.2f} | {rate['conv2d']:.2f} | {rate['grad_input']:.2f} | "
+                       f"{rate['grad_weight']:.2f} | {rate['conv2d'] / m:.0%} | "
+                       f"{rate['grad_input'] / m:.0%} | {rate['grad_weight'] / m:.0%} |")
+                print(row, flush=True)
+                lines.append(row)
+    return lines
+
+
+def write_conv(args: argparse.Namespace) -> None:
+    """The --conv table, with its command and the machine's load, to
+    benchmarks/results/cpu_conv.md."""
+    import subprocess
+
+    before = subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
+    lines = conv_table(args.rounds, args.reps, args.batch)
+    after = subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
+    cmd = f"python benchmarks/bench_cpu_kernels.py --conv --rounds {args.rounds} " \
+          f"--reps {args.reps} --batch {args.batch}"
+    table = "\n".join(lines)
+    text = f"""# The exact cpu conv against the exact matmul, per thread
+
+conv2d, conv2d_grad_input and conv2d_grad_weight (padding 1, stride 1) on the cpu backend,
+each output in its defined order (docs/semantics.md, "Convolution"), against the exact
+matmul of the same multiply-adds ((O, C*KH*KW) @ (C*KH*KW, N*H*W)), under the same
+inner-product contract and dtype. Since issue 41 the cpu conv kernels run the matmul kernel's
+own product (``gtensor.ops.linalg.cpu_product``: its tiles, packed panels, k blocks) on
+per-image im2col panels, so the target is the matmul's rate. One thread
+(`GTENSOR_CPU_THREADS=1`); GMAC/s = multiply-adds / the calling thread's CPU seconds; in each
+of {args.rounds} rounds the four ops run {args.reps} calls each, one after another (the median
+call), and the table gives the median over rounds. The host is shared by several engineers'
+builds and tests: absolute rates move with its load (CPU time does not count the time others
+held the core, but does count their share of its caches and pipes); the ratios, taken from
+interleaved rounds, are what this table is for.
+
+Command (from the repository root):
+
+```
+{cmd}
+```
+
+`uptime` before: `{before}`
+`uptime` after: `{after}`
+
+Machine: {platform.machine()}, {os.cpu_count()} CPUs, numpy {np.__version__}.
+
+{table}
+"""
+    out = ROOT / "benchmarks/results/cpu_conv.md"
+    out.write_text(text)
+    print(f"wrote {out}")
+
+
 def write_peak(args: argparse.Namespace) -> None:
     """The --peak table, with its command, to benchmarks/results/cpu_matmul_peak.md."""
     lines, _ = peak_table(args.rounds, args.reps)
@@ -179,9 +283,15 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks/results/cpu_kernels.md")
     ap.add_argument("--peak", action="store_true",
                     help="only the matmul GMAC/s per thread of both contracts vs the peak")
+    ap.add_argument("--conv", action="store_true",
+                    help="only the conv ops' GMAC/s per thread against the matmul's")
+    ap.add_argument("--batch", type=int, default=8, help="--conv: images per batch (8)")
     args = ap.parse_args()
     if args.peak:
         write_peak(args)
+        return
+    if args.conv:
+        write_conv(args)
         return
     import torch
 

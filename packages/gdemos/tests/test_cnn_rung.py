@@ -83,6 +83,7 @@ def test_cli_usage_errors(tmp_path):
         cli.main(["cnn", "--seed", "-2", "--out", str(tmp_path)])
 
 
-def test_cnn_is_rung_8_on_the_ladder():
+def test_cnn_and_resnet_are_rungs_8_and_8b_on_the_ladder():
     names = [name for name, _ in ladder.RUNGS]
-    assert names[-2:] == [cnn.RUNG, "rung 9 gpt"] and cnn.RUNG == "rung 8 cnn"
+    assert names[-3:] == [cnn.RUNG, cnn.RESNET_RUNG, "rung 9 gpt"]
+    assert cnn.RUNG == "rung 8 cnn" and cnn.RESNET_RUNG == "rung 8b resnet"

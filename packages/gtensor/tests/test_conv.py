@@ -508,3 +508,46 @@ def test_cpu_thread_splits_change_no_bit(be, ref, dtype, inner):
                 got = _run(be, op, list(args), **attrs)
                 assert bits_equal(want, got), f"{op} threads={threads}: " \
                                               f"{first_difference(want, got)}"
+
+
+@pytest.mark.parametrize("inner", ["plain", "fma"])
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+def test_cpu_image_chunks_change_no_bit(be, ref, dtype, inner):
+    """The cpu forward and input gradient take small images in chunks (one product over a
+    chunk's positions: 37 images of 4x4 make chunks of 32, 19 / 18 or 13 / 13 / 11 images on
+    1, 2, 3 threads); signed zeros everywhere, so the input gradient's sums that start at a
+    -0.0 tap keep it and positions no tap reaches (stride 3, kernel 1) are +0.0: numpy's bits."""
+    if be.name != "cpu":
+        pytest.skip("the cpu backend's image chunks")
+    rng = np.random.default_rng(8)
+
+    def signed(shape):
+        a = rng.standard_normal(shape).astype(dtype)
+        a[rng.random(shape) < 0.3] = -0.0
+        return a
+
+    x, w, g = signed((37, 4, 4, 4)), signed((6, 2, 3, 3)), signed((37, 6, 4, 4))
+    at = {"stride": 1, "padding": 1, "groups": 2, "inner": inner}
+    x1, w1, g1 = signed((37, 3, 7, 7)), signed((5, 3, 1, 1)), signed((37, 5, 3, 3))
+    a1 = {"stride": 3, "padding": 0, "inner": inner}
+    zeros = np.full((37, 5, 3, 3), -0.0, dtype)  # plain: every tap -0.0, the sums stay -0.0
+    calls = [("conv2d", (x, w), at),
+             ("conv2d_grad_input", (g, w), {**at, "size": (4, 4)}),
+             ("conv2d_grad_weight", (g, x), {**at, "kernel": (3, 3)}),
+             ("conv2d", (x1, w1), a1),
+             ("conv2d_grad_input", (g1, w1), {**a1, "size": (7, 7)}),
+             ("conv2d_grad_input", (zeros, np.abs(w1)), {**a1, "size": (7, 7)})]
+    with cpu_thread_runs(be, threads=("1", "2", "3")) as runs:
+        for op, args, attrs in calls:
+            want = _run(ref, op, list(args), **attrs)
+            for threads in runs:
+                got = _run(be, op, list(args), **attrs)
+                assert bits_equal(want, got), f"{op} threads={threads}: " \
+                                              f"{first_difference(want, got)}"
+    dx = np.asarray(_run(ref, "conv2d_grad_input", [zeros, np.abs(w1)], **a1, size=(7, 7)))
+    reached = np.zeros((7, 7), bool)
+    reached[::3, ::3] = True
+    # plain: each tap's value is its first product, -0.0, and the sums keep it; fma: the
+    # chains over o start at +0.0, so every tap's value is +0.0
+    assert np.all(np.signbit(dx[..., reached])) == (inner == "plain")
+    assert not np.any(np.signbit(dx[..., ~reached]))

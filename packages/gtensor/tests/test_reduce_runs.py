@@ -47,3 +47,38 @@ def test_reduce_runs_bitwise(ref, other, shape, op, attrs, dtype):
             got = other.to_numpy(other.apply(op, [other.asarray(x)], **attrs))
             assert bits_equal(want, got), f"{op} {shape} threads={t}: " \
                                           f"{first_difference(want, got)}"
+
+
+# (x shape, op, attrs): the innermost reduced axis contiguous, outputs strided (the cpu
+# kernel's groups of 8 outputs over a list of outer reduced offsets): BatchNorm's statistics
+# over (n, h, w), row sums, and output counts that leave a partial group
+GROUPED = [((5, 11, 3, 4), "sum", {"axis": (0, 2, 3)}),
+           ((5, 11, 3, 4), "mean", {"axis": (0, 2, 3)}),
+           ((3, 16, 2, 2), "sum_to", {"shape": (1, 16, 1, 1)}),
+           ((2, 3, 4, 5, 6), "sum", {"axis": (0, 2, 4)}),
+           ((9, 13), "sum", {"axis": 1}), ((4, 1, 7), "mean", {"axis": (0, 2)})]
+
+
+def _signed(shape: tuple, dtype: str, seed: int) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal(shape)
+    pick = rng.random(shape) < 0.2
+    x[pick] = rng.choice(SPECIAL, int(pick.sum()))
+    with np.errstate(over="ignore"):
+        return x.astype(dtype)
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+@pytest.mark.parametrize("shape,op,attrs", GROUPED)
+def test_reduce_grouped_outputs_bitwise(ref, other, shape, op, attrs, dtype):
+    x = _signed(shape, dtype, sum(shape))
+    if op != "sum_to":  # one output whose every term is -0.0: the sum stays -0.0
+        axes = attrs["axis"] if isinstance(attrs["axis"], tuple) else (attrs["axis"],)
+        first = tuple(slice(None) if i in axes else 0 for i in range(len(shape)))
+        x[first] = -0.0
+    want = ref.to_numpy(ref.apply(op, [ref.asarray(x)], **attrs))
+    with cpu_thread_runs(other, threads=("1", "2", "3")) as threads:
+        for t in threads:
+            got = other.to_numpy(other.apply(op, [other.asarray(x)], **attrs))
+            assert bits_equal(want, got), f"{op} {shape} threads={t}: " \
+                                          f"{first_difference(want, got)}"

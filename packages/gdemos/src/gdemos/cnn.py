@@ -1,4 +1,5 @@
-"""Rung 8's training definition: a LeNet-style CNN on sklearn's 8x8 digits, Adam, int labels.
+"""Rung 8's training definition: a LeNet-style CNN (or rung 8b's small ResNet) on sklearn's 8x8
+digits, Adam, int labels.
 
 Data: ``load_digits`` (1,797 images scaled to [0, 1], shape (N, 1, 8, 8)), split 80/20 by
 ``train_test_split(stratify=labels, random_state=seed)``: 1,437 training and 360 test images.
@@ -7,6 +8,16 @@ Model (``gtape.nn``, torch's names and initialisations drawn from ``gtape.rng``)
     Conv2d(1, c1, 3, padding=1) - ReLU - MaxPool2d(2)        8x8 -> 4x4
     Conv2d(c1, c2, 3, padding=1) - ReLU - MaxPool2d(2)       4x4 -> 2x2
     Flatten - Linear(4 c2, hidden) - ReLU - Dropout(p) - Linear(hidden, 10)
+
+Rung 8b's ResNet (``model="resnet"``; BatchNorm's running statistics are tape states, in the
+digests)::
+
+    Conv2d(1, c1, 3, padding=1, bias=False) - BatchNorm2d - ReLU      8x8
+    BasicBlock(c1, c1)                                                8x8
+    BasicBlock(c1, c2, stride 2), a 1x1 strided projection + BN       4x4
+    AdaptiveAvgPool2d(1) - Flatten - Linear(c2, 10)
+
+A BasicBlock is torch's: conv3x3 - BN - ReLU - conv3x3 - BN, plus the shortcut, then ReLU.
 
 Every random bit comes from ``gtape.rng.key(seed)``, split three ways: the initial weights
 (one key per layer), the minibatch order (epoch e: the training rows sorted by the words of
@@ -32,6 +43,10 @@ from gverify.canonical import entries_digest
 RUNG = "rung 8 cnn"
 ACCURACY_BAR = 0.97  # test accuracy of the default run (seed 0, every epoch, float64)
 ENGINES = ("tape", "replay")
+MODELS = ("lenet", "resnet")
+RESNET_RUNG = "rung 8b resnet"
+BARS = {"lenet": ACCURACY_BAR, "resnet": 0.98}  # each model's bar (its default run)
+EPOCHS = {"lenet": 20, "resnet": 5}  # each model's default run
 
 
 @dataclass(frozen=True)
@@ -49,6 +64,7 @@ class CNNConfig:
     hidden: int = 128
     dropout: float = 0.25
     stop: int | None = None  # the last step to run (None: every epoch): the short checks
+    model: str = "lenet"  # "lenet" (rung 8) or "resnet" (rung 8b: channels, no dropout)
 
 
 @dataclass
@@ -103,8 +119,45 @@ def batch_order(order: g.rng.Key, epoch: int, n: int, batch: int) -> list[np.nda
     return [perm[k * batch:(k + 1) * batch] for k in range(n // batch)]
 
 
+class BasicBlock(g.nn.Module):
+    """torch's ResNet BasicBlock: conv3x3 (stride) - BN - ReLU - conv3x3 - BN, plus the
+    shortcut (the identity, or a strided 1x1 conv + BN when the shape changes), then ReLU."""
+
+    def __init__(self, tp: g.Tape, cin: int, cout: int, stride: int, key: g.rng.Key) -> None:
+        k = key.split(3)
+        self.conv1 = g.nn.Conv2d(tp, cin, cout, 3, stride, 1, bias=False, key=k[0])
+        self.bn1 = g.nn.BatchNorm2d(tp, cout)
+        self.conv2 = g.nn.Conv2d(tp, cout, cout, 3, 1, 1, bias=False, key=k[1])
+        self.bn2 = g.nn.BatchNorm2d(tp, cout)
+        self.shortcut = g.nn.Sequential()
+        if stride != 1 or cin != cout:
+            self.shortcut = g.nn.Sequential(
+                g.nn.Conv2d(tp, cin, cout, 1, stride, bias=False, key=k[2]),
+                g.nn.BatchNorm2d(tp, cout))
+
+    def forward(self, x: Any) -> g.Var:
+        """relu(bn2(conv2(relu(bn1(conv1(x))))) + shortcut(x))."""
+        out = g.relu(self.bn1(self.conv1(x)))
+        return g.relu(self.bn2(self.conv2(out)) + self.shortcut(x))
+
+
+def build_resnet(tp: g.Tape, cfg: CNNConfig, init: g.rng.Key) -> g.nn.Sequential:
+    """Rung 8b's ResNet on ``tp`` (module docstring; initial values from ``init``)."""
+    c1, c2 = cfg.channels
+    k = init.split(4)
+    return g.nn.Sequential(
+        g.nn.Conv2d(tp, 1, c1, 3, padding=1, bias=False, key=k[0]), g.nn.BatchNorm2d(tp, c1),
+        g.nn.ReLU(), BasicBlock(tp, c1, c1, 1, k[1]), BasicBlock(tp, c1, c2, 2, k[2]),
+        g.nn.AdaptiveAvgPool2d(1), g.nn.Flatten(), g.nn.Linear(tp, c2, 10, key=k[3]))
+
+
 def build(tp: g.Tape, cfg: CNNConfig, init: g.rng.Key, drop: g.rng.Key) -> g.nn.Sequential:
-    """The LeNet-style model on ``tp`` (torch's layers, initial values from ``init``)."""
+    """The model of ``cfg.model`` on ``tp``: the LeNet-style CNN (torch's layers, initial
+    values from ``init``) or the ResNet (``build_resnet``)."""
+    if cfg.model not in MODELS:
+        raise ValueError(f"cnn.build: model {cfg.model!r}; expected one of {MODELS}")
+    if cfg.model == "resnet":
+        return build_resnet(tp, cfg, init)
     c1, c2 = cfg.channels
     k = init.split(4)
     return g.nn.Sequential(
@@ -171,13 +224,17 @@ class ReplaySteps:
         from ggpu_replay import capture
 
         self.tp, self.model = tp, model
-        self.drop = next(m for m in model if isinstance(m, g.nn.Dropout))
+        self.drop = next((m for m in model if isinstance(m, g.nn.Dropout)), None)
         mark = tp.mark()
         self.x = tp.const(np.zeros((cfg.batch, 1, 8, 8)), name="images")
-        calls = self.drop.calls
+        calls = self.drop.calls if self.drop is not None else 0
         loss = g.cross_entropy(model(self.x), np.zeros(cfg.batch, np.int64))
-        self.drop.calls = calls  # recording the step is not a step: step t keys drop.fold(t)
+        if self.drop is not None:  # recording the step is not a step: step t keys drop.fold(t)
+            self.drop.calls = calls
         self.prog = capture(tp, loss, backend=cfg.backend, model=model)
+        # NOTE: the reset writes the recording forward's running-statistics update (a torch
+        # forward in training mode would too); the program starts from the states before it,
+        # and sync() copies its own back
         tp.reset_to(mark)
         self.opt = self.prog.adam(lr=cfg.lr)
         for p in model.parameters():
@@ -189,7 +246,8 @@ class ReplaySteps:
         prog = self.prog
         prog.set_input(self.x, xb)
         prog.set_input("labels", yb)
-        prog.advance_keys()  # the dropout layer's next key (drop.fold(t)), as the tape's
+        if self.drop is not None:
+            prog.advance_keys()  # the dropout layer's next key (drop.fold(t)), as the tape's
         prog.step(self.opt)
         self.sched.step()
         return prog.loss()

@@ -124,6 +124,12 @@ def _cnn(out: Path, backend: str, progress: bool) -> Verdict:
     return Verdict(cnn.RUNG, ok, detail, unchecked)
 
 
+@rung(cnn.RESNET_RUNG)
+def _resnet(out: Path, backend: str, progress: bool) -> Verdict:
+    ok, detail, unchecked = rung_cnn.ladder_verdict(out / "resnet", progress, backend, "resnet")
+    return Verdict(cnn.RESNET_RUNG, ok, detail, unchecked)
+
+
 @rung(gpt.RUNG)
 def _gpt(out: Path, backend: str, progress: bool) -> Verdict:
     ok, detail, unchecked = rung_gpt.ladder_verdict(out / "gpt", progress, backend)

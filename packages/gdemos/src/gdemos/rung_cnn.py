@@ -1,11 +1,14 @@
-"""Rung 8 (``gdemos cnn``): a LeNet-style CNN trained exactly on sklearn's digits.
+"""Rung 8 (``gdemos cnn``): a LeNet-style CNN trained exactly on sklearn's digits; rung 8b
+(``gdemos cnn --model resnet``): a small ResNet (BasicBlocks with BatchNorm, a strided
+projection shortcut, global average pooling), its running statistics part of every digest.
 
-The full run trains on ``--backend`` (the tape engine) and must reach the accuracy bar (the
-default configuration). The verdict's second half is bits: the same training with its step
-captured (ggpu-replay) must end on the same parameter digest, and the first ``CHECK_STEPS``
-steps on every other engine of numpy, cpu and sim must reach the digest the full run had
-after that step. Outputs: ``OUT/cnn_summary.json`` and ``OUT/cnn.png`` (loss and test accuracy
-per epoch, and the misclassified test digits with their predicted labels).
+The full run trains on ``--backend`` (the tape engine) and must reach its model's accuracy
+bar (the default configuration: ``cnn.BARS``, ``cnn.EPOCHS``). The verdict's second half is
+bits: the same training with its step captured (ggpu-replay) must end on the same parameter
+digest, and the first ``CHECK_STEPS`` steps on every other engine of numpy, cpu and sim must
+reach the digest the full run had after that step. Outputs: ``OUT/cnn_summary.json`` and
+``OUT/cnn.png`` (rung 8b: ``resnet_summary.json``, ``resnet.png``): loss and test accuracy per
+epoch, and the misclassified test digits with their predicted labels.
 """
 
 from __future__ import annotations
@@ -37,9 +40,14 @@ class CNNRun:
     plot_path: Path | None = None
 
     @property
+    def bar(self) -> float:
+        """The model's accuracy bar."""
+        return cnn.BARS[self.result.config.model]
+
+    @property
     def accurate(self) -> bool:
         """The accuracy bar met (or not binding: a shortened or non-default run)."""
-        return not self.bar_binds or self.result.test_accuracy >= cnn.ACCURACY_BAR
+        return not self.bar_binds or self.result.test_accuracy >= self.bar
 
     @property
     def bits_equal(self) -> bool:
@@ -54,7 +62,7 @@ class CNNRun:
     def verdict_detail(self) -> str:
         """One line: accuracy, digest, the checks."""
         r, cfg = self.result, self.result.config
-        bar = (f"bar {cnn.ACCURACY_BAR:g} {'ok' if self.accurate else 'MISSED'}"
+        bar = (f"bar {self.bar:g} {'ok' if self.accurate else 'MISSED'}"
                if self.bar_binds else "bar not binding (not the default run)")
         checks = ", ".join(f"{c['engine']} ({c['steps']} steps) "
                            f"{'equal' if c['equal'] else 'DIFFERS'}" for c in self.checks
@@ -80,7 +88,7 @@ def run(cfg: cnn.CNNConfig, out: Path, progress: bool = True, checks: bool = Tru
     """
     start = time.perf_counter()
     out.mkdir(parents=True, exist_ok=True)
-    k = min(CHECK_STEPS, cnn.total_steps(cfg))
+    k = min(CHECK_STEPS, cnn.total_steps(cfg), CHECK_STEPS if cfg.stop is None else cfg.stop)
     main = cnn.train(cfg, _bar(progress), digest_at=k)
     done: list[dict] = []
     if checks and replay is not None:
@@ -97,16 +105,17 @@ def run(cfg: cnn.CNNConfig, out: Path, progress: bool = True, checks: bool = Tru
         done.append({"engine": f"tape-{b}", "steps": s.steps, "sha256": s.sha256_final,
                      "seconds": round(s.seconds, 3),
                      "equal": s.sha256_final == main.digests[k] and s.losses == main.losses[:k]})
-    binds = cfg.epochs == cnn.CNNConfig.epochs and cfg.dtype == "float64" and cfg.stop is None
+    binds = cfg.epochs == cnn.EPOCHS[cfg.model] and cfg.dtype == "float64" and cfg.stop is None
     res = CNNRun(main, done, binds)
-    res.plot_path = plot(out / "cnn.png", main, cnn.digits(cfg.seed)[2:])
+    name = "cnn" if cfg.model == "lenet" else cfg.model
+    res.plot_path = plot(out / f"{name}.png", main, cnn.digits(cfg.seed)[2:])
     res.seconds = time.perf_counter() - start
-    summary = {"rung": "cnn", **main.summary(), "accuracy_bar": cnn.ACCURACY_BAR,
+    summary = {"rung": name, **main.summary(), "accuracy_bar": res.bar,
                "bar_binds": binds, f"sha256_after_{k}_steps": main.digests[k],
                "checks": done, "bits_equal": res.bits_equal, "passed": res.passed,
                "misclassified": misclassified(main, cnn.digits(cfg.seed)[3]),
                "total_seconds": round(res.seconds, 3), "plot": str(res.plot_path)}
-    res.summary_path = report.write_summary(out / "cnn_summary.json", summary)
+    res.summary_path = report.write_summary(out / f"{name}_summary.json", summary)
     return res
 
 
@@ -150,7 +159,8 @@ def plot(path: Path, r: cnn.CNNResult, test: tuple[np.ndarray, np.ndarray]) -> P
     ax.grid(True, which="both", alpha=0.3)
     ax = fig.add_subplot(charts[1])
     ax.plot(epochs, r.epoch_accuracy, "o-", ms=3, color="C2", label="test accuracy")
-    ax.axhline(cnn.ACCURACY_BAR, color="k", ls="--", lw=0.8, label=f"bar {cnn.ACCURACY_BAR:g}")
+    bar = cnn.BARS[r.config.model]
+    ax.axhline(bar, color="k", ls="--", lw=0.8, label=f"bar {bar:g}")
     ax.set(xlabel="epoch", ylabel="accuracy", title="test accuracy (360 images)")
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize=8)
@@ -163,7 +173,8 @@ def plot(path: Path, r: cnn.CNNResult, test: tuple[np.ndarray, np.ndarray]) -> P
             ax.imshow(x[i, 0], cmap="gray_r", vmin=0.0, vmax=1.0)
             ax.set_title(f"{r.predictions[i]} (is {y[i]})", fontsize=8, color="C3")
     cfg = r.config
-    fig.suptitle(f"rung 8: LeNet-style CNN on digits, {cfg.backend}/{cfg.dtype}: test accuracy "
+    what = "rung 8: LeNet-style CNN" if cfg.model == "lenet" else "rung 8b: ResNet"
+    fig.suptitle(f"{what} on digits, {cfg.backend}/{cfg.dtype}: test accuracy "
                  f"{r.test_accuracy:.4f}; {len(np.flatnonzero(r.predictions != y))} "
                  "misclassified (predicted, true label)", fontsize=9)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -178,9 +189,12 @@ def add_parser(sub: Any, common: Any) -> None:
     a = sub.add_parser("cnn", parents=[common],
                        help="rung 8: a LeNet-style CNN on sklearn's digits to 97%% test "
                             "accuracy; the same parameter bits on numpy, cpu, sim and replay")
-    a.add_argument("--epochs", type=int, default=d.epochs,
+    a.add_argument("--model", choices=cnn.MODELS, default=d.model,
+                   help="lenet (rung 8, bar 0.97) or resnet (rung 8b: BasicBlocks with "
+                        "BatchNorm, bar 0.98)")
+    a.add_argument("--epochs", type=int, default=None,
                    help=f"passes over the 1,437 training images (1 to 1000; default "
-                        f"{d.epochs}; the accuracy bar binds the default)")
+                        f"{cnn.EPOCHS}; the accuracy bar binds the default)")
     a.add_argument("--seed", type=int, default=d.seed,
                    help=f"seed of the split, the initial weights, the batch order and dropout "
                         f"(default {d.seed})")
@@ -192,14 +206,18 @@ def add_parser(sub: Any, common: Any) -> None:
 
 def main(args: Any) -> int:
     """Run ``gdemos cnn``; exit 0 when the bar (where it binds) and every bit check hold."""
+    if args.epochs is None:
+        args.epochs = cnn.EPOCHS[args.model]
     if not 1 <= args.epochs <= 1000:
         raise SystemExit(f"gdemos cnn: --epochs is {args.epochs}; expected 1 to 1000")
     if args.seed < 0:
         raise SystemExit(f"gdemos cnn: --seed is {args.seed}; expected an int >= 0")
     cfg = cnn.CNNConfig(backend=args.backend, dtype=args.dtype, seed=args.seed,
-                        epochs=args.epochs)
-    r = run(cfg, args.out / "cnn", progress=not args.no_progress, checks=not args.no_checks)
-    print(f"{cnn.RUNG}: {'PASS' if r.passed else 'FAIL'}: {r.verdict_detail()}")
+                        epochs=args.epochs, model=args.model)
+    name = "cnn" if args.model == "lenet" else args.model
+    r = run(cfg, args.out / name, progress=not args.no_progress, checks=not args.no_checks)
+    rung = cnn.RUNG if args.model == "lenet" else cnn.RESNET_RUNG
+    print(f"{rung}: {'PASS' if r.passed else 'FAIL'}: {r.verdict_detail()}")
     print(f"  sha256 initial {r.result.sha256_initial}")
     print(f"  sha256 final   {r.result.sha256_final}")
     for c in r.checks:
@@ -210,11 +228,14 @@ def main(args: Any) -> int:
     return 0 if r.passed else 1
 
 
-def ladder_verdict(out: Path, progress: bool, backend: str) -> tuple[bool, str, tuple[str, ...]]:
-    """The ladder's run (the defaults on ``backend``): (passed, detail, unchecked)."""
+def ladder_verdict(out: Path, progress: bool, backend: str, model: str = "lenet"
+                   ) -> tuple[bool, str, tuple[str, ...]]:
+    """The ladder's run (the defaults of ``model`` on ``backend``): (passed, detail,
+    unchecked)."""
     try:
         import sklearn  # noqa: F401
     except ImportError:
         return True, "scikit-learn is not installed (its digits data set)", ("cnn: sklearn",)
-    r = run(cnn.CNNConfig(backend=backend), out, progress=progress)
+    cfg = cnn.CNNConfig(backend=backend, model=model, epochs=cnn.EPOCHS[model])
+    r = run(cfg, out, progress=progress)
     return r.passed, r.verdict_detail(), ()

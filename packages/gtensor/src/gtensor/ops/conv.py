@@ -44,7 +44,7 @@ import numpy as np
 from .. import dtypes
 from ..kernels import Kernel, params
 from .elementwise import ADD, BLOCK, MUL, grid_for
-from .linalg import _FMA_INTRINSIC, INNER, _check_inner, serial_matmul
+from .linalg import _FMA_INTRINSIC, INNER, _check_inner, cpu_product, serial_matmul
 from .registry import Op, register
 
 ONE = (1, 1)
@@ -364,184 +364,215 @@ _STEPS = {
 """)},
 }
 
-# cpu: images split across threads (weight gradient: output channels). Each image's group is
-# copied once into an im2col panel (padded +0.0); each output then runs its own chain in the
-# defined order, independent outputs side by side (the inner loops over positions / taps
-# vectorize: lanes are different outputs, each lane's product and sum rounded, no FMA -- or,
-# under the fma contract, one fused multiply-add per lane from +0.0).
+# cpu: each image's group is copied once into an im2col panel (padded +0.0), then the
+# products below run every output's chain in the defined order.
 _IM2COL = """\
-    // cols[k * P + p] (or colsT[p * K + k]) of one image's group (xn: its first channel):
-    // xp[c, oy*sh + i*dh, ox*sw + j*dw]; per tap the columns ox in [lo, hi) read x, the
-    // others are padding (+0.0)
-    auto im2col = [=](const T* __restrict__ xn, T* __restrict__ out, bool transposed) {
-        const long long ps = transposed ? K : 1, ks = transposed ? 1 : P;
+    // out[k * ks + p] of one image's group (xn: its first channel), for the taps k = (c, i, j)
+    // and positions p = (oy, ox): xp[c, oy*sh + i*dh, ox*sw + j*dw] of the padded image (xp:
+    // the group's channels copied once into a buffer of (H + 2 ph) x (W + 2 pw), borders
+    // +0.0): no bounds test per element, and no library call per row (at 4x4 and 8x8 images
+    // a memcpy call per row costs more than the copy)
+    const long long Hp = H + 2 * ph, Wp = W + 2 * pw;
+    // o[0..n) = s[0, st, 2 st, ..]: 16-byte vector moves when st is 1, then one value at a
+    // time (the empty asm keeps the compiler from turning the loops into memcpy calls)
+    auto copy_row = [](T* __restrict__ o, const T* __restrict__ s, long long n, long long st) {
+        typedef typename gtcpu::Vec<T, 16 / sizeof(T)>::type V2;
+        long long i = 0;
+        if (st == 1)
+            for (; i + (long long)(16 / sizeof(T)) <= n; i += 16 / sizeof(T))
+                gtcpu::vstore(o + i, gtcpu::vload<V2>(s + i));
+        for (; i < n; ++i) {
+            o[i] = s[i * st];
+            asm("" ::: "memory");
+        }
+    };
+    auto im2col = [=](const T* __restrict__ xn, T* __restrict__ out, long long ks,
+                      T* __restrict__ xp) {
+        for (long long q = 0; q < Cg * Hp * Wp; ++q) xp[q] = (T)0;
+        for (long long c = 0; c < Cg; ++c)
+            for (long long yy = 0; yy < H; ++yy)
+                copy_row(xp + (c * Hp + yy + ph) * Wp + pw, xn + (c * H + yy) * W, W, 1);
         long long k = 0;
         for (long long c = 0; c < Cg; ++c)
             for (long long i = 0; i < KH; ++i)
                 for (long long j = 0; j < KW; ++j, ++k) {
-                    const long long d = pw - j * dil_w;  // xx = ox*sw - d
-                    long long lo = d > 0 ? (d + sw - 1) / sw : 0;
-                    long long hi = W - 1 + d >= 0 ? (W - 1 + d) / sw + 1 : 0;
-                    if (hi > OW) hi = OW;
-                    if (lo > hi) lo = hi;
                     T* ok = out + k * ks;
-                    for (long long oy = 0; oy < OH; ++oy) {
-                        const long long yy = oy * sh + i * dil_h - ph;
-                        T* o = ok + oy * OW * ps;
-                        if (yy < 0 || yy >= H) {
-                            for (long long ox = 0; ox < OW; ++ox) o[ox * ps] = (T)0;
-                            continue;
-                        }
-                        const T* xr = xn + (c * H + yy) * W - d;
-                        for (long long ox = 0; ox < lo; ++ox) o[ox * ps] = (T)0;
-                        for (long long ox = lo; ox < hi; ++ox) o[ox * ps] = xr[ox * sw];
-                        for (long long ox = hi; ox < OW; ++ox) o[ox * ps] = (T)0;
-                    }
+                    const T* src = xp + (c * Hp + i * dil_h) * Wp + j * dil_w;
+                    for (long long oy = 0; oy < OH; ++oy)
+                        copy_row(ok + oy * OW, src + oy * sh * Wp, OW, sw);
                 }
     };
 """
-# chains(...): c[r * cs + p] = the serial chain over k ascending of a[r * ar + k * ak] *
-# b[k * bs + p] (the first product starts, each product and sum rounded), for R_ x P_ outputs
-# in register tiles of 4 rows x one native vector of SIMD lanes (gtcpu::VEC_BYTES: 64 bytes
-# with AVX-512, 32 with AVX2), then half and quarter vectors
-# (gtcpu::Vec: each lane's * and + one IEEE operation, no FMA); tiles decide only which outputs
-# run side by side, never the order within one. Edge outputs run the same chain one at a time.
-# Under the fma contract the chain starts at +0.0 and each step is one fused multiply-add
-# (gtcpu::vfma per lane, std::fma for one output): ``_CPU_STEPS``.
-_CHAINS = """\
-    auto chains = [](const T* __restrict__ a, long long ar, long long ak,
-                     const T* __restrict__ b, long long bs, T* __restrict__ c, long long cs,
-                     long long R_, long long P_, long long K_) {
-        constexpr int TR = 4, L = gtcpu::VEC_BYTES / sizeof(T);  // 4 rows x one native vector
-        // rows r0..r0+3, columns p0.. (N lanes, each lane its own chain)
-        auto tile = [&](auto lanes_, long long r0, long long p0) {
-            constexpr int N = decltype(lanes_)::value;
-            typedef typename gtcpu::Vec<T, N>::type V;
-            V acc[TR];
-            const V b0 = gtcpu::vload<V>(b + p0);
-            for (int r = 0; r < TR; ++r) acc[r] = $VFIRST;
-            for (long long k = 1; k < K_; ++k) {
-                const V bv = gtcpu::vload<V>(b + k * bs + p0);
-                for (int r = 0; r < TR; ++r) acc[r] = $VNEXT;
-            }
-            for (int r = 0; r < TR; ++r) gtcpu::vstore(c + (r0 + r) * cs + p0, acc[r]);
-        };
-        auto one = [&](long long r, long long p) {
-            T acc = $SFIRST;
-            for (long long k = 1; k < K_; ++k) acc = $SNEXT;
-            c[r * cs + p] = acc;
-        };
-        for (long long r0 = 0; r0 < R_; r0 += TR) {
-            if (r0 + TR > R_) {
-                for (long long r = r0; r < R_; ++r)
-                    for (long long p = 0; p < P_; ++p) one(r, p);
-                continue;
-            }
-            long long p0 = 0;
-            for (; p0 + L <= P_; p0 += L) tile(gtcpu::Int<L>{}, r0, p0);
-            if (p0 + L / 2 <= P_) {
-                tile(gtcpu::Int<L / 2>{}, r0, p0);
-                p0 += L / 2;
-            }
-            if (p0 + L / 4 <= P_) {
-                tile(gtcpu::Int<L / 4>{}, r0, p0);
-                p0 += L / 4;
-            }
-            for (; p0 < P_; ++p0)
-                for (int r = 0; r < TR; ++r) one(r0 + r, p0);
-        }
+# The products run by ``product`` (``linalg.cpu_product``): the cpu matmul kernel's own body --
+# its register tiles, packed panels, k blocks and thread split -- on slices, so each output's
+# chain over k keeps its order (the first product starts, each product and sum rounded, no
+# FMA; under the fma contract one fused multiply-add per term from +0.0) at the matmul's
+# speed. The forward and the input gradient take the images in chunks of NB, enough for a
+# product of at least CHUNK_COLS positions (one image when it has as many) but no more than
+# an even share of the images per thread: small images (8x8, 4x4) then make a few wide
+# products instead of many narrow ones. Chunks split across threads when there are at least
+# as many as threads (each chunk's copies and product then run on its thread), else each
+# product splits its own panels or rows.
+# scratch(slot, n): n values of one of the calling thread's buffers, kept between calls (grown
+# when short): a fresh allocation of a few MB is new pages every call, whose first touches
+# cost as much as a small conv's copies
+_SCRATCH = """\
+    auto scratch = [](int slot, long long n) -> T* {
+        static thread_local std::vector<T> bufs[4];
+        std::vector<T>& b = bufs[slot];
+        if ((long long)b.size() < n) b.resize((size_t)n);
+        return b.data();
     };
 """
-# the chains' steps per contract: a vector tile's first term and next ones, then one output's
-_CPU_STEPS = {
-    "plain": {"VFIRST": "a[(r0 + r) * ar] * b0",
-              "VNEXT": "acc[r] + a[(r0 + r) * ar + k * ak] * bv",
-              "SFIRST": "a[r * ar] * b[p]", "SNEXT": "acc + a[r * ar + k * ak] * b[k * bs + p]"},
-    "fma": {"VFIRST": "gtcpu::vfma(a[(r0 + r) * ar], b0, V{})",
-            "VNEXT": "gtcpu::vfma(a[(r0 + r) * ar + k * ak], bv, acc[r])",
-            "SFIRST": "std::fma(a[r * ar], b[p], (T)0)",
-            "SNEXT": "std::fma(a[r * ar + k * ak], b[k * bs + p], acc)"}}
+_CHUNKS = """\
+    const long long CHUNK_COLS = 512;
+    const long long threads = gtcpu::thread_count(), spread = (N + threads - 1) / threads;
+    const long long per = (CHUNK_COLS + P - 1) / (P > 0 ? P : 1);
+    const long long NB = P >= CHUNK_COLS ? 1 : per < spread ? per : (spread > 0 ? spread : 1);
+    const long long chunks = (N + NB - 1) / NB;
+    const bool outer = chunks >= threads;
+"""
 _CPU_CONV = Template(_DECODE + """\
     typedef $T T;
     const long long P = OH * OW, K = Cg * KH * KW;
-$IM2COL$CHAINS
-    gtcpu::parallel_for(N, O * K * P + C * KH * KW * P, [=](long long lo, long long hi) {
-        T* cols = new T[K * P];
-        for (long long nn = lo; nn < hi; ++nn)
+$IM2COL$PRODUCT$SCRATCH$CHUNKS
+    // per chunk and group: cols (K x Q), Q = nb * P, the chunk's im2col panels side by side;
+    // yb (Og x Q) = w[group] (Og x K) @ cols, copied into y[n, group] (one image: the
+    // product writes y directly)
+    auto run = [=](long long lo, long long hi) {
+        T* cols = scratch(0, K * NB * P);
+        T* yb = scratch(1, Og * NB * P);
+        T* xp = scratch(2, Cg * Hp * Wp);
+        for (long long ch = lo; ch < hi; ++ch) {
+            const long long n0 = ch * NB, nb = n0 + NB <= N ? NB : N - n0, Q = nb * P;
             for (long long gi = 0; gi < G; ++gi) {
-                im2col(x + (nn * C + gi * Cg) * H * W, cols, false);
-                // y[nn, group gi] = w[group gi] @ cols
-                chains(w + gi * Og * K, K, 1, cols, P, y + (nn * O + gi * Og) * P, P, Og, P, K);
+                for (long long u = 0; u < nb; ++u)
+                    im2col(x + ((n0 + u) * C + gi * Cg) * H * W, cols + u * P, Q, xp);
+                T* dst = nb == 1 ? y + (n0 * O + gi * Og) * P : yb;
+                product(w + gi * Og * K, cols, dst, 1, Og, K, Q, 0, 0, outer);
+                if (nb > 1)
+                    for (long long u = 0; u < nb; ++u)
+                        for (long long q = 0; q < Og; ++q)
+                            std::memcpy(y + ((n0 + u) * O + gi * Og + q) * P, yb + q * Q + u * P,
+                                        (size_t)P * sizeof(T));
             }
-        delete[] cols;
-    });""")
+        }
+    };
+    if (outer)
+        gtcpu::parallel_for(chunks, NB * (O * K * P + C * KH * KW * P), run);
+    else
+        run(0, chunks);""")
 _CPU_GRAD_WEIGHT = Template(_DECODE + """\
     typedef $T T;
     const long long P = OH * OW, K = Cg * KH * KW, Q = N * P;
-$IM2COL$CHAINS
+$IM2COL$PRODUCT$SCRATCH
     if (Q == 0) {
         for (long long e = 0; e < n; ++e) y[e] = (T)0;
         return;
     }
-    // per group colsT[gi][q][k] over every position q = (nn, p), and gm[o][q] = g[nn, o, p]:
-    // exact copies
-    T* colsT = new T[G * Q * K];
-    T* gm = new T[O * Q];
-    for (long long nn = 0; nn < N; ++nn) {
-        for (long long gi = 0; gi < G; ++gi)
-            im2col(x + (nn * C + gi * Cg) * H * W, colsT + gi * Q * K + nn * P * K, true);
-        for (long long oc = 0; oc < O; ++oc)
-            for (long long p = 0; p < P; ++p) gm[oc * Q + nn * P + p] = g[(nn * O + oc) * P + p];
+    // one group at a time (the buffers are the calling thread's; each image's im2col runs on
+    // the thread its part went to, with that thread's xp): cols[k][q] over every position
+    // q = (nn, p) and gm[o][q] = g[nn, group's o, p] (exact copies), then dw[group]^T
+    // (K x Og) = cols (K x Q) @ gm^T (Q x Og), gm read transposed by the product (tb: its
+    // few rows gathered into panels; measured faster than gm @ cols^T, whose few long rows
+    // of a are 4 KB-multiples apart at the usual Q), and copied out transposed: each
+    // weight's chain over the positions (n, oy, ox) in row-major order (a product of two
+    // numbers is one rounding whichever comes first, as is a fused multiply-add)
+    T* cols = scratch(0, K * Q);
+    T* gm = scratch(1, Og * Q);
+    T* dwt = scratch(3, K * Og);
+    for (long long gi = 0; gi < G; ++gi) {
+        gtcpu::parallel_for(N, P * K + Og * P, [=](long long lo, long long hi) {
+            T* xp = scratch(2, Cg * Hp * Wp);
+            for (long long nn = lo; nn < hi; ++nn) {
+                im2col(x + (nn * C + gi * Cg) * H * W, cols + nn * P, Q, xp);
+                for (long long q = 0; q < Og; ++q)
+                    std::memcpy(gm + q * Q + nn * P, g + (nn * O + gi * Og + q) * P,
+                                (size_t)P * sizeof(T));
+            }
+        });
+        product(cols, gm, dwt, 1, K, Q, Og, 0, 1, false);
+        for (long long q = 0; q < Og; ++q)
+            for (long long k = 0; k < K; ++k) y[(gi * Og + q) * K + k] = dwt[k * Og + q];
     }
-    gtcpu::parallel_for(O, Q * K, [=](long long lo, long long hi) {
-        for (long long r = lo; r < hi;) {  // rows of one group at a time: dw = gm @ colsT
-            const long long gi = r / Og, end = (gi + 1) * Og < hi ? (gi + 1) * Og : hi;
-            chains(gm + r * Q, Q, 1, colsT + gi * Q * K, K, y + r * K, K, end - r, K, Q);
-            r = end;
-        }
-    });
-    delete[] gm;
-    delete[] colsT;""")
+""")
 _CPU_GRAD_INPUT = Template(_DECODE + """\
     typedef $T T;
     const long long P = OH * OW, K = Cg * KH * KW;
-$CHAINS
-    gtcpu::parallel_for(N, O * K * P + C * KH * KW * P, [=](long long lo, long long hi) {
-        T* t = new T[K * P];
-        char* seen = new char[Cg * H * W];
-        for (long long nn = lo; nn < hi; ++nn)
+$PRODUCT$SCRATCH$CHUNKS
+    const long long Hp = H + 2 * ph, Wp = W + 2 * pw;
+    // reached[yy * W + xx]: some tap (i, j) and position (oy, ox) read x[.., yy, xx] (the
+    // same for every channel and image)
+    char* reached = new char[H * W];
+    for (long long q = 0; q < H * W; ++q) reached[q] = 0;
+    for (long long i = 0; i < KH; ++i)
+        for (long long j = 0; j < KW; ++j)
+            for (long long oy = 0; oy < OH; ++oy) {
+                const long long yy = oy * sh + i * dil_h - ph;
+                if (yy < 0 || yy >= H) continue;
+                for (long long ox = 0; ox < OW; ++ox) {
+                    const long long xx = ox * sw + j * dil_w - pw;
+                    if (xx >= 0 && xx < W) reached[yy * W + xx] = 1;
+                }
+            }
+    // per chunk and group: gb (Og x Q), Q = nb * P, the chunk's g[n, group] side by side
+    // (one image: g itself), t (K x Q) = w[group]^T (K x Og) @ gb: serial over o; then
+    // col2im per image from its columns of t
+    auto run = [=](long long lo, long long hi) {
+        T* t = scratch(0, K * NB * P);
+        T* gb = scratch(1, Og * NB * P);
+        T* dp = scratch(2, Cg * Hp * Wp);
+        for (long long ch = lo; ch < hi; ++ch) {
+            const long long n0 = ch * NB, nb = n0 + NB <= N ? NB : N - n0, Q = nb * P;
             for (long long gi = 0; gi < G; ++gi) {
-                // t[k, p]: serial over the group's o
-                chains(w + gi * Og * K, 1, K, g + (nn * O + gi * Og) * P, P, t, P, K, P, Og);
-                // col2im: taps (c, i, j) in row-major order, the first reaching one starts
-                T* dx = y + (nn * C + gi * Cg) * H * W;
-                for (long long q = 0; q < Cg * H * W; ++q) seen[q] = 0;
-                long long k = 0;
-                for (long long c = 0; c < Cg; ++c)
-                    for (long long i = 0; i < KH; ++i)
-                        for (long long j = 0; j < KW; ++j, ++k)
-                            for (long long oy = 0; oy < OH; ++oy) {
-                                const long long yy = oy * sh + i * dil_h - ph;
-                                if (yy < 0 || yy >= H) continue;
-                                for (long long ox = 0; ox < OW; ++ox) {
-                                    const long long xx = ox * sw + j * dil_w - pw;
-                                    if (xx < 0 || xx >= W) continue;
-                                    const long long q = (c * H + yy) * W + xx;
-                                    const T v = t[k * P + oy * OW + ox];
-                                    if (seen[q]) {
-                                        dx[q] = dx[q] + v;
-                                    } else {
-                                        dx[q] = v;
-                                        seen[q] = 1;
-                                    }
+                const T* src = g + (n0 * O + gi * Og) * P;
+                if (nb > 1) {
+                    for (long long u = 0; u < nb; ++u)
+                        for (long long q = 0; q < Og; ++q)
+                            std::memcpy(gb + q * Q + u * P, g + ((n0 + u) * O + gi * Og + q) * P,
+                                        (size_t)P * sizeof(T));
+                    src = gb;
+                }
+                product(w + gi * Og * K, src, t, 1, K, Og, Q, 1, 0, outer);
+                for (long long u = 0; u < nb; ++u) {
+                    // col2im into the padded image dp ((H + 2 ph) x (W + 2 pw) per channel),
+                    // every element starting at -0.0 (the exact identity of +: -0.0 + v is
+                    // v for every v, -0.0 included, so the sum equals the one the first
+                    // reaching tap starts): taps (c, i, j) in row-major order, each adding
+                    // its row of t; then the interior copied out, +0.0 where no tap reaches
+                    const T* tu = t + u * P;
+                    for (long long q = 0; q < Cg * Hp * Wp; ++q) dp[q] = (T)-0.0;
+                    long long k = 0;
+                    for (long long c = 0; c < Cg; ++c)
+                        for (long long i = 0; i < KH; ++i)
+                            for (long long j = 0; j < KW; ++j, ++k) {
+                                T* dst = dp + (c * Hp + i * dil_h) * Wp + j * dil_w;
+                                const T* tk = tu + k * Q;
+                                for (long long oy = 0; oy < OH; ++oy) {
+                                    T* dr = dst + oy * sh * Wp;
+                                    const T* tr = tk + oy * OW;
+                                    for (long long ox = 0; ox < OW; ++ox)
+                                        dr[ox * sw] = dr[ox * sw] + tr[ox];
                                 }
                             }
-                for (long long q = 0; q < Cg * H * W; ++q)
-                    if (!seen[q]) dx[q] = (T)0;
+                    T* dx = y + ((n0 + u) * C + gi * Cg) * H * W;
+                    for (long long c = 0; c < Cg; ++c)
+                        for (long long yy = 0; yy < H; ++yy) {
+                            const T* src = dp + (c * Hp + yy + ph) * Wp + pw;
+                            const char* rr = reached + yy * W;
+                            T* dst = dx + (c * H + yy) * W;
+                            for (long long xx = 0; xx < W; ++xx)
+                                dst[xx] = rr[xx] ? src[xx] : (T)0;
+                        }
+                }
             }
-        delete[] seen;
-        delete[] t;
-    });""")
+        }
+    };
+    if (outer)
+        gtcpu::parallel_for(chunks, NB * (O * K * P + C * KH * KW * P), run);
+    else
+        run(0, chunks);
+    delete[] reached;""")
 
 _FORWARD = ("conv2d", "const $T* x, const $T* w", _CONV_ONE, _CPU_CONV)
 _WEIGHT = ("conv2d_grad_weight", "const $T* g, const $T* x", _GRAD_WEIGHT_ONE, _CPU_GRAD_WEIGHT)
@@ -569,8 +600,8 @@ def _kernels(spec: tuple, cpu: bool):
         for inner in INNER:
             init, step = _STEPS[name][inner]
             if cpu:
-                chains = Template(_CHAINS).substitute(_CPU_STEPS[inner])
-                body = cpu_body.substitute(T=t, IM2COL=_IM2COL, CHAINS=chains)
+                body = cpu_body.substitute(T=t, IM2COL=_IM2COL, PRODUCT=cpu_product(inner),
+                                          CHUNKS=_CHUNKS, SCRATCH=_SCRATCH)
             else:
                 text = _GRID.replace("$ONE", one.replace("$INIT", init).replace("$STEP", step))
                 body = Template(text).substitute(T=t, MUL=MUL[ft].cname, ADD=ADD[ft].cname,

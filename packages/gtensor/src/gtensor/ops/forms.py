@@ -612,8 +612,10 @@ _REDUCE = Template(_GEOM + """\
 # element first. Two layouts get loops the compiler vectorizes across output slots: a column
 # sum (one reduced axis outside one contiguous kept axis: y[o] = x[o], then y[o] = y[o] +
 # x[r*rs + o] for r ascending; also in runs, when more kept axes lie outside the contiguous
-# one) and a row sum over a contiguous run; the rest is the CUDA body's serial sum (the SUM
-# device function).
+# one); when the innermost reduced axis is contiguous (row sums, BatchNorm's sums over
+# (n, h, w)), groups of 8 outputs run their chains side by side over a list of the outer
+# reduced offsets (no per-element index decode); the rest is the CUDA body's serial sum (the
+# SUM device function).
 _CPU_REDUCE = Template(_GEOM + """\
     if (ro == 1 && rr == 1 && ostride[0] == 1 && nred > 0) {
         const long long rs = rstride[0];
@@ -652,6 +654,61 @@ _CPU_REDUCE = Template(_GEOM + """\
         });
         return;
     }
+    if (rr >= 1 && rr <= 16 && rstride[rr - 1] == 1 && nred > 0 && nout > 0) {
+        // the innermost reduced axis is contiguous (BatchNorm's sums over (n, h, w), row
+        // sums): the outer reduced positions' offsets listed once (row-major), then groups
+        // of 8 outputs run their serial sums side by side (8 independent chains, each the
+        // row-major order: outer offset, then its run ascending, first element first)
+        const long long RUN = rshape[rr - 1], nouter = nred / RUN;
+        long long* offs = new long long[nouter];
+        {
+            long long idx[16] = {0}, off = 0;
+            for (long long u = 0; u < nouter; ++u) {
+                offs[u] = off;
+                for (int d = rr - 2; d >= 0; --d) {  // odometer over the outer reduced axes
+                    off += rstride[d];
+                    if (++idx[d] < rshape[d]) break;
+                    off -= idx[d] * rstride[d];
+                    idx[d] = 0;
+                }
+            }
+        }
+        const long long* offp = offs;
+        auto decode = [=](long long o) {
+            long long rem = o, base = 0;
+            for (int d = ro - 1; d >= 0; --d) {
+                base += (rem % oshape[d]) * ostride[d];
+                rem /= oshape[d];
+            }
+            return base;
+        };
+        auto group = [=](auto n_, long long o0) {
+            constexpr int G = decltype(n_)::value;
+            long long base[G];
+            $T acc[G];
+            for (int j = 0; j < G; ++j) {
+                base[j] = decode(o0 + j);
+                acc[j] = x[base[j] + offp[0]];
+            }
+            for (long long u = 0; u < nouter; ++u) {
+                const $T* p = x + offp[u];
+                for (long long r = u == 0 ? 1 : 0; r < RUN; ++r)
+                    for (int j = 0; j < G; ++j) acc[j] = $ADD(acc[j], p[base[j] + r]);
+            }
+            for (int j = 0; j < G; ++j) y[o0 + j] = mean ? $DIV(acc[j], count) : acc[j];
+        };
+        gtcpu::parallel_for((nout + 7) / 8, 8 * nred, [=](long long lo, long long hi) {
+            for (long long q = lo; q < hi; ++q) {
+                const long long o0 = 8 * q;
+                if (o0 + 8 <= nout)
+                    group(gtcpu::Int<8>{}, o0);
+                else
+                    for (long long o = o0; o < nout; ++o) group(gtcpu::Int<1>{}, o);
+            }
+        });
+        delete[] offs;
+        return;
+    }
     gtcpu::parallel_for(nout, nred, [=](long long lo, long long hi) {
         for (long long o = lo; o < hi; ++o) {
             long long rem = o, base = 0;
@@ -659,14 +716,7 @@ _CPU_REDUCE = Template(_GEOM + """\
                 base += (rem % oshape[d]) * ostride[d];
                 rem /= oshape[d];
             }
-            $T acc = ($T)0;
-            if (rr == 1 && rstride[0] == 1) {
-                const $T* xr = x + base;
-                if (nred > 0) acc = xr[0];
-                for (long long r = 1; r < nred; ++r) acc = $ADD(acc, xr[r]);
-            } else {
-                acc = $SUM(x, base, nred, rr, rshape, rstride);
-            }
+            const $T acc = $SUM(x, base, nred, rr, rshape, rstride);
             y[o] = mean ? $DIV(acc, count) : acc;
         }
     });""")

@@ -111,8 +111,11 @@ INNER = ("plain", "fma")  # the inner-product contracts (the ``inner`` attr's va
 # long); otherwise each row block of op(a) (columns of a) is first copied (exactly) into
 # groups of 8 rows whose k-steps are contiguous: read in place from a large a, every k-step of
 # a tile would touch a new page (and each panel would read a again).
-_CPU_MATMUL = Template("""\
-    typedef $T T;
+# The product's text after its ``typedef``: the body of the matmul kernel, and of the
+# ``product`` lambda other cpu kernels call (``cpu_product``: the conv ops' per-image
+# products); ``$SPLIT`` is how it splits across threads (``gtcpu::parallel_for``, or
+# ``split``: serial when the caller already runs on one of the threads).
+_CPU_PRODUCT = Template("""\
     using gtcpu::Int;
     constexpr int L = gtcpu::VEC_BYTES / sizeof(T);  // lanes of one native vector
     constexpr long long PW = 2 * L;    // width of a packed panel of b
@@ -365,11 +368,11 @@ _CPU_MATMUL = Template("""\
     const long long panels = (n + PW - 1) / PW, unit = 64 / L;
     if (batch == 1 && (panels >= (rows + 7) / 8 ||
                        (panels >= 4 * gtcpu::thread_count() && (tb || !packa || n >= m))))
-        gtcpu::parallel_for(panels, unit * k * PW * rows,
-                            [=](long long lo, long long hi) { block(0, rows, lo, hi); });
+        $SPLIT(panels, unit * k * PW * rows,
+               [=](long long lo, long long hi) { block(0, rows, lo, hi); });
     else
-        gtcpu::parallel_for(rows, unit * k * n,
-                            [=](long long lo, long long hi) { block(lo, hi, 0, panels); });""")
+        $SPLIT(rows, unit * k * n,
+               [=](long long lo, long long hi) { block(lo, hi, 0, panels); });""")
 
 
 # the register tiles' chain steps per contract: the first term (k = 0) and every next one
@@ -377,14 +380,40 @@ _CPU_STEPS = {"plain": ("ar[r * rs] * bv", "acc[r][v] + av * bv[v]"),
               "fma": ("gtcpu::vfma(ar[r * rs], bv, V{})", "gtcpu::vfma(av, bv[v], acc[r][v])")}
 
 
+def _cpu_body(inner: str, split: str) -> str:
+    first, nxt = _CPU_STEPS[inner]
+    return _CPU_PRODUCT.substitute(FIRST=first, NEXT=nxt, SPLIT=split,
+                                   TALL="true" if inner == "plain" else "false")
+
+
 def _cpu_kernels(ft: FloatType) -> list[Kernel]:
     out = []
     for inner, k in zip(INNER, _kernels(ft)):
-        first, nxt = _CPU_STEPS[inner]
-        body = _CPU_MATMUL.substitute(T=ft.ctype, FIRST=first, NEXT=nxt,
-                                      TALL="true" if inner == "plain" else "false")
+        body = f"    typedef {ft.ctype} T;\n" + _cpu_body(inner, "gtcpu::parallel_for")
         out.append(Kernel(k.name, k.params, body))
     return out
+
+
+def cpu_product(inner: str) -> str:
+    """C++ text defining ``product(a, b, c, batch, m, k, n, ta, tb, serial)`` inside a cpu
+    kernel (of element type ``T``): the cpu matmul kernel's own body (its tiles, packing,
+    blocking and thread split: each output's chain over k ascending under contract
+    ``inner``), so a kernel built on products of slices (the conv ops' per-image im2col
+    products) runs at the matmul's speed with the matmul's bits. ``serial`` keeps it on the
+    calling thread (a caller already splitting work across threads)."""
+    body = _cpu_body(inner, "split")
+    inner_text = "".join(("    " + line if line.strip() else line) + "\n"
+                         for line in body.splitlines())
+    return ("    auto product = [=](const T* a, const T* b, T* c, long long batch, long long m,\n"
+            "                       long long k, long long n, long long ta, long long tb,\n"
+            "                       bool serial) {\n"
+            "        auto split = [serial](long long count, long long cost, auto f) {\n"
+            "            if (serial)\n"
+            "                f(0LL, count);\n"
+            "            else\n"
+            "                gtcpu::parallel_for(count, cost, f);\n"
+            "        };\n"
+            + inner_text + "    };\n")
 
 
 def kernel_base(inner: str) -> str:
