@@ -212,7 +212,8 @@ each output in its defined order (docs/semantics.md, "Convolution"), against the
 matmul of the same multiply-adds ((O, C*KH*KW) @ (C*KH*KW, N*H*W)), under the same
 inner-product contract and dtype. Since issue 41 the cpu conv kernels run the matmul kernel's
 own product (``gtensor.ops.linalg.cpu_product``: its tiles, packed panels, k blocks) on
-per-image im2col panels, so the target is the matmul's rate. One thread
+im2col panels (per image; small images in chunks, one product per chunk), so the target is
+the matmul's rate (issue 41's bar: at least 70% of it at ResNet-like shapes). One thread
 (`GTENSOR_CPU_THREADS=1`); GMAC/s = multiply-adds / the calling thread's CPU seconds; in each
 of {args.rounds} rounds the four ops run {args.reps} calls each, one after another (the median
 call), and the table gives the median over rounds. The host is shared by several engineers'
