@@ -85,16 +85,25 @@ UNIFORM_SHIFT = {dtypes.F64: 11, dtypes.F32: 40}
 
 # --------------------------------------------------------------------------- Philox in C
 PHILOX = DeviceFn("gt_philox_block", """\
-// Philox4x64-10 (numpy.random.Philox, Random123): the 64x64 -> high 64 product by 32-bit
-// halves (portable: no __umul64hi / __int128), ten rounds, the key bumped between rounds.
+// Philox4x64-10 (numpy.random.Philox, Random123): the 64x64 -> high 64 product, ten rounds,
+// the key bumped between rounds. The product is exact integer arithmetic whichever way it is
+// computed: __umul64hi on a device, one 128-bit multiply where the host compiler has it (the
+// cpu and sim kernels: 4x faster than the 32-bit halves, which GCC ran as scalar code), else
+// by 32-bit halves.
 __device__ __forceinline__ unsigned long long gt_philox_mulhi(unsigned long long a,
                                                               unsigned long long b)
 {
+#if defined(__CUDA_ARCH__)
+    return __umul64hi(a, b);
+#elif defined(__SIZEOF_INT128__)
+    return (unsigned long long)(((unsigned __int128)a * b) >> 64);
+#else
     const unsigned long long a_lo = a & 0xFFFFFFFFULL, a_hi = a >> 32;
     const unsigned long long b_lo = b & 0xFFFFFFFFULL, b_hi = b >> 32;
     const unsigned long long ll = a_lo * b_lo, lh = a_lo * b_hi, hl = a_hi * b_lo;
     const unsigned long long mid = (ll >> 32) + (lh & 0xFFFFFFFFULL) + (hl & 0xFFFFFFFFULL);
     return a_hi * b_hi + (lh >> 32) + (hl >> 32) + (mid >> 32);
+#endif
 }
 // Blocks side by side (C and CUDA alike, so no template): lane j < g (g <= 8) is the block at
 // counter (c0[j], 0, 0, c3) under key (key[0], key[1]) as uint64, into w[j][0..3]. Every
@@ -188,8 +197,11 @@ _CPU_ONE = {
         y[o] = a >= t ? $FN(x[o], s) : ($T)0;
 """,
 }
+# Split weight per output: measured ~22 ns an output for dropout on one AMD EPYC thread
+# (Philox4x64-10, a block per 4 outputs), ~55 element operations of an add (0.4 ns): 64, so a
+# draw or mask splits across threads from 64 K outputs (the GPT rung's attention weights)
 _CPU_BLOCKED = """\
-    gtcpu::parallel_for(n, 16, [=](long long lo, long long hi) {
+    gtcpu::parallel_for(n, 64, [=](long long lo, long long hi) {
         constexpr int G = 8;  // blocks computed side by side (vector lanes; gt_philox_lanes' most)
         unsigned long long held[G][4];
         long long first = -1;  // held[j] is the block first + j (b only grows)
