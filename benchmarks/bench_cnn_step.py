@@ -62,31 +62,6 @@ is <= 0.6x torch eager: not met (0.89x in both dtypes, the table above).
 """
 
 
-def _torch_resnet(nn, c1: int, c2: int):
-    """rung 8b's ResNet (``cnn.build_resnet``) as a torch.nn tree."""
-    import torch
-
-    class Block(nn.Module):
-        def __init__(self, cin: int, cout: int, stride: int) -> None:
-            super().__init__()
-            self.conv1 = nn.Conv2d(cin, cout, 3, stride, 1, bias=False)
-            self.bn1 = nn.BatchNorm2d(cout)
-            self.conv2 = nn.Conv2d(cout, cout, 3, 1, 1, bias=False)
-            self.bn2 = nn.BatchNorm2d(cout)
-            self.shortcut = nn.Sequential()
-            if stride != 1 or cin != cout:
-                self.shortcut = nn.Sequential(nn.Conv2d(cin, cout, 1, stride, bias=False),
-                                              nn.BatchNorm2d(cout))
-
-        def forward(self, x):
-            out = torch.relu(self.bn1(self.conv1(x)))
-            return torch.relu(self.bn2(self.conv2(out)) + self.shortcut(x))
-
-    return nn.Sequential(nn.Conv2d(1, c1, 3, padding=1, bias=False), nn.BatchNorm2d(c1),
-                         nn.ReLU(), Block(c1, c1, 1), Block(c1, c2, 2), nn.AdaptiveAvgPool2d(1),
-                         nn.Flatten(), nn.Linear(c2, 10))
-
-
 def _batch() -> tuple[np.ndarray, np.ndarray]:
     xtr, ytr, _, _ = cnn.digits(0)
     return xtr[:CFG.batch], ytr[:CFG.batch]
@@ -112,7 +87,7 @@ def torch_step(dtype: str, threads: int):
     c1, c2 = CFG.channels
     nn = torch.nn
     if CFG.model == "resnet":
-        model = _torch_resnet(nn, c1, c2).to(tdt)
+        model = cnn.torch_resnet(CFG).to(tdt)
     else:
         model = nn.Sequential(nn.Conv2d(1, c1, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
                               nn.Conv2d(c1, c2, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),

@@ -58,27 +58,7 @@ def test_resnet_matches_torchs_resnet_blocks():
         "4.conv1.weight", "4.bn1.weight", "4.bn1.bias", "4.bn1.running_mean",
         "4.bn1.running_var"]
     assert sd["4.shortcut.0.weight"].shape == (32, 16, 1, 1)
-    nn = torch.nn
-
-    class Block(nn.Module):
-        def __init__(self, cin, cout, stride):
-            super().__init__()
-            self.conv1 = nn.Conv2d(cin, cout, 3, stride, 1, bias=False)
-            self.bn1 = nn.BatchNorm2d(cout)
-            self.conv2 = nn.Conv2d(cout, cout, 3, 1, 1, bias=False)
-            self.bn2 = nn.BatchNorm2d(cout)
-            self.shortcut = nn.Sequential()
-            if stride != 1 or cin != cout:
-                self.shortcut = nn.Sequential(nn.Conv2d(cin, cout, 1, stride, bias=False),
-                                              nn.BatchNorm2d(cout))
-
-        def forward(self, x):
-            out = torch.relu(self.bn1(self.conv1(x)))
-            return torch.relu(self.bn2(self.conv2(out)) + self.shortcut(x))
-
-    net = nn.Sequential(nn.Conv2d(1, 16, 3, padding=1, bias=False), nn.BatchNorm2d(16),
-                        nn.ReLU(), Block(16, 16, 1), Block(16, 32, 2), nn.AdaptiveAvgPool2d(1),
-                        nn.Flatten(), nn.Linear(32, 10)).double()
+    net = cnn.torch_resnet(SHORT).double()
     net.load_state_dict({k: torch.from_numpy(np.asarray(v)) for k, v in sd.items()})
     x = cnn.digits(0)[0][:16]
     mark = tp.mark()

@@ -469,6 +469,18 @@ def test_bad_input_is_refused(be, op, shapes, attrs, exc, match):
         getattr(be, op)(*arrays, **attrs)
 
 
+def _assert_thread_runs_equal(be, ref, calls: list) -> None:
+    """Each (op, args, attrs) of ``calls`` on the cpu backend at 1, 2 and 3 threads (split
+    threshold lowered to 1) gives the reference's bits."""
+    with cpu_thread_runs(be, threads=("1", "2", "3")) as runs:
+        for op, args, attrs in calls:
+            want = _run(ref, op, list(args), **attrs)
+            for threads in runs:
+                got = _run(be, op, list(args), **attrs)
+                assert bits_equal(want, got), f"{op} threads={threads}: " \
+                                              f"{first_difference(want, got)}"
+
+
 @pytest.mark.parametrize("inner", ["plain", "fma"])
 @pytest.mark.parametrize("dtype", ["float64", "float32"])
 def test_cpu_thread_splits_change_no_bit(be, ref, dtype, inner):
@@ -501,13 +513,7 @@ def test_cpu_thread_splits_change_no_bit(be, ref, dtype, inner):
              ("avg_pool2d_grad", (q,), {**pp, "size": (7, 6), "count_include_pad": False}),
              ("adaptive_avg_pool2d", (x,), {"output_size": (3, 4)}),
              ("adaptive_avg_pool2d_grad", (q,), {"size": (7, 6)})]
-    with cpu_thread_runs(be, threads=("1", "2", "3")) as runs:
-        for op, args, attrs in calls:
-            want = _run(ref, op, list(args), **attrs)
-            for threads in runs:
-                got = _run(be, op, list(args), **attrs)
-                assert bits_equal(want, got), f"{op} threads={threads}: " \
-                                              f"{first_difference(want, got)}"
+    _assert_thread_runs_equal(be, ref, calls)
 
 
 @pytest.mark.parametrize("inner", ["plain", "fma"])
@@ -537,13 +543,7 @@ def test_cpu_image_chunks_change_no_bit(be, ref, dtype, inner):
              ("conv2d", (x1, w1), a1),
              ("conv2d_grad_input", (g1, w1), {**a1, "size": (7, 7)}),
              ("conv2d_grad_input", (zeros, np.abs(w1)), {**a1, "size": (7, 7)})]
-    with cpu_thread_runs(be, threads=("1", "2", "3")) as runs:
-        for op, args, attrs in calls:
-            want = _run(ref, op, list(args), **attrs)
-            for threads in runs:
-                got = _run(be, op, list(args), **attrs)
-                assert bits_equal(want, got), f"{op} threads={threads}: " \
-                                              f"{first_difference(want, got)}"
+    _assert_thread_runs_equal(be, ref, calls)
     dx = np.asarray(_run(ref, "conv2d_grad_input", [zeros, np.abs(w1)], **a1, size=(7, 7)))
     reached = np.zeros((7, 7), bool)
     reached[::3, ::3] = True

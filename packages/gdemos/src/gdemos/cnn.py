@@ -151,6 +151,35 @@ def build_resnet(tp: g.Tape, cfg: CNNConfig, init: g.rng.Key) -> g.nn.Sequential
         g.nn.AdaptiveAvgPool2d(1), g.nn.Flatten(), g.nn.Linear(tp, c2, 10, key=k[3]))
 
 
+def torch_resnet(cfg: CNNConfig) -> Any:
+    """``build_resnet``'s model as a torch.nn tree (the same module names and ``state_dict``
+    keys; torch's default initialisation): the oracle of the tests and the benchmark's peer.
+    Needs torch (an oracle / benchmark extra, imported here)."""
+    import torch
+    from torch import nn
+
+    class BasicBlock(nn.Module):
+        def __init__(self, cin: int, cout: int, stride: int) -> None:
+            super().__init__()
+            self.conv1 = nn.Conv2d(cin, cout, 3, stride, 1, bias=False)
+            self.bn1 = nn.BatchNorm2d(cout)
+            self.conv2 = nn.Conv2d(cout, cout, 3, 1, 1, bias=False)
+            self.bn2 = nn.BatchNorm2d(cout)
+            self.shortcut = nn.Sequential()
+            if stride != 1 or cin != cout:
+                self.shortcut = nn.Sequential(nn.Conv2d(cin, cout, 1, stride, bias=False),
+                                              nn.BatchNorm2d(cout))
+
+        def forward(self, x):
+            out = torch.relu(self.bn1(self.conv1(x)))
+            return torch.relu(self.bn2(self.conv2(out)) + self.shortcut(x))
+
+    c1, c2 = cfg.channels
+    return nn.Sequential(nn.Conv2d(1, c1, 3, padding=1, bias=False), nn.BatchNorm2d(c1),
+                         nn.ReLU(), BasicBlock(c1, c1, 1), BasicBlock(c1, c2, 2),
+                         nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(c2, 10))
+
+
 def build(tp: g.Tape, cfg: CNNConfig, init: g.rng.Key, drop: g.rng.Key) -> g.nn.Sequential:
     """The model of ``cfg.model`` on ``tp``: the LeNet-style CNN (torch's layers, initial
     values from ``init``) or the ResNet (``build_resnet``)."""
