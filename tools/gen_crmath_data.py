@@ -276,7 +276,40 @@ def log(check: bool) -> bool:
            "c_i = 1 + i/128 (i the top 7 bits of the mantissa after adding 2^-8); R[i] (8\n"
            "fractional bits, so z = m' R[i] - 1 is exact, |z| <= ZMAX < 2^-7) and T[3i..3i+2] =\n"
            "-log(R[i]) as a triple-double; log1p(z) ~ z (1 + z (-1/2 + z (C3 + z TAIL(z)))),\n"
-           "Taylor to degree DEG. EPS: the relative error bound of the double-double log.")
+           "Taylor to degree DEG. EPS: the relative error bound of the double-double log.\n"
+           "log's lean path: 512 intervals (BITS2 index bits), R2 (10 fractional bits, |z| <=\n"
+           "ZMAX2 < 2^-9), T2 = -log(R2) as triple-doubles, log1p(z) ~ z - z^2/2 + z^3 Q2(z);\n"
+           "ln2 = LN2_HI42 (42 bits: e LN2_HI42 exact) + LN2_LO42.")
+    # log's own lean fast path: 512 intervals, r with 10 fractional bits, log1p(z) = z - z^2/2
+    # + z^3 q(z) with q in double (Taylor to z^9); the rounding test's error is computed per
+    # element (err = |h| 2^-88 + |z|^3 2^-52, see crlog)
+    n2, bits2 = 512, 10
+    rs2, ts2, zmax2 = [], [], mp.mpf(0)
+    for i in range(n2):
+        c = 1 + mp.mpf(i) / n2
+        r = mp.mpf(1) if i == 0 else mp.mpf(round(mp.mpf(2) ** bits2 / c)) / 2 ** bits2
+        lo = c - mp.mpf(1) / (2 * n2) if i else 1 - mp.mpf(1) / (4 * n2)
+        hi = c + mp.mpf(1) / (2 * n2)
+        zmax2 = max(zmax2, abs(lo * r - 1), abs(hi * r - 1))
+        rs2.append(float(r))
+        ts2 += split(-mp.log(r), 3)
+    assert zmax2 < mp.mpf(2) ** -9, zmax2
+    q2 = [mp.mpf((-1) ** (k + 1)) / k for k in range(3, 10)]  # 1/3, -1/4, ..., 1/9
+    trunc = max(abs(z - z * z / 2 + z ** 3 * horner([mp.mpf(float(c)) for c in q2], z)
+                    - mp.log1p(z)) / abs(z) ** 3
+                for z in (zmax2 * (2 * j / 2000 - 1) for j in range(2001)) if z != 0)
+    print(f"log (lean): zmax 2^{float(mp.log(zmax2, 2)):.2f}; truncation and coefficients "
+          f"<= {float(trunc):.3g} |z|^3")
+    assert trunc < mp.mpf(2) ** -50, trunc
+    items.update({
+        "BITS2": 9,
+        "ZMAX2": float(zmax2).hex(),
+        "Q2": hexs([float(c) for c in q2]),
+        "R2": hexs(rs2),
+        "T2": hexs(ts2),
+        "LN2_HI42": float(_split_bits(mp.log(2), 42)).hex(),
+        "LN2_LO42": float(mp.log(2) - _split_bits(mp.log(2), 42)).hex(),
+    })
     return write("log", doc, items, check)
 
 
@@ -321,6 +354,23 @@ def exp(check: bool) -> bool:
     eps = eps_p * ratio + 4 * ratio * mp.mpf(2) ** -103
     print(f"exp: P eps 2^{float(mp.log(eps_p, 2)):.2f}; ratio {float(ratio):.2f}; "
           f"expm1 eps 2^{float(mp.log(eps, 2)):.2f}")
+    # exp's own fast path: two tables (2^(i/64), 2^(i/4096)), |r| <= ln2/8192, e^r - 1 ~
+    # r + r^2 (1/2 + r (1/6 + r/24)) in double around the exact r
+    step2 = mp.log(2) / 4096
+    e_hi = _split_bits(step2, 30)
+    e_mid = _split_bits(step2 - e_hi, 30)
+    e_lo = step2 - e_hi - e_mid
+    r2 = step2 / 2 * (1 + mp.mpf(2) ** -40)
+    q = [mp.mpf(1) / 2, mp.mpf(1) / 6, mp.mpf(1) / 24]
+    qd = [float(c) for c in q]
+    # truncation (r^5/120 and beyond) and the rounded coefficients, relative to e^r
+    approx = max(abs((1 + r + r * r * horner([mp.mpf(c) for c in qd], r)) / mp.exp(r) - 1)
+                 for r in (r2 * (2 * j / 4000 - 1) for j in range(4001)))
+    # the double part rl + z q: z = rh^2 rounded, q by two fmas, the fma into rl: four
+    # roundings of at most |r|^2/2 (1.01); the table product and the final sums: 2^-103 each
+    dbl = 4 * U * r2 * r2 / 2 * mp.mpf(1.01)
+    eps_exp = approx * mp.mpf(1.25) + dbl + 4 * mp.mpf(2) ** -103 + mp.mpf(2) ** -100
+    print(f"exp: two-table fast path eps 2^{float(mp.log(eps_exp, 2)):.2f}")
     items = {
         "BITS": EXP_BITS,
         "DEG": EXP_DEG,
@@ -333,12 +383,22 @@ def exp(check: bool) -> bool:
         "C3": hexs(c3),
         "TAIL": hexs(tail),
         "T": hexs([p_ for j in range(n) for p_ in split(mp.mpf(2) ** (mp.mpf(j) / n), 3)]),
+        "EPS_EXP": float(eps_exp).hex(),
+        "INV_STEP2": float(4096 / mp.log(2)).hex(),
+        "E_HI": float(e_hi).hex(),
+        "E_MID": float(e_mid).hex(),
+        "E_LO": float(e_lo).hex(),
+        "Q": hexs(qd),
+        "T2": hexs([p_ for j in range(64) for p_ in split(mp.mpf(2) ** (mp.mpf(j) / 4096), 2)]),
     }
     doc = ("exp / expm1's fast path: x = (64k + j) ln2/64 + r, N = rint(x 64/ln2), ln2/64 =\n"
            "L_HI + L_MID + L_LO (36-bit pieces: N L_HI, N L_MID exact for |N| < 2^17);\n"
            "T[3j..3j+2] = 2^(j/64) as a triple-double; expm1(r) ~ r (1 + r (1/2 + r (C3 + r\n"
            "TAIL(r)))), Taylor to degree DEG, relative error <= EPS_P; EPS_EXPM1: the bound\n"
-           "of the double-double expm1(x) = (2^k T_j - 1) + 2^k T_j expm1(r).")
+           "of the double-double expm1(x) = (2^k T_j - 1) + 2^k T_j expm1(r). exp: N =\n"
+           "rint(x 4096/ln2), ln2/4096 = E_HI + E_MID + E_LO (30-bit pieces), e^x = 2^k T[i1]\n"
+           "T2[i2] e^r with T2[2i..2i+1] = 2^(i/4096), e^r - 1 ~ r + r^2 (Q0 + r (Q1 + r Q2));\n"
+           "EPS_EXP its relative error bound.")
     return write("exp", doc, items, check)
 
 
@@ -418,6 +478,7 @@ def trig(check: bool) -> bool:
         "C_REST": hexs(c_rest),
         "SIN": hexs(tab),
         "PIO2_TD": hexs(split(mp.pi / 2, 3)),
+        "PI128_TD": hexs(split(mp.pi / 128, 3)),
         "PH_BITS": PH_BITS,
         "PH_ZEROS": PH_ZEROS,
         "TWO_OVER_PI": [0] * PH_ZEROS + chunks,

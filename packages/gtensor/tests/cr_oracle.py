@@ -39,6 +39,10 @@ def round_to_format(v: mp.mpf, fmt) -> float:
     man, exp = mp.mpf(abs(v)).man_exp  # |v| = man * 2^exp, man odd
     bits = int(man).bit_length()
     top = exp + bits  # 2^(top-1) <= |v| < 2^top
+    if top > emax:  # at least 2^emax: overflow
+        return sign * math.inf
+    if top <= emin - 1:  # below half the smallest subnormal: rounds to zero
+        return sign * 0.0
     q = max(top - p, emin)  # the spacing exponent of the grid at |v|
     shift = exp - q
     if shift >= 0:

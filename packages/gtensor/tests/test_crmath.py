@@ -35,10 +35,15 @@ from gtensor import testing
 from gtensor.scalar import crmath
 
 NAMES = sorted(crmath.BY_NAME)
+# the numpy-side checks do not depend on the backend under test: they run in its numpy session
+# only (the sim and cpu sessions run the engine comparisons)
+_SESSION = testing.backend_name()
+numpy_session = pytest.mark.skipif(_SESSION != "numpy", reason="backend-independent: runs in "
+                                   "the numpy session")
 DTYPES = [np.float64, np.float32]
 IDS = {np.float64: "f64", np.float32: "f32"}
 BOTH_SIGNS = {"erf", "sin", "cos", "tanh"}  # hard cases listed for x > 0: test -x too
-ABS_FAST = {"erf"}  # fast_dd gives f(|x|)
+ABS_FAST = {"erf", "tanh"}  # fast_dd gives f(|x|)
 
 # per function: the busy range (uniform samples) and edge points (each with 4 neighbours a side)
 DOMAIN = {
@@ -49,6 +54,16 @@ DOMAIN = {
     "expm1": ((-40.0, 710.0), [2.0**-54, 2.0**-6, 0.0054152123481245725, 0.01083042469624915,
                                -37.42994775023705, -40.0, 709.782712893384, 1.0, -1.0,
                                88.72283935546875, -0.34657359027997264]),
+    "exp": ((-750.0, 712.0), [709.782712893384, -745.1332191019411, -708.3964185322641,
+                              -708.39, 2.0**-54, -(2.0**-54), 0.5, 1.0, -1.0,
+                              88.72283935546875, -103.97207708399179, -87.33654475055311]),
+    "log": ((0.0, 4.0), [1.0, 0.5, 2.0, 0.99609375, 1.00390625, 2.0**-1022, 5e-324,
+                         1.7976931348623157e308, 1.4142135623730951, 0.7071067811865476]),
+    "tanh": ((-22.0, 22.0), [2.0**-27, 2.0**-26, 20.0, 19.06154746539849, 0.5, 1.0,
+                             0.0054152123481245725, 0.01083042469624915]),
+    "sigmoid": ((-750.0, 45.0), [0.0, 40.0, 36.7368005696771, 37.42994775023705,
+                                 -708.39, -745.1332191019411, -709.0, -87.33654475055311,
+                                 -103.97207708399179]),
     "sin": ((-10.0, 10.0), [2.0**-26, 2.0**-27, 0.7853981633974483, 1.5707963267948966,
                             3.141592653589793, 2.0**20, 1e22, 6381956970095103 * 2.0**797,
                             0.01227184630308513, 355.0, 1.7976931348623157e308]),
@@ -56,6 +71,9 @@ DOMAIN = {
                             3.141592653589793, 2.0**20, 1e22, 6381956970095103 * 2.0**797,
                             0.01227184630308513, 355.0, 1.7976931348623157e308]),
 }
+# the rate of the accurate path is measured away from the inputs sent there on purpose (results
+# in the subnormal range: exp and sigmoid below -708.39)
+RATE_RANGE = {"exp": (-708.0, 710.0), "sigmoid": (-708.0, 45.0)}
 MEASURED: list[str] = []  # printed in the terminal summary (conftest)
 
 
@@ -111,6 +129,7 @@ def _assert_cr(name, dtype, x, got, what):
 
 
 # --------------------------------------------------------------------------- correctness
+@numpy_session
 @pytest.mark.parametrize("dtype", DTYPES, ids=IDS.get)
 @pytest.mark.parametrize("name", NAMES)
 def test_correctly_rounded_on_a_sample(name, dtype):
@@ -119,6 +138,7 @@ def test_correctly_rounded_on_a_sample(name, dtype):
     _assert_cr(name, dtype, x, fn.numpy(x), "sample")
 
 
+@numpy_session
 @pytest.mark.parametrize("name", [n for n in NAMES if n in HARD])
 def test_correctly_rounded_on_published_hard_cases(name):
     x = np.array([float.fromhex(h) for h, _ in HARD[name]])
@@ -126,10 +146,13 @@ def test_correctly_rounded_on_published_hard_cases(name):
         x = np.concatenate([x, -x])
     f = crmath.BY_NAME[name]
     _assert_cr(name, np.float64, x, f.f64.numpy(x), "hard cases")
-    x32 = np.unique(x.astype(np.float32))
+    with np.errstate(over="ignore"):
+        x32 = np.unique(x.astype(np.float32))
+    x32 = x32[np.isfinite(x32)]
     _assert_cr(name, np.float32, x32, f.f32.numpy(x32), "hard cases (as float32)")
 
 
+@numpy_session
 @pytest.mark.parametrize("dtype", DTYPES, ids=IDS.get)
 @pytest.mark.parametrize("name", NAMES)
 def test_accurate_path_alone_is_correctly_rounded(name, dtype):
@@ -139,6 +162,7 @@ def test_accurate_path_alone_is_correctly_rounded(name, dtype):
     _assert_cr(name, dtype, x, got, "accurate path")
 
 
+@numpy_session
 @pytest.mark.parametrize("name", NAMES)
 def test_fast_path_error_within_its_bound(name):
     """The fast double-double's error, measured with mpmath, stays under the bound that the
@@ -158,15 +182,16 @@ def test_fast_path_error_within_its_bound(name):
     assert worst < 1.0
 
 
+@numpy_session
 @pytest.mark.parametrize("name", NAMES)
 def test_accurate_path_is_rare(name):
     mod = crmath.BY_NAME[name].module
     rng = np.random.default_rng(9)
-    (lo, hi), _ = DOMAIN[name]
+    (lo, hi) = RATE_RANGE.get(name, DOMAIN[name][0])
     # the busy range and log-uniform magnitudes (not the random bit patterns: their tiny and
     # huge ends are decided, or sent on purpose, without the fast path)
-    x = np.concatenate([rng.uniform(lo, hi, 150_000), rng.choice([-1, 1], 150_000)
-                        * np.exp2(rng.uniform(-60, np.log2(max(-lo, hi)), 150_000))])
+    x = np.concatenate([rng.uniform(lo, hi, 50_000), rng.choice([-1, 1], 50_000)
+                        * np.exp2(rng.uniform(-60, np.log2(max(-lo, hi)), 50_000))])
     rate64 = float(mod.accurate_needed(x).mean())
     rate32 = float(mod.accurate_needed(x.astype(np.float32).astype(np.float64), True).mean())
     MEASURED.append(f"{name}: accurate path taken for {rate64:.2e} (f64) / {rate32:.2e} (f32) "
@@ -183,6 +208,15 @@ SPECIALS = {
               ("-sub", "-sub")],
     "expm1": [(0.0, 0.0), (-0.0, -0.0), (np.inf, np.inf), (-np.inf, -1.0), (np.nan, np.nan),
               ("max", np.inf), ("-max", -1.0), ("sub", "sub"), ("-sub", "-sub"), (-50.0, -1.0)],
+    "exp": [(0.0, 1.0), (-0.0, 1.0), (np.inf, np.inf), (-np.inf, 0.0), (np.nan, np.nan),
+            ("max", np.inf), ("-max", 0.0), ("sub", 1.0), ("-sub", 1.0), (1000.0, np.inf)],
+    "log": [(0.0, -np.inf), (-0.0, -np.inf), (-1.0, np.nan), (-np.inf, np.nan),
+            (np.inf, np.inf), (1.0, 0.0), (np.nan, np.nan), ("-sub", np.nan)],
+    "tanh": [(0.0, 0.0), (-0.0, -0.0), (np.inf, 1.0), (-np.inf, -1.0), (np.nan, np.nan),
+             ("sub", "sub"), ("-sub", "-sub"), ("max", 1.0), ("-max", -1.0), (30.0, 1.0)],
+    "sigmoid": [(np.inf, 1.0), (-np.inf, 0.0), (np.nan, np.nan), (0.0, 0.5), (-0.0, 0.5),
+                ("max", 1.0), ("-max", 0.0), ("sub", 0.5), ("-sub", 0.5), (800.0, 1.0),
+                (-800.0, 0.0)],
     "sin": [(0.0, 0.0), (-0.0, -0.0), (np.inf, np.nan), (-np.inf, np.nan), (np.nan, np.nan),
             ("sub", "sub"), ("-sub", "-sub")],
     "cos": [(0.0, 1.0), (-0.0, 1.0), (np.inf, np.nan), (-np.inf, np.nan), (np.nan, np.nan),
@@ -197,6 +231,7 @@ def _resolve(v, dtype):
     return dtype(table[v]) if isinstance(v, str) else dtype(v)
 
 
+@numpy_session
 @pytest.mark.parametrize("dtype", DTYPES, ids=IDS.get)
 @pytest.mark.parametrize("name", NAMES)
 def test_special_values(name, dtype):
@@ -247,6 +282,14 @@ DIGESTS = {
     ("log1p", "f32"): "aca72c4ebcf38fa8487c049a0fdf220f",
     ("expm1", "f64"): "a949bb0c5e14037d71f1e51bd4446e1f",
     ("expm1", "f32"): "e484764284fd4dda0e528b3d10ab18f5",
+    ("exp", "f64"): "b96aad2ff5a5cd7ee4d8cbf8bdfaded0",
+    ("exp", "f32"): "7c1e009fc43ebedd5799ded2510721e2",
+    ("log", "f64"): "dacac10a19b8f5e5438d07e87f1d4595",
+    ("log", "f32"): "3dd06442dd93c1dd66bf854c3668f020",
+    ("tanh", "f64"): "147c0caf53ec859d6ec4a97364d318e2",
+    ("tanh", "f32"): "3699fb8cb91b75751bcb3474d060846f",
+    ("sigmoid", "f64"): "805cb2412bc0fe49c51d49fa6fdcdb00",
+    ("sigmoid", "f32"): "ff14eed35b91d39691705ebe61fea009",
     ("sin", "f64"): "0dfcbf0a02c3b9d76496b0dd575fdd59",
     ("sin", "f32"): "de19f11455006f2eb7b8f25fa7007648",
     ("cos", "f64"): "69333e30739da02bbbedfda7012902f1",
@@ -254,6 +297,7 @@ DIGESTS = {
 }
 
 
+@numpy_session
 @pytest.mark.parametrize("dtype", DTYPES, ids=IDS.get)
 @pytest.mark.parametrize("name", NAMES)
 def test_golden_digest(name, dtype):
@@ -276,6 +320,8 @@ def _parity_inputs(name, dtype):
                                np.array([0.0, -0.0, np.inf, -np.inf, np.nan], dtype)])
 
 
+@pytest.mark.skipif(_SESSION not in ("sim", "cpu"), reason="compiles the sim runtime: runs in "
+                    "the sim and cpu sessions")
 @pytest.mark.parametrize("dtype", DTYPES, ids=IDS.get)
 @pytest.mark.parametrize("name", NAMES)
 def test_sim_matches_numpy(name, dtype):
@@ -290,6 +336,8 @@ def test_sim_matches_numpy(name, dtype):
 @pytest.mark.parametrize("dtype", DTYPES, ids=IDS.get)
 @pytest.mark.parametrize("name", NAMES)
 def test_backend_op_matches_numpy(be, name, dtype):
+    if be.name == "numpy":
+        pytest.skip("numpy against itself")
     x = _parity_inputs(name, dtype)
     want = gtensor.backend("numpy").to_numpy(getattr(gtensor.backend("numpy"), name)(x))
     got = be.to_numpy(getattr(be, name)(be.asarray(x)))

@@ -13,8 +13,7 @@ import numpy as np
 from .. import dtypes, shapes
 from ..dtypes import F32, F64, FLOATS, FloatType, round_scalar
 from ..kernels import Kernel
-from ..scalar import crerf, crexp, crlog, crtrig
-from ..scalar import transcendental as tr
+from ..scalar import crerf, crexp, crhyp, crlog, crtrig
 from ..scalar.dsl import ScalarFn, scalar_fn
 from .forms import ELEMENT_COST, MAP, SCALAR, ZIP2, split_cost
 from .registry import Op, register
@@ -60,11 +59,11 @@ MAX_MASK = pair("max_mask", 2, lambda m, a, b: m.where((a > b) | m.isnan(a), m.c
 MIN = pair("min", 2, lambda m, a, b: m.where((a < b) | m.isnan(a), a, b))
 MIN_MASK = pair("min_mask", 2, lambda m, a, b: m.where((a < b) | m.isnan(a), m.const(1.0, a),
                                                        m.const(0.0, a)))
-EXP = {F64: tr.EXP_F64, F32: tr.EXP_F32}
-LOG = {F64: tr.LOG_F64, F32: tr.LOG_F32}
-TANH = {F64: tr.TANH_F64, F32: tr.TANH_F32}
-SIGMOID = {F64: tr.SIGMOID_F64, F32: tr.SIGMOID_F32}
 # correctly rounded (gtensor.scalar.crmath): the exact value rounded once, in both dtypes
+EXP = {F64: crexp.EXP_F64, F32: crexp.EXP_F32}
+LOG = {F64: crlog.LOG_F64, F32: crlog.LOG_F32}
+TANH = {F64: crhyp.TANH_F64, F32: crhyp.TANH_F32}
+SIGMOID = {F64: crhyp.SIGMOID_F64, F32: crhyp.SIGMOID_F32}
 ERF = {F64: crerf.ERF_F64, F32: crerf.ERF_F32}
 LOG1P = {F64: crlog.LOG1P_F64, F32: crlog.LOG1P_F32}
 EXPM1 = {F64: crexp.EXPM1_F64, F32: crexp.EXPM1_F32}

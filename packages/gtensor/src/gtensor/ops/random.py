@@ -35,9 +35,9 @@ import numpy as np
 
 from .. import dtypes, philox
 from ..kernels import DeviceFn, Kernel, params
+from ..scalar.crlog import LOG_F64
+from ..scalar.crtrig import COS_F64
 from ..scalar.dsl import F32, F64, I64, ScalarFn, scalar_fn
-from ..scalar.transcendental import LOG_F64
-from ..scalar.trig import COS_F64
 from .elementwise import BLOCK, MUL, grid_for
 from .registry import Op, register
 
@@ -64,7 +64,8 @@ def rng_uniform_f32(m, a):
 
 @scalar_fn("gt_rng_normal_f64", (I64, I64), F64)
 def rng_normal_f64(m, a, b):
-    """Box-Muller of two words' top 53 bits: sqrt(-2 log u1) * cos(2 pi u2), u1 in (0, 1]."""
+    """Box-Muller of two words' top 53 bits: sqrt(-2 log u1) * cos(2 pi u2), u1 in (0, 1]
+    (log and cos correctly rounded: gtensor.scalar.crmath)."""
     u1 = m.i2f(a + 1) * 1.1102230246251565e-16
     u2 = m.i2f(b) * 1.1102230246251565e-16
     r = m.sqrt(-2.0 * m.call(LOG_F64, u1))

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from . import crdata_const as C
 from . import multi as M
+from .dsl import F64, scalar_fn
 
 LN2 = tuple(C.LN2_TD)
 EXP_TAYLOR_TERMS = 18  # |r| <= 2^-5.5 after the reduction: r^19/19! < 2^-158
@@ -17,7 +18,15 @@ EXP_SQUARINGS = 4
 
 def td_exp(m, y0, y1):
     """exp(y0 + y1) = E * 2^k for a double-double argument with |y0| <= 746: (E as a TD in
-    [0.7, 1.42], k as a float64 integer).
+    [0.7, 1.42], k as a float64 integer). One out-of-line function (``TD_EXP``), shared by
+    every accurate path that needs it."""
+    e0, e1, e2, k = m.call_multi(TD_EXP, y0, y1)
+    return (e0, e1, e2), k
+
+
+@scalar_fn("gt_td_exp", (F64, F64), (F64, F64, F64, F64), cold=True)
+def _td_exp_body(m, y0, y1):
+    """exp(y0 + y1) as (E0, E1, E2, k): E a TD in [0.7, 1.42], k a float64 integer.
 
     k = rint(y0 / ln 2); r = y - k ln2 as a TD (k ln2 from the TD ln 2 by exact products, the
     difference by exact two-sums: absolute error <= 2^-149 |k| + 2^-160); r' = r / 16 (exact);
@@ -39,7 +48,10 @@ def td_exp(m, y0, y1):
     p = m.loop(EXP_TAYLOR_TERMS - 1, step, *p)
     for _ in range(EXP_SQUARINGS):
         p = M.td_mul(m, p, p)
-    return p, k
+    return (*p, k)
+
+
+TD_EXP = _td_exp_body
 
 
 def td_scale(m, t, k):

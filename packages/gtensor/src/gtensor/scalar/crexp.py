@@ -129,19 +129,36 @@ def _accurate_td(m, x):
     return tuple(m.where(small, a, b) for a, b in zip(ser, big))
 
 
+@scalar_fn("gt_expm1_td", (F64,), (F64, F64, F64), cold=True)
+def expm1_td(m, x):
+    """expm1(x) / 2 as a TD (the accurate path's core, compiled once; tanh's too)."""
+    return _accurate_td(m, x)
+
+
+def _specials(m, x):
+    """(decided, value) of expm1: the lanes the fast path decides, without computing it."""
+    nan = m.isnan(x)
+    tiny = m.fabs(x) < TINY
+    sat = x < NEG_SAT
+    over = x > OVERFLOW
+    value = m.where(nan, x + x, m.where(tiny, x, m.where(sat, m.const(-1.0, x),
+                                                         float("inf"))))
+    return nan | tiny | sat | over, value
+
+
 @scalar_fn("gt_expm1_acc_f64", (F64,), F64, cold=True)
 def expm1_acc_f64(m, x):
     """expm1(x) for float64 by the accurate path alone (correctly rounded)."""
-    _, _, _, decided, value = _fast(m, x)
-    r = M.round_td_f64(m, _accurate_td(m, m.where(decided, 0.5, x))) * 2.0
+    decided, value = _specials(m, x)
+    r = M.round_td_f64(m, m.call_multi(expm1_td, m.where(decided, 0.5, x))) * 2.0
     return m.where(decided, value, r)
 
 
 @scalar_fn("gt_expm1_acc_f32", (F64,), F32, cold=True)
 def expm1_acc_f32(m, x):
     """expm1 of a widened float32 by the accurate path, rounded once to float32."""
-    _, _, _, decided, value = _fast(m, x)
-    t = _accurate_td(m, m.where(decided, 0.5, x))
+    decided, value = _specials(m, x)
+    t = m.call_multi(expm1_td, m.where(decided, 0.5, x))
     r = M.round_td_f32(m, (t[0] * 2.0, t[1] * 2.0, t[2] * 2.0))
     return m.where(decided, m.to_f32(value), r)
 
@@ -158,8 +175,8 @@ def expm1_f64(m, x):
 def expm1_f32(m, x32):
     """exp(x) - 1 for float32, correctly rounded (the float64 fast path rounded to float32)."""
     x = m.to_f64(x32)
-    h, lo, err, decided, value = _fast(m, x)
-    r, ok = M.round_dd_f32(m, h, lo, err)
+    h, lo, _, decided, value = _fast(m, x)
+    r, ok = M.round_dd_f32(m, h, lo, None)  # EPS_EXPM1 < 2^-60: no err check
     return m.rare(ok | decided, m.where(decided, m.to_f32(value), r * 2.0), expm1_acc_f32, x)
 
 
@@ -191,3 +208,172 @@ def fast_dd(x):
     with np.errstate(all="ignore"):
         h, lo, _, decided, _ = _fast(NUMPY, x)
     return 2.0 * h, 2.0 * lo, np.full(x.shape, D.EPS_EXPM1), ~decided
+
+
+# --------------------------------------------------------------------------- exp
+# exp(x), correctly rounded: a leaner fast path with two tables, N = rint(x 4096/ln2),
+# x = (4096 k + 64 i1 + i2) ln2/4096 + r, |r| <= ln2/8192 (ln2/4096 in three 30-bit pieces:
+# N E_HI and N E_MID exact for |N| < 2^23), e^x = 2^k T[i1] T2[i2] e^r with T[i1] = 2^(i1/64)
+# and T2[i2] = 2^(i2/4096) (double-doubles; their product by one exact fma product), and
+# e^r = 1 + r_h + (r_l + r_h^2 (1/2 + r_h (1/6 + r_h/24))): |r_h^2 q| < 2^-27, so this double
+# part's roundings are ~2^-80 of the result; the Taylor truncation is 2^-74.4. The product
+# T e^r is formed as a double-double: relative error <= EPS_EXP = 2^-74.2
+# (``tools/gen_crmath_data.py exp``). Results in the subnormal range (x < -708.39) and the
+# rounding test's failures go to the accurate path: accurate.td_exp, rounded once (onto the
+# subnormal grid exactly where needed).
+T2_TAB = Table("gt_exp_t2_tab", F64, tuple(D.T2))
+EXP_OVER = OVERFLOW  # exp(x) = +inf above
+EXP_UNDER = -745.1332191019411  # 0xc0874910d52d3051: exp(x) rounds to +0 below
+EXP_SUB = -708.39  # below: a result in (or next to) the subnormal range: the accurate path
+
+
+def exp_dd(m, x):
+    """(h, lo, k as int64): e^x = (h + lo) 2^k, h in [0.7, 1.5), for finite |x| <= 746."""
+    nf = m.rint(x * D.INV_STEP2)
+    a = x - nf * D.E_HI  # exact
+    rh, rl = M.two_sum(a, -(nf * D.E_MID))
+    rh, rl = M.fast_two_sum(rh, rl - nf * D.E_LO)
+    n = m.f2i(nf) + (1 << 30)  # non-negative for the shifts and masks
+    k = (n >> 12) - (1 << 18)
+    i1 = (n >> 6) & 63
+    i2 = n & 63
+    t1h, t1l = m.table(T_TAB, 3 * i1), m.table(T_TAB, 3 * i1 + 1)
+    t2h, t2l = m.table(T2_TAB, 2 * i2), m.table(T2_TAB, 2 * i2 + 1)
+    th, tl = M.two_prod(m, t1h, t2h)
+    tl = m.fma(t1h, t2l, m.fma(t1l, t2h, tl))
+    q = m.fma(m.fma(rh, D.Q[2], D.Q[1]), rh, D.Q[0])
+    pl = m.fma(rh * rh, q, rl)  # e^r - 1 = rh + pl
+    uh, ue = M.two_prod(m, th, rh)
+    low = m.fma(th, pl, m.fma(tl, rh, ue))
+    s, e2 = M.fast_two_sum(th, uh)
+    h, lo = M.fast_two_sum(s, e2 + (low + tl))
+    return h, lo, k
+
+
+def _scale(m, y, k):
+    """y 2^k for an int64 k in [-1100, 1100] (two factors; exact for normal results)."""
+    k1 = ((k + 1100) >> 1) - 550
+    return (y * _pow2(m, k1)) * _pow2(m, k - k1)
+
+
+def _exp_specials(m, x):
+    """(decided, value) of exp."""
+    nan = m.isnan(x)
+    over = x > EXP_OVER
+    value = m.where(nan, x + x, m.where(over, float("inf"), m.const(0.0, x)))
+    return nan | over | (x < EXP_UNDER), value
+
+
+def _exp_fast(m, x):
+    """(h, lo, k, err, decided, value, sub) for float64 x: e^x = (h + lo) 2^k."""
+    decided, value = _exp_specials(m, x)
+    h, lo, k = exp_dd(m, m.where(decided, 0.0, x))
+    err = h * (D.EPS_EXP * ROUND_MARGIN)
+    return h, lo, k, err, decided, value, x < EXP_SUB
+
+
+def _exp_round_acc(m, x, f32):
+    """The accurate e^x: accurate.td_exp, rounded once (float64: onto the subnormal grid
+    exactly where the result is below 2^-1022; float32: its grid is normal in float64)."""
+    e, kf = A.td_exp(m, x, x * 0.0)
+    k = m.f2i(kf)
+    if f32:  # float32's range is k in [-150, 128]: clamped beyond (inf, or 0, all the same)
+        kc = m.where(k < -1022, k * 0 - 1022, m.where(k > 200, k * 0 + 200, k))
+        return M.round_td_f32(m, A.td_scale(m, e, kc))
+    normal = _scale(m, M.round_td_f64(m, e), k)
+    # subnormal: round e to the grid 2^(-1074 - k) (a power of two), then scale exactly
+    ks = m.where(k < -1021, k, k * 0 - 1075)  # the unused lanes get a harmless grid
+    sub = _scale(m, _grid(m, e, -1074 - ks), ks)
+    return m.where(k < -1021, sub, normal)
+
+
+def _grid(m, e, ge):
+    """multi.grid_round onto the multiples of g = 2^ge, ge an int64 in [-1022, 1023]."""
+    g, inv = _pow2(m, ge), _pow2(m, -ge)
+    q = m.rint(e[0] * inv) * g
+    rh, rl = M.two_sum(e[0] - q, e[1])
+    rl = rl + e[2]
+    half = 0.5 * g
+    odd = (m.f2i(q * inv) & 1) == 1
+    up = ((rh - half) + rl > 0.0) | (((rh - half) + rl == 0.0) & odd)
+    down = ((rh + half) + rl < 0.0) | (((rh + half) + rl == 0.0) & odd)
+    return m.where(up, q + g, m.where(down, q - g, q))
+
+
+@scalar_fn("gt_exp_acc_f64", (F64,), F64, cold=True)
+def exp_acc_f64(m, x):
+    """e^x for float64 by the accurate path alone (correctly rounded)."""
+    decided, value = _exp_specials(m, x)
+    return m.where(decided, value, _exp_round_acc(m, m.where(decided, 0.0, x), False))
+
+
+@scalar_fn("gt_exp_acc_f32", (F64,), F32, cold=True)
+def exp_acc_f32(m, x):
+    """e^x of a widened float32 by the accurate path, rounded once to float32."""
+    decided, value = _exp_specials(m, x)
+    r = _exp_round_acc(m, m.where(decided, 0.0, x), True)
+    return m.where(decided, m.to_f32(value), r)
+
+
+@scalar_fn("gt_exp_f64", (F64,), F64)
+def exp_f64(m, x):
+    """e^x for float64, correctly rounded."""
+    h, lo, k, err, decided, value, sub = _exp_fast(m, x)
+    r, ok = M.round_dd_f64(h, lo, err)
+    return m.rare((ok & ~sub) | decided, m.where(decided, value, _scale(m, r, k)), exp_acc_f64,
+                  x)
+
+
+@scalar_fn("gt_exp_f32", (F32,), F32)
+def exp_f32(m, x32):
+    """e^x for float32, correctly rounded (scaled first: float32's subnormals are normal
+    float64 numbers)."""
+    x = m.to_f64(x32)
+    h, lo, k, _, decided, value, _ = _exp_fast(m, x)
+    # float32's range is k in [-150, 128]; beyond, 2^+-200 gives the same (inf or 0) rounding
+    kk = m.where(k < -200, k * 0 - 200, m.where(k > 200, k * 0 + 200, k))
+    r, ok = M.round_dd_f32(m, h * _pow2(m, kk), lo, None)  # EPS_EXP < 2^-60: no err check
+    return m.rare(ok | decided, m.where(decided, m.to_f32(value), r), exp_acc_f32, x)
+
+
+EXP_F64: ScalarFn = exp_f64
+EXP_F32: ScalarFn = exp_f32
+
+
+class _ExpHooks:
+    """exp's test hooks (``accurate_needed``, ``fast_dd``), as crmath.Function reads them."""
+
+    @staticmethod
+    def accurate_needed(x, f32: bool = False):
+        """Which float64 elements of ``x`` the accurate path computes (numpy)."""
+        import numpy as np
+
+        from .dsl import NUMPY
+
+        x = np.asarray(x, dtype=np.float64)
+        with np.errstate(all="ignore"):
+            h, lo, k, err, decided, _, sub = _exp_fast(NUMPY, x)
+            if f32:
+                kk = np.clip(k, -200, 200)
+                _, ok = M.round_dd_f32(NUMPY, h * _pow2(NUMPY, kk), lo, None)
+            else:
+                _, ok = M.round_dd_f64(h, lo, err)
+                ok = ok & ~sub
+        return ~(ok | decided)
+
+    @staticmethod
+    def fast_dd(x):
+        """(h, lo, relative error bound, lanes the bound covers) of the fast path (numpy)."""
+        import numpy as np
+
+        from .dsl import NUMPY
+
+        x = np.asarray(x, dtype=np.float64)
+        with np.errstate(all="ignore"):
+            h, lo, k, _, decided, _, sub = _exp_fast(NUMPY, x)
+            # (where the scaled low part stays normal: below, the check itself would round)
+            return (_scale(NUMPY, h, k), _scale(NUMPY, lo, k), np.full(x.shape, D.EPS_EXP),
+                    ~decided & ~sub & (k > -960))
+
+
+EXP_HOOKS = _ExpHooks()

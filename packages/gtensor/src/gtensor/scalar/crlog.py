@@ -39,10 +39,11 @@ T_TAB = Table("gt_log_t_tab", F64, tuple(D.T))
 LN2 = tuple(D.LN2_DD)
 
 
-def log_parts(m, v):
-    """For a positive normal double v: (S, P, T2) with log(v) = S + P: S = e ln2 - log(r_i)
-    and P = log1p(z) as double-doubles, and T2 the table's third part of -log(r_i) (for the
-    accurate paths). See the module docstring."""
+def log_parts(m, v, kadj=0.0):
+    """For a positive normal double v: (S, P, T2) with log(v 2^kadj) = S + P: S = e ln2 -
+    log(r_i) and P = log1p(z) as double-doubles (``kadj`` a small integer added to the
+    exponent e), and T2 the table's third part of -log(r_i) (for the accurate paths). See the
+    module docstring."""
     b = m.bits(v) + (1 << 44)  # adds 2^-8 to the mantissa; may carry into the exponent
     ef = (b >> 52) - 1023
     i = (b >> 45) & ((1 << D.BITS) - 1)
@@ -58,7 +59,7 @@ def log_parts(m, v):
     h, lo = M.dd_fma(m, (h, lo), z, (-0.5, 0.0 * z))  # c2 + z (h, lo)
     h, lo = M.dd_fma(m, (h, lo), z, (1.0, 0.0 * z))  # c1 + z (h, lo)
     ph, pl = M.dd_mul_d(m, (h, lo), z)
-    k = m.i2f(ef)
+    k = m.i2f(ef) + kadj  # exact
     s = M.dd_add(M.dd_mul_d(m, LN2, k), (m.table(T_TAB, 3 * i), m.table(T_TAB, 3 * i + 1)))
     return s, (ph, pl), m.table(T_TAB, 3 * i + 2)
 
@@ -99,11 +100,12 @@ def _series_td(m, x):
     return M.td_mul_d(m, p, x)
 
 
-def _newton_td(m, x, h, lo):
-    """log1p(x) from y0 = h + lo (|log1p(x)| > 2^-6.1): y0 + d - d^2/2, d = (1+x) e^-y0 - 1."""
+def _newton_td(m, x, h, lo, u=None):
+    """log1p(x) from y0 = h + lo (|log1p(x)| > 2^-6.1): y0 + d - d^2/2, d = (1+x) e^-y0 - 1;
+    or log(u) for a double-double ``u`` (then ``x`` is unused)."""
     e, k = A.td_exp(m, -h, -lo)
     ki = m.f2i(k)
-    uh, ul = M.two_sum(1.0, x)
+    uh, ul = M.two_sum(1.0, x) if u is None else u
     # (1 + x) 2^k with k in [-1024, 54]: k = k1 + k2, each 2^kj normal, the product exact
     k1 = ((ki + 1100) >> 1) - 550
     k2 = ki - k1
@@ -114,6 +116,23 @@ def _newton_td(m, x, h, lo):
     d2 = M.td_mul(m, w, w)
     corr = M.td_add(w, (d2[0] * -0.5, d2[1] * -0.5, d2[2] * -0.5))
     return M.td_add((h, lo, x * 0.0), corr)
+
+
+@scalar_fn("gt_log1p_td", (F64,), (F64, F64, F64), cold=True)
+def log1p_td(m, x):
+    """log1p(x) as a TD (the accurate path's core, compiled once)."""
+    return _accurate_td(m, x)
+
+
+def _specials(m, x):
+    """(decided, value) of log1p."""
+    nan = m.isnan(x)
+    tiny = m.fabs(x) < TINY
+    neg1 = x == -1.0
+    inf = x == float("inf")
+    value = m.where(nan, x + x, m.where(inf | tiny, x, m.where(neg1, m.const(-float("inf"), x),
+                                                               float("nan"))))
+    return nan | tiny | neg1 | (x < -1.0) | inf, value
 
 
 def _accurate_td(m, x):
@@ -129,18 +148,18 @@ def _accurate_td(m, x):
 @scalar_fn("gt_log1p_acc_f64", (F64,), F64, cold=True)
 def log1p_acc_f64(m, x):
     """log1p(x) for float64 by the accurate path alone (correctly rounded)."""
-    _, _, _, decided, value = _fast(m, x)
+    decided, value = _specials(m, x)
     live = m.where(decided, 0.5, x)
-    r = M.round_td_f64(m, _accurate_td(m, live))
+    r = M.round_td_f64(m, m.call_multi(log1p_td, live))
     return m.where(decided, value, r)
 
 
 @scalar_fn("gt_log1p_acc_f32", (F64,), F32, cold=True)
 def log1p_acc_f32(m, x):
     """log1p of a widened float32 by the accurate path, rounded once to float32."""
-    _, _, _, decided, value = _fast(m, x)
+    decided, value = _specials(m, x)
     live = m.where(decided, 0.5, x)
-    r = M.round_td_f32(m, _accurate_td(m, live))
+    r = M.round_td_f32(m, m.call_multi(log1p_td, live))
     return m.where(decided, m.to_f32(value), r)
 
 
@@ -156,10 +175,162 @@ def log1p_f64(m, x):
 def log1p_f32(m, x32):
     """log(1 + x) for float32, correctly rounded (the float64 fast path rounded to float32)."""
     x = m.to_f64(x32)
-    h, lo, err, decided, value = _fast(m, x)
-    r, ok = M.round_dd_f32(m, h, lo, err)
+    h, lo, _, decided, value = _fast(m, x)
+    r, ok = M.round_dd_f32(m, h, lo, None)  # EPS < 2^-60: no err check
     return m.rare(ok | decided, m.where(decided, m.to_f32(value), r), log1p_acc_f32, x)
 
+
+# --------------------------------------------------------------------------- log
+# log(x), correctly rounded: x (subnormals scaled by 2^54 first, exactly) goes straight into
+# log_parts: the same table, polynomial and bound EPS as log1p's log(uh) (log1p(t) is absent).
+# Decided: x < 0 (and -inf): NaN; +-0: -inf; +inf: +inf; 1: +0; NaN: NaN. Accurate path:
+# near 1 (|x - 1| < 2^-6, x - 1 exact) log1p's series of x - 1, else one Newton step on the
+# triple-double exp from the fast double-double, x kept exact: relative error < 2^-131.
+TWO54 = 2.0 ** 54
+LN2_TD = tuple(A.LN2)
+R2_TAB = Table("gt_log_r2_tab", F64, tuple(D.R2))
+T2_TAB = Table("gt_log_t2_tab", F64, tuple(D.T2))
+LEAN_REL, LEAN_CUBE = 2.0 ** -88, 2.0 ** -51  # err = |h| LEAN_REL + |z|^3 LEAN_CUBE
+
+
+def log_lean(m, v, kadj):
+    """log(v 2^kadj) for a positive normal double v, as (h, lo, err): a leaner evaluation than
+    log_parts (512 intervals, |z| < 2^-9.42): log1p(z) = z - z^2/2 + z^3 q(z) with z^2 exact
+    (fma), q in double (Taylor to z^9); e ln2 - log(r_i) + z - z^2/2 summed by error-free
+    transformations, everything below into one low word. The error, computed per element:
+    the polynomial's coefficients and roundings <= 2^-51 |z|^3 (measured and counted:
+    tools/gen_crmath_data.py), the table and the sums <= 2^-88 |h| (relative 2^-104 of terms
+    at most 2^10 times the result)."""
+    b = m.bits(v) + (1 << 42)  # adds 2^-10 to the mantissa: intervals centred on 1 + i/512
+    ef = (b >> 52) - 1023
+    i = (b >> 43) & ((1 << D.BITS2) - 1)
+    mp_ = m.from_bits((m.bits(v) - ((ef + 1023) << 52)) + (1023 << 52))  # v 2^-e, exact
+    z = m.fma(mp_, m.table(R2_TAB, i), -1.0)  # exact: r has 10 fractional bits, |z| < 2^-9
+    zh2, zl2 = M.two_prod(m, z, z)
+    q = D.Q2[-1]
+    for c in reversed(D.Q2[:-1]):
+        q = m.fma(q, z, c)
+    z3 = z * zh2
+    k = m.i2f(ef) + kadj  # exact
+    s, e1 = M.two_sum(k * D.LN2_HI42, m.table(T2_TAB, 3 * i))  # k LN2_HI42 exact
+    s, e2 = M.two_sum(s, z)
+    s, e3 = M.fast_two_sum(s, -0.5 * zh2)  # |s| >= z^2/2 in every interval
+    low = ((k * D.LN2_LO42 + m.table(T2_TAB, 3 * i + 1)) + ((e1 + e2) + e3)
+           + (z3 * q - 0.5 * zl2))
+    h, lo = M.fast_two_sum(s, low)
+    err = m.fabs(h) * LEAN_REL + m.fabs(z3) * LEAN_CUBE
+    return h, lo, err
+
+
+def _log_specials(m, x):
+    """(decided, value) of log."""
+    nan = m.isnan(x)
+    zero = x == 0.0
+    inf = x == float("inf")
+    one = x == 1.0
+    value = m.where(nan, x + x, m.where(inf, x, m.where(zero, m.const(-float("inf"), x),
+                                                        m.where(one, m.const(0.0, x),
+                                                                float("nan")))))
+    return nan | (x < 0.0) | zero | inf | one, value
+
+
+def _log_fast(m, x):
+    """(h, lo, err, decided, value) for float64 x: log(x) as a double-double."""
+    decided, value = _log_specials(m, x)
+    xs = m.where(decided, 2.0, x)
+    sub = xs < 2.0 ** -1022
+    v = m.where(sub, xs * TWO54, xs)
+    h, lo, err = log_lean(m, v, m.where(sub, -54.0, 0.0 * v))
+    return h, lo, err * ROUND_MARGIN, decided, value
+
+
+@scalar_fn("gt_log_td", (F64,), (F64, F64, F64), cold=True)
+def log_td(m, x):
+    """log(x) as a TD (the accurate path's core, compiled once)."""
+    return _log_accurate_td(m, x)
+
+
+def _log_accurate_td(m, x):
+    """log(x) as a TD for finite x > 0, x != 1."""
+    near = m.fabs(x - 1.0) < SERIES_BELOW
+    ys = _series_td(m, m.where(near, x - 1.0, 2.0 ** -7))
+    xs = m.where(near, 2.0, x)
+    sub = xs < 2.0 ** -1022
+    v = m.where(sub, xs * TWO54, xs)
+    h, lo, _, _, _ = _log_fast(m, v)  # log(v): v is normal
+    yn = _newton_td(m, v, h, lo, (v, v * 0.0))
+    shift = M.td_mul_d(m, LN2_TD, v * 0.0 - 54.0)  # (a traced value: C mode needs one)
+    yn = tuple(m.where(sub, a, b) for a, b in zip(M.td_add(yn, shift), yn))
+    return tuple(m.where(near, a, b) for a, b in zip(ys, yn))
+
+
+@scalar_fn("gt_log_acc_f64", (F64,), F64, cold=True)
+def log_acc_f64(m, x):
+    """log(x) for float64 by the accurate path alone (correctly rounded)."""
+    decided, value = _log_specials(m, x)
+    r = M.round_td_f64(m, m.call_multi(log_td, m.where(decided, 2.0, x)))
+    return m.where(decided, value, r)
+
+
+@scalar_fn("gt_log_acc_f32", (F64,), F32, cold=True)
+def log_acc_f32(m, x):
+    """log of a widened float32 by the accurate path, rounded once to float32."""
+    decided, value = _log_specials(m, x)
+    r = M.round_td_f32(m, m.call_multi(log_td, m.where(decided, 2.0, x)))
+    return m.where(decided, m.to_f32(value), r)
+
+
+@scalar_fn("gt_log_f64", (F64,), F64)
+def log_f64(m, x):
+    """log(x) for float64, correctly rounded."""
+    h, lo, err, decided, value = _log_fast(m, x)
+    r, ok = M.round_dd_f64(h, lo, err)
+    return m.rare(ok | decided, m.where(decided, value, r), log_acc_f64, x)
+
+
+@scalar_fn("gt_log_f32", (F32,), F32)
+def log_f32(m, x32):
+    """log(x) for float32, correctly rounded."""
+    x = m.to_f64(x32)
+    h, lo, err, decided, value = _log_fast(m, x)
+    r, ok = M.round_dd_f32(m, h, lo, err)
+    return m.rare(ok | decided, m.where(decided, m.to_f32(value), r), log_acc_f32, x)
+
+
+LOG_F64: ScalarFn = log_f64
+LOG_F32: ScalarFn = log_f32
+
+
+class _LogHooks:
+    """log's test hooks (``accurate_needed``, ``fast_dd``)."""
+
+    @staticmethod
+    def accurate_needed(x, f32: bool = False):
+        """Which float64 elements of ``x`` the accurate path computes (numpy)."""
+        import numpy as np
+
+        from .dsl import NUMPY
+
+        x = np.asarray(x, dtype=np.float64)
+        with np.errstate(all="ignore"):
+            h, lo, err, decided, _ = _log_fast(NUMPY, x)
+            _, ok = (M.round_dd_f32(NUMPY, h, lo, err) if f32 else M.round_dd_f64(h, lo, err))
+        return ~(ok | decided)
+
+    @staticmethod
+    def fast_dd(x):
+        """(h, lo, relative error bound, lanes the bound covers) of the fast path (numpy)."""
+        import numpy as np
+
+        from .dsl import NUMPY
+
+        x = np.asarray(x, dtype=np.float64)
+        with np.errstate(all="ignore"):
+            h, lo, err, decided, _ = _log_fast(NUMPY, x)
+            return h, lo, err / np.abs(h), ~decided
+
+
+LOG_HOOKS = _LogHooks()
 
 LOG1P_F64: ScalarFn = log1p_f64
 LOG1P_F32: ScalarFn = log1p_f32

@@ -12,10 +12,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from types import ModuleType
 
-from . import crerf, crexp, crlog, crtrig
+from . import crerf, crexp, crhyp, crlog, crtrig
 from .dsl import ScalarFn
 
-ALL: list[ScalarFn] = [*crerf.ALL, *crlog.ALL, *crexp.ALL, *crtrig.ALL]
+ALL: list[ScalarFn] = [*crerf.ALL, *crlog.ALL, *crexp.ALL, *crtrig.ALL, *crhyp.ALL,
+                        crexp.EXP_F64, crexp.EXP_F32, crlog.LOG_F64, crlog.LOG_F32]
 
 
 @dataclass(frozen=True)
@@ -36,6 +37,14 @@ BY_NAME: dict[str, Function] = {
                       crlog.log1p_acc_f32, crlog),
     "expm1": Function(crexp.EXPM1_F64, crexp.EXPM1_F32, crexp.expm1_acc_f64,
                       crexp.expm1_acc_f32, crexp),
+    "exp": Function(crexp.EXP_F64, crexp.EXP_F32, crexp.exp_acc_f64, crexp.exp_acc_f32,
+                    crexp.EXP_HOOKS),
+    "log": Function(crlog.LOG_F64, crlog.LOG_F32, crlog.log_acc_f64, crlog.log_acc_f32,
+                    crlog.LOG_HOOKS),
+    "tanh": Function(crhyp.TANH_F64, crhyp.TANH_F32, crhyp.tanh_acc_f64, crhyp.tanh_acc_f32,
+                     crhyp.TANH_HOOKS),
+    "sigmoid": Function(crhyp.SIGMOID_F64, crhyp.SIGMOID_F32, crhyp.sigmoid_acc_f64,
+                        crhyp.sigmoid_acc_f32, crhyp.SIGMOID_HOOKS),
     "sin": Function(crtrig.SIN_F64, crtrig.SIN_F32, crtrig.sin_acc_f64, crtrig.sin_acc_f32,
                     crtrig.SIN_HOOKS),
     "cos": Function(crtrig.COS_F64, crtrig.COS_F32, crtrig.cos_acc_f64, crtrig.cos_acc_f32,

@@ -15,7 +15,12 @@ relative accuracy; elsewhere the two terms are at most 3 times the result: relat
 EPS = 2^-80.2, plus D_ABS absolute (``tools/gen_crmath_data.py trig``). The rounding test uses
 err = EPS |h| + D_ABS (so an x extremely close to a multiple of pi goes to the accurate path).
 
-Accurate path (cold), and every |x| >= 2^20: Payne-Hanek reduction in integers: x = M 2^E
+Second stage (cold), every |x| >= 2^20 and the fast path's failures: the exact reduction below,
+then N' = rint(r 128/pi) and r' = r - N' pi/128 (a triple-double, |r'| <= pi/256, absolute
+error < 2^-150) through the fast path's table and polynomials, and its rounding test (err =
+EPS |h| + 2^-130); only its failures reach the accurate path.
+
+Accurate path (cold): Payne-Hanek reduction in integers: x = M 2^E
 (M < 2^53), 2/pi as 26-bit chunks g_i; the 12 chunks that matter (the ones before only add
 multiples of 4) multiply M's two 26/27-bit halves exactly in int64 limbs, the limbs are carried,
 shifted so that the binary point falls between two limbs, and read as n mod 4 (the quadrant)
@@ -162,16 +167,59 @@ def _taylor(m, r, cos):
     return p if cos else M.td_mul(m, p, r)
 
 
-def _accurate_td(m, x, quarter):
-    """sin(x + quarter pi/2) as a TD for finite x (quarter 0: sin, 1: cos)."""
-    a = m.fabs(x)
+@scalar_fn("gt_trig_reduce", (F64,), (F64, F64, F64, F64), cold=True)
+def _reduce_fn(m, a):
+    """(quadrant as a float64 integer, r0, r1, r2): a = q pi/2 + r, |r| <= pi/4, for any
+    finite a >= 0 (no reduction below pi/4, else Payne-Hanek); compiled once."""
     small = a < PIO4
     q, r = _payne_hanek(m, m.where(small, 1.0, a))
     r = tuple(m.where(small, v, w) for v, w in zip((a, a * 0.0, a * 0.0), r))
-    q = m.where(small, q * 0, q)
+    return (m.i2f(m.where(small, q * 0, q)), *r)
+
+
+def _reduce_any(m, a):
+    """(quadrant as int64, r as a TD) with a = q pi/2 + r (``_reduce_fn``)."""
+    qf, r0, r1, r2 = m.call_multi(_reduce_fn, a)
+    return m.f2i(qf), (r0, r1, r2)
+
+
+@scalar_fn("gt_trig_taylor", (F64, F64, F64), (F64, F64, F64, F64, F64, F64), cold=True)
+def _sincos_td(m, r0, r1, r2):
+    """(sin r, cos r) as two TDs for |r| <= pi/4 (compiled once)."""
+    r = (r0, r1, r2)
+    return (*_taylor(m, r, False), *_taylor(m, r, True))
+
+
+def _big_dd(m, x, offset):
+    """sin(x + offset pi/128) as (h, lo) for any finite x, by the exact reduction then the fast
+    path's table and polynomials: |x| = (64 q + N) pi/128 + r', r' = r - N pi/128 (a TD, then
+    its head as a double-double: absolute error < 2^-150), |r'| <= pi/256."""
+    a = m.fabs(x)
+    q, r = _reduce_any(m, a)
+    nf = m.rint(r[0] * D.INV_STEP)  # in [-32, 32]
+    nr = M.td_mul_d(m, tuple(D.PI128_TD), -nf)
+    r2 = M.td_add(r, nr)
+    rh, rl = M.fast_two_sum(r2[0], r2[1] + r2[2])
+    n = (q << 6) + m.f2i(nf) + (1 << 30)  # non-negative: & below
+    ja = (n + offset) & 255
+    jb = (n + (offset + 64)) & 255
+    ta = (m.table(SIN_TAB, 2 * ja), m.table(SIN_TAB, 2 * ja + 1))
+    tb = (m.table(SIN_TAB, 2 * jb), m.table(SIN_TAB, 2 * jb + 1))
+    s, c = _sc(m, rh, rl)
+    h, lo = M.dd_add(M.dd_mul(m, ta, c), M.dd_mul(m, tb, s))
+    if offset == 0:  # sin is odd
+        h, lo = m.where(x < 0.0, -h, h), m.where(x < 0.0, -lo, lo)
+    return h, lo, m.fabs(h) * (D.EPS * ROUND_MARGIN) + 2.0 ** -130
+
+
+def _accurate_td(m, x, quarter):
+    """sin(x + quarter pi/2) as a TD for finite x (quarter 0: sin, 1: cos)."""
+    a = m.fabs(x)
+    q, r = _reduce_any(m, a)
     # sin(x) = sign(x) sin(a); cos(x) = cos(a) = sin(a + pi/2)
     q = (q + quarter) & 3
-    s, c = _taylor(m, r, False), _taylor(m, r, True)
+    sc = m.call_multi(_sincos_td, *r)
+    s, c = sc[:3], sc[3:]
     y = tuple(m.where((q & 1) == 1, cv, sv) for sv, cv in zip(s, c))
     neg = (q & 2) == 2
     if quarter == 0:  # sin is odd: the sign of x flips it
@@ -182,39 +230,64 @@ def _accurate_td(m, x, quarter):
 
 # --------------------------------------------------------------------------- the functions
 def _make(name, offset, quarter, tiny_below, tiny_value):
-    """The four scalar functions of sin (offset 0) or cos (offset 64)."""
+    """The scalar functions of sin (offset 0) or cos (offset 64)."""
 
     def parts(m, x):
         tv = x if tiny_value is None else m.const(tiny_value, x)
         return _fast(m, x, offset, tiny_below, tv)
 
+    def specials(m, x):
+        nan = m.isnan(x)
+        a = m.fabs(x)
+        inf = a == float("inf")
+        tv = x if tiny_value is None else m.const(tiny_value, x)
+        return nan | inf | (a < tiny_below), m.where(nan | inf, x - x, tv)
+
     @scalar_fn(f"gt_{name}_acc_f64", (F64,), F64, cold=True)
     def acc_f64(m, x):
-        _, _, _, decided, value, _ = parts(m, x)
+        decided, value = specials(m, x)
         r = M.round_td_f64(m, _accurate_td(m, m.where(decided, 1.0, x), quarter))
         return m.where(decided, value, r)
 
     @scalar_fn(f"gt_{name}_acc_f32", (F64,), F32, cold=True)
     def acc_f32(m, x):
-        _, _, _, decided, value, _ = parts(m, x)
+        decided, value = specials(m, x)
         r = M.round_td_f32(m, _accurate_td(m, m.where(decided, 1.0, x), quarter))
         return m.where(decided, m.to_f32(value), r)
+
+    # the second stage, out of line: any finite x (|x| >= 2^20, or a failed rounding test)
+    # by the exact reduction and the fast evaluation, the accurate path behind it
+    @scalar_fn(f"gt_{name}_big_f64", (F64,), F64, cold=True)
+    def big_f64(m, x):
+        decided, value = specials(m, x)
+        h, lo, err = _big_dd(m, m.where(decided, 1.0, x), offset)
+        r, ok = M.round_dd_f64(h, lo, err)
+        return m.rare(ok | decided, m.where(decided, value, r), acc_f64, x)
+
+    @scalar_fn(f"gt_{name}_big_f32", (F64,), F32, cold=True)
+    def big_f32(m, x):
+        decided, value = specials(m, x)
+        h, lo, err = _big_dd(m, m.where(decided, 1.0, x), offset)
+        r, ok = M.round_dd_f32(m, h, lo, err)
+        return m.rare(ok | decided, m.where(decided, m.to_f32(value), r), acc_f32, x)
 
     @scalar_fn(f"gt_{name}_f64", (F64,), F64)
     def f64(m, x):
         h, lo, err, decided, value, fast = parts(m, x)
         r, ok = M.round_dd_f64(h, lo, err)
-        return m.rare((ok & fast) | decided, m.where(decided, value, r), acc_f64, x)
+        return m.rare((ok & fast) | decided, m.where(decided, value, r), big_f64, x)
 
     @scalar_fn(f"gt_{name}_f32", (F32,), F32)
     def f32(m, x32):
         x = m.to_f64(x32)
         h, lo, err, decided, value, fast = parts(m, x)
         r, ok = M.round_dd_f32(m, h, lo, err)
-        return m.rare((ok & fast) | decided, m.where(decided, m.to_f32(value), r), acc_f32, x)
+        return m.rare((ok & fast) | decided, m.where(decided, m.to_f32(value), r), big_f32, x)
 
     for fn, doc in ((acc_f64, f"{name}(x) for float64 by the accurate path alone"),
                     (acc_f32, f"{name} of a widened float32 by the accurate path alone"),
+                    (big_f64, f"{name}(x) for float64 by the exact reduction, then Ziv"),
+                    (big_f32, f"{name} of a widened float32 by the exact reduction, then Ziv"),
                     (f64, f"{name}(x) for float64, correctly rounded"),
                     (f32, f"{name}(x) for float32, correctly rounded")):
         fn.body.__doc__ = doc

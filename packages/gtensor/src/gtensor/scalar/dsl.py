@@ -13,7 +13,10 @@ A scalar function is written once as ``def f(m, x, ...)`` using only:
   ``for`` loop; numpy: a Python loop over whole arrays);
 * ``rare(ok, value, fn, *args)``: ``value`` where ``ok``, else ``call(fn, *args)``, the call
   evaluated only where ``ok`` is false (a C conditional; numpy: on those elements only). ``fn``
-  is declared ``cold``: an out-of-line function, the accurate path of a Ziv-style evaluation.
+  is declared ``cold``: an out-of-line function, the accurate path of a Ziv-style evaluation;
+* ``call_multi(fn, *args)``: a cold function with several results (``out_dt`` a tuple): a C
+  function writing through pointers, called once, so shared pieces of the accurate paths are
+  compiled once (numpy: the body's tuple).
 
 Run with ``m = NUMPY`` and numpy arrays, the text *is* the numpy reference (vectorized,
 every operation an IEEE operation of numpy). Run with ``m = CEmitter(...)`` and traced
@@ -132,6 +135,11 @@ class _NumpyMath:
         for k in range(n):
             carry = tuple(body(NUMPY, np.int64(k), *carry))
         return carry
+
+    @staticmethod
+    def call_multi(fn: "ScalarFn", *args: Any) -> tuple:
+        """Call a function with several results."""
+        return tuple(fn.body(NUMPY, *args))
 
     @staticmethod
     def rare(ok: Any, value: Any, fn: "ScalarFn", *args: Any) -> Any:
@@ -427,6 +435,23 @@ class CEmitter:
         self.lines.append(f"{outer}}}")
         return tuple(carries)
 
+    def call_multi(self, fn: "ScalarFn", *args: Any) -> tuple:
+        """Call a cold function with several results (out-parameters in C)."""
+        if not (fn.cold and isinstance(fn.out_dt, tuple)):
+            raise TypeError(f"scalar language: call_multi calls cold functions with several "
+                            f"results, {fn.cname} is not one")
+        args = tuple(self.coerce(a, dt) for a, dt in zip(args, fn.in_dts))
+        self._check_args(fn, args)
+        self.called.append(fn)
+        outs = []
+        for dt in fn.out_dt:
+            self._n += 1
+            outs.append(CVal(self, f"m{self._n}", dt))
+        self.lines.append(f"{self._indent}{' '.join(f'{CTYPE[o.dt]} {o.expr};' for o in outs)}")
+        ptrs = ", ".join(f"&{o.expr}" for o in outs)
+        self.lines.append(f"{self._indent}{fn.cname}({', '.join(a.expr for a in args)}, {ptrs});")
+        return tuple(outs)
+
     def rare(self, ok: Any, value: Any, fn: "ScalarFn", *args: Any) -> CVal:
         """``value`` where ``ok``, else ``fn(*args)`` (evaluated only then: a C conditional)."""
         if not fn.cold:
@@ -461,7 +486,7 @@ class ScalarFn:
 
     cname: str
     in_dts: tuple[str, ...]
-    out_dt: str
+    out_dt: str | tuple[str, ...]  # a tuple: several results (a cold function, call_multi)
     body: Callable[..., Any]
     cold: bool = False  # an out-of-line function (``rare``'s accurate paths): GT_COLD, not inline
 
@@ -472,6 +497,9 @@ class ScalarFn:
 
     def eval(self, *arrays: Any) -> np.ndarray:
         """``numpy`` without its ``np.errstate`` (for callers that already set it)."""
+        if isinstance(self.out_dt, tuple):
+            return tuple(np.asarray(v, dtype=NPTYPE[dt])
+                         for v, dt in zip(self.body(NUMPY, *arrays), self.out_dt))
         return np.asarray(self.body(NUMPY, *arrays), dtype=NPTYPE[self.out_dt])
 
     def device_source(self) -> str:
@@ -480,6 +508,17 @@ class ScalarFn:
         names = [f"a{i}" for i in range(len(self.in_dts))]
         args = [CVal(em, n, dt) for n, dt in zip(names, self.in_dts)]
         out = self.body(em, *args)
+        if isinstance(self.out_dt, tuple):
+            outs = [em.coerce(v, dt) for v, dt in zip(out, self.out_dt)]
+            if len(outs) != len(self.out_dt) or any(
+                    v.dt != dt for v, dt in zip(outs, self.out_dt)):
+                raise TypeError(f"{self.cname}: returns the wrong results")
+            params = ", ".join([f"{CTYPE[dt]} {n}" for n, dt in zip(names, self.in_dts)]
+                               + [f"{CTYPE[dt]}* o{i}" for i, dt in enumerate(self.out_dt)])
+            stores = "\n".join(f"    *o{i} = {v.expr};" for i, v in enumerate(outs))
+            body = "\n".join(em.lines)
+            return (f"__device__ GT_COLD void {self.cname}({params})\n"
+                    f"{{\n{body}\n{stores}\n}}\n")
         out = em.coerce(out, self.out_dt)
         if out.dt != self.out_dt:
             raise TypeError(f"{self.cname}: returns {out.dt}, declared {self.out_dt}")

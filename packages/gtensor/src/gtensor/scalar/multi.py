@@ -147,6 +147,22 @@ def td_div_small(m, a, d):
     return td_norm(q0, q1, r1 / d)
 
 
+def td_div(m, a, b):
+    """TD / TD: three quotient digits, each remainder a - q b formed as a TD (relative error
+    below 2^-145 for quotients of normal magnitude)."""
+    q0 = a[0] / b[0]
+    p = td_neg(td_mul_d(m, b, q0))
+    r = td_add(a, p)
+    q1 = r[0] / b[0]
+    r = td_add(r, td_neg(td_mul_d(m, b, q1)))
+    return td_norm(q0, q1, r[0] / b[0])
+
+
+def td_neg(t):
+    """-t for a TD (exact)."""
+    return -t[0], -t[1], -t[2]
+
+
 # --------------------------------------------------------------------------- rounding
 def _round_odd(m, s, e):
     """Round ``s + e`` to odd (``s = RN(s + e)``, float64, ``s`` finite and nonzero or e = 0)."""
@@ -179,13 +195,16 @@ def round_dd_f32(m, h, lo, err):
     float64 ulp is at most 2^-29. The exact value lies within |lo| + err <= 0.5 ulp64(h) + err
     of h, i.e. within 2^-30 + 2^-36 of t: if t's fraction is at least 2^-28 away from 1/2, no
     midpoint lies between them and RN32(exact) = RN32(h) = ``to_f32(h)`` (float32's overflow
-    threshold is such a midpoint too). Otherwise ``ok`` is false."""
+    threshold is such a midpoint too). Otherwise ``ok`` is false. ``err=None``: the caller's
+    bound is relative and below 2^-60 (no runtime check needed)."""
     a = m.fabs(h)
     ge = (m.bits(a) >> 52) - 23
     ge = m.where(ge < 1023 - 149, ge * 0 + (1023 - 149), ge)  # the subnormal spacing 2^-149
     t = a * m.from_bits((2046 - ge) << 52)  # |h| / g, exact
     d = (t - m.floor(t)) - 0.5
-    ok = (m.fabs(d) >= 2.0 ** -28) & (err < a * 2.0 ** -60)
+    ok = m.fabs(d) >= 2.0 ** -28
+    if err is not None:
+        ok = ok & (err < a * 2.0 ** -60)
     return m.to_f32(h), ok
 
 
@@ -207,11 +226,11 @@ def round_td_f32(m, t):
 
 def grid_round(m, t, g):
     """RN of the exact ``t0 + t1 + t2`` to the grid of multiples of ``g`` (a power of two with
-    ``|t0| < 2^51 g``), ties to even, as a double; every operation exact: q = t0 rounded to the
-    grid (adding and subtracting 1.5 * 2^52 g), then the remainder (t0 - q) + t1 + t2 compared
-    with +-g/2 and q moved one step. Used for results in the subnormal range (scaled up)."""
-    big = 6755399441055744.0 * g  # 1.5 * 2^52 * g: its binade's ulp is g
-    q = (t[0] + big) - big
+    ``|t0| < 2^53 g``), ties to even, as a double; every operation exact: q = t0 rounded to the
+    grid (rint of t0/g, a scaling by a power of two), then the remainder (t0 - q) + t1 + t2
+    compared with +-g/2 and q moved one step. Used for results in the subnormal range (scaled
+    up)."""
+    q = m.rint(t[0] * (1.0 / g)) * g
     rh, rl = two_sum(t[0] - q, t[1])  # t0 - q is exact (|t0 - q| <= g/2, both multiples of ulp)
     rl = rl + t[2]
     half = 0.5 * g
@@ -230,6 +249,6 @@ def _odd_step(m, q, g):
 __all__ = [
     "two_sum", "fast_two_sum", "two_prod", "dd_add", "dd_add_d", "dd_mul", "dd_mul_d",
     "dd_fma", "td_norm", "td_add", "td_add_d", "td_mul", "td_mul_dd", "td_mul_d",
-    "td_div_small", "ro_sum", "round_dd_f64", "round_dd_f32", "round_td_f64", "round_td_f32",
-    "grid_round",
+    "td_div_small", "td_div", "td_neg", "ro_sum", "round_dd_f64", "round_dd_f32", "round_td_f64",
+    "round_td_f32", "grid_round",
 ]

@@ -1,4 +1,10 @@
-"""exp, log, expm1, tanh and sigmoid in the scalar language, bit-identical on every backend.
+"""exp, log, expm1, tanh and sigmoid before issue 38 (fdlibm-based, within 0.62-0.83 ulp).
+
+No op uses them any more: the ops exp, log, tanh and sigmoid are the correctly rounded ones of
+``gtensor.scalar.crmath`` (issue 38). They stay, under the C names ``gt_<f>_fd_<f64|f32>``, for
+the side-by-side benchmark (``benchmarks/bench_cpu_kernels.py --functions``: the new functions'
+cost against these), for host-side tables that pinned their bits (gdemos' rotary frequencies)
+and for the accuracy history (``benchmarks/results/ulp.md``); their tests pin their bits.
 
 Each function is written once (see :mod:`gtensor.scalar.dsl`) with correctly rounded
 ``+ - * /`` only (no FMA), integer bit manipulation and ``where`` selections, so the numpy
@@ -203,7 +209,7 @@ def _decided(m, x, res, above, at_above, below):
 
 
 # --------------------------------------------------------------------------- exp
-@scalar_fn("gt_exp_f64", (F64,), F64)
+@scalar_fn("gt_exp_fd_f64", (F64,), F64)
 def exp_f64(m, x):
     """exp(x) for float64, < 1 ulp (measured max ~0.6; fdlibm e_exp.c plus a double-double sum).
 
@@ -231,7 +237,7 @@ def exp_f64(m, x):
 
 
 # --------------------------------------------------------------------------- log
-@scalar_fn("gt_log_f64", (F64,), F64)
+@scalar_fn("gt_log_fd_f64", (F64,), F64)
 def log_f64(m, x):
     """log(x) for float64, < 1 ulp (fdlibm e_log.c).
 
@@ -362,7 +368,7 @@ TANH_G = [
 ]
 
 
-@scalar_fn("gt_tanh_f64", (F64,), F64)
+@scalar_fn("gt_tanh_fd_f64", (F64,), F64)
 def tanh_f64(m, x):
     """tanh(x) for float64.
 
@@ -405,7 +411,7 @@ def tanh_f64(m, x):
 
 
 # --------------------------------------------------------------------------- sigmoid
-@scalar_fn("gt_sigmoid_f64", (F64,), F64)
+@scalar_fn("gt_sigmoid_fd_f64", (F64,), F64)
 def sigmoid_f64(m, x):
     """sigmoid(x) = 1/(1 + exp(-x)) for float64.
 
