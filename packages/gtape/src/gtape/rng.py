@@ -20,8 +20,8 @@ Transforms (``docs/semantics.md``, "Random numbers"):
 * ``bits``: the uint64 words themselves.
 * ``uniform`` f64: ``(w >> 11) * 2**-53`` (numpy's ``Generator.random()``), in [0, 1);
   f32: ``(w >> 40) * 2**-24``, in [0, 1). Both exact (no rounding).
-* ``normal``: Box-Muller on words ``2i`` and ``2i + 1`` with our own ``log_f64`` and
-  ``cos_f64``: ``u1 = ((w[2i] >> 11) + 1) * 2**-53`` in (0, 1],
+* ``normal``: Box-Muller on words ``2i`` and ``2i + 1`` with the correctly rounded ``log``
+  and ``cos`` (gtensor.scalar.crmath): ``u1 = ((w[2i] >> 11) + 1) * 2**-53`` in (0, 1],
   ``u2 = (w[2i+1] >> 11) * 2**-53``, ``z = sqrt(-2 * log(u1)) * cos(TWO_PI * u2)``, each
   operation rounded once in float64; f32: ``z`` rounded once to float32.
 * ``Key.fold(i)``: the key ``(b0, b1)`` where ``b = Philox(K, counter=(i, 0, 0, 1))``;
@@ -299,7 +299,7 @@ def uniform(key: Key | Var, shape: Any, tp: Any = None, dtype: Any = None) -> An
 
 
 def normal(key: Key | Var, shape: Any, tp: Any = None, dtype: Any = None) -> Any:
-    """Standard normals (Box-Muller on word pairs with gtensor's own log and cos)."""
+    """Standard normals (Box-Muller on word pairs, correctly rounded log and cos)."""
     return _draw("rng_normal", "rng.normal", key, shape, tp, dtype)
 
 

@@ -13,7 +13,7 @@ outputs in order), so the bits depend on neither the launch geometry nor the thr
   ``Generator.random()``); f32 ``(w >> 40) * 2**-24``. Exact, in [0, 1).
 * ``rng_normal(key, shape, dtype)``: element i from words 2i and 2i+1 (one block):
   ``u1 = ((w[2i] >> 11) + 1) * 2**-53`` in (0, 1], ``u2 = (w[2i+1] >> 11) * 2**-53``,
-  ``sqrt(-2 * log(u1)) * cos(TWO_PI * u2)`` with gtensor's own log and cos, every operation
+  ``sqrt(-2 * log(u1)) * cos(TWO_PI * u2)`` with the correctly rounded log and cos, every operation
   rounded once in float64; f32: that float64 value rounded once.
 * ``rng_fold(key, i)``: the key (b0, b1) of the block ``Philox(key)`` at counter
   ``(i, 0, 0, 1)``; ``split(key, n)[j]`` (host only) the block at ``(j, 0, 0, 2)``. Draws use
