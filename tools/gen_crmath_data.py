@@ -210,76 +210,14 @@ def erf(check: bool) -> bool:
 
 
 # --------------------------------------------------------------------------- log, log1p
-LOG_BITS, LOG_R_BITS, LOG_DEG = 7, 8, 11  # 128 intervals; r with 8 fractional bits; degree
-
-
-def _log_table():
-    """Per interval i (m' in [c - 2^-8, c + 2^-8), c = 1 + i/128): r_i (8 fractional bits,
-    r_0 = 1) and -log(r_i) as a triple-double; and the largest |z| = |m' r - 1| (checked
-    below 2^-7, where z is exact)."""
-    n = 1 << LOG_BITS
-    rs, ts, zmax = [], [], mp.mpf(0)
-    for i in range(n):
-        c = 1 + mp.mpf(i) / n
-        r = mp.mpf(1) if i == 0 else mp.mpf(round(mp.mpf(2) ** LOG_R_BITS / c)) / 2 ** LOG_R_BITS
-        lo = c - mp.mpf(1) / (2 * n) if i else 1 - mp.mpf(1) / (4 * n)
-        hi = c + mp.mpf(1) / (2 * n)
-        z = max(abs(lo * r - 1), abs(hi * r - 1))
-        zmax = max(zmax, z)
-        rs.append(float(r))
-        ts += split(-mp.log(r), 3)
-    assert zmax < mp.mpf(2) ** -7, zmax
-    return rs, ts, zmax
-
-
 def log(check: bool) -> bool:
-    """log / log1p's table and polynomial (Taylor, degree LOG_DEG) and their error bound."""
-    rs, ts, zmax = _log_table()
-    coefs = [mp.mpf(0)] + [mp.mpf((-1) ** (k + 1)) / k for k in range(1, LOG_DEG + 1)]
-    # stored: c1 = 1, c2 = -1/2 (exact), c3 = 1/3 as a double-double, c4.. doubles
-    c3 = split(coefs[3], 2)
-    tail = [float(c) for c in coefs[4:]]
-    ex = coefs[:3] + [mp.mpf(c3[0]) + mp.mpf(c3[1])] + [mp.mpf(c) for c in tail]
-    # relative error of P(z) = z (1 + z (c2 + z (c3 + z q(z)))) against log1p(z), |z| <= zmax:
-    # truncation and coefficient rounding (measured at 4001 points), the tail's fma-Horner
-    # rounding (u |z|^3 sum_k max|q_k| |z|^k), three double-double steps and the final product
-    approx = max(abs(horner(ex, z) / mp.log1p(z) - 1)
-                 for z in (zmax * (2 * j / 4000 - 1) for j in range(4001)) if z != 0)
-    q = ex[4:]
-    tailb = _tail_bound([mp.mpf(0)] * 4 + q, zmax, 4) * zmax ** 3 / (1 - zmax)
-    eps_p = approx * mp.mpf(1.25) + tailb + 4 * mp.mpf(2) ** -103
-    # |log1p(z)| / |log(x)| over the intervals (x = 2^e m', e in {-1, 0, 1}; i = 0 is exact
-    # relative: log(x) = log1p(z) there for e = 0)
-    ratio = mp.mpf(1)
-    n = 1 << LOG_BITS
-    for i in range(1, n):
-        c = 1 + mp.mpf(i) / n
-        for e in (-1, 0, 1):
-            for mm in (c - mp.mpf(1) / (2 * n), c + mp.mpf(1) / (2 * n)):
-                res = abs(e * mp.log(2) + mp.log(mm))
-                ratio = max(ratio, abs(mp.log1p(mm * mp.mpf(rs[i]) - 1)) / res)
-    eps = eps_p * ratio + 8 * mp.mpf(2) ** -100  # the double-double sums (cancellation <= 2^9)
-    print(f"log: zmax 2^{float(mp.log(zmax, 2)):.2f}; P eps 2^{float(mp.log(eps_p, 2)):.2f}; "
-          f"ratio {float(ratio):.2f}; total eps 2^{float(mp.log(eps, 2)):.2f}")
-    items = {
-        "BITS": LOG_BITS,
-        "DEG": LOG_DEG,
-        "EPS": float(eps).hex(),
-        "ZMAX": float(zmax).hex(),
-        "LN2_DD": hexs(split(mp.log(2), 2)),
-        "C3": hexs(c3),
-        "TAIL": hexs(tail),
-        "R": hexs(rs),
-        "T": hexs(ts),
-    }
-    doc = ("log's fast path (log and log1p): x = 2^e m', m' in [c_i - 2^-8, c_i + 2^-8),\n"
-           "c_i = 1 + i/128 (i the top 7 bits of the mantissa after adding 2^-8); R[i] (8\n"
-           "fractional bits, so z = m' R[i] - 1 is exact, |z| <= ZMAX < 2^-7) and T[3i..3i+2] =\n"
-           "-log(R[i]) as a triple-double; log1p(z) ~ z (1 + z (-1/2 + z (C3 + z TAIL(z)))),\n"
-           "Taylor to degree DEG. EPS: the relative error bound of the double-double log.\n"
-           "log's lean path: 512 intervals (BITS2 index bits), R2 (10 fractional bits, |z| <=\n"
-           "ZMAX2 < 2^-9), T2 = -log(R2) as triple-doubles, log1p(z) ~ z - z^2/2 + z^3 Q2(z);\n"
-           "ln2 = LN2_HI42 (42 bits: e LN2_HI42 exact) + LN2_LO42.")
+    """log / log1p's table (512 intervals) and polynomial, and the polynomial's bound."""
+    doc = ("log's fast path (log, and log1p through it): x = 2^e m', m' within 2^-10 of c_i =\n"
+           "1 + i/512 (i the top BITS2 mantissa bits after adding 2^-10); R2[i] (10 fractional\n"
+           "bits, so z = m' R2[i] - 1 is exact, |z| <= ZMAX2 < 2^-9), T2[3i..3i+2] = -log(R2[i])\n"
+           "as a triple-double, log1p(z) ~ z - z^2/2 + z^3 Q2(z) (Taylor to z^9); ln2 =\n"
+           "LN2_HI42 (42 bits: e LN2_HI42 exact) + LN2_LO42.")
+    items: dict = {}
     # log's own lean fast path: 512 intervals, r with 10 fractional bits, log1p(z) = z - z^2/2
     # + z^3 q(z) with q in double (Taylor to z^9); the rounding test's error is computed per
     # element (err = |h| 2^-88 + |z|^3 2^-52, see crlog)
@@ -314,7 +252,7 @@ def log(check: bool) -> bool:
 
 
 # --------------------------------------------------------------------------- exp, expm1
-EXP_BITS, EXP_DEG = 6, 8  # 64 table entries 2^(j/64); Taylor degree of expm1(r)
+EXP_BITS = 6  # 64 table entries 2^(j/64)
 
 
 def _split_bits(v, bits):
@@ -325,35 +263,9 @@ def _split_bits(v, bits):
 
 
 def exp(check: bool) -> bool:
-    """exp / expm1's table 2^(j/64), the pieces of ln2/64, the expm1(r) polynomial and bound."""
+    """exp / expm1's tables 2^(i/64) and 2^(i/4096), the pieces of ln2/4096, the polynomials
+    and the bounds."""
     n = 1 << EXP_BITS
-    step = mp.log(2) / n
-    l_hi = _split_bits(step, 36)
-    l_mid = _split_bits(step - l_hi, 36)
-    l_lo = step - l_hi - l_mid
-    rmax = step / 2 * (1 + mp.mpf(2) ** -40)  # |r| after the reduction (with its roundings)
-    coefs = [mp.mpf(0)] + [1 / mp.factorial(k) for k in range(1, EXP_DEG + 1)]
-    c3 = split(coefs[3], 2)
-    tail = [float(c) for c in coefs[4:]]
-    ex = coefs[:3] + [mp.mpf(c3[0]) + mp.mpf(c3[1])] + [mp.mpf(c) for c in tail]
-    approx = max(abs(horner(ex, r) / mp.expm1(r) - 1)
-                 for r in (rmax * (2 * j / 4000 - 1) for j in range(4001)) if r != 0)
-    tailb = _tail_bound([mp.mpf(0)] * 4 + ex[4:], rmax, 4) * rmax ** 3 / (1 - rmax)
-    eps_p = approx * mp.mpf(1.25) + tailb + 5 * mp.mpf(2) ** -103  # r_lo term: 2^-106 more
-    # expm1(x) = A + B, A = 2^k T_j - 1, B = 2^k T_j expm1(r): |B| <= 2 |result|, A exact to
-    # 2^-104 (the table, a two-sum) and |A| <= 3 |result| (checked on the table's grid)
-    ratio = mp.mpf(0)
-    for k in (-2, -1, 0, 1):
-        for j in range(n):
-            t = mp.mpf(2) ** (k + mp.mpf(j) / n)
-            for r in (-rmax, rmax):
-                res = abs(t * mp.exp(r) - 1)
-                if k == 0 and j == 0:
-                    continue
-                ratio = max(ratio, abs(t * mp.expm1(r)) / res, abs(t - 1) / res)
-    eps = eps_p * ratio + 4 * ratio * mp.mpf(2) ** -103
-    print(f"exp: P eps 2^{float(mp.log(eps_p, 2)):.2f}; ratio {float(ratio):.2f}; "
-          f"expm1 eps 2^{float(mp.log(eps, 2)):.2f}")
     # exp's own fast path: two tables (2^(i/64), 2^(i/4096)), |r| <= ln2/8192, e^r - 1 ~
     # r + r^2 (1/2 + r (1/6 + r/24)) in double around the exact r
     step2 = mp.log(2) / 4096
@@ -371,17 +283,31 @@ def exp(check: bool) -> bool:
     dbl = 4 * U * r2 * r2 / 2 * mp.mpf(1.01)
     eps_exp = approx * mp.mpf(1.25) + dbl + 4 * mp.mpf(2) ** -103 + mp.mpf(2) ** -100
     print(f"exp: two-table fast path eps 2^{float(mp.log(eps_exp, 2)):.2f}")
+    # expm1 on exp's reduction: expm1(x) = A + B, A = 2^k T - 1, B = 2^k T expm1(r), T =
+    # T[i1] T2[i2], expm1(r) ~ r_h + r_h^2/2 (exact square) + r_h^3 (P0 + r_h (P1 + r_h P2))
+    # + r_l (1 + r_h): the Taylor truncation (r^6/720 and on) and the rounded coefficients
+    pd = [float(mp.mpf(1) / mp.factorial(k)) for k in (3, 4, 5)]
+    approx2 = max(abs((r + r * r / 2 + r ** 3 * horner([mp.mpf(c) for c in pd], r))
+                      / mp.expm1(r) - 1)
+                  for r in (r2 * (2 * j / 4000 - 1) for j in range(4001)) if r != 0)
+    # the double part: two fmas for P, r_h P, the fma into the low terms, the low sum: five
+    # roundings of at most |r|^3/6 (1.01) or U |r|, relative to |expm1(r)| >= |r| (1 - |r|);
+    # r_l's dropped terms r_l r^2/2 (|r_l| <= U |r|); the reduction and table: 2^-103 each
+    dbl2 = (5 * U * r2 * r2 / 6 * mp.mpf(1.01) + 2 * U * U + U * r2 * r2 / 2) / (1 - r2)
+    eps_p2 = approx2 * mp.mpf(1.25) + dbl2 + 4 * mp.mpf(2) ** -103
+    # |A| and |B| against the result, over the table's grid near 0 (the largest ratios: N = +-1)
+    ratio2 = mp.mpf(0)
+    for nn in range(-4200, 4201):
+        if nn == 0:
+            continue
+        t = mp.mpf(2) ** (mp.mpf(nn) / 4096)
+        for r in (-r2, r2):
+            res = abs(t * mp.exp(r) - 1)
+            ratio2 = max(ratio2, abs(t * mp.expm1(r)) / res, abs(t - 1) / res)
+    eps_expm1_2 = eps_p2 * ratio2 + 6 * ratio2 * mp.mpf(2) ** -103
+    print(f"expm1 (two tables): P eps 2^{float(mp.log(eps_p2, 2)):.2f}; ratio "
+          f"{float(ratio2):.4f}; eps 2^{float(mp.log(eps_expm1_2, 2)):.2f}")
     items = {
-        "BITS": EXP_BITS,
-        "DEG": EXP_DEG,
-        "EPS_EXPM1": float(eps).hex(),
-        "EPS_P": float(eps_p).hex(),
-        "INV_STEP": float(n / mp.log(2)).hex(),
-        "L_HI": float(l_hi).hex(),
-        "L_MID": float(l_mid).hex(),
-        "L_LO": float(l_lo).hex(),
-        "C3": hexs(c3),
-        "TAIL": hexs(tail),
         "T": hexs([p_ for j in range(n) for p_ in split(mp.mpf(2) ** (mp.mpf(j) / n), 3)]),
         "EPS_EXP": float(eps_exp).hex(),
         "INV_STEP2": float(4096 / mp.log(2)).hex(),
@@ -390,15 +316,15 @@ def exp(check: bool) -> bool:
         "E_LO": float(e_lo).hex(),
         "Q": hexs(qd),
         "T2": hexs([p_ for j in range(64) for p_ in split(mp.mpf(2) ** (mp.mpf(j) / 4096), 2)]),
+        "P": hexs(pd),
+        "EPS_EXPM1": float(eps_expm1_2).hex(),
     }
-    doc = ("exp / expm1's fast path: x = (64k + j) ln2/64 + r, N = rint(x 64/ln2), ln2/64 =\n"
-           "L_HI + L_MID + L_LO (36-bit pieces: N L_HI, N L_MID exact for |N| < 2^17);\n"
-           "T[3j..3j+2] = 2^(j/64) as a triple-double; expm1(r) ~ r (1 + r (1/2 + r (C3 + r\n"
-           "TAIL(r)))), Taylor to degree DEG, relative error <= EPS_P; EPS_EXPM1: the bound\n"
-           "of the double-double expm1(x) = (2^k T_j - 1) + 2^k T_j expm1(r). exp: N =\n"
-           "rint(x 4096/ln2), ln2/4096 = E_HI + E_MID + E_LO (30-bit pieces), e^x = 2^k T[i1]\n"
-           "T2[i2] e^r with T2[2i..2i+1] = 2^(i/4096), e^r - 1 ~ r + r^2 (Q0 + r (Q1 + r Q2));\n"
-           "EPS_EXP its relative error bound.")
+    doc = ("exp / expm1's fast path: N = rint(x 4096/ln2), ln2/4096 = E_HI + E_MID + E_LO\n"
+           "(30-bit pieces), x = (4096 k + 64 i1 + i2) ln2/4096 + r, e^x = 2^k T[i1] T2[i2] e^r\n"
+           "with T[3i..3i+2] = 2^(i/64) (a triple-double), T2[2i..2i+1] = 2^(i/4096), e^r - 1 ~\n"
+           "r + r^2 (Q0 + r (Q1 + r Q2)); EPS_EXP its relative error bound. expm1 on the same\n"
+           "reduction: expm1(x) = (2^k T - 1) + 2^k T expm1(r), expm1(r) ~ r + r^2/2 + r^3 (P0\n"
+           "+ r (P1 + r P2)), relative error bound EPS_EXPM1.")
     return write("exp", doc, items, check)
 
 

@@ -1,21 +1,26 @@
-"""expm1, correctly rounded in float64 and float32 (a fast path, a rare accurate path: Ziv).
+"""exp and expm1, correctly rounded in float64 and float32 (a fast path, a rare accurate path:
+Ziv). exp's own fast path is described at ``exp_dd`` below; expm1's shares its reduction.
 
-Fast path (every element): N = rint(x 64/ln2), k = floor(N/64), j = N mod 64, and
-r = x - N ln2/64 as a double-double (ln2/64 in three 36-bit pieces: N L_HI and N L_MID are
-exact, x - N L_HI exact by Sterbenz, the rest by two-sums; |r| <= ln2/128). Then
-e^x = 2^k T_j e^r with T_j = 2^(j/64) (a table of triple-doubles) and
+expm1's fast path (every element): N = rint(x 4096/ln2), k = floor(N/4096), i1 = (N >> 6) mod
+64, i2 = N mod 64, and r = x - N ln2/4096 as a double-double (ln2/4096 in three 30-bit pieces:
+N E_HI and N E_MID are exact for |N| < 2^23, x - N E_HI exact by Sterbenz, the rest by
+two-sums; |r| <= ln2/8192). Then e^x = 2^k T e^r with T = 2^(i1/64) 2^(i2/4096) (a
+double-double: two tables, their heads' product exact by fma) and
 
-    expm1(x) = A + B,  A = 2^k T_j - 1 (a two-sum: exact),  B = 2^k T_j expm1(r),
+    expm1(x) = A + B,  A = 2^k T - 1 (a two-sum: exact but for T's 2^-104),  B = 2^k T expm1(r),
 
-computed halved (2^(k-1) T_j - 1/2 and 2^(k-1) T_j expm1(r): k reaches 1024 below the
-overflow threshold) and doubled after the rounding (exact),
+computed halved (2^(k-1) T - 1/2 and 2^(k-1) T expm1(r): k reaches 1024 below the overflow
+threshold) and doubled after the rounding (exact), with
 
-expm1(r) = r_h (1 + r_h (1/2 + r_h (1/6 + r_h q(r_h)))) + r_l (1 + expm1(r_h)) (Taylor to degree
-8, the tail q by fma-Horner, the last three steps in double-double). For x near 0 (N = 0)
-A = 0 exactly and the result is expm1(r) itself, so no cancellation; elsewhere |A| and |B| are
-at most 2.01 |expm1(x)| (checked over the table), so the double-double's relative error is at
-most EPS = 2^-76.8 (``tools/gen_crmath_data.py exp``). The rounding test then decides, as for
-erf (``multi.round_dd_f64`` / ``round_dd_f32``).
+    expm1(r) = r_h + r_h^2/2 + (r_h^3 (1/6 + r_h (1/24 + r_h/120)) + r_l (1 + r_h) + e/2)
+
+(Taylor to degree 5; r_h^2 = s + e exactly by fma, so the first two terms are a double-double
+and only terms below 2^-27 |r| are rounded in double). For x near 0 (N = 0) A = 0 exactly
+and the result is expm1(r) itself (r = x), so no cancellation; elsewhere |A| and |B| are at
+most 2.0001 |expm1(x)| (checked over the table's grid), so the double-double's relative error
+is at most EPS_EXPM1 = 2^-75.6 (``tools/gen_crmath_data.py exp``: the truncation and the
+coefficients measured at 256 bits with a 25% margin, the roundings counted). The rounding test
+then decides, as for erf (``multi.round_dd_f64`` / ``round_dd_f32``).
 
 Decided lanes: |x| < 2^-54: x (expm1(x) = x + x^2/2 rounds to x; +-0 and subnormals kept);
 x < -40: -1 (e^x < 2^-57: the result rounds to -1 below -54 ln2 = -37.43); x above
@@ -42,64 +47,38 @@ ROUND_MARGIN = 1.0 + 2.0 ** -20
 T_TAB = Table("gt_exp_t_tab", F64, tuple(D.T))
 
 
-def reduce(m, x):
-    """(k as int64, j as int64, r_h, r_l) with x = (64k + j) ln2/64 + r_h + r_l, for
-    |x| <= 746 (finite)."""
-    nf = m.rint(x * D.INV_STEP)
-    a = x - nf * D.L_HI  # exact
-    rh, rl = M.two_sum(a, -(nf * D.L_MID))  # nf L_MID is exact
-    rl = rl - nf * D.L_LO
-    rh, rl = M.fast_two_sum(rh, rl)
-    n = m.f2i(nf) + (1 << 20)  # non-negative for the shifts
-    return (n >> D.BITS) - (1 << (20 - D.BITS)), n & ((1 << D.BITS) - 1), rh, rl
-
-
-def expm1_small(m, rh, rl):
-    """expm1(r_h + r_l) as a double-double for |r_h| <= ln2/128 (relative error <= EPS_P)."""
-    q = D.TAIL[-1]
-    for c in reversed(D.TAIL[:-1]):
-        q = m.fma(q, rh, c)
-    p, e = M.two_prod(m, q, rh)  # 1/6 + r q
-    h, lo = M.fast_two_sum(D.C3[0], p)
-    lo = lo + (e + D.C3[1])
-    zero = rh * 0.0
-    h, lo = M.dd_fma(m, (h, lo), rh, (0.5 + zero, zero))
-    h, lo = M.dd_fma(m, (h, lo), rh, (1.0 + zero, zero))
-    ph, pl = M.dd_mul_d(m, (h, lo), rh)
-    # the low part of r: expm1(rh + rl) = expm1(rh) + rl e^rh + O(rl^2)
-    return M.fast_two_sum(ph, pl + rl * (1.0 + ph))
-
-
-def table_dd(m, j):
-    """T_j = 2^(j/64) as a double-double (and the triple-double's third part)."""
-    return m.table(T_TAB, 3 * j), m.table(T_TAB, 3 * j + 1), m.table(T_TAB, 3 * j + 2)
-
-
 def _pow2(m, k):
     """2^k for an int64 k in [-1022, 1023]."""
     return m.from_bits((k + 1023) << 52)
 
 
+def expm1_r(m, rh, rl):
+    """expm1(r_h + r_l) as a double-double for |r| <= ln2/8192 (relative error <= the
+    polynomial part of EPS_EXPM1): r_h + r_h^2/2 (the square exact) + r_h^3 P(r_h) + r_l (1 +
+    r_h), Taylor to degree 5."""
+    sh, sl = M.two_prod(m, rh, rh)
+    p = m.fma(m.fma(rh, D.P[2], D.P[1]), rh, D.P[0])
+    low = m.fma(sh, rh * p, m.fma(rl, rh, rl) + sl * 0.5)
+    h, lo = M.fast_two_sum(rh, sh * 0.5)
+    return h, lo + low
+
+
 def _fast(m, x):
     """(h, lo, err, decided, value) for float64 x: expm1(x) / 2 as a double-double (halved so
-    that 2^k T_j stays finite up to the overflow threshold, where k = 1024; the results are
+    that 2^k T stays finite up to the overflow threshold, where k = 1024; the results are
     doubled after rounding, exactly), its error bound, and the decided lanes' values."""
     nan = m.isnan(x)
     tiny = m.fabs(x) < TINY
     sat = x < NEG_SAT
     over = x > OVERFLOW
     decided = nan | tiny | sat | over
-    xs = m.where(decided, 0.5, x)
-    k, j, rh, rl = reduce(m, xs)
-    t0, t1, _ = table_dd(m, j)
-    # 2^(k-1), k in [-58, 1024], as two exact factors
-    k1 = ((k + 63) >> 1) - 32
-    s1, s2 = _pow2(m, k1), _pow2(m, k - 1 - k1)
-    th, tl = (t0 * s1) * s2, (t1 * s1) * s2
-    ah, al = M.two_sum(th, -0.5)
+    k, th, tl, rh, rl = reduce2(m, m.where(decided, 0.5, x))
+    s = _pow2(m, k - 1)  # k in [-58, 1024]: 2^(k-1) is a normal double, th s and tl s exact
+    th, tl = th * s, tl * s
+    ah, al = M.two_sum(th, -0.5)  # A/2 = 2^(k-1) T - 1/2
     al = al + tl
-    ph, pl = expm1_small(m, rh, rl)
-    bh, bl = M.dd_mul(m, (th, tl), (ph, pl))
+    ph, pl = expm1_r(m, rh, rl)
+    bh, bl = M.dd_mul(m, (th, tl), (ph, pl))  # B/2 = 2^(k-1) T expm1(r)
     h, lo = M.dd_add((ah, al), (bh, bl))
     err = m.fabs(h) * (D.EPS_EXPM1 * ROUND_MARGIN)
     value = m.where(nan, x + x, m.where(tiny, x, m.where(sat, m.const(-1.0, x),
@@ -227,8 +206,9 @@ EXP_UNDER = -745.1332191019411  # 0xc0874910d52d3051: exp(x) rounds to +0 below
 EXP_SUB = -708.39  # below: a result in (or next to) the subnormal range: the accurate path
 
 
-def exp_dd(m, x):
-    """(h, lo, k as int64): e^x = (h + lo) 2^k, h in [0.7, 1.5), for finite |x| <= 746."""
+def reduce2(m, x):
+    """(k as int64, T = 2^(i1/64) 2^(i2/4096) as a double-double (th, tl), r_h, r_l) with
+    x = (4096 k + 64 i1 + i2) ln2/4096 + r_h + r_l, |r| <= ln2/8192, for finite |x| <= 746."""
     nf = m.rint(x * D.INV_STEP2)
     a = x - nf * D.E_HI  # exact
     rh, rl = M.two_sum(a, -(nf * D.E_MID))
@@ -241,6 +221,12 @@ def exp_dd(m, x):
     t2h, t2l = m.table(T2_TAB, 2 * i2), m.table(T2_TAB, 2 * i2 + 1)
     th, tl = M.two_prod(m, t1h, t2h)
     tl = m.fma(t1h, t2l, m.fma(t1l, t2h, tl))
+    return k, th, tl, rh, rl
+
+
+def exp_dd(m, x):
+    """(h, lo, k as int64): e^x = (h + lo) 2^k, h in [0.7, 1.5), for finite |x| <= 746."""
+    k, th, tl, rh, rl = reduce2(m, x)
     q = m.fma(m.fma(rh, D.Q[2], D.Q[1]), rh, D.Q[0])
     pl = m.fma(rh * rh, q, rl)  # e^r - 1 = rh + pl
     uh, ue = M.two_prod(m, th, rh)

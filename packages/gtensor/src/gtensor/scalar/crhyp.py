@@ -2,7 +2,7 @@
 path: Ziv), built on the exponential cores of ``gtensor.scalar.crexp``.
 
 tanh: with a = |x| (tanh is odd; the sign is put back exactly) and H = expm1(2a)/2 (crexp's
-halved double-double, relative error <= EPS_EXPM1 = 2^-76.8), tanh(a) = H / (H + 1): the
+halved double-double, relative error <= EPS_EXPM1 = 2^-75.6), tanh(a) = H / (H + 1): the
 denominator split exactly (a two-sum), the quotient as a double-double (its remainder exact by
 fma). The relative sensitivity of H/(H+1) to H is 1/(1+H) <= 1, so the bound is EPS_EXPM1 plus
 2^-100 for the division and the sums. Decided: |x| < 2^-27: x (tanh x = x - x^3/3 rounds to x);
