@@ -320,8 +320,6 @@ def _parity_inputs(name, dtype):
                                np.array([0.0, -0.0, np.inf, -np.inf, np.nan], dtype)])
 
 
-@pytest.mark.skipif(_SESSION not in ("sim", "cpu"), reason="compiles the sim runtime: runs in "
-                    "the sim and cpu sessions")
 @pytest.mark.parametrize("dtype", DTYPES, ids=IDS.get)
 @pytest.mark.parametrize("name", NAMES)
 def test_sim_matches_numpy(name, dtype):
