@@ -305,6 +305,38 @@ def test_golden_digest(name, dtype):
     assert digest(fn.numpy(pin_sample(dtype))) == DIGESTS[(name, IDS[dtype])]
 
 
+@numpy_session
+@pytest.mark.parametrize("name", ["sin", "cos"])
+def test_float32_first_stage_within_its_bound(name):
+    """sin / cos float32's plain-double first stage (crtrig._fast32): its error, measured with
+    mpmath, stays under the bound its rounding test uses (the ratio is printed), and it sends
+    few inputs on to the double-double stage (the rate is printed)."""
+    from gtensor.scalar import crtrig
+    from gtensor.scalar.dsl import NUMPY
+
+    offset, tiny = (0, crtrig.SIN_TINY) if name == "sin" else (64, crtrig.COS_TINY)
+    x = sample(name, np.float32, 4000, seed=6).astype(np.float64)
+    with np.errstate(all="ignore"):
+        y, err, decided, _, fast = crtrig._fast32(NUMPY, x, offset, tiny, x)
+    live = ~decided & fast
+    f = mp.sin if name == "sin" else mp.cos
+    worst = 0.0
+    with mp.workprec(200):
+        for xi, yi, ei in zip(x[live], y[live], err[live]):
+            worst = max(worst, float(abs(mp.mpf(float(yi)) - f(mp.mpf(float(xi)))) / ei))
+    rng = np.random.default_rng(8)
+    busy = np.concatenate([rng.uniform(-20.0, 20.0, 100_000), rng.choice([-1, 1], 100_000)
+                           * np.exp2(rng.uniform(-20, 20, 100_000))]).astype(np.float32)
+    with np.errstate(all="ignore"):
+        yb, eb, db, _, fb = crtrig._fast32(NUMPY, busy.astype(np.float64), offset, tiny,
+                                           busy.astype(np.float64))
+        _, ok = crtrig.M.round_d_f32(NUMPY, yb, eb)
+    rate = float((~(ok & fb) & ~db).mean())
+    MEASURED.append(f"{name} float32 first stage: error / bound, max over {int(live.sum())} "
+                    f"inputs: {worst:.3f}; sent on: {rate:.1e} of {len(busy)}")
+    assert worst < 1.0 and rate < 1e-4
+
+
 # --------------------------------------------------------------------------- engines
 def _parity_inputs(name, dtype):
     """Sampled inputs, the hard cases and inputs the fast path cannot decide (both paths)."""

@@ -109,6 +109,51 @@ def _fast(m, x, offset, tiny_below, tiny_value):
     return h, lo, err, decided, value, fast
 
 
+# --------------------------------------------------------------------------- float32 first stage
+# A float32 result needs ~2^-25 relative: its first stage is the same reduction and angle
+# addition in plain double arithmetic (no double-doubles), with the rounding test of
+# ``multi.round_d_f32`` against err = |y| EPS32 + ABS32; its failures (about 2^-23 of the
+# inputs) take the double-double path above. Error: r = ((x - N P1) - N P2) - N P3 (x - N P1
+# and the products exact, two roundings: 2u |r|, u = 2^-53; N P4 dropped: <= 2^-66 absolute
+# for |N| < 2^25.4); S(r) = r + r z (-1/6 + z (1/120 - z/5040)) and C(r) = 1 + z (-1/2 +
+# z (1/24 + z (-1/720 + z/40320))), z = r^2 (truncations below 2^-69 relative): each within
+# 3u; the table's heads within u; y = fma(sin(a), C, sin(b) S) (one product, one fma). Both
+# terms are at most 3 |y| (the double-double path's ratio), so |y - sin| <= 16 u |y| = 2^-49
+# |y| plus 2^-66; EPS32 and ABS32 double that. Where sin(a) = 0 (x near a multiple of pi for
+# sin) y = +-S(r), whose relative error is r's: the absolute term covers it, and inputs too
+# close to a multiple of pi fail the test. Every float32 input is checked exhaustively
+# (``tests/test_crmath_exhaustive.py``).
+EPS32, ABS32 = 2.0 ** -48, 2.0 ** -65
+S32 = (D.S1[0], D.S_REST[0], D.S_REST[1])  # -1/6, 1/120, -1/5040
+C32 = (-0.5, D.C_REST[0], D.C_REST[1], D.C_REST[2])  # -1/2, 1/24, -1/720, 1/40320
+
+
+def _fast32(m, x, offset, tiny_below, tiny_value):
+    """(y, err, decided, value, fast) for a widened float32 x: sin(x + offset pi/128) in
+    double for |x| < 2^20 (``fast``), its error bound, and the decided lanes."""
+    nan = m.isnan(x)
+    a = m.fabs(x)
+    inf = a == float("inf")
+    tiny = a < tiny_below
+    decided = nan | inf | tiny
+    fast = a < FAST_BELOW
+    xs = m.where(decided | ~fast, 0.5, x)
+    nf = m.rint(xs * D.INV_STEP)
+    r = ((xs - nf * D.P1) - nf * D.P2) - nf * D.P3
+    n = m.f2i(nf) + (1 << 30)
+    sa = m.table(SIN_TAB, 2 * ((n + offset) & 255))
+    sb = m.table(SIN_TAB, 2 * ((n + (offset + 64)) & 255))
+    z = r * r
+    ws = m.fma(m.fma(S32[2], z, S32[1]), z, S32[0])
+    sr = m.fma(r * z, ws, r)
+    wc = m.fma(m.fma(m.fma(C32[3], z, C32[2]), z, C32[1]), z, C32[0])
+    cr = m.fma(z, wc, 1.0)
+    y = m.fma(sa, cr, sb * sr)
+    err = m.fabs(y) * (EPS32 * ROUND_MARGIN) + ABS32
+    value = m.where(nan | inf, x - x, tiny_value)
+    return y, err, decided, value, fast
+
+
 # --------------------------------------------------------------------------- accurate path
 def _payne_hanek(m, a):
     """(quadrant n mod 4 as int64, r as a TD) with a = n pi/2 + r, |r| <= pi/4 (a >= 2^-25,
@@ -277,17 +322,26 @@ def _make(name, offset, quarter, tiny_below, tiny_value):
         r, ok = M.round_dd_f64(h, lo, err)
         return m.rare((ok & fast) | decided, m.where(decided, value, r), big_f64, x)
 
-    @scalar_fn(f"gt_{name}_f32", (F32,), F32)
-    def f32(m, x32):
-        x = m.to_f64(x32)
+    # float32's double-double stage, out of line: the first stage's failures
+    @scalar_fn(f"gt_{name}_dd_f32", (F64,), F32, cold=True)
+    def dd_f32(m, x):
         h, lo, err, decided, value, fast = parts(m, x)
         r, ok = M.round_dd_f32(m, h, lo, err)
         return m.rare((ok & fast) | decided, m.where(decided, m.to_f32(value), r), big_f32, x)
+
+    @scalar_fn(f"gt_{name}_f32", (F32,), F32)
+    def f32(m, x32):
+        x = m.to_f64(x32)
+        tv = x if tiny_value is None else m.const(tiny_value, x)
+        y, err, decided, value, fast = _fast32(m, x, offset, tiny_below, tv)
+        r, ok = M.round_d_f32(m, y, err)
+        return m.rare((ok & fast) | decided, m.where(decided, m.to_f32(value), r), dd_f32, x)
 
     for fn, doc in ((acc_f64, f"{name}(x) for float64 by the accurate path alone"),
                     (acc_f32, f"{name} of a widened float32 by the accurate path alone"),
                     (big_f64, f"{name}(x) for float64 by the exact reduction, then Ziv"),
                     (big_f32, f"{name} of a widened float32 by the exact reduction, then Ziv"),
+                    (dd_f32, f"{name} of a widened float32 by the double-double fast path"),
                     (f64, f"{name}(x) for float64, correctly rounded"),
                     (f32, f"{name}(x) for float32, correctly rounded")):
         fn.body.__doc__ = doc

@@ -208,6 +208,20 @@ def round_dd_f32(m, h, lo, err):
     return m.to_f32(h), ok
 
 
+def round_d_f32(m, y, err):
+    """(RN32(y), ok) for a float64 ``y`` within ``err`` of the exact value, ``err`` up to a
+    quarter of a float32 ulp: ``ok`` when no float32 midpoint lies within ``err`` of ``y``
+    (then RN32(exact) = RN32(y), by monotonicity). As ``round_dd_f32``: t = |y|/g is exact and
+    its fraction's distance to 1/2 exact; err/g is an exact scaling, so the test is exact."""
+    a = m.fabs(y)
+    ge = (m.bits(a) >> 52) - 23
+    ge = m.where(ge < 1023 - 149, ge * 0 + (1023 - 149), ge)  # the subnormal spacing 2^-149
+    inv_g = m.from_bits((2046 - ge) << 52)
+    t = a * inv_g  # |y| / g, exact
+    d = (t - m.floor(t)) - 0.5
+    return m.to_f32(y), m.fabs(d) > err * inv_g
+
+
 def round_td_f64(m, t):
     """RN(t0 + t1 + t2), the correctly rounded sum of three (Boldo-Melquiond: two two-sums,
     the low parts rounded to odd, one last rounding)."""
