@@ -391,3 +391,20 @@ def test_million_random_inputs(name, dtype):
     MEASURED.append(f"{name} {IDS[dtype]}: {len(x)} random inputs vs mpmath, {bad} not "
                     "correctly rounded")
     assert bad == 0
+
+
+@pytest.mark.slow
+def test_generated_tables_are_current():
+    """``tools/gen_crmath_data.py --check`` (about a minute of mpmath): the tables, pieces and
+    error bounds in ``scalar/crdata_*.py`` are exactly what the generator computes, so a hand
+    edit of a constant or a bound that no longer matches its derivation fails here."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    tool = Path(__file__).resolve().parents[3] / "tools" / "gen_crmath_data.py"
+    if not tool.exists():
+        pytest.fail(f"{tool} is missing (the test runs from the repository)")
+    run = subprocess.run([sys.executable, str(tool), "--check"], capture_output=True, text=True)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+
