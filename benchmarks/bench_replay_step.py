@@ -172,6 +172,8 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=300)
     ap.add_argument("--warmup", type=int, default=30)
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "replay_step.md")
+    ap.add_argument("--no-host-engines", action="store_true",
+                    help="leave out the sim and cpu-backend rows (a short run on a GPU machine)")
     args = ap.parse_args()
     engines: list[tuple[str, Callable[[str], Step]]] = [
         ("tape, numpy backend (CPU reference)", tape_step("numpy")),
@@ -181,6 +183,8 @@ def main() -> None:
         ("fused step, sim", captured_step("sim", whole=True, fused=True)),
         ("captured step, cpu backend (one native call)", captured_step("cpu", whole=True)),
     ]
+    if args.no_host_engines:
+        engines = [e for e in engines if not e[0].endswith((", sim", "(one native call)"))]
     gpu = has_gpu()
     if gpu:
         engines += [
@@ -213,7 +217,8 @@ def main() -> None:
              "see the same machine load. The tape, replay and fused rows land on the same bits; "
              "torch uses its own (BLAS / cuBLAS) order.", "",
              "Command (from the repository root, with the packages installed):", "",
-             "```", f"python benchmarks/bench_replay_step.py --steps {args.steps}", "```", "",
+             "```", f"python benchmarks/bench_replay_step.py --steps {args.steps}"
+             + (" --no-host-engines" if args.no_host_engines else ""), "```", "",
              f"Machine: {platform.machine()}, Python {platform.python_version()}, numpy "
              f"{np.__version__}" + (", with a GPU" if gpu else ", no GPU (cuda rows absent)"),
              "", "| engine | float64 median (us) | vs CPU tape | float32 median (us) | "
