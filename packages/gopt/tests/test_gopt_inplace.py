@@ -155,4 +155,6 @@ def test_note_updated_refuses_a_non_parameter(bname):
         tp.note_updated(c)
     with pytest.raises(ValueError, match="param_buffer: .* is not a param"):
         tp.param_buffer(c)
-    assert tp.param_buffer(w).flags.writeable
+    buf = tp.param_buffer(w)  # the parameter's own buffer, writable on every backend
+    buf[0] = 2.0
+    assert tp.backend.to_numpy(tp.value(w)).tolist() == [2.0, 1.0, 1.0]

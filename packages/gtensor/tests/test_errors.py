@@ -110,3 +110,26 @@ def test_numpy_integer_axes_are_ints(be):
         be.sum(x, np.float64(1.0))
     with pytest.raises(TypeError, match="axis must be an int"):
         be.sum(x, np.bool_(True))
+
+
+def test_ids_are_checked_on_the_backends_own_arrays(be):
+    """take / take_along_axis check their ids where they live (a cupy array is reduced on its
+    device): numpy's range [-n, n), the strict range [0, n) of torch's labels and ids, ignore."""
+    x = be.asarray(np.arange(6.0).reshape(2, 3))
+
+    def ids_of(v):
+        return be.asarray(np.array(v, dtype=np.int64), dtype="int64")
+
+    ids = ids_of([[2], [-3]])
+    got = be.apply("take_along_axis", (x, ids), axis=1)
+    assert be.to_numpy(got).tolist() == [[2.0], [3.0]]
+    with pytest.raises(ValueError, match=r"labels must lie in \[0, 3\); got \[-3, 2\]"):
+        be.apply("take_along_axis", (x, ids), axis=1, strict="labels")
+    with pytest.raises(IndexError, match="take_along_axis: ids: id 3 is out of range"):
+        be.apply("take_along_axis", (x, ids_of([[3], [0]])), axis=1)
+    held = ids_of([[-100], [1]])
+    got = be.apply("take_along_axis", (x, held), axis=1, ignore=-100, strict="labels")
+    assert be.to_numpy(got).tolist() == [[0.0], [4.0]]
+    with pytest.raises(ValueError, match=r"ids must lie in \[0, 2\); got \[0, 2\]"):
+        be.apply("take", (x, ids_of([0, 2])), axis=0,
+                 strict="ids")

@@ -44,6 +44,18 @@ def _around(shape: tuple, axis: int) -> tuple[int, int, int]:
     return prod(shape[:axis]), shape[axis], prod(shape[axis + 1:])
 
 
+def _id_range(ids, ignore=None) -> tuple[int, int] | None:
+    """The least and greatest id other than ``ignore`` (None when there is none), read where the
+    ids live: a numpy or host-backend array, a cupy array on its device (reduced there, two
+    integers read back), or a sequence."""
+    if not hasattr(ids, "dtype"):
+        ids = np.asarray(ids)
+    vals = ids if ignore is None else ids[ids != ignore]
+    if vals.size == 0:
+        return None
+    return int(vals.min()), int(vals.max())
+
+
 def check_strict_ids(what: str, ids, n: int, ignore=None) -> None:
     """ValueError unless every id lies in [0, n) or equals ``ignore`` (torch's rule for embedding
     ids and class labels); the message names ``what`` (e.g. ``"cross_entropy: labels"``).
@@ -51,11 +63,10 @@ def check_strict_ids(what: str, ids, n: int, ignore=None) -> None:
     The one check of these ids: the ops run it (eager calls, every backend) and so does a
     captured program's ``set_input`` (it runs the checks of the ops reading an input).
     """
-    ids = np.asarray(ids)
-    vals = ids if ignore is None else ids[ids != ignore]
-    if vals.size == 0:
+    span = _id_range(ids, ignore)
+    if span is None:
         return
-    lo, hi = int(vals.min()), int(vals.max())
+    lo, hi = span
     if lo < 0 or hi >= n:
         also = "" if ignore is None else f" or equal ignore_index {ignore}"
         raise ValueError(f"{what} must lie in [0, {n}){also}; got [{lo}, {hi}]")
@@ -75,12 +86,10 @@ def check_ids(op: str, arg: str, ids, n: int, ignore=None, strict=None) -> None:
     if strict is not None:
         check_strict_ids(strict, ids, n, ignore)
         return
-    if ids.size == 0:
+    span = _id_range(ids, ignore)
+    if span is None:
         return
-    vals = ids if ignore is None else ids[ids != ignore]
-    if vals.size == 0:
-        return
-    lo, hi = int(vals.min()), int(vals.max())
+    lo, hi = span
     if lo < -n or hi >= n:
         bad = lo if lo < -n else hi
         raise IndexError(f"{op}: {arg}: id {bad} is out of range for an axis of size {n}; "
