@@ -32,7 +32,7 @@ def _run(bname: str, op: str, inner: str, xs, C, V, ta: bool, tb: bool, flagged:
             gs = g.grad(loss, [pa, pb], create_graph=True)
             out.append([gv.numpy() for gv in gs])
             dot = g.sum(gs[0] * V[0]) + g.sum(gs[1] * V[1])
-            out.append([np.array(a) for a in g.grad(dot, [pa, pb])])
+            out.append([host(tp, a) for a in g.grad(dot, [pa, pb])])
             (loss + g.sum(gs[0] * gs[0]) + g.sum(gs[1] * gs[1])).backward()
             out.append([host(tp, pa.grad), host(tp, pb.grad)])
     return out

@@ -72,7 +72,7 @@ def test_values_gradients_and_double_backward_match_torch(bname, row):
         for gv, v in zip(gs[1:], V[1:]):
             dot = dot + g.sum(gv * v)
         hv = g.grad(dot, ps)
-        mine = [host(tp, tp.value(y))] + [gv.numpy() for gv in gs] + [np.array(a) for a in hv]
+        mine = [host(tp, tp.value(y))] + [gv.numpy() for gv in gs] + [host(tp, a) for a in hv]
     ts = [torch.tensor(x, requires_grad=True) for x in xs]
     yt = theirs(*ts)
     lt = (torch.tanh(yt) * torch.tensor(C)).sum()
