@@ -213,7 +213,8 @@ def main() -> None:
                     step()
                 steps[name] = step
             except Exception as e:  # noqa: BLE001 - report the engine as failed, go on
-                failed[name] = f"failed: {type(e).__name__}: {e}"
+                first = (str(e).splitlines() or [""])[0][:160]  # one table cell
+                failed[name] = f"failed: {type(e).__name__}: {first}"
         timed = round_robin(steps, {n: args.steps for n in steps}, args.warmup)
         for name, _ in engines:
             cells[name].append((math.nan, failed[name]) if name in failed else timed[name][:2])
