@@ -1,16 +1,34 @@
-"""Write gtape's typed op surface, ``packages/gtape/src/gtape/ops.pyi``, from gtensor's registry.
+"""Write what is generated from gtensor's op registry: gtape's typed op surface
+(``packages/gtape/src/gtape/ops.pyi``) and the docs' op lists (``gtensor.opdocs``).
 
-    python tools/gen_stubs.py          # (re)write the stub
-    python tools/gen_stubs.py --check  # exit 1 when the committed stub is not current
+    python tools/gen_stubs.py          # (re)write the stub and the op lists
+    python tools/gen_stubs.py --check  # exit 1 when a committed file is not current
 
-The text comes from ``gtape.surface.render_stub`` (the registry's input types + the gtape.ops
-signatures); packages/gtape/tests/test_op_surface.py fails when the committed file differs.
+The stub comes from ``gtape.surface.render_stub`` (the registry's input types + the gtape.ops
+signatures; packages/gtape/tests/test_op_surface.py fails when it differs); the op lists from
+``gtensor.opdocs.blocks`` (packages/gtensor/tests/test_opdocs.py fails when one differs).
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _write(path: Path, text: str, check: bool) -> bool:
+    """Write ``text`` to ``path`` unless current (only compare with ``check``); current?"""
+    current = path.exists() and path.read_text() == text
+    if check:
+        print(f"gen_stubs: {path} is {'current' if current else 'STALE'}")
+    elif current:
+        print(f"gen_stubs: {path} already current")
+    else:
+        path.write_text(text)
+        print(f"gen_stubs: wrote {path}")
+    return current
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -25,16 +43,16 @@ def main(argv: list[str] | None = None) -> int:
         print("gen_stubs: gtape.ops disagrees with the registry:\n  " + "\n  ".join(bad),
               file=sys.stderr)
         return 1
-    text = surface.render_stub()
-    path = surface.STUB_PATH
-    current = path.exists() and path.read_text() == text
-    if args.check:
-        print(f"gen_stubs: {path} is {'current' if current else 'STALE'}")
-        return 0 if current else 1
-    if not current:
-        path.write_text(text)
-    print(f"gen_stubs: wrote {path}" if not current else f"gen_stubs: {path} already current")
-    return 0
+    from gtensor import opdocs
+
+    ok = _write(surface.STUB_PATH, surface.render_stub(), args.check)
+    for rel, lists in opdocs.blocks().items():
+        path = ROOT / rel
+        text = path.read_text()
+        for name, body in lists.items():
+            text = opdocs.render(text, name, body, rel)
+        ok = _write(path, text, args.check) and ok
+    return 0 if ok or not args.check else 1
 
 
 if __name__ == "__main__":

@@ -12,8 +12,8 @@
 
 from __future__ import annotations
 
-from . import nn, ops, rng, tensor_methods
-from .activations import gelu, silu, softplus
+from . import activations, nn, ops, rng, tensor_methods
+from .activations import gelu, silu
 from .attention import masked_fill, scaled_dot_product_attention
 from .batchnorm import batch_norm
 from .episode import EpisodeError
@@ -29,6 +29,8 @@ from .tape import Mark, Node, Tape, TapeGrowthWarning
 from .var import StaleVarError, Var
 from .vision_layers import interpolate
 
+# torch's Softplus(beta, threshold), over the op of that name (``gtape.ops.softplus``)
+softplus = activations.softplus
 tensor_methods.bind(Var)  # torch's tensor methods (transpose(d0, d1), view, split, ...)
 
 __version__ = "0.1.0"

@@ -13,7 +13,8 @@ once (so every engine lands on the same bits and the backward passes are derived
       y  = log1p(exp(where(bx > threshold, 0, bx))) / beta     (/ skipped for beta == 1)
       where(bx > threshold, x, y)
   the inner ``where`` keeps the unselected branch finite (so its zero gradient stays zero:
-  no inf * 0).
+  no inf * 0). With torch's defaults (beta 1, threshold 20) it is the one gtensor op
+  ``softplus`` (the same forward bits; its backward torch's ``(g * z) / (z + 1)``).
 
 Products with a scalar are ``muls``, sums with one ``adds`` (each rounded once).
 
@@ -33,6 +34,7 @@ from typing import Any
 
 import numpy as np
 from gtensor import describe
+from gtensor.ops.softplus import THRESHOLD as SOFTPLUS_THRESHOLD
 
 from . import ops
 from .var import Var
@@ -80,12 +82,14 @@ def real_arg(where: str, name: str, v: Any, positive: bool = False) -> float:
     return float(v)
 
 
-def softplus(x: Var, beta: float = 1.0, threshold: float = 20.0) -> Var:
+def softplus(x: Var, beta: float = 1.0, threshold: float = SOFTPLUS_THRESHOLD) -> Var:
     """torch's Softplus: ``log1p(exp(beta * x)) / beta``, and x itself where beta * x >
     threshold (the module doc's order)."""
     _var("softplus", x)
     beta = real_arg("softplus", "beta", beta, positive=True)
     threshold = real_arg("softplus", "threshold", threshold)
+    if beta == 1.0 and threshold == SOFTPLUS_THRESHOLD:  # torch's defaults: the one op
+        return ops.apply("softplus", (x,))
     bx = x if beta == 1.0 else ops.muls(x, beta)
     over = ops.greater(bx, threshold)
     y = ops.log1p(ops.exp(ops.where(over, 0.0, bx)))

@@ -477,6 +477,26 @@ def adaptive_avg_pool2d_grad(g: FloatOperand, size) -> Var:
     adaptive_avg_pool2d_grad: differentiable; result float]"""
 
 
+def amax(x: FloatOperand, axis=None, keepdims=False) -> Var:
+    """Serial maximum fold (NaN propagates); gradient split evenly between tied maxima. [gtensor
+    op amax: differentiable; result float]"""
+
+
+def amin(x: FloatOperand, axis=None, keepdims=False) -> Var:
+    """Serial minimum fold (NaN propagates); gradient split evenly between tied minima. [gtensor
+    op amin: differentiable; result float]"""
+
+
+def prod(x: FloatOperand, axis=None, keepdims=False) -> Var:
+    """Serial product, first element first (empty: 1.0). [gtensor op prod: differentiable;
+    result float]"""
+
+
 def dropout(x: FloatOperand, key: IndexOperand, p) -> Var:
     """X * 1/(1-p) where the element's uniform >= p, else +0.0 (mask from the key). [gtensor op
     dropout: differentiable; result float]"""
+
+
+def softplus(x: FloatOperand) -> Var:
+    """Log1p(exp(x)), x itself where x > 20 (torch's Softplus with beta 1). [gtensor op
+    softplus: differentiable; result float]"""

@@ -198,6 +198,17 @@ def _unary(name: str, doc: str) -> Any:
     return method
 
 
+def _reduction(name: str, doc: str) -> Any:
+    fn = getattr(ops, name)
+
+    def method(self: Var, dim: Any = None, keepdim: bool = False) -> Var:
+        return fn(self, None if dim == () else dim, keepdim)
+
+    method.__name__ = method.__qualname__ = name
+    method.__doc__ = doc
+    return method
+
+
 def softmax(self: Var, dim: int = -1) -> Var:
     """``g.softmax(self, dim)``."""
     return ops.softmax(self, dim)
@@ -219,7 +230,10 @@ METHODS = {f.__name__: f for f in (
     _unary("exp", "e ** self."), _unary("log", "The natural log."),
     _unary("tanh", "tanh(self)."), _unary("sigmoid", "1 / (1 + exp(-self))."),
     _unary("relu", "max(self, 0)."), _unary("sqrt", "The square root."),
-    _unary("abs", "|self|."), _unary("neg", "-self."))}
+    _unary("abs", "|self|."), _unary("neg", "-self."),
+    _reduction("amax", "The maximum over ``dim`` (all for None / ()): ``g.amax``."),
+    _reduction("amin", "The minimum over ``dim`` (all for None / ()): ``g.amin``."),
+    _reduction("prod", "The serial product over ``dim`` (all for None): ``g.prod``."))}
 
 
 def bind(cls: type) -> None:

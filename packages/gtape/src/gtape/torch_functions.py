@@ -159,6 +159,15 @@ def _mean(x: Any, dim: Any = None, keepdim: bool = False, *, dtype: Any = None) 
     return ops.mean(x, dim, keepdim)
 
 
+def _fold(fn: Callable[..., Var]) -> Callable[..., Var]:
+    """torch.amax / amin: ``dim=()`` (the default) reduces every axis."""
+    return lambda x, dim=(), keepdim=False: fn(x, None if dim == () else dim, keepdim)
+
+
+def _prod(x: Any, dim: Any = None, keepdim: bool = False, *, dtype: Any = None) -> Var:
+    return ops.prod(x, dim, keepdim)
+
+
 def _transpose(x: Any, d0: int, d1: int) -> Var:
     return tensor_methods.transpose(x, d0, d1)
 
@@ -200,6 +209,7 @@ def _table() -> dict[Any, Callable[..., Any]]:
         torch.squeeze: lambda x, dim=None: tensor_methods.squeeze(x, dim),
         torch.unsqueeze: tensor_methods.unsqueeze, torch.masked_fill: attention.masked_fill,
         torch.maximum: ops.maximum, torch.minimum: ops.minimum,
+        torch.amax: _fold(ops.amax), torch.amin: _fold(ops.amin), torch.prod: _prod,
     }
     for name, fn in (("add", ops.add), ("sub", ops.sub), ("mul", ops.mul),
                      ("div", ops.div), ("matmul", ops.matmul), ("truediv", ops.div)):

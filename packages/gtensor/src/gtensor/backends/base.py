@@ -27,7 +27,11 @@ class Backend:
         raise NotImplementedError
 
     def zeros(self, shape: Sequence[int], dtype: Any = "float64") -> Any:
-        """A new array of +0.0."""
+        """A new array of +0.0 (0 / False for int64 / bool)."""
+        raise NotImplementedError
+
+    def empty(self, shape: Sequence[int], dtype: Any) -> Any:
+        """A new uninitialized array (float32, float64, int64 or bool)."""
         raise NotImplementedError
 
     def is_array(self, x: Any) -> bool:

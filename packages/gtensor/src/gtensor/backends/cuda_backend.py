@@ -66,12 +66,12 @@ class CudaBackend(KernelBackend):
         dst.reshape(-1).set(host.reshape(-1))
 
     def zeros(self, shape: Sequence[int], dtype: Any = "float64") -> Any:
-        """A new array of +0.0."""
-        return self.cp.zeros(tuple(shape), dtypes.normalize(dtype, "zeros"))
+        """A new array of +0.0 (0 / False for int64 / bool)."""
+        return self.cp.zeros(tuple(shape), dtypes.normalize(dtype, "zeros", typed=True))
 
     def empty(self, shape: Sequence[int], dtype: Any) -> Any:
-        """A new uninitialized array."""
-        return self.cp.empty(tuple(shape), dtype)
+        """A new uninitialized array (float32, float64, int64 or bool)."""
+        return self.cp.empty(tuple(shape), dtypes.normalize(dtype, "empty", typed=True))
 
     def overlaps(self, a: Any, b: Any) -> bool:
         """Whether two device arrays may share memory."""

@@ -22,13 +22,12 @@ class ArraysOf:
         return self.inner.to_numpy(a)
 
     def zeros(self, shape: Sequence[int], dtype: Any = "float64") -> Any:
-        """A new array of +0.0."""
+        """A new array of +0.0 (0 / False for int64 / bool)."""
         return self.inner.zeros(shape, dtype)
 
     def empty(self, shape: Sequence[int], dtype: Any) -> Any:
-        """A new uninitialized array (zeros where the inner backend has no ``empty``)."""
-        empty = getattr(self.inner, "empty", None)
-        return empty(shape, dtype) if empty is not None else self.inner.zeros(shape, dtype)
+        """A new uninitialized array (float32, float64, int64 or bool)."""
+        return self.inner.empty(shape, dtype)
 
     def is_array(self, x: Any) -> bool:
         """Arrays of the inner backend."""

@@ -37,12 +37,14 @@ class HostKernelBackend(KernelBackend):
         return np.array(a, order="C", copy=True).view(np.ndarray)
 
     def zeros(self, shape: Sequence[int], dtype: Any = "float64") -> HostArray:
-        """A new array of +0.0."""
-        return np.zeros(tuple(shape), dtypes.normalize(dtype, "zeros")).view(self.array_type)
+        """A new array of +0.0 (0 / False for int64 / bool)."""
+        dt = dtypes.normalize(dtype, "zeros", typed=True)
+        return np.zeros(tuple(shape), dt).view(self.array_type)
 
     def empty(self, shape: Sequence[int], dtype: Any) -> HostArray:
-        """A new uninitialized array."""
-        return np.empty(tuple(shape), dtype).view(self.array_type)
+        """A new uninitialized array (float32, float64, int64 or bool)."""
+        dt = dtypes.normalize(dtype, "empty", typed=True)
+        return np.empty(tuple(shape), dt).view(self.array_type)
 
     def is_array(self, x: Any) -> bool:
         """Arrays made by this backend."""

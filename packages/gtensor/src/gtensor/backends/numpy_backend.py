@@ -45,8 +45,12 @@ class NumpyBackend(Backend):
         return np.array(a, order="C", copy=True)
 
     def zeros(self, shape: Sequence[int], dtype: Any = "float64") -> np.ndarray:
-        """A new array of +0.0."""
-        return np.zeros(tuple(shape), dtypes.normalize(dtype, "zeros"))
+        """A new array of +0.0 (0 / False for int64 / bool)."""
+        return np.zeros(tuple(shape), dtypes.normalize(dtype, "zeros", typed=True))
+
+    def empty(self, shape: Sequence[int], dtype: Any) -> np.ndarray:
+        """A new uninitialized array (float32, float64, int64 or bool)."""
+        return np.empty(tuple(shape), dtypes.normalize(dtype, "empty", typed=True))
 
     def is_array(self, x: Any) -> bool:
         """Plain numpy arrays only (not the sim backend's subclass)."""

@@ -1,20 +1,12 @@
-"""The op set. Importing this package registers every op in ``REGISTRY``."""
+"""The op set. Importing this package registers every op in ``REGISTRY``: every module of the
+package is imported, so an op defined in a new file here is registered with no other change."""
 
-from . import (  # noqa: F401  (registration)
-    avg_pool,
-    conv,
-    elementwise,
-    index,
-    linalg,
-    logsoftmax,
-    movement,
-    optim,
-    pool,
-    random,
-    reduce,
-    select,
-    softmax,
-)
-from .registry import REGISTRY, Op, get
+import importlib
+import pkgutil
+
+for _module in sorted(m.name for m in pkgutil.iter_modules(__path__)):
+    importlib.import_module(f"{__name__}.{_module}")
+
+from .registry import REGISTRY, Op, get  # noqa: E402
 
 __all__ = ["REGISTRY", "Op", "get"]

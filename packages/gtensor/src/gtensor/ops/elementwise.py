@@ -15,6 +15,7 @@ from ..dtypes import F32, F64, FLOATS, FloatType, round_scalar
 from ..kernels import Kernel
 from ..scalar import crerf, crexp, crhyp, crlog, crtrig
 from ..scalar.dsl import ScalarFn, scalar_fn
+from .checks import ANY, AWAY0, POS, Checks, binary_checks, unary_checks
 from .forms import ELEMENT_COST, MAP, SCALAR, ZIP2, split_cost
 from .registry import Op, register
 
@@ -111,7 +112,7 @@ def _same_shape(shapes_: tuple, attrs: dict) -> tuple[tuple, dict]:
 
 
 def unary(name: str, fns: dict[FloatType, ScalarFn], vjp=None, doc: str = "",
-          inputs=("x",)) -> Op:
+          inputs=("x",), checks: Checks | None = None) -> Op:
     """An op y = f(x) elementwise."""
 
     def reference(x: np.ndarray) -> np.ndarray:
@@ -124,11 +125,11 @@ def unary(name: str, fns: dict[FloatType, ScalarFn], vjp=None, doc: str = "",
 
     kernels = _form_kernels("map", name, fns)
     return register(Op(name, inputs, (), _same_shape, reference, kernels, launch, vjp, doc,
-                       cpu=_cpu_kernels(kernels, fns)))
+                       cpu=_cpu_kernels(kernels, fns), checks=checks))
 
 
 def binary(name: str, fns: dict[FloatType, ScalarFn], vjp=None, doc: str = "",
-           inputs=("a", "b")) -> Op:
+           inputs=("a", "b"), checks: Checks | None = None) -> Op:
     """An op y = f(a, b) elementwise, with numpy broadcasting."""
 
     def infer(shapes_: tuple, attrs: dict) -> tuple[tuple, dict]:
@@ -147,7 +148,7 @@ def binary(name: str, fns: dict[FloatType, ScalarFn], vjp=None, doc: str = "",
 
     kernels = _form_kernels("zip", name, fns)
     return register(Op(name, inputs, (), infer, reference, kernels, launch, vjp, doc,
-                       cpu=_cpu_kernels(kernels, fns)))
+                       cpu=_cpu_kernels(kernels, fns), checks=checks))
 
 
 def scalar_form(name: str, fns: dict[FloatType, ScalarFn], vjp=None, doc: str = "") -> Op:
@@ -225,48 +226,86 @@ def _div_vjp(be, g, ins, out, needs):
     return ga if needs[0] else None, be.neg(be.mul(ga, out)) if needs[1] else None
 
 
-binary("add", ADD, lambda be, g, ins, out, needs: (g, g), "a + b")
-binary("sub", SUB, lambda be, g, ins, out, needs: (g, be.neg(g) if needs[1] else None), "a - b")
+def ref(family: dict[FloatType, ScalarFn], x):
+    """Our function ``family`` (EXP, COS, ...) on a numpy scalar or array (its numpy
+    reference): what the pin formulas call for a function of the op set."""
+    return family[of(x)].numpy(np.asarray(x))[()]
+
+
+def _selects_a(a, b) -> bool:  # maximum's choice (ties and +-0 go to b; NaN a is chosen)
+    return a > b or a != a
+
+
+def _selects_a_min(a, b) -> bool:
+    return a < b or a != a
+
+
+# The pin formulas below (``formula(T, q, *inputs, y)``, numpy scalars of type T) are the
+# documented rules of docs/semantics.md, evaluated independently of the backend rules above.
+binary("add", ADD, lambda be, g, ins, out, needs: (g, g), "a + b",
+       checks=binary_checks(lambda T, q, a, b, y: (q, q), lambda t, a, b: t.add(a, b)))
+binary("sub", SUB, lambda be, g, ins, out, needs: (g, be.neg(g) if needs[1] else None), "a - b",
+       checks=binary_checks(lambda T, q, a, b, y: (q, -q), lambda t, a, b: t.sub(a, b)))
 binary("mul", MUL, lambda be, g, ins, out, needs: (
-    be.mul(g, ins[1]) if needs[0] else None, be.mul(g, ins[0]) if needs[1] else None), "a * b")
-binary("div", DIV, _div_vjp, "a / b")
+    be.mul(g, ins[1]) if needs[0] else None, be.mul(g, ins[0]) if needs[1] else None), "a * b",
+    checks=binary_checks(lambda T, q, a, b, y: (q * b, q * a), lambda t, a, b: t.mul(a, b)))
+binary("div", DIV, _div_vjp, "a / b",
+       checks=binary_checks(lambda T, q, a, b, y: (q / b, -((q / b) * y)),
+                            lambda t, a, b: t.div(a, b), (ANY, AWAY0)))
 binary("maximum", MAX, _maximum_vjp,
-       "a where a > b or a is NaN, else b (ties and +-0 give b)")
+       "a where a > b or a is NaN, else b (ties and +-0 give b)",
+       checks=binary_checks(lambda T, q, a, b, y: (q if _selects_a(a, b) else T(0.0),
+                                                    T(0.0) if _selects_a(a, b) else q),
+                            lambda t, a, b: t.maximum(a, b)))
 binary("maximum_mask", MAX_MASK, _zero_vjp, "1.0 where maximum selects a, else +0.0 (its backward)")
 binary("minimum", MIN, _minimum_vjp,
-       "a where a < b or a is NaN, else b (ties and +-0 give b)")
+       "a where a < b or a is NaN, else b (ties and +-0 give b)",
+       checks=binary_checks(lambda T, q, a, b, y: (q if _selects_a_min(a, b) else T(0.0),
+                                                    T(0.0) if _selects_a_min(a, b) else q),
+                            lambda t, a, b: t.minimum(a, b)))
 binary("minimum_mask", MIN_MASK, _zero_vjp, "1.0 where minimum selects a, else +0.0 (its backward)")
 scalar_form("adds", ADD, lambda be, g, ins, out, needs, s: (g,), "x + s")
 scalar_form("muls", MUL, lambda be, g, ins, out, needs, s: (be.muls(g, s),), "x * s")
-unary("neg", NEG, lambda be, g, ins, out, needs: (be.neg(g),), "-x")
-unary("relu", RELU, lambda be, g, ins, out, needs: (be.relu_grad(g, ins[0]),), "max(x, 0)")
+unary("neg", NEG, lambda be, g, ins, out, needs: (be.neg(g),), "-x",
+      checks=unary_checks(lambda T, q, x, y: (-q,), lambda t, x: t.neg(x)))
+unary("relu", RELU, lambda be, g, ins, out, needs: (be.relu_grad(g, ins[0]),), "max(x, 0)",
+      checks=unary_checks(lambda T, q, x, y: (q if x > 0 else T(0.0),),
+                          lambda t, x: t.relu(x), AWAY0))
 unary("sigmoid", SIGMOID, lambda be, g, ins, out, needs: (be.sigmoid_grad(g, out),),
-      "1 / (1 + exp(-x))")
-unary("tanh", TANH, lambda be, g, ins, out, needs: (be.tanh_grad(g, out),), "tanh(x)")
-unary("exp", EXP, lambda be, g, ins, out, needs: (be.mul(g, out),), "e ** x")
-unary("log", LOG, lambda be, g, ins, out, needs: (be.div(g, ins[0]),), "natural log")
+      "1 / (1 + exp(-x))",
+      checks=unary_checks(lambda T, q, x, y: (q * (y * (T(1.0) - y)),),
+                          lambda t, x: t.sigmoid(x)))
+unary("tanh", TANH, lambda be, g, ins, out, needs: (be.tanh_grad(g, out),), "tanh(x)",
+      checks=unary_checks(lambda T, q, x, y: (q * (T(1.0) - y * y),), lambda t, x: t.tanh(x)))
+unary("exp", EXP, lambda be, g, ins, out, needs: (be.mul(g, out),), "e ** x",
+      checks=unary_checks(lambda T, q, x, y: (q * y,), lambda t, x: t.exp(x)))
+unary("log", LOG, lambda be, g, ins, out, needs: (be.div(g, ins[0]),), "natural log",
+      checks=unary_checks(lambda T, q, x, y: (q / x,), lambda t, x: t.log(x), POS))
 unary("sqrt", SQRT, lambda be, g, ins, out, needs: (be.div(g, be.add(out, out)),),
-      "square root")
-unary("erf", ERF, _erf_vjp, "error function 2/sqrt(pi) int_0^x exp(-t^2) dt, correctly rounded")
+      "square root",
+      checks=unary_checks(lambda T, q, x, y: (q / (y + y),), lambda t, x: t.sqrt(x), POS))
+unary("erf", ERF, _erf_vjp, "error function 2/sqrt(pi) int_0^x exp(-t^2) dt, correctly rounded",
+      checks=unary_checks(
+          lambda T, q, x, y: (q * (ref(EXP, -(x * x)) * T(TWO_OVER_SQRTPI)),),
+          lambda t, x: t.erf(x)))
 unary("log1p", LOG1P, lambda be, g, ins, out, needs: (be.div(g, be.adds(ins[0], 1.0)),),
-      "log(1 + x), correctly rounded")
+      "log(1 + x), correctly rounded",
+      checks=unary_checks(lambda T, q, x, y: (q / (x + T(1.0)),), lambda t, x: t.log1p(x), POS))
 # expm1's derivative e^x from the output: g * (out + 1), as torch (no second exp; below
 # x = -37.4 out + 1 is exactly 0, an absolute error under 2^-54)
 unary("expm1", EXPM1, lambda be, g, ins, out, needs: (be.mul(g, be.adds(out, 1.0)),),
-      "exp(x) - 1, correctly rounded")
+      "exp(x) - 1, correctly rounded",
+      checks=unary_checks(lambda T, q, x, y: (q * (y + T(1.0)),), lambda t, x: t.expm1(x)))
 # sin' = cos, cos' = -sin (torch's forms: g * cos(x), g * -sin(x))
 unary("sin", SIN, lambda be, g, ins, out, needs: (be.mul(g, be.cos(ins[0])),),
-      "sine, correctly rounded over the whole domain")
+      "sine, correctly rounded over the whole domain",
+      checks=unary_checks(lambda T, q, x, y: (q * ref(COS, x),), lambda t, x: t.sin(x)))
 unary("cos", COS, lambda be, g, ins, out, needs: (be.mul(g, be.neg(be.sin(ins[0]))),),
-      "cosine, correctly rounded over the whole domain")
+      "cosine, correctly rounded over the whole domain",
+      checks=unary_checks(lambda T, q, x, y: (q * -ref(SIN, x),), lambda t, x: t.cos(x)))
 binary("relu_grad", RELU_GRAD, _relu_grad_vjp, "g where x > 0 else 0 (relu's backward)",
        ("g", "x"))
 binary("sigmoid_grad", SIGMOID_GRAD, _sigmoid_grad_vjp,
        "g * (y * (1 - y)) (sigmoid's backward from y)", ("g", "y"))
 binary("tanh_grad", TANH_GRAD, _tanh_grad_vjp, "g * (1 - y * y) (tanh's backward from y)",
        ("g", "y"))
-
-SCALAR_FNS = [fn for table in (ADD, SUB, MUL, DIV, NEG, SQRT, RELU, RELU_GRAD, SIGMOID_GRAD,
-                               TANH_GRAD, EXP, LOG, TANH, SIGMOID, MAX, MAX_MASK, MIN, MIN_MASK,
-                               ERF, LOG1P, EXPM1, SIN, COS)
-              for fn in table.values()]

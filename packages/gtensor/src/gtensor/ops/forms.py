@@ -188,14 +188,20 @@ class Copy:
 
 @dataclass(frozen=True)
 class Reduce:
-    """``y[o] = sum(x over the reduced positions of o)`` (then ``/ count`` if ``mean``), one
-    serial sum per output by the op's sum helper; geom = [ro, out shape[ro], out strides in
-    x[ro], rr, reduced shape[rr], reduced strides in x[rr]] (axes collapsed)."""
+    """``y[o] = fold(x over the reduced positions of o)``, one serial fold per output by the
+    op's fold helper (``combine`` from the first element on, row-major), then its finish:
+    with ``finish`` (sum, mean, sum_to) the kernel takes ``mean`` and ``count`` and divides by
+    ``count`` when ``mean``; without (amax, amin, prod) the fold is the result. geom = [ro, out
+    shape[ro], out strides in x[ro], rr, reduced shape[rr], reduced strides in x[rr]] (axes
+    collapsed). The op's kernels carry the fold helper and the finish function as ``calls``."""
+
+    finish: bool = True
 
     def params(self, ctype: str) -> tuple[Param, ...]:
-        """Kernel parameters: x, y, nout, nred, mean, count, geom."""
-        return _ctype_params("const $T* x, $T* y, long long nout, long long nred, int mean, "
-                             "$T count, const long long* geom", ctype)
+        """Kernel parameters: x, y, nout, nred (, mean, count), geom."""
+        fin = "int mean, $T count, " if self.finish else ""
+        return _ctype_params("const $T* x, $T* y, long long nout, long long nred, " + fin +
+                             "const long long* geom", ctype)
 
     def geometry(self, x_shape: tuple, axes: tuple[int, ...]) -> tuple[int, tuple[int, ...]]:
         """(nred, geom values) of a contiguous x reduced over ``axes``."""
@@ -210,13 +216,25 @@ class Reduce:
             rdims, rst = (), ()
         return nred, (len(odims), *odims, *ost, len(rdims), *rdims, *rst)
 
-    def cuda_body(self, sum_fn: str, div_fn: str, ctype: str) -> str:
-        """The CUDA/sim body: each output decoded, then the sum helper (and the division)."""
-        return _REDUCE.substitute(T=ctype, SUM=sum_fn, DIV=div_fn)
+    def _finishes(self, div_fn: str | None) -> dict[str, str]:
+        """The template's finish pieces: the division under ``mean``, or nothing."""
+        if not self.finish:
+            return {"FIN": "acc", "FIN_G": "acc[j]", "FIN_COL": "", "FIN_RUN": ""}
+        return {"FIN": f"mean ? {div_fn}(acc, count) : acc",
+                "FIN_G": f"mean ? {div_fn}(acc[j], count) : acc[j]",
+                "FIN_COL": "\n            if (mean)\n                for (long long o = lo; "
+                           f"o < hi; ++o) y[o] = {div_fn}(y[o], count);",
+                "FIN_RUN": "\n                if (mean)\n                    for (long long o = "
+                           f"0; o < L; ++o) yo[o] = {div_fn}(yo[o], count);"}
 
-    def cpu_body(self, sum_fn: str, div_fn: str, add_fn: str, ctype: str) -> str:
-        """The cpu body: column and row sums vectorized across outputs, else the helper."""
-        return _CPU_REDUCE.substitute(T=ctype, ADD=add_fn, DIV=div_fn, SUM=sum_fn)
+    def cuda_body(self, fold_fn: str, div_fn: str | None, ctype: str) -> str:
+        """The CUDA/sim body: each output decoded, then the fold helper (and the finish)."""
+        return _REDUCE.substitute(T=ctype, SUM=fold_fn, **self._finishes(div_fn))
+
+    def cpu_body(self, fold_fn: str, div_fn: str | None, combine_fn: str, ctype: str) -> str:
+        """The cpu body: column and row folds vectorized across outputs, else the helper."""
+        return _CPU_REDUCE.substitute(T=ctype, ADD=combine_fn, SUM=fold_fn,
+                                      **self._finishes(div_fn))
 
     def index_maps(self, args: dict) -> Access:
         """Output o reads x from base(o) + the lowest to base(o) + the highest reduced offset."""
@@ -240,14 +258,15 @@ class Reduce:
                   scalars: dict[str, str], ctype: str) -> str:
         """One output in a generated kernel: the kernel's decode, the same helper calls."""
         g, v, t = arrays["geom"], arrays, ctype
+        done = (f"{scalars['mean']} ? {calls[1]}(acc, {scalars['count']}) : acc"
+                if self.finish else "acc")
         return (f"{{ const int ro = (int){g}[0]; const long long* oshape = {g} + 1; "
                 f"const long long* ostride = {g} + 1 + ro; const int rr = (int){g}[1 + 2 * ro];\n"
                 f"  long long rem = {i}, base = 0;\n  for (int d = ro - 1; d >= 0; --d) {{ "
                 f"base += (rem % oshape[d]) * ostride[d]; rem /= oshape[d]; }}\n"
                 f"  const {t} acc = {calls[0]}({v['x']}, base, {scalars['nred']}, "
                 f"rr, {g} + 2 + 2 * ro, {g} + 2 + 2 * ro + rr);\n"
-                f"  {v['y']}[{i}] = {scalars['mean']} ? "
-                f"{calls[1]}(acc, {scalars['count']}) : acc; }}")
+                f"  {v['y']}[{i}] = {done}; }}")
 
 
 @dataclass(frozen=True)
@@ -605,7 +624,7 @@ _REDUCE = Template(_GEOM + """\
             rem /= oshape[d];
         }
         const $T acc = $SUM(x, base, nred, rr, rshape, rstride);
-        y[o] = mean ? $DIV(acc, count) : acc;
+        y[o] = $FIN;
     }""")
 
 # CPU body, same geometry. Each output slot is still one serial sum in row-major order, first
@@ -624,9 +643,7 @@ _CPU_REDUCE = Template(_GEOM + """\
             for (long long r = 1; r < nred; ++r) {
                 const $T* xr = x + r * rs;
                 for (long long o = lo; o < hi; ++o) y[o] = $ADD(y[o], xr[o]);
-            }
-            if (mean)
-                for (long long o = lo; o < hi; ++o) y[o] = $DIV(y[o], count);
+            }$FIN_COL
         });
         return;
     }
@@ -647,9 +664,7 @@ _CPU_REDUCE = Template(_GEOM + """\
                 for (long long r = 1; r < nred; ++r) {
                     const $T* xr = xb + r * rs;
                     for (long long o = 0; o < L; ++o) yo[o] = $ADD(yo[o], xr[o]);
-                }
-                if (mean)
-                    for (long long o = 0; o < L; ++o) yo[o] = $DIV(yo[o], count);
+                }$FIN_RUN
             }
         });
         return;
@@ -695,7 +710,7 @@ _CPU_REDUCE = Template(_GEOM + """\
                 for (long long r = u == 0 ? 1 : 0; r < RUN; ++r)
                     for (int j = 0; j < G; ++j) acc[j] = $ADD(acc[j], p[base[j] + r]);
             }
-            for (int j = 0; j < G; ++j) y[o0 + j] = mean ? $DIV(acc[j], count) : acc[j];
+            for (int j = 0; j < G; ++j) y[o0 + j] = $FIN_G;
         };
         gtcpu::parallel_for((nout + 7) / 8, 8 * nred, [=](long long lo, long long hi) {
             for (long long q = lo; q < hi; ++q) {
@@ -717,11 +732,12 @@ _CPU_REDUCE = Template(_GEOM + """\
                 rem /= oshape[d];
             }
             const $T acc = $SUM(x, base, nred, rr, rshape, rstride);
-            y[o] = mean ? $DIV(acc, count) : acc;
+            y[o] = $FIN;
         }
     });""")
 
-REDUCE = Reduce()  # sum, mean, sum_to
+REDUCE = Reduce()  # sum, mean, sum_to: the fold, then / count under ``mean``
+FOLD = Reduce(finish=False)  # amax, amin, prod: the fold is the result
 # the fused optimizer updates: y[i] = F(x[i], g[i], p[i], scale[0], k, c, alpha) and
 # y[i] = gt_adam_p(p[i], m[i], v[i], lr_t[0], eps)
 UPDATE = Pointwise(("x", "g", "p", "scale"), (("scale", "sc"),), ("k", "c", "alpha"))

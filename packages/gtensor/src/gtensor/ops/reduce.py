@@ -1,9 +1,18 @@
-"""Reductions: sum, mean and sum_to (the broadcast-reduce of backward passes).
+"""Reductions: sum, mean and sum_to (the broadcast-reduce of backward passes); amax, amin, prod.
 
-Definition (all three): each output slot is a serial sum, in row-major order of the input
-positions that reduce into it. The accumulator starts at the FIRST such element (so a sum of
-one -0.0 is -0.0); a slot with no elements is +0.0. ``mean`` then divides once by the count,
-rounded to the dtype: ``mean = sum / T(n)`` (0/0 = NaN for an empty mean).
+Definition (all): each output slot is a serial fold, in row-major order of the input positions
+that reduce into it, of the reduction's combine (``add``; ``maximum``, ``minimum``, ``mul``).
+The accumulator starts at the FIRST such element (so a sum of one -0.0 is -0.0); a slot with no
+elements is +0.0 for the sums, 1.0 for prod, and an error for amax / amin (torch's rule).
+``mean`` then divides once by the count, rounded to the dtype: ``mean = sum / T(n)`` (0/0 =
+NaN for an empty mean). amax / amin fold with ``maximum`` / ``minimum`` (NaN propagates; of
+tied values, +0 and -0 included, the later one in the order is the result's bits).
+
+Gradients: sum / mean broadcast g back (mean's scaled by 1/n); amax / amin split g evenly
+between the tied maxima (torch's and JAX's rule): ``(g / count) * mask``, mask 1.0 where
+``x == out``, count the mask's serial sum; prod: ``g * (out / x)`` where x != 0, at the one zero
+of a slot g times the product of the slot's other elements, 0 at a slot's zeros when it has
+several.
 """
 
 from __future__ import annotations
@@ -15,17 +24,19 @@ import numpy as np
 from .. import shapes
 from ..dtypes import FLOATS, FloatType
 from ..kernels import DeviceFn, Kernel
-from .elementwise import ADD, BLOCK, DIV, grid_for, of
-from .forms import REDUCE
+from ..scalar.dsl import ScalarFn
+from .checks import Checks, reduce_cases
+from .elementwise import ADD, BLOCK, DIV, MAX, MIN, MUL, grid_for, of
+from .forms import FOLD, REDUCE, Reduce
 from .registry import Op, register
 
-# One output of a reduction: the serial sum, first element first, over the reduced positions
+# One output of a reduction: the serial fold, first element first, over the reduced positions
 # (geometry rshape/rstride from ``base``); the per-node kernel and fused kernels both call it.
-_SUM = Template("""\
+_FOLD = Template("""\
 __device__ __forceinline__ $T $NAME(const $T* x, long long base, long long nred, int rr,
                                      const long long* rshape, const long long* rstride)
 {
-    $T acc = ($T)0;
+    $T acc = $EMPTY;
     for (long long r = 0; r < nred; ++r) {
         long long rrem = r, off = base;
         for (int d = rr - 1; d >= 0; --d) {
@@ -37,20 +48,38 @@ __device__ __forceinline__ $T $NAME(const $T* x, long long base, long long nred,
     return acc;
 }
 """)
-SUM = {ft: DeviceFn(ft.fn("sum"), _SUM.substitute(T=ft.ctype, NAME=ft.fn("sum"),
-                                                  ADD=ADD[ft].cname), (ADD[ft],))
-       for ft in FLOATS}
 
 
-def _cpu_kernels(ft: FloatType) -> list[Kernel]:
-    body = REDUCE.cpu_body(SUM[ft].name, DIV[ft].cname, ADD[ft].cname, ft.ctype)
-    return [Kernel(k.name, k.params, body, form=k.form) for k in _kernels(ft)]
+def fold_fns(name: str, combine: dict[FloatType, ScalarFn], empty: int) -> dict:
+    """The fold helpers ``gt_<name>_f64/_f32``: ``combine`` from the first element on (the
+    value of a slot with no elements: ``empty``)."""
+    return {ft: DeviceFn(ft.fn(name), _FOLD.substitute(
+        T=ft.ctype, NAME=ft.fn(name), ADD=combine[ft].cname, EMPTY=f"({ft.ctype}){empty}"),
+        (combine[ft],)) for ft in FLOATS}
 
 
-def _kernels(ft: FloatType) -> list[Kernel]:
-    body = REDUCE.cuda_body(SUM[ft].name, DIV[ft].cname, ft.ctype)
-    return [Kernel(ft.kernel("reduce"), REDUCE.params(ft.ctype), body, "reduce",
-                   (SUM[ft], DIV[ft]), REDUCE)]
+SUM = fold_fns("sum", ADD, 0)
+
+
+def fold_kernels(kname: str, form: Reduce, fold: dict, combine: dict, cpu: bool = False):
+    """``Op.kernels`` (``cpu``: ``Op.cpu``) of a reduction: kernel ``k_<kname>_<sfx>`` of
+    ``form`` calling the fold helper (and the division, when the form finishes with one)."""
+
+    def kernels(ft: FloatType) -> list[Kernel]:
+        div = DIV[ft] if form.finish else None
+        calls = (fold[ft], div) if div else (fold[ft],)
+        dname = div.cname if div else None
+        body = (form.cpu_body(fold[ft].name, dname, combine[ft].cname, ft.ctype) if cpu
+                else form.cuda_body(fold[ft].name, dname, ft.ctype))
+        if cpu:
+            return [Kernel(ft.kernel(kname), form.params(ft.ctype), body, form=form)]
+        return [Kernel(ft.kernel(kname), form.params(ft.ctype), body, "reduce", calls, form)]
+
+    return kernels
+
+
+_kernels = fold_kernels("reduce", REDUCE, SUM, ADD)
+_cpu_kernels = fold_kernels("reduce", REDUCE, SUM, ADD, cpu=True)
 
 
 def serial_sum(x: np.ndarray, axes: tuple[int, ...]) -> np.ndarray:
@@ -185,3 +214,151 @@ register(Op("sum_to", ("x",), ("shape",), _infer_sum_to, _sum_to_reference, _ker
             _launch_sum_to,
             lambda be, g, ins, out, needs, shape: (be.broadcast_to(g, ins[0].shape),),
             "serial sum of x over the axes that broadcast ``shape`` to x.shape", cpu=_cpu_kernels))
+
+
+# --------------------------------------------------------------------------- amax / amin / prod
+def _infer_fold(op: str, nonempty: bool):
+    """The shape rule of a reduction (``sum``'s); with ``nonempty`` a reduced axis of length 0
+    is refused (no value to start from), as torch refuses it."""
+    base = _infer_reduce(op)
+
+    def infer(shapes_: tuple, attrs: dict) -> tuple[tuple, dict]:
+        out, norm = base(shapes_, attrs)
+        (shape,) = shapes_
+        if nonempty:
+            axes = _reduced_axes(op, len(shape), attrs.get("axis"))
+            if any(shape[a] == 0 for a in axes):
+                raise ValueError(f"{op}: cannot reduce over an axis of length 0 (input shape "
+                                 f"{shape}, axis {attrs.get('axis')!r}); expected every reduced "
+                                 "axis non-empty")
+        return out, norm
+
+    return infer
+
+
+def serial_fold(x: np.ndarray, axes: tuple[int, ...], combine: dict, empty: float) -> np.ndarray:
+    """Serial folds of ``combine`` over ``axes`` in row-major order, first element first;
+    ``empty`` where a slot has no elements; shape: the kept axes."""
+    kept = tuple(i for i in range(x.ndim) if i not in axes)
+    nred = shapes.size([x.shape[i] for i in axes])
+    out_shape = tuple(x.shape[i] for i in kept)
+    if nred == 0:
+        return np.full(out_shape, empty, x.dtype)
+    flat = np.transpose(x, kept + tuple(axes)).reshape(-1, nred)
+    fn = combine[of(x)]
+    acc = flat[:, 0].copy()
+    for r in range(1, nred):
+        acc = fn.numpy(acc, flat[:, r])
+    return acc.reshape(out_shape)
+
+
+def _chooser_vjp(be, g, ins, out, needs, *, axis, keepdims):
+    # g split evenly between the slot's elements equal to its result (torch / JAX):
+    # (g / count) * mask, mask 1.0 where x == out, count = the mask's serial sum
+    x = ins[0]
+    kd = _keepdims_shape(x.shape, axis)
+    one, zero = be.fill((), 1.0, x.dtype), be.fill((), 0.0, x.dtype)
+    mask = be.where(be.equal(x, be.reshape(out, kd)), one, zero)
+    count = be.sum(mask, axis=axis, keepdims=True)
+    return (be.mul(be.div(be.reshape(g, kd), count), mask),)
+
+
+def _prod_vjp(be, g, ins, out, needs, *, axis, keepdims):
+    # x != 0: g * (out / x); the one zero of a slot: g * (product of the others); several
+    # zeros: 0. The divisor has its zeros replaced by 1, so no lane divides by zero.
+    x = ins[0]
+    kd = _keepdims_shape(x.shape, axis)
+    one, zero = be.fill((), 1.0, x.dtype), be.fill((), 0.0, x.dtype)
+    is0 = be.equal(x, zero)
+    nz = be.where(is0, one, x)
+    gk = be.reshape(g, kd)
+    others = be.prod(nz, axis=axis, keepdims=True)
+    zeros = be.sum(be.where(is0, one, zero), axis=axis, keepdims=True)
+    lone = be.where(be.equal(zeros, one), be.mul(gk, others), zero)
+    return (be.where(is0, lone, be.mul(gk, be.div(be.reshape(out, kd), nz))),)
+
+
+def _torch_reduce(name: str):
+    """The torch twin of a reduction: ``torch.<name>`` over our axis (all axes for None)."""
+
+    def twin(t, x, axis=None, keepdims=False):
+        if name == "prod":  # torch.prod takes one dim: fold the axes one by one, last first
+            dims = range(x.dim()) if axis is None else (
+                axis if isinstance(axis, tuple) else (axis,))
+            for d in sorted((d % max(x.dim(), 1) for d in dims), reverse=True):
+                x = t.prod(x, d, keepdim=keepdims)
+            return x
+        dims = tuple(range(x.dim())) if axis is None else axis
+        return getattr(t, name)(x, dims, keepdim=keepdims)
+
+    return twin
+
+
+def _loop_grad(kind: str):
+    """The pin of amax / amin / prod: the documented gradient, slot by slot in numpy scalars."""
+
+    def pin(ins: list, y, G) -> list:
+        (x,) = ins
+        T = np.float64 if x.dtype == np.float64 else np.float32
+        out = np.empty_like(x)
+        Gb = np.broadcast_to(G.reshape(y.shape[:1] + (1,)), x.shape)  # rows of the (3, 4) sample
+        with np.errstate(all="ignore"):
+            for r in range(x.shape[0]):
+                row = [T(v) for v in x[r]]
+                yr, q = T(y[r]), T(Gb[r, 0])
+                if kind == "prod":
+                    zeros = [i for i, v in enumerate(row) if v == 0]
+                    for i, v in enumerate(row):
+                        if v != 0:
+                            out[r, i] = q * (yr / v)
+                        elif len(zeros) == 1:
+                            p = None
+                            for j, w in enumerate(row):
+                                if j != i:
+                                    p = w if p is None else p * w
+                            out[r, i] = q * (T(1.0) if p is None else p)
+                        else:
+                            out[r, i] = T(0.0)
+                else:
+                    mask = [T(1.0) if v == yr else T(0.0) for v in row]
+                    count = mask[0]
+                    for m in mask[1:]:
+                        count = count + m
+                    out[r] = [(q / count) * m for m in mask]
+        return [out]
+
+    return pin
+
+
+def reduction(name: str, combine: dict, empty: float | None, vjp, doc: str) -> Op:
+    """Register a fold reduction ``name(x, axis=None, keepdims=False)`` of ``combine``: its
+    kernels, reference, shape rule and checks from the generic ``Reduce`` form; ``empty`` is
+    the value of a slot with no elements (None: such a reduction is refused)."""
+    fold = fold_fns(name, combine, 1 if empty == 1.0 else 0)
+    nonempty = empty is None
+
+    def reference(x: np.ndarray, *, axis, keepdims: bool) -> np.ndarray:
+        axes = _reduced_axes(name, x.ndim, axis)
+        s = serial_fold(x, axes, combine, 0.0 if nonempty else empty)
+        return s.reshape(_keepdims_shape(x.shape, axis)) if keepdims else s
+
+    def launch(rt, ks, ins, out, *, axis, keepdims: bool) -> None:
+        x = ins[0]
+        if not out.size:
+            return
+        nred, geom = FOLD.geometry(x.shape, _reduced_axes(name, x.ndim, axis))
+        rt.launch(ks.only, grid_for(out.size), BLOCK, (x, out, out.size, nred, rt.geom(geom)))
+
+    checks = Checks(reduce_cases(nonempty), (((3, 4),), {"axis": 1}), ("any",),
+                    _loop_grad("prod" if name == "prod" else "chooser"), _torch_reduce(name))
+    return register(Op(name, ("x",), ("axis", "keepdims"), _infer_fold(name, nonempty),
+                       reference, fold_kernels(name, FOLD, fold, combine), launch, vjp, doc,
+                       {"axis": None, "keepdims": False},
+                       cpu=fold_kernels(name, FOLD, fold, combine, cpu=True), checks=checks))
+
+
+reduction("amax", MAX, None, _chooser_vjp,
+          "serial maximum fold (NaN propagates); gradient split evenly between tied maxima")
+reduction("amin", MIN, None, _chooser_vjp,
+          "serial minimum fold (NaN propagates); gradient split evenly between tied minima")
+reduction("prod", MUL, 1.0, _prod_vjp, "serial product, first element first (empty: 1.0)")

@@ -12,6 +12,7 @@ import numpy as np
 from .. import dtypes
 from ..dtypes import BOOL, FLOAT, INT, TYPE_DTYPES, FloatType
 from ..kernels import Kernel, KernelSet
+from .checks import Checks
 
 # infer(shapes, attrs) -> (out_shape, normalized attrs); raises ValueError/TypeError naming the op.
 Infer = Callable[[tuple, dict], tuple[tuple, dict]]
@@ -57,6 +58,9 @@ class Op:
     # check(inputs, attrs): the checks that read input DATA (ids in range), run by every
     # backend before the op executes (never inside ``launch``, which plans may run on stand-ins)
     check: Callable[..., None] | None = None
+    # what the op's test tables run (``gtensor.ops.checks``): declared here, an op needs no row
+    # written in any table; None: the tables hold hand-written rows for it
+    checks: Checks | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "infer", _memoized(self.infer))

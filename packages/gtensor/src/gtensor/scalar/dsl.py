@@ -5,7 +5,9 @@ A scalar function is written once as ``def f(m, x, ...)`` using only:
 * operators ``+ - * /`` and unary ``-`` on floats (each one correctly rounded, no FMA);
   comparisons ``< <= > >= == !=``; ``& | ~`` on booleans; ``+ - * & | << >>`` on int64;
 * helpers of ``m``: ``where``, ``isnan``, ``const``, ``rint``, ``floor``, ``sqrt``, ``fabs``,
-  ``bits``, ``from_bits``, ``to_f64``, ``to_f32``, ``i2f``, ``f2i``, ``call``;
+  ``bits``, ``from_bits``, ``to_f64``, ``to_f32``, ``i2f``, ``f2i``, ``call`` (a
+  function, or a per-dtype family ``{FloatType: function}`` such as ``elementwise.EXP``: the
+  member of the first float argument's dtype, so one body serves float64 and float32);
 * ``fma(a, b, c)``: the fused multiply-add, one rounding (``__fma_rn``; numpy: the exact
   emulation of :mod:`gtensor.scalar.npfma`), used only where a function's definition says so;
 * ``table(tab, i)``: entry ``i`` (int64, in range in every lane) of a constant ``Table``;
@@ -42,6 +44,22 @@ F64, F32, I64, BOOL = dtypes.F64.suffix, dtypes.F32.suffix, "i64", "bool"
 _NP = {F64: dtypes.F64.np, F32: dtypes.F32.np, I64: dtypes.INDEX, BOOL: dtypes.MASK}
 CTYPE = {dt: dtypes.CTYPES[npdt] for dt, npdt in _NP.items()}
 NPTYPE = {dt: npdt.type for dt, npdt in _NP.items()}
+
+
+def pick(family: dict, dt: str) -> "ScalarFn":
+    """The member of a per-dtype family (``{FloatType: ScalarFn}``, as ``elementwise.EXP``)
+    for the scalar language's float dtype ``dt``; TypeError naming the missing dtype."""
+    for ft, fn in family.items():
+        if ft.suffix == dt:
+            return fn
+    raise TypeError(f"scalar language: no {dt} member in the family "
+                    f"{sorted(f.suffix for f in family)}")
+
+
+def _np_float_dt(x: Any) -> str | None:
+    """The scalar language's name of a numpy value's float dtype, else None."""
+    d = np.asarray(x).dtype
+    return F64 if d == np.float64 else F32 if d == np.float32 else None
 
 
 # --------------------------------------------------------------------------- numpy mode
@@ -114,8 +132,11 @@ class _NumpyMath:
         return np.asarray(x).astype(np.int64)
 
     @staticmethod
-    def call(fn: "ScalarFn", *args: Any) -> Any:
-        """Call another scalar function."""
+    def call(fn: "ScalarFn | dict", *args: Any) -> Any:
+        """Call another scalar function (a per-dtype family: the one of the first float
+        argument's dtype)."""
+        if isinstance(fn, dict):
+            fn = pick(fn, next(_np_float_dt(a) for a in args if _np_float_dt(a)))
         return fn.body(NUMPY, *args)
 
     @staticmethod
@@ -382,8 +403,14 @@ class CEmitter:
         self._expect(x, F64, "f2i")
         return self.let(f"__double2ll_rz({x.expr})", I64)
 
-    def call(self, fn: "ScalarFn", *args: CVal) -> CVal:
-        """Call another scalar function's ``__device__`` function."""
+    def call(self, fn: "ScalarFn | dict", *args: CVal) -> CVal:
+        """Call another scalar function's ``__device__`` function (a per-dtype family: the
+        one of the first float argument's dtype)."""
+        if isinstance(fn, dict):
+            dt = next((a.dt for a in args if isinstance(a, CVal) and a.dt in (F64, F32)), None)
+            if dt is None:
+                raise TypeError("scalar language: a per-dtype call needs a float argument")
+            fn = pick(fn, dt)
         self._check_args(fn, args)
         self.called.append(fn)
         return self.let(f"{fn.cname}({', '.join(a.expr for a in args)})", fn.out_dt)
