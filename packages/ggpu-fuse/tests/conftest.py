@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 from ggpu_fuse import program
 from gtensor import testing
+from gtensor.kernels import Kind
 
 testing.load_hypothesis_profiles()
 
@@ -28,13 +29,13 @@ def pytest_generate_tests(metafunc) -> None:
     tests marked ``default_plan`` (they pin the planned segments) run as planned only."""
     if "alone" in metafunc.fixturenames:
         pinned = metafunc.definition.get_closest_marker("default_plan") is not None
-        params = [()] if pinned else [(), ("matmul",)]
+        params = [()] if pinned else [(), (Kind.MATMUL,)]
         metafunc.parametrize("alone", params, indirect=True,
                              ids=["planned", "matmul-alone"][:len(params)])
 
 
 @pytest.fixture(autouse=True)
-def alone(request, monkeypatch) -> tuple[str, ...]:
+def alone(request, monkeypatch) -> tuple[Kind, ...]:
     """The launch kinds ``fuse`` keeps alone in this test (``ggpu_fuse.program.ALONE``)."""
     value = getattr(request, "param", ())
     monkeypatch.setattr(program, "ALONE", value)

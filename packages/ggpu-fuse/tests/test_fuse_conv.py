@@ -10,6 +10,7 @@ import pytest
 from fuse_testutil import assert_same_nodes, node_bits
 from ggpu_fuse import fuse
 from ggpu_replay import capture
+from gtensor.kernels import Kind
 from gtensor.testing import bits_equal
 
 
@@ -32,10 +33,10 @@ def test_conv_and_pool_launches_stay_alone_and_bits_equal():
         for phase in ("forward", "backward"):
             for seg in fp._phase(phase).segments:
                 kinds = {info.kind for info in seg.items}
-                if kinds & {"conv", "pool"}:
+                if kinds & {Kind.CONV, Kind.POOL}:
                     assert not seg.fused and len(seg.items) == 1, (phase, kinds)
                     seen |= kinds
-        assert seen == {"conv", "pool"}
+        assert seen == {Kind.CONV, Kind.POOL}
 
 
 @pytest.mark.parametrize("dtype", ["float64", "float32"])
@@ -61,7 +62,7 @@ def test_fma_contract_cnn_step_is_the_tapes(device, backend, dtype):
     prog = capture(tp, loss, backend=device if backend == "device" else "cpu")
     fp = fuse(prog)
     names = [info.name for phase in ("forward", "backward")
-             for seg in fp._phase(phase).segments for info in seg.items if info.kind == "conv"]
+             for seg in fp._phase(phase).segments for info in seg.items if info.kind is Kind.CONV]
     # 2 forwards, 2 weight gradients, the second conv's input gradient (x is a const)
     assert len(names) == 5 and all("_fma_" in n for n in names), names
     assert {n.rsplit("_fma_", 1)[0][2:] for n in names} == {"conv2d", "conv2d_grad_input",

@@ -11,6 +11,7 @@ from ggpu_fuse import fuse
 from ggpu_fuse.cpu_program import CompiledCpuProgram
 from ggpu_replay import capture
 from gtensor import testing
+from gtensor.kernels import Kind
 from gtensor.testing import bits_equal, cpu_thread_runs, first_difference
 from test_fuse_graphs import D, R, _build
 
@@ -73,7 +74,7 @@ def test_compiled_run_is_bitwise_the_per_node_replay_and_the_tape(dtype, inner):
         (True, False) if inner == "fma" else (False, True))
     flat = [s for s in step.segments if s.cls == "flat" and s.fused]
     # every parameter's in-place Adam update (it writes m, v and p) in one flat loop
-    updates = [i for s in step.segments for i in s.items if i.kind == "update"]
+    updates = [i for s in step.segments for i in s.items if i.kind is Kind.UPDATE]
     assert len(updates) == 8 and any(all(i in s.items for i in updates) for s in flat), prog.plan
 
 
@@ -89,16 +90,17 @@ def test_loops_split_across_threads_give_the_same_bits():
 
 
 MIXES = [["gram", "row_sum", "tanh"], ["col_sum", "slice_concat", "sigmoid_mul"],
+         ["row_amax", "softplus", "row_prod", "col_amin"],  # the generic Reduce's folds
          ["softmax", "relu_linear", "pad_slice"],
          ["row_param", "div_sqrt", "exp_scaled", "relu_linear"],
          ["linear_tb", "gram_ta", "row_sum"]]  # flagged matmuls: their per-node kernels
 
 
 # NOTE: each graph compiles its own module (25-45 s with an empty cache on 2 cores): CI runs the
-# first two mixes as planned, nox -s oracle every mix, and one of them also with every matmul
+# first three mixes as planned, nox -s oracle every mix, and one of them also with every matmul
 # alone in its segment (the test below)
 @pytest.mark.default_plan
-@pytest.mark.parametrize("steps", [m if i < 2 else pytest.param(m, marks=pytest.mark.slow)
+@pytest.mark.parametrize("steps", [m if i < 3 else pytest.param(m, marks=pytest.mark.slow)
                                    for i, m in enumerate(MIXES)],
                          ids=["-".join(m) for m in MIXES])
 def test_graph_mixes_compile_bitwise(steps):

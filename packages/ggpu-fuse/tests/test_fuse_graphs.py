@@ -32,6 +32,11 @@ STEPS = {
     # flagged products: op(b) = w^T read in place (row-local), h^T h read in place (rows mixed)
     "linear_tb": lambda h, p: g.relu(g.matmul(h, p["w"], tb=True) + p["b"]),
     "gram_ta": lambda h, p: h + g.matmul(h, g.matmul(h, h, ta=True)) * 0.01,
+    # the generic Reduce form's folds (their backward: equal / where / sum / div) and softplus
+    "row_amax": lambda h, p: h - g.amax(h, axis=1, keepdims=True),
+    "col_amin": lambda h, p: h + g.amin(h, axis=0) * 0.5,
+    "row_prod": lambda h, p: h + g.prod(h, axis=1, keepdims=True) * 0.1,
+    "softplus": lambda h, p: g.softplus(h) - 0.5,
 }
 
 
@@ -71,6 +76,14 @@ def test_flagged_matmuls_fuse_bitwise(device, steps):
     """matmuls reading an operand transposed under ta / tb (the forward's and every
     backward's): fused == per node, bit for bit."""
     _fused_is_per_node(device, steps, 7)
+
+
+@pytest.mark.parametrize("steps", [["row_amax", "softplus", "row_prod"],
+                                   ["relu_linear", "col_amin", "row_prod", "row_amax"]])
+def test_folds_and_softplus_fuse_bitwise(device, steps):
+    """amax / amin / prod (kernels of the generic Reduce form without a finish) and softplus
+    (one map kernel calling exp and log1p): fused == per node, bit for bit."""
+    _fused_is_per_node(device, steps, 11)
 
 
 def _fused_is_per_node(device: str, steps: list[str], seed: int) -> None:

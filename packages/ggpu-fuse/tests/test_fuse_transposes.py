@@ -13,6 +13,7 @@ from ggpu_fuse import fuse
 from ggpu_fuse.analysis import Buffer, Info, analyse, buffer, read_transposed, transpose_source
 from ggpu_fuse.planner import virtual_transposes
 from ggpu_replay import capture
+from gtensor.kernels import Kind
 from gtensor.testing import bits_equal, first_difference
 
 
@@ -93,7 +94,7 @@ def virtual_transposes_by_scan(infos, keep=()):
         last = max((r.index for r, _ in readers), default=info.index)
         src = buffer(source)
         rewritten = any(r.writes_into(src) for r in infos if info.index < r.index <= last)
-        if not readers or rewritten or any(r.index < info.index or r.kind != "matmul"
+        if not readers or rewritten or any(r.index < info.index or r.kind is not Kind.MATMUL
                                            or not r.fusable or p in r.transposed
                                            for r, p in readers):
             continue

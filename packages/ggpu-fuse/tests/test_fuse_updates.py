@@ -11,6 +11,7 @@ import pytest
 from ggpu_fuse.analysis import Buffer, analyse, buffer
 from ggpu_fuse.planner import dependencies, plan
 from gtensor import testing
+from gtensor.kernels import Kind
 from gtensor.recording import Recorder
 from gtensor.updates import adam_update, sgd_update
 
@@ -33,7 +34,7 @@ def test_an_update_launch_writes_and_reads_every_state_buffer(rec):
         adam_update(rec, m, v, p, g, scale, lr_t, beta1=0.9, beta2=0.999, eps=1e-8,
                     alpha=1e-3, clip=True)()
     (info,) = [analyse(i, x) for i, x in enumerate(launches)]
-    assert info.kind == "update"
+    assert info.kind is Kind.UPDATE
     assert info.written == [buffer(m), buffer(v), buffer(p)]
     read = {name: b for name, b in info.reads}
     assert {name: read[name] for name in ("m", "v", "p", "g", "scale", "lr_t")} == {

@@ -97,15 +97,15 @@ def test_module_source_uses_only_rounded_intrinsics():
 def test_kernels_say_what_they_are(name):
     """Every kernel names its kind and the scalar functions it computes with (fusion reads
     them); elementwise ops compute with exactly one scalar function."""
-    from gtensor.kernels import KINDS
+    from gtensor.kernels import KINDS, Kind
 
     for ft in FLOATS:
         for k in gtensor.REGISTRY[name].kernel_set(ft).kernels:
-            assert k.kind in KINDS and k.kind != "other", f"{k.name}: kind {k.kind}"
-            if k.kind in ("map", "scalar", "zip"):
+            assert k.kind in KINDS and k.kind is not Kind.OTHER, f"{k.name}: kind {k.kind}"
+            if k.kind in (Kind.MAP, Kind.SCALAR, Kind.ZIP):
                 assert len(k.calls) == 1 and k.calls[0].cname.endswith(ft.suffix)
                 assert k.calls[0].cname in k.body
-            if k.kind in ("matmul", "reduce", "rows"):
+            if k.kind in (Kind.MATMUL, Kind.REDUCE, Kind.ROWS):
                 names = [getattr(fn, "cname", None) or fn.name for fn in k.calls]
                 assert names and all(name in k.body for name in names), (k.name, names)
 

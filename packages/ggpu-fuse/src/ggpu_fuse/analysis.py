@@ -17,10 +17,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-from gtensor.kernels import READ_WRITE_KINDS
+from gtensor.kernels import READ_WRITE_KINDS, Kind
 from gtensor.recording import Launch, address
 
-FUSABLE = ("map", "scalar", "zip", "copy", "fill", "matmul", "reduce", "elementwise", "update")
+FUSABLE = frozenset({Kind.MAP, Kind.SCALAR, Kind.ZIP, Kind.COPY, Kind.FILL, Kind.MATMUL,
+                     Kind.REDUCE, Kind.ELEMENTWISE, Kind.UPDATE})
 
 
 @dataclass(frozen=True)
@@ -56,7 +57,7 @@ class Info:
 
     index: int
     launch: Launch
-    kind: str
+    kind: Kind
     args: dict[str, Any]
     out: Buffer  # the first buffer written (a fusable launch writes only it)
     reads: list[tuple[str, Buffer]]  # (parameter name, buffer) of every array read
@@ -96,14 +97,15 @@ class Info:
         several buffers only through its form's index maps, the same for each of them)."""
         if self.kind not in FUSABLE:
             return False
-        if len(self.writes) > 1 and (self.launch.kernel.form is None or self.kind != "update"):
+        if len(self.writes) > 1 and (self.launch.kernel.form is None
+                                     or self.kind is not Kind.UPDATE):
             return False
-        return not (self.kind == "matmul" and int(self.args["batch"]) != 1)
+        return not (self.kind is Kind.MATMUL and int(self.args["batch"]) != 1)
 
     @property
     def out_identity(self) -> bool:
         """Iteration i writes output element i (and covers the whole output)."""
-        if self.kind == "matmul":
+        if self.kind is Kind.MATMUL:
             return True
         return (self.oo is not None and self.n == self.out.size
                 and bool(np.array_equal(self.oo, np.arange(self.n))))
@@ -128,7 +130,7 @@ class Info:
         if not row_shaped(b, rows) or not row_shaped(self.out, rows):
             return False
         cb, co = b.size // rows, self.out.size // rows
-        if self.kind == "matmul":  # c[i, j]: row i of a; b is read whole
+        if self.kind is Kind.MATMUL:  # c[i, j]: row i of a; b is read whole
             return param == "a" and "a" not in self.transposed and int(self.args["m"]) == rows
         row = self.oo // co
         if param in self.ranges:
@@ -139,7 +141,7 @@ class Info:
 
 def transpose_source(info: Info) -> Any | None:
     """The array a copy launch transposes (2-D, whole, contiguous output), else None."""
-    if info.kind != "copy" or len(info.out.shape) != 2 or not info.out_identity:
+    if info.kind is not Kind.COPY or len(info.out.shape) != 2 or not info.out_identity:
         return None
     x = info.args["x"]
     p_, q_ = info.out.shape
@@ -179,7 +181,7 @@ def analyse(index: int, launch: Launch) -> Info:
         info.n, info.oo = acc.n, acc.oo
         info.oi.update(acc.oi)
         info.ranges.update(acc.ranges)
-    elif kind == "matmul":
+    elif kind is Kind.MATMUL:
         info.n = int(args["batch"]) * int(args["m"]) * int(args["n"])
         for flag, param in (("ta", "a"), ("tb", "b")):  # op(x) = x transposed: read in place
             if int(args.get(flag, 0)):

@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 from gtensor.dtypes import BY_CTYPE, float_type
-from gtensor.kernels import GEOMETRY, Kernel, Param
+from gtensor.kernels import GEOMETRY, Kernel, Kind, Param
 
 from .analysis import Info, address
 from .planner import Segment
@@ -86,7 +86,7 @@ def _statement(info: Info, v: dict[str, str], i: str) -> str:
         scalars = {p.name: _lit(a[p.name], p.ctype) for p in k.params if not p.is_pointer}
         calls = tuple(_fn(info, j) for j in range(len(k.calls)))
         return k.form.statement(calls, v, i, scalars, t)
-    if kind == "matmul":
+    if kind is Kind.MATMUL:
         m, k, n = (int(a[x]) for x in ("m", "k", "n"))
         # row i_ of a, column j_ of b; a transposed operand is read in place from its source
         ar, ast = (f"{v['a']} + i_", f"{m}LL") if "a" in info.transposed else \
@@ -138,7 +138,7 @@ def generate(seg: Segment, name: str, rows: int, make_index: Any) -> Generated:
         for k, info in enumerate(seg.items):
             v = _bind(info, args)
             lines.append(f"        // {info.name} (launch {info.index}, node {info.launch.tag})")
-            if info.kind == "copy" and not info.out_identity:
+            if info.kind is Kind.COPY and not info.out_identity:
                 start, oo, oi = _row_copy_tables(info, rows, make_index)
                 tables += [start, oo, oi]
                 s, o, i = (args.array(x, index=True) for x in (start, oo, oi))
@@ -175,5 +175,5 @@ def generate(seg: Segment, name: str, rows: int, make_index: Any) -> Generated:
     params, values = args.finish()
     calls = tuple({id(fn): fn for info in seg.items
                    for fn in info.launch.kernel.calls}.values())
-    kernel = Kernel(name, params, "\n".join(lines), "other", calls)
+    kernel = Kernel(name, params, "\n".join(lines), Kind.OTHER, calls)
     return Generated(kernel, values, grid, block, tables)

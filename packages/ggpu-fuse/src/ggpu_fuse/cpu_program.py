@@ -8,7 +8,7 @@ import time
 
 from ggpu_replay import Program
 from ggpu_replay.device import Device
-from gtensor.kernels import Kernel
+from gtensor.kernels import Kernel, Kind
 from gtensor.recording import Launch
 
 from .analysis import analyse, buffer
@@ -26,7 +26,7 @@ class CompiledCpuProgram(FusedProgram):
     """
 
     def __init__(self, prog: Program, rows: int | None = None,
-                 alone: tuple[str, ...] | None = None) -> None:
+                 alone: tuple[Kind | str, ...] | None = None) -> None:
         super().__init__(prog, rows, alone)
         self._device = Device()  # each unit's run is one native call: run them in order
 

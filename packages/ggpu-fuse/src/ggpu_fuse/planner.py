@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+from gtensor.kernels import Kind
 
 from .analysis import Buffer, Info, buffer, read_transposed, row_shaped, transpose_source
 
@@ -219,7 +220,7 @@ def virtual_transposes(infos: list[Info], keep: Sequence[Buffer] = ()) -> list[I
         src = buffer(source)
         hits = writes.index[writes.overlapping(src)]
         rewritten = bool(np.any((hits > info.index) & (hits <= last)))
-        if not readers or rewritten or any(r.index < info.index or r.kind != "matmul"
+        if not readers or rewritten or any(r.index < info.index or r.kind is not Kind.MATMUL
                                            or not r.fusable or p in r.transposed
                                            for r, p in readers):
             continue
@@ -249,11 +250,11 @@ def merge_tails(segments: list[Segment], deps: list[set[int]]) -> list[Segment]:
     return out
 
 
-def plan(infos: list[Info], rows: int | None = None, alone: tuple[str, ...] = (),
+def plan(infos: list[Info], rows: int | None = None, alone: tuple[Kind, ...] = (),
          keep: Sequence[Buffer] = ()) -> tuple[list[Segment], int]:
     """Segments of ``infos`` in execution order, and the row count R used.
 
-    ``alone`` names launch kinds (``Info.kind``, e.g. "matmul") that each get a segment of
+    ``alone`` names launch kinds (``Info.kind``, e.g. ``Kind.MATMUL``) that each get a segment of
     their own: the tests use it to check what a launch does when nothing fuses with it.
     ``keep``: buffers read outside ``infos`` (see ``virtual_transposes``).
     """

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -11,6 +12,7 @@ import numpy as np
 from ggpu_replay import Program
 from gtape.recording import Recording
 from gtensor.cuda_source import device_text
+from gtensor.kernels import Kind
 from gtensor.recording import Launch
 
 from .analysis import analyse, buffer
@@ -60,10 +62,10 @@ class FusedProgram(Program):
     """
 
     def __init__(self, prog: Program, rows: int | None = None,
-                 alone: tuple[str, ...] | None = None) -> None:
+                 alone: tuple[Kind | str, ...] | None = None) -> None:
         super().__init__(prog.tape, prog.trace)
         self._rows = batch_rows(prog) if rows is None else rows
-        self._alone = tuple(ALONE if alone is None else alone)
+        self._alone = kinds(ALONE if alone is None else alone)
         # per phase, the latest fusion, recorded from (keyed by) exactly those launches, which
         # it keeps alive (so their ids stay theirs); a re-recorded optimizer segment re-fuses
         self._fused: dict[str, Recording[tuple[Fused, tuple[Launch, ...]]]] = {}
@@ -142,8 +144,22 @@ class FusedProgram(Program):
 
 
 # launch kinds every fused program keeps alone in their segments unless ``fuse`` is told
-# otherwise (a test switch: the ggpu-fuse tests run each fused program with () and ("matmul",))
-ALONE: tuple[str, ...] = ()
+# otherwise (a test switch: the ggpu-fuse tests run each fused program with () and
+# (Kind.MATMUL,))
+ALONE: tuple[Kind, ...] = ()
+
+
+def kinds(names: Sequence[Kind | str]) -> tuple[Kind, ...]:
+    """``names`` as ``gtensor.kernels.Kind`` members (a member, or its value such as
+    "matmul"); ValueError naming the accepted ones."""
+    out = []
+    for k in names:
+        try:
+            out.append(Kind(k))
+        except ValueError:
+            raise ValueError(f"fuse: alone names {k!r}, not a kernel kind; expected Kind "
+                             f"members or their values {[m.value for m in Kind]}") from None
+    return tuple(out)
 
 
 def batch_rows(prog: Program) -> int:
@@ -156,7 +172,7 @@ def batch_rows(prog: Program) -> int:
 
 
 def fuse(prog: Program, rows: int | None = None,
-         alone: tuple[str, ...] | None = None) -> FusedProgram:
+         alone: tuple[Kind | str, ...] | None = None) -> FusedProgram:
     """A program with ``prog``'s interface whose launches run fused (see the package doc):
     generated CUDA kernels on sim / cuda; on cpu each phase (forward, backward, the whole step)
     is ONE compiled C++ function (``cpu_program.CompiledCpuProgram``).

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from enum import Enum
 from typing import Any
 
 from .dtypes import CTYPES as _ELEMENT_CTYPES
@@ -97,11 +98,34 @@ class Param:
 #   update  an in-place optimizer update (gtensor.updates): every non-const pointer is read and
 #           written at element i; several buffers written (fusion keeps it alone)
 #   other   anything else
-KINDS = ("map", "scalar", "zip", "copy", "fill", "matmul", "reduce", "rows", "elementwise",
-         "update", "select", "gather", "scatter", "index", "random", "conv", "pool", "other")
+class Kind(Enum):
+    """What a kernel computes: one member per layout above (compared as objects, never as
+    strings; ``Kind("map")`` gives the member of a name)."""
+
+    MAP = "map"
+    SCALAR = "scalar"
+    ZIP = "zip"
+    COPY = "copy"
+    FILL = "fill"
+    MATMUL = "matmul"
+    REDUCE = "reduce"
+    ROWS = "rows"
+    ELEMENTWISE = "elementwise"
+    UPDATE = "update"
+    SELECT = "select"
+    GATHER = "gather"
+    SCATTER = "scatter"
+    INDEX = "index"
+    RANDOM = "random"
+    CONV = "conv"
+    POOL = "pool"
+    OTHER = "other"
+
+
+KINDS = tuple(Kind)
 # kinds whose written buffers are read too (read-modify-write in place: the optimizer's
 # in-place updates); every other kernel reads only its const pointers
-READ_WRITE_KINDS = ("update",)
+READ_WRITE_KINDS = (Kind.UPDATE,)
 
 
 @dataclass(frozen=True, eq=False)
@@ -119,7 +143,7 @@ class DeviceFn:
 class Kernel:
     """A ``__global__`` kernel: name, typed parameters and body text (CUDA dialect).
 
-    ``kind`` (one of ``KINDS``) says what it computes, ``form`` (where set) is the form object
+    ``kind`` (a ``Kind``) says what it computes, ``form`` (where set) is the form object
     that encodes and decodes its geometry (fusion reads index maps and statements from it),
     and ``calls`` the scalar functions
     (``gtensor.scalar.dsl.ScalarFn``) and row helpers (``DeviceFn``) it computes with; the
@@ -131,13 +155,14 @@ class Kernel:
     name: str
     params: tuple[Param, ...]
     body: str
-    kind: str = "other"
+    kind: Kind = Kind.OTHER
     calls: tuple = ()
     form: Any = None  # the kernel form object owning its geometry (``gtensor.ops.forms``)
 
     def __post_init__(self) -> None:
-        if self.kind not in KINDS:
-            raise ValueError(f"Kernel {self.name!r}: kind {self.kind!r} is not one of {KINDS}")
+        if not isinstance(self.kind, Kind):
+            raise TypeError(f"Kernel {self.name!r}: kind {self.kind!r} is not a "
+                            f"gtensor.kernels.Kind; expected one of {[k.name for k in Kind]}")
 
     @property
     def barrier(self) -> bool:

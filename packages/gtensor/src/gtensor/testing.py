@@ -131,11 +131,12 @@ def sim_map_module(fns: Sequence):
     key = tuple(fns)
     if key not in _SIM_MAP_MODULES:
         from .dtypes import BY_SUFFIX
+        from .kernels import Kind
         from .ops.elementwise import form_kernel
         from .runtime import SimModule
         from .scalar.dsl import device_sources
 
-        kernels = [form_kernel("map", f"map_{fn.cname}", BY_SUFFIX[fn.out_dt], fn) for fn in key]
+        kernels = [form_kernel(Kind.MAP, f"map_{fn.cname}", BY_SUFFIX[fn.out_dt], fn) for fn in key]
         source = device_sources(list(key)) + "\n" + "\n".join(k.source() for k in kernels)
         _SIM_MAP_MODULES[key] = SimModule(source, kernels)
     return _SIM_MAP_MODULES[key]

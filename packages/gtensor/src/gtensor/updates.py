@@ -31,7 +31,7 @@ import numpy as np
 
 from . import dtypes
 from .dtypes import FLOATS, FloatType
-from .kernels import Kernel, KernelSet, params
+from .kernels import Kernel, KernelSet, Kind, params
 from .messages import describe
 from .ops.elementwise import BLOCK, grid_for
 from .ops.forms import Access
@@ -97,7 +97,7 @@ class Update:
         else:
             text = f"{self._head(ft.ctype)}{_GRID_LOOP}{stmts}    }}"
         return Kernel(ft.kernel(_variant(self.name, clip, l2)), params(self.params(ft.ctype)),
-                      text, "update", fns, self)
+                      text, Kind.UPDATE, fns, self)
 
     # ---- the form's questions (``gtensor.ops.forms``), for fusion reading a recorded launch
     def index_maps(self, args: dict) -> Access:

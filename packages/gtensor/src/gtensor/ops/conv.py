@@ -42,7 +42,7 @@ from string import Template
 import numpy as np
 
 from .. import dtypes
-from ..kernels import Kernel, params
+from ..kernels import Kernel, Kind, params
 from .elementwise import ADD, BLOCK, MUL, grid_for
 from .linalg import _FMA_INTRINSIC, INNER, _check_inner, cpu_product, serial_matmul
 from .registry import Op, register
@@ -610,7 +610,7 @@ def _kernels(spec: tuple, cpu: bool):
             # input gradient's ADD over the taps)
             calls = ((MUL[ft], ADD[ft]) if inner == "plain"
                      else (ADD[ft],) if name == "conv2d_grad_input" else ())
-            out.append(Kernel(ft.kernel(kernel_base(name, inner)), sig, body, "conv", calls))
+            out.append(Kernel(ft.kernel(kernel_base(name, inner)), sig, body, Kind.CONV, calls))
         return out
 
     return kernels

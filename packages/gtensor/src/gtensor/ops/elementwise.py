@@ -12,7 +12,7 @@ import numpy as np
 
 from .. import dtypes, shapes
 from ..dtypes import F32, F64, FLOATS, FloatType, round_scalar
-from ..kernels import Kernel
+from ..kernels import Kernel, Kind
 from ..scalar import crerf, crexp, crhyp, crlog, crtrig
 from ..scalar.dsl import ScalarFn, scalar_fn
 from .checks import ANY, AWAY0, POS, Checks, binary_checks, unary_checks
@@ -86,17 +86,17 @@ def _cpu_kernels(cuda: Callable[[FloatType], list[Kernel]],
     return kernels
 
 
-FORMS = {"map": MAP, "scalar": SCALAR, "zip": ZIP2}  # kernel kind -> its form
+FORMS = {Kind.MAP: MAP, Kind.SCALAR: SCALAR, Kind.ZIP: ZIP2}  # kernel kind -> its form
 
 
-def form_kernel(kind: str, kname: str, ft: FloatType, fn: ScalarFn) -> Kernel:
-    """The CUDA kernel ``kname`` of form ``kind`` ("map", "scalar", "zip") over ``fn``."""
+def form_kernel(kind: Kind, kname: str, ft: FloatType, fn: ScalarFn) -> Kernel:
+    """The CUDA kernel ``kname`` of form ``kind`` (MAP, SCALAR, ZIP) over ``fn``."""
     form = FORMS[kind]
-    ps = form.params((ft.ctype,) * 2, ft.ctype) if kind == "zip" else form.params(ft.ctype)
+    ps = form.params((ft.ctype,) * 2, ft.ctype) if form is ZIP2 else form.params(ft.ctype)
     return Kernel(kname, ps, form.cuda_body(fn.cname), kind, (fn,), form)
 
 
-def _form_kernels(kind: str, name: str,
+def _form_kernels(kind: Kind, name: str,
                   fns: dict[FloatType, ScalarFn]) -> Callable[[FloatType], list[Kernel]]:
     """An op's kernels (``Op.kernels``): ``k_<name>_<sfx>`` of form ``kind`` over fns[ft]."""
 
@@ -123,7 +123,7 @@ def unary(name: str, fns: dict[FloatType, ScalarFn], vjp=None, doc: str = "",
         if n:
             rt.launch(ks.only, grid_for(n), BLOCK, (ins[0], out, n))
 
-    kernels = _form_kernels("map", name, fns)
+    kernels = _form_kernels(Kind.MAP, name, fns)
     return register(Op(name, inputs, (), _same_shape, reference, kernels, launch, vjp, doc,
                        cpu=_cpu_kernels(kernels, fns), checks=checks))
 
@@ -146,7 +146,7 @@ def binary(name: str, fns: dict[FloatType, ScalarFn], vjp=None, doc: str = "",
         geom = rt.geom(ZIP2.geometry(out.shape, [a.shape, b.shape]))
         rt.launch(ks.only, grid_for(n), BLOCK, (a, b, out, n, geom))
 
-    kernels = _form_kernels("zip", name, fns)
+    kernels = _form_kernels(Kind.ZIP, name, fns)
     return register(Op(name, inputs, (), infer, reference, kernels, launch, vjp, doc,
                        cpu=_cpu_kernels(kernels, fns), checks=checks))
 
@@ -170,7 +170,7 @@ def scalar_form(name: str, fns: dict[FloatType, ScalarFn], vjp=None, doc: str = 
         if n:
             rt.launch(ks.only, grid_for(n), BLOCK, (ins[0], out, n, round_scalar(s, out.dtype)))
 
-    kernels = _form_kernels("scalar", name, fns)
+    kernels = _form_kernels(Kind.SCALAR, name, fns)
     return register(Op(name, ("x",), ("s",), infer, reference, kernels, launch, vjp, doc,
                        cpu=_cpu_kernels(kernels, fns)))
 

@@ -35,7 +35,7 @@ from string import Template
 import numpy as np
 
 from .. import dtypes, shapes
-from ..kernels import Kernel, params
+from ..kernels import Kernel, Kind, params
 from .elementwise import ADD, BLOCK, grid_for
 from .registry import Op, register
 
@@ -150,7 +150,7 @@ def _take_kernels(cpu: bool):
         sig = params(f"const {t}* x, const long long* ids, {t}* y, long long n, long long A, "
                      "long long N, long long J, long long B")
         body = (_CPU_TAKE if cpu else _TAKE).substitute(T=t, NAN=ft.literal(np.nan))
-        return [Kernel(ft.kernel("take"), sig, body, "gather")]
+        return [Kernel(ft.kernel("take"), sig, body, Kind.GATHER)]
 
     return kernels
 
@@ -264,7 +264,7 @@ def _take_grad_kernels(cpu: bool):
         sig = params(f"const {t}* g, const long long* ids, {t}* y, long long n, long long A, "
                      "long long N, long long J, long long B")
         body = (_CPU_TAKE_GRAD if cpu else _TAKE_GRAD).substitute(T=t, ADD=ADD[ft].cname)
-        return [Kernel(ft.kernel("take_grad"), sig, body, "scatter", (ADD[ft],))]
+        return [Kernel(ft.kernel("take_grad"), sig, body, Kind.SCATTER, (ADD[ft],))]
 
     return kernels
 
@@ -402,7 +402,7 @@ def _along_kernels(name: str, cuda: Template, cpu_t: Template, cpu: bool, first:
         body = (cpu_t if cpu else cuda).substitute(T=t, NAN=ft.literal(np.nan),
                                                    ADD=ADD[ft].cname)
         grad = name.endswith("_grad")
-        return [Kernel(ft.kernel(name), sig, body, "scatter" if grad else "gather",
+        return [Kernel(ft.kernel(name), sig, body, Kind.SCATTER if grad else Kind.GATHER,
                        (ADD[ft],) if grad else ())]
 
     return kernels
@@ -525,7 +525,7 @@ def _argmax_kernels(cpu: bool):
     def kernels(ft: dtypes.FloatType) -> list[Kernel]:
         t = ft.ctype
         sig = params(f"const {t}* x, long long* y, long long n, long long R, long long B")
-        return [Kernel(ft.kernel("argmax"), sig, _CPU_ARGMAX if cpu else _ARGMAX, "index")]
+        return [Kernel(ft.kernel("argmax"), sig, _CPU_ARGMAX if cpu else _ARGMAX, Kind.INDEX)]
 
     return kernels
 
@@ -572,7 +572,7 @@ def _weight_kernels(cpu: bool):
         t = ft.ctype
         sig = params(f"const long long* ids, {t}* y, long long n, long long ignore")
         return [Kernel(ft.kernel("index_weight"), sig, _CPU_WEIGHT if cpu else _WEIGHT,
-                       "index")]
+                       Kind.INDEX)]
 
     return kernels
 

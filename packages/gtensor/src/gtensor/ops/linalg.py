@@ -23,7 +23,7 @@ import numpy as np
 
 from ..dtypes import F32, F64, FLOATS, FloatType
 from ..fma import fma_chain
-from ..kernels import DeviceFn, Kernel, params
+from ..kernels import DeviceFn, Kernel, Kind, params
 from .elementwise import ADD, BLOCK, MUL, grid_for
 from .registry import Op, register
 
@@ -437,7 +437,7 @@ def _kernels(ft: FloatType) -> list[Kernel]:
     sig = params(f"const {t}* a, const {t}* b, {t}* c, long long batch, long long m, "
                  "long long k, long long n, long long ta, long long tb")
     return [Kernel(ft.kernel(kernel_base(inner)), sig, _MATMUL.substitute(DOT=dot[ft].name),
-                   "matmul", (dot[ft],))
+                   Kind.MATMUL, (dot[ft],))
             for inner, dot in zip(INNER, (DOT, DOT_FMA))]
 
 

@@ -20,7 +20,7 @@ from string import Template
 import numpy as np
 
 from ..dtypes import FloatType
-from ..kernels import Kernel
+from ..kernels import Kernel, Kind
 from .elementwise import ADD, EXP, LOG, MUL, SUB, of
 from .forms import GY_ROWS, ROW_ELEMENT_COST, XY_ROWS, Rows, row_geometry, split_cost
 from .reduce import serial_sum
@@ -147,7 +147,7 @@ def _kernels(name: str, form: Rows, cuda: Template, cpu_t: Template, calls, shar
         t, f = ft.ctype, _f(ft)
         pre = form.shared_buffer(t) if shared else ""
         body = form.cuda_body(cuda.substitute(f), t, pre)
-        return [Kernel(ft.kernel(name), form.params(t), body, "rows",
+        return [Kernel(ft.kernel(name), form.params(t), body, Kind.ROWS,
                        tuple(c[ft] for c in calls), form)]
 
     def cpu_kernels(ft: FloatType) -> list[Kernel]:

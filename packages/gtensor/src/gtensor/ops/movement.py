@@ -13,7 +13,7 @@ import numpy as np
 
 from .. import dtypes, shapes
 from ..dtypes import FloatType
-from ..kernels import Kernel
+from ..kernels import Kernel, Kind
 from .elementwise import BLOCK, grid_for, of
 from .forms import COPY, FILL
 from .registry import Op, register
@@ -24,8 +24,10 @@ def _cpu_kernels(ft: FloatType) -> list[Kernel]:
 
 
 def _kernels(ft: FloatType) -> list[Kernel]:
-    return [Kernel(ft.kernel("copy"), COPY.params(ft.ctype), COPY.cuda_body(), "copy", form=COPY),
-            Kernel(ft.kernel("fill"), FILL.params(ft.ctype), FILL.cuda_body(), "fill", form=FILL)]
+    return [Kernel(ft.kernel("copy"), COPY.params(ft.ctype), COPY.cuda_body(), Kind.COPY,
+                   form=COPY),
+            Kernel(ft.kernel("fill"), FILL.params(ft.ctype), FILL.cuda_body(), Kind.FILL,
+                   form=FILL)]
 
 
 def copy_strided(rt, ks, x, out, shape: tuple, in_strides: tuple, in_offset: int,

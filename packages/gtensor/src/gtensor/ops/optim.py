@@ -22,7 +22,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..dtypes import FLOATS, FloatType
-from ..kernels import Kernel
+from ..kernels import Kernel, Kind
 from ..scalar.dsl import ScalarFn, scalar_fn
 from .elementwise import BLOCK, grid_for, of
 from .forms import ADAM_P as FORM_ADAM_P
@@ -80,7 +80,7 @@ def _update_kernels(name: str, fns: dict, cpu: bool = False):
             for l2 in (False, True):
                 fn = fns[(ft, clip, l2)]
                 out.append(Kernel(ft.kernel(_variant(name, clip, l2)), UPDATE.params(ft.ctype),
-                                  body(fn.cname, ft.ctype), "elementwise", (fn,), UPDATE))
+                                  body(fn.cname, ft.ctype), Kind.ELEMENTWISE, (fn,), UPDATE))
         return out
 
     return kernels
@@ -90,7 +90,7 @@ def _adam_p_kernels(cpu: bool = False):
     def kernels(ft: FloatType) -> list[Kernel]:
         body = (FORM_ADAM_P.cpu_body if cpu else FORM_ADAM_P.cuda_body)(ADAM_P[ft].cname,
                                                                           ft.ctype)
-        return [Kernel(ft.kernel("adam_p"), FORM_ADAM_P.params(ft.ctype), body, "elementwise",
+        return [Kernel(ft.kernel("adam_p"), FORM_ADAM_P.params(ft.ctype), body, Kind.ELEMENTWISE,
                        (ADAM_P[ft],), FORM_ADAM_P)]
 
     return kernels

@@ -28,7 +28,7 @@ from string import Template
 import numpy as np
 
 from .. import dtypes
-from ..kernels import DeviceFn, Kernel, params
+from ..kernels import DeviceFn, Kernel, Kind, params
 from .conv import check_4d, pair
 from .elementwise import ADD, BLOCK, grid_for
 from .registry import Op, register
@@ -358,7 +358,7 @@ def pool_kernels(arrays: str, one: str, cpu_window: str | None, calls: tuple, cp
     if cpu and cpu_window is not None:
         loop = CPU_SCATTER.replace("$WINDOW", cpu_window)
     body = Template(DECODE + loop.replace("$ONE", one)).substitute(subs)
-    return Kernel(subs["KNAME"], sig, body, "pool", calls)
+    return Kernel(subs["KNAME"], sig, body, Kind.POOL, calls)
 
 
 def _kernels(name: str, cpu: bool):

@@ -34,7 +34,7 @@ from string import Template
 import numpy as np
 
 from .. import dtypes, philox
-from ..kernels import DeviceFn, Kernel, params
+from ..kernels import DeviceFn, Kernel, Kind, params
 from ..scalar.crlog import LOG_F64
 from ..scalar.crtrig import COS_F64
 from ..scalar.dsl import F32, F64, I64, ScalarFn, scalar_fn
@@ -243,7 +243,7 @@ def _kernels(what: str, cpu: bool):
         calls = (PHILOX, fns[ft]) if fns else (PHILOX,)
         name = "dropout" if what == "dropout" else f"rng_{what}"
         return [Kernel(ft.kernel(name), params(Template(_SIGS[what]).substitute(T=t)), body,
-                       "random", calls)]
+                       Kind.RANDOM, calls)]
 
     return kernels
 

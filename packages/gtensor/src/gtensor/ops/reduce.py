@@ -23,7 +23,7 @@ import numpy as np
 
 from .. import shapes
 from ..dtypes import FLOATS, FloatType
-from ..kernels import DeviceFn, Kernel
+from ..kernels import DeviceFn, Kernel, Kind
 from ..scalar.dsl import ScalarFn
 from .checks import Checks, reduce_cases
 from .elementwise import ADD, BLOCK, DIV, MAX, MIN, MUL, grid_for, of
@@ -73,7 +73,7 @@ def fold_kernels(kname: str, form: Reduce, fold: dict, combine: dict, cpu: bool 
                 else form.cuda_body(fold[ft].name, dname, ft.ctype))
         if cpu:
             return [Kernel(ft.kernel(kname), form.params(ft.ctype), body, form=form)]
-        return [Kernel(ft.kernel(kname), form.params(ft.ctype), body, "reduce", calls, form)]
+        return [Kernel(ft.kernel(kname), form.params(ft.ctype), body, Kind.REDUCE, calls, form)]
 
     return kernels
 
@@ -294,7 +294,7 @@ def _torch_reduce(name: str):
     return twin
 
 
-def _loop_grad(kind: str):
+def _loop_grad(prod: bool):
     """The pin of amax / amin / prod: the documented gradient, slot by slot in numpy scalars."""
 
     def pin(ins: list, y, G) -> list:
@@ -306,7 +306,7 @@ def _loop_grad(kind: str):
             for r in range(x.shape[0]):
                 row = [T(v) for v in x[r]]
                 yr, q = T(y[r]), T(Gb[r, 0])
-                if kind == "prod":
+                if prod:
                     zeros = [i for i, v in enumerate(row) if v == 0]
                     for i, v in enumerate(row):
                         if v != 0:
@@ -350,7 +350,7 @@ def reduction(name: str, combine: dict, empty: float | None, vjp, doc: str) -> O
         rt.launch(ks.only, grid_for(out.size), BLOCK, (x, out, out.size, nred, rt.geom(geom)))
 
     checks = Checks(reduce_cases(nonempty), (((3, 4),), {"axis": 1}), ("any",),
-                    _loop_grad("prod" if name == "prod" else "chooser"), _torch_reduce(name))
+                    _loop_grad(name == "prod"), _torch_reduce(name))
     return register(Op(name, ("x",), ("axis", "keepdims"), _infer_fold(name, nonempty),
                        reference, fold_kernels(name, FOLD, fold, combine), launch, vjp, doc,
                        {"axis": None, "keepdims": False},

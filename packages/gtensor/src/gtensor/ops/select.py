@@ -19,7 +19,7 @@ import numpy as np
 
 from .. import dtypes, shapes
 from ..dtypes import FloatType
-from ..kernels import Kernel
+from ..kernels import Kernel, Kind
 from ..scalar.dsl import BOOL, ScalarFn, scalar_fn
 from .elementwise import BLOCK, grid_for
 from .forms import Zip
@@ -50,7 +50,7 @@ def zip_op(name: str, in_types: tuple[str, ...], out_type: str, body: Callable, 
         fn = fns[ft]
         ps = form.params(tuple(_ctype(t, ft) for t in in_types), _ctype(out_type, ft))
         text = form.cpu_body(fn.cname) if cpu else form.cuda_body(fn.cname)
-        return Kernel(ft.kernel(name), ps, text, "select", (fn,), form)
+        return Kernel(ft.kernel(name), ps, text, Kind.SELECT, (fn,), form)
 
     def infer(shapes_: tuple, attrs: dict) -> tuple[tuple, dict]:
         out = shapes_[0]

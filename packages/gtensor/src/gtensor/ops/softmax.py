@@ -21,7 +21,7 @@ import numpy as np
 
 from .. import shapes
 from ..dtypes import FloatType
-from ..kernels import Kernel
+from ..kernels import Kernel, Kind
 from .elementwise import ADD, DIV, EXP, MAX, MUL, SUB, of
 from .forms import GY_ROWS, ROW_ELEMENT_COST, ROW_THREADS, XY_ROWS, split_cost
 from .reduce import serial_sum
@@ -162,14 +162,14 @@ def _fns(ft: FloatType) -> dict[str, str]:
 def _softmax_kernels(ft: FloatType) -> list[Kernel]:
     t, f = ft.ctype, _fns(ft)
     body = XY_ROWS.cuda_body(_SOFTMAX.substitute(f), t, XY_ROWS.shared_buffer(t))
-    return [Kernel(ft.kernel("softmax"), XY_ROWS.params(t), body, "rows",
+    return [Kernel(ft.kernel("softmax"), XY_ROWS.params(t), body, Kind.ROWS,
                    (MAX[ft], EXP[ft], SUB[ft], ADD[ft], DIV[ft]), XY_ROWS)]
 
 
 def _softmax_grad_kernels(ft: FloatType) -> list[Kernel]:
     t, f = ft.ctype, _fns(ft)
     body = GY_ROWS.cuda_body(_SOFTMAX_GRAD.substitute(f), t)
-    return [Kernel(ft.kernel("softmax_grad"), GY_ROWS.params(t), body, "rows",
+    return [Kernel(ft.kernel("softmax_grad"), GY_ROWS.params(t), body, Kind.ROWS,
                    (MUL[ft], ADD[ft], SUB[ft]), GY_ROWS)]
 
 
