@@ -148,6 +148,9 @@ def test_indexed_transpose_search_is_the_scan(device):
     assert drops > 0 and kept_copies > 0, (drops, kept_copies)
 
 
+LAUNCH_KINDS = {"matmul": Kind.MATMUL, "add": Kind.ZIP}  # the drawn names' kinds
+
+
 def _random_launches(rng, arena):
     """A random launch list over views of ``arena``: transpose copies (of views that other
     copies may write), matmuls (often reading an earlier copy's output) and other readers /
@@ -164,7 +167,7 @@ def _random_launches(rng, arena):
         if kind == "copy":
             x = view(q, p)
             i = np.arange(p * q)
-            infos.append(Info(j, None, "copy", {"x": x}, buffer(out), [("x", buffer(x))],
+            infos.append(Info(j, None, Kind.COPY, {"x": x}, buffer(out), [("x", buffer(x))],
                               p * q, writes=[("y", buffer(out))], oo=i,
                               oi={"x": (i % q) * p + i // q}))
             outs.append(out)
@@ -174,7 +177,7 @@ def _random_launches(rng, arena):
                 a = buffer(outs[int(rng.integers(len(outs)))])
             elif rng.random() < 0.3:  # empty, inside the arena (numpy puts empty views at 0)
                 a = Buffer(buffer(arena).addr + 8 * int(rng.integers(arena.size)), 0, (p, 0), 0)
-            infos.append(Info(j, None, str(kind), {"batch": 1, "m": p}, buffer(out),
+            infos.append(Info(j, None, LAUNCH_KINDS[str(kind)], {"batch": 1, "m": p}, buffer(out),
                               [("a", a), ("b", b)], p * q,
                               writes=[("c", buffer(out))]))
     return infos
