@@ -172,3 +172,21 @@ def _round_int(n: int, bits: int) -> float:
         return sign * float(m)  # exact: m has at most `bits` significant bits
     except OverflowError:
         return sign * float("inf")
+
+
+# The floating-point environment: IEEE with subnormals (no flush-to-zero). The sim and cpu
+# kernels install it for every launch; numpy computes in whatever mode the thread is in, so
+# the numpy paths check it first (one multiplication: the smallest subnormal times one is zero
+# exactly when inputs or results are flushed).
+TINY, ONE = np.float64(5e-324), np.float64(1.0)
+FTZ_MESSAGE = ("this thread flushes subnormal numbers to zero (the FTZ/DAZ bits of the "
+               "floating-point control register are on, typically because a library built "
+               "with -ffast-math was loaded), so numpy's results would not be the reference "
+               "bits; refusing. Run without that library, or clear FTZ/DAZ (MXCSR bits 15 and 6) "
+               "in this thread")
+
+
+def check_no_ftz(where: str) -> None:
+    """FloatingPointError naming ``where`` when this thread flushes subnormals to zero."""
+    if TINY * ONE == 0.0:
+        raise FloatingPointError(f"{where}: {FTZ_MESSAGE}")

@@ -146,7 +146,7 @@ def assert_sim_map_matches(fns: Sequence, fn, x: np.ndarray) -> None:
     """Assert that ``fn`` (one of ``fns``), compiled with them (``sim_map_module``), gives its
     numpy bits on every element of ``x`` (NaNs compared by class); the failure names the first
     inputs that differ."""
-    from .ops.elementwise import BLOCK, grid_for
+    from .ops.forms import BLOCK, grid_for
 
     x = np.ascontiguousarray(x)
     want = fn.numpy(x)

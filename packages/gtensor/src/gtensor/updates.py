@@ -33,8 +33,7 @@ from . import dtypes
 from .dtypes import FLOATS, FloatType
 from .kernels import Kernel, KernelSet, Kind, params
 from .messages import describe
-from .ops.elementwise import BLOCK, grid_for
-from .ops.forms import Access
+from .ops.forms import BLOCK, Access, grid_for
 from .ops.optim import ADAM_M, ADAM_P, ADAM_V, SGD_P, _variant
 from .scalar.dsl import scalar_fn
 
@@ -202,10 +201,7 @@ def _nothing() -> None:
 def _reference_run(upd: Update, ft: FloatType, clip: bool, l2: bool, arrays: dict[str, Any],
                    scalars: dict[str, Any]) -> Callable[[], None]:
     """The numpy path: new values computed now, out of place; the returned call copies them."""
-    from .backends.numpy_backend import _ONE, _TINY, FTZ_MESSAGE
-
-    if _TINY * _ONE == 0.0:
-        raise FloatingPointError(f"{upd.name}: {FTZ_MESSAGE}")
+    dtypes.check_no_ftz(upd.name)
     with np.errstate(all="ignore"):  # IEEE results (inf, nan) are the definition
         new = upd.reference(upd.calls(ft, clip, l2), arrays, scalars)
     dsts = [(arrays[k], np.asarray(new[k], dtype=ft.np)) for k in upd.writes]

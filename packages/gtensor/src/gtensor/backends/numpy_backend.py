@@ -11,16 +11,8 @@ from .. import dtypes
 from ..ops import Op
 from .base import Backend
 
-# The contract's floating-point mode: round to nearest, subnormals kept (no FTZ/DAZ). The
-# sim and cpu kernels install it for every launch; numpy computes in whatever mode the thread is
-# in, so the numpy backend checks it before every op (one multiplication: the smallest
-# subnormal times one is zero exactly when inputs or results are flushed).
-_TINY, _ONE = np.float64(5e-324), np.float64(1.0)
-FTZ_MESSAGE = ("this thread flushes subnormal numbers to zero (the FTZ/DAZ bits of the "
-               "floating-point control register are on, typically because a library built "
-               "with -ffast-math was loaded), so numpy's results would not be the reference "
-               "bits; refusing. Run without that library, or clear FTZ/DAZ (MXCSR bits 15 and 6) "
-               "in this thread")
+# The contract's floating-point mode (round to nearest, subnormals kept): the numpy backend
+# checks it before every op (``dtypes.check_no_ftz``).
 
 
 class NumpyBackend(Backend):
@@ -58,8 +50,8 @@ class NumpyBackend(Backend):
 
     def _execute(self, op: Op, inputs: list, out_shape: tuple, dtype: np.dtype,
                  attrs: dict, out: np.ndarray | None = None) -> np.ndarray:
-        if _TINY * _ONE == 0.0:  # subnormals flushed: FTZ/DAZ are on in this thread
-            raise FloatingPointError(f"{op.name}: {FTZ_MESSAGE}")
+        if dtypes.TINY * dtypes.ONE == 0.0:  # the hot path of dtypes.check_no_ftz
+            dtypes.check_no_ftz(op.name)
         with np.errstate(all="ignore"):  # IEEE results (inf, nan) are the definition, not errors
             result = np.asarray(op.reference(*inputs, **attrs), dtype=dtype, order="C")
         if result.shape != out_shape:

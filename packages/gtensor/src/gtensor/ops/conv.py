@@ -43,7 +43,8 @@ import numpy as np
 
 from .. import dtypes
 from ..kernels import Kernel, Kind, params
-from .elementwise import ADD, BLOCK, MUL, grid_for
+from .elementwise import ADD, MUL
+from .forms import BLOCK, grid_for
 from .linalg import _FMA_INTRINSIC, INNER, _check_inner, cpu_product, serial_matmul
 from .registry import Op, register
 

@@ -16,22 +16,15 @@ from ..kernels import Kernel, Kind
 from ..scalar import crerf, crexp, crhyp, crlog, crtrig
 from ..scalar.dsl import ScalarFn, scalar_fn
 from .checks import ANY, AWAY0, POS, Checks, binary_checks, unary_checks
-from .forms import ELEMENT_COST, MAP, SCALAR, ZIP2, split_cost
+from .forms import BLOCK, ELEMENT_COST, MAP, SCALAR, ZIP2, grid_for, split_cost
 from .registry import Op, register
 
-BLOCK = 256
-MAX_GRID = 4096
 of = dtypes.of  # an array's FloatType (the references pick their scalar function by it)
 
 
 def pair(name: str, arity: int, body: Callable) -> dict[FloatType, ScalarFn]:
     """The float64 and float32 scalar functions ``gt_<name>_f64/_f32`` of one body."""
     return {ft: scalar_fn(ft.fn(name), (ft.suffix,) * arity, ft.suffix)(body) for ft in FLOATS}
-
-
-def grid_for(n: int) -> int:
-    """Blocks of BLOCK threads for n elements, capped (kernels use grid-stride loops)."""
-    return max(1, min(MAX_GRID, -(-n // BLOCK)))
 
 
 # --------------------------------------------------------------------------- scalar functions

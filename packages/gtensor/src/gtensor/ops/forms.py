@@ -65,6 +65,14 @@ _GRID_LOOP = ("    const long long step = (long long)gridDim.x * blockDim.x;\n"
 # threshold gtcpu::PARALLEL_WORK counts multiply-adds or element operations): at least
 # ELEMENT_COST for a map or zip, ROW_ELEMENT_COST for a row kernel's element.
 ELEMENT_COST = 4
+BLOCK = 256  # threads of a grid-stride kernel's block
+MAX_GRID = 4096  # at most this many blocks (the kernels loop over the rest)
+
+
+def grid_for(n: int) -> int:
+    """Blocks of BLOCK threads for n elements, capped (kernels use grid-stride loops)."""
+    return max(1, min(MAX_GRID, -(-n // BLOCK)))
+
 ROW_ELEMENT_COST = 8
 
 

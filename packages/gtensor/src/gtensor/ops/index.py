@@ -36,7 +36,8 @@ import numpy as np
 
 from .. import dtypes, shapes
 from ..kernels import Kernel, Kind, params
-from .elementwise import ADD, BLOCK, grid_for
+from .elementwise import ADD
+from .forms import BLOCK, grid_for
 from .registry import Op, register
 
 F, IDS = dtypes.FLOAT, dtypes.INT

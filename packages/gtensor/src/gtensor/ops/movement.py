@@ -14,8 +14,8 @@ import numpy as np
 from .. import dtypes, shapes
 from ..dtypes import FloatType
 from ..kernels import Kernel, Kind
-from .elementwise import BLOCK, grid_for, of
-from .forms import COPY, FILL
+from .elementwise import of
+from .forms import BLOCK, COPY, FILL, grid_for
 from .registry import Op, register
 
 

@@ -24,9 +24,9 @@ import numpy as np
 from ..dtypes import FLOATS, FloatType
 from ..kernels import Kernel, Kind
 from ..scalar.dsl import ScalarFn, scalar_fn
-from .elementwise import BLOCK, grid_for, of
+from .elementwise import of
 from .forms import ADAM_P as FORM_ADAM_P
-from .forms import UPDATE
+from .forms import BLOCK, UPDATE, grid_for
 from .registry import Op, register
 
 

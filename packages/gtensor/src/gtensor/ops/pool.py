@@ -30,7 +30,8 @@ import numpy as np
 from .. import dtypes
 from ..kernels import DeviceFn, Kernel, Kind, params
 from .conv import check_4d, pair
-from .elementwise import ADD, BLOCK, grid_for
+from .elementwise import ADD
+from .forms import BLOCK, grid_for
 from .registry import Op, register
 
 _ARGMAX = Template("""\

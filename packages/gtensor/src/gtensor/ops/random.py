@@ -38,7 +38,8 @@ from ..kernels import DeviceFn, Kernel, Kind, params
 from ..scalar.crlog import LOG_F64
 from ..scalar.crtrig import COS_F64
 from ..scalar.dsl import F32, F64, I64, ScalarFn, scalar_fn
-from .elementwise import BLOCK, MUL, grid_for
+from .elementwise import MUL
+from .forms import BLOCK, grid_for
 from .registry import Op, register
 
 F, IDS = dtypes.FLOAT, dtypes.INT

@@ -26,8 +26,8 @@ from ..dtypes import FLOATS, FloatType
 from ..kernels import DeviceFn, Kernel, Kind
 from ..scalar.dsl import ScalarFn
 from .checks import Checks, reduce_cases
-from .elementwise import ADD, BLOCK, DIV, MAX, MIN, MUL, grid_for, of
-from .forms import FOLD, REDUCE, Reduce
+from .elementwise import ADD, DIV, MAX, MIN, MUL, of
+from .forms import BLOCK, FOLD, REDUCE, Reduce, grid_for
 from .registry import Op, register
 
 # One output of a reduction: the serial fold, first element first, over the reduced positions

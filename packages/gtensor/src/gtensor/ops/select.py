@@ -21,8 +21,7 @@ from .. import dtypes, shapes
 from ..dtypes import FloatType
 from ..kernels import Kernel, Kind
 from ..scalar.dsl import BOOL, ScalarFn, scalar_fn
-from .elementwise import BLOCK, grid_for
-from .forms import Zip
+from .forms import BLOCK, Zip, grid_for
 from .registry import Op, register
 
 
