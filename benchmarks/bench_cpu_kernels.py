@@ -211,7 +211,7 @@ conv2d, conv2d_grad_input and conv2d_grad_weight (padding 1, stride 1) on the cp
 each output in its defined order (docs/semantics.md, "Convolution"), against the exact
 matmul of the same multiply-adds ((O, C*KH*KW) @ (C*KH*KW, N*H*W)), under the same
 inner-product contract and dtype. Since issue 41 the cpu conv kernels run the matmul kernel's
-own product (``gtensor.ops.linalg.cpu_product``: its tiles, packed panels, k blocks) on
+own product (``gtensor.ops.inner.cpu_product``: its tiles, packed panels, k blocks) on
 im2col panels (per image; small images in chunks, one product per chunk), so the target is
 the matmul's rate (issue 41's bar: at least 70% of it at ResNet-like shapes). One thread
 (`GTENSOR_CPU_THREADS=1`); GMAC/s = multiply-adds / the calling thread's CPU seconds; in each

@@ -42,7 +42,7 @@ from gdemos.lora import LoRA  # noqa: E402
 from gdemos.qwen2 import Qwen2, random_weights  # noqa: E402
 from gdemos.qwen2_math import LINEARS, Qwen2Config  # noqa: E402
 from gopt import Adam  # noqa: E402
-from gtensor.ops.linalg import INNER  # noqa: E402
+from gtensor.ops.inner import INNER  # noqa: E402
 
 CFG = Qwen2Config(vocab_size=4096, hidden_size=256, intermediate_size=704, num_hidden_layers=4,
                   num_attention_heads=8, num_key_value_heads=2, head_dim=32,

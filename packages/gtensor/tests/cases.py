@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 import gtensor
 import numpy as np
 from gtensor.ops.checks import BINARY_SHAPES, UNARY_SHAPES
-from gtensor.ops.linalg import INNER
+from gtensor.ops.inner import INNER
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 

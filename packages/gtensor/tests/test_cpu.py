@@ -152,7 +152,7 @@ def test_cpu_source_calls_no_platform_math():
     functions), no libm transcendental, no fast-math intrinsic in the cpu module's text."""
     import re
 
-    from gtensor.ops.linalg import fma_contract_text
+    from gtensor.ops.inner import fma_contract_text
     from gtensor.runtime.cpu_source import cpu_kernels, cpu_module_source
 
     src = cpu_module_source()

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from gtensor.ops.linalg import INNER, serial_matmul
+from gtensor.ops.inner import INNER, serial_matmul
 from gtensor.runtime import cpu as cpu_runtime
 from gtensor.testing import bits_equal, cpu_thread_runs, first_difference
 from matmul_inputs import swapped, with_specials

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from gtensor.ops.linalg import INNER, serial_matmul
+from gtensor.ops.inner import INNER, serial_matmul
 from gtensor.testing import bits_equal, first_difference, matmul_tile_forms
 from matmul_inputs import swapped, with_specials
 

@@ -15,7 +15,7 @@ import gopt
 import gtensor
 import numpy as np
 from gtensor import describe
-from gtensor.ops.linalg import INNER
+from gtensor.ops.inner import INNER
 
 from . import inputs
 

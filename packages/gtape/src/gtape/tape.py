@@ -17,7 +17,7 @@ import gtensor
 import numpy as np
 from gtensor import Op, describe
 from gtensor.dtypes import BOOL, FLOAT, INT, TYPE_DTYPES
-from gtensor.ops.linalg import INNER
+from gtensor.ops.inner import INNER
 from gtensor.ops.registry import REGISTRY as _OPS
 from gtensor.ops.registry import attr_key
 from gtensor.recording import record, recordable

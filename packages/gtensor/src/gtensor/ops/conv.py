@@ -45,7 +45,7 @@ from .. import dtypes
 from ..kernels import Kernel, Kind, params
 from .elementwise import ADD, MUL
 from .forms import BLOCK, grid_for
-from .linalg import _FMA_INTRINSIC, INNER, _check_inner, cpu_product, serial_matmul
+from .inner import FMA_INTRINSIC, FMA_KERNELS, INNER, check_inner, cpu_product, serial_matmul
 from .registry import Op, register
 
 ONE = (1, 1)
@@ -112,7 +112,7 @@ def groups_of(op: str, value, channels: dict[str, int]) -> int:
 
 def _attrs(op: str, attrs: dict) -> dict:
     """stride, padding, dilation and inner, normalized (groups is checked by the caller)."""
-    _check_inner(op, attrs)
+    check_inner(op, attrs)
     return {"stride": pair(op, "stride", attrs.get("stride", 1), 1),
             "padding": pair(op, "padding", attrs.get("padding", 0), 0),
             "dilation": pair(op, "dilation", attrs.get("dilation", 1), 1),
@@ -404,7 +404,7 @@ _IM2COL = """\
                 }
     };
 """
-# The products run by ``product`` (``linalg.cpu_product``): the cpu matmul kernel's own body --
+# The products run by ``product`` (``inner.cpu_product``): the cpu matmul kernel's own body --
 # its register tiles, packed panels, k blocks and thread split -- on slices, so each output's
 # chain over k keeps its order (the first product starts, each product and sum rounded, no
 # FMA; under the fma contract one fused multiply-add per term from +0.0) at the matmul's
@@ -585,10 +585,8 @@ def kernel_base(op: str, inner: str) -> str:
     return op if inner == "plain" else f"{op}_{inner}"
 
 
-def fma_kernel_names() -> set[str]:
-    """The names of the conv ops' fma-contract kernels (both dtypes)."""
-    return {ft.kernel(kernel_base(spec[0], "fma")) for spec in (_FORWARD, _WEIGHT, _INPUT)
-            for ft in dtypes.FLOATS}
+FMA_KERNELS.update(ft.kernel(kernel_base(spec[0], "fma")) for spec in (_FORWARD, _WEIGHT, _INPUT)
+                   for ft in dtypes.FLOATS)
 
 
 def _kernels(spec: tuple, cpu: bool):
@@ -606,7 +604,7 @@ def _kernels(spec: tuple, cpu: bool):
             else:
                 text = _GRID.replace("$ONE", one.replace("$INIT", init).replace("$STEP", step))
                 body = Template(text).substitute(T=t, MUL=MUL[ft].cname, ADD=ADD[ft].cname,
-                                                 FMA=_FMA_INTRINSIC[ft])
+                                                 FMA=FMA_INTRINSIC[ft])
             # the scalar functions each contract's text calls (fma: the intrinsic, and the
             # input gradient's ADD over the taps)
             calls = ((MUL[ft], ADD[ft]) if inner == "plain"
