@@ -12,7 +12,7 @@
 
 from __future__ import annotations
 
-from . import activations, nn, ops, rng, tensor_methods
+from . import activations, nn, operators, ops, rng, tensor_methods
 from .activations import gelu, silu
 from .attention import masked_fill, scaled_dot_product_attention
 from .batchnorm import batch_norm
@@ -31,6 +31,7 @@ from .vision_layers import interpolate
 
 # torch's Softplus(beta, threshold), over the op of that name (``gtape.ops.softplus``)
 softplus = activations.softplus
+operators.bind(Var)  # arithmetic, comparisons, @, indexing, T / sum / mean / reshape
 tensor_methods.bind(Var)  # torch's tensor methods (transpose(d0, d1), view, split, ...)
 
 __version__ = "0.1.0"

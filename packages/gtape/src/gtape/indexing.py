@@ -135,9 +135,9 @@ def _array_index(v: Var, key: Any) -> Var:
 
 def power(v: Var, n: Any) -> Var:
     """``v ** n`` for an integer or +-0.5 constant ``n`` (see the module doc)."""
-    from .var import _is_scalar
+    from .operators import is_scalar
 
-    if not _is_scalar(n):
+    if not is_scalar(n):
         raise TypeError(f"**: the exponent must be a constant number, got {type(n).__name__}; "
                         "for a Var exponent use g.exp(y * g.log(x))")
     n = float(n)
