@@ -453,3 +453,11 @@ def test_groups_set_lr_and_their_refusals(bname: str) -> None:
                         param_groups=bad)
     with pytest.raises(ValueError, match="2 learning rates for 1 parameter groups"):
         local("mlp", bname)[0].set_lr([0.1, 0.2])
+
+
+def test_the_replica_store_is_a_param_store() -> None:
+    """A replica's parameters implement gtape.ParamStore (what gopt accepts)."""
+    from gdist.store import GradStore
+    from gtape.params import missing_members
+
+    assert not missing_members(GradStore)

@@ -134,3 +134,11 @@ def test_a_key_never_refreshed_is_refused_from_the_second_step(device):
         prog.hold_input("rng_key")  # reusing the masks on purpose is allowed, once declared
         prog.forward()
         assert prog.value(d).tobytes() == first.tobytes()
+
+
+def test_the_program_store_is_a_param_store():
+    """A replay program's parameters implement gtape.ParamStore (what gopt accepts)."""
+    from ggpu_replay.program import ParamStore
+    from gtape.params import missing_members
+
+    assert not missing_members(ParamStore)

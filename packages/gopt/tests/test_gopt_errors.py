@@ -147,3 +147,23 @@ def test_a_step_after_a_create_graph_backward(bname):
             g.sum(w * w * w).backward(create_graph=True)
             opt.step()
         assert w.numpy().tolist() == [1.0 - 1.5, -2.0 - 6.0]
+
+
+def test_an_object_without_the_store_protocol_is_refused():
+    """gopt takes a gtape.ParamStore: an object lacking one member is refused, naming it."""
+    import gopt
+    import gtape
+
+    class Partial:  # a store without param_buffer / note_updated
+        backend, dtype, backward_count = None, np.float64, 0
+
+        def check_param(self, where, p): ...
+        def value(self, p): ...
+        def grad(self, p): ...
+        def set_value(self, p, x): ...
+
+    assert gtape.params.missing_members(Partial()) == ["param_buffer", "note_updated"]
+    with g.Tape() as tp:
+        w = tp.param(np.ones(2))
+        with pytest.raises(TypeError, match="expected a gtape.Tape .*ParamStore"):
+            gopt.SGD([w], store=Partial(), lr=0.1)

@@ -160,18 +160,14 @@ class Optimizer(Configured):
         self._note_params()
 
     def _param_buffer(self, p: gtape.Var) -> Any:
-        """The writable buffer of parameter ``p`` (the store's ``param_buffer`` where it has
-        one, a tape's; else ``value(p)``, which a replay program's store returns writable)."""
-        get = getattr(self._tp, "param_buffer", None)
-        return get(p) if get is not None else self._tp.value(p)
+        """The writable buffer of parameter ``p`` (the store's ``param_buffer``)."""
+        return self._tp.param_buffer(p)
 
     def _note_params(self) -> None:
         """Tell the store every parameter was updated in place (the step's last act; a tape
         ticks its write clock, as ``set_value`` does, so stale forwards are refused)."""
-        note = getattr(self._tp, "note_updated", None)
-        if note is not None:
-            for s in self._slots:
-                note(s.var)
+        for s in self._slots:
+            self._tp.note_updated(s.var)
 
     def _device_update(self, be: Any, ws: Workspace) -> list[Callable[[], None]]:
         """Every parameter's update, prepared as ops of backend ``be`` on workspace ``ws`` (the

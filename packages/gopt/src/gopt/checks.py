@@ -39,36 +39,14 @@ def store(where: str, tp: Any) -> Any:
     """``tp`` checked to be an open gtape.Tape or a parameter store (see ``Optimizer``)."""
     if isinstance(tp, gtape.Tape):
         return tape(where, tp)
-    if all(callable(getattr(tp, m, None)) for m in STORE_METHODS):
+    if isinstance(tp, gtape.ParamStore):
         return tp
-    raise TypeError(f"{where}: tp is {describe(tp)}; expected a gtape.Tape (or a replay "
-                    "program's parameter store)")
-
-
-STORE_METHODS = ("value", "grad", "set_value", "check_param")
+    raise TypeError(f"{where}: tp is {describe(tp)}; expected a gtape.Tape (or another "
+                    "gtape.ParamStore: a replay program's or a gdist replica's parameters)")
 
 
 def store_param(where: str, tp: Any, p: Any) -> gtape.Var:
     """``p`` checked to be a live parameter of the tape or parameter store ``tp``."""
-    if isinstance(tp, gtape.Tape):
-        return param(where, tp, p)
     return tp.check_param(where, p)
 
 
-def param(where: str, tp: gtape.Tape, p: Any) -> gtape.Var:
-    """``p`` checked to be a live parameter Var of ``tp``."""
-    if not isinstance(p, gtape.Var):
-        raise TypeError(f"{where}: param is {describe(p)}; expected a parameter Var made by "
-                        "tp.param(...)")
-    if p.tape is not tp:
-        raise ValueError(f"{where}: param {p!r} belongs to another tape; expected a parameter of "
-                         "the tape this optimizer was made for")
-    if tp.closed:
-        raise RuntimeError(f"{where}: the tape is closed; its parameters were released")
-    if not p.alive:
-        raise gtape.StaleVarError(f"{where}: param of node {p.index} was dropped by reset_to; "
-                                  "expected a live parameter (take marks after registering params)")
-    if p.op != "param":
-        raise ValueError(f"{where}: {p!r} is a {p.op!r} node; expected a parameter made by "
-                         "tp.param(...) (only parameters are updated)")
-    return p

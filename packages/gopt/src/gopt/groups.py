@@ -63,8 +63,7 @@ def same_float(a: float, b: float) -> bool:
 # ---------------------------------------------------------------- the params argument
 def is_store(x: Any) -> bool:
     """Whether ``x`` is a tape or a parameter store (the optimizer's old first argument)."""
-    return isinstance(x, gtape.Tape) or all(callable(getattr(x, m, None))
-                                            for m in checks.STORE_METHODS)
+    return isinstance(x, gtape.ParamStore)
 
 
 def _expected() -> str:

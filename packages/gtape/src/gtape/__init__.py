@@ -23,6 +23,7 @@ from .linalg import linear
 from .losses import bce_with_logits, cross_entropy, mse
 from .norms import group_norm, layer_norm, rms_norm
 from .ops import *  # noqa: F403  (one function per gtensor op: gtape.ops.__all__)
+from .params import ParamStore
 from .rng import dropout, multinomial  # dropout(x, p, key): the key may be a host Key
 from .shaping import cat, stack
 from .tape import Mark, Node, Tape, TapeGrowthWarning
@@ -36,10 +37,10 @@ tensor_methods.bind(Var)  # torch's tensor methods (transpose(d0, d1), view, spl
 
 __version__ = "0.1.0"
 __all__ = [
-    "CONST", "EpisodeError", "Leaf", "Mark", "Node", "PARAM", "STATE", "StaleVarError", "Tape",
-    "TapeGrowthWarning", "Var", "__version__", "batch_norm", "bce_with_logits", "cat",
-    "cross_entropy", "dropout", "gelu", "grad", "group_norm", "interpolate", "layer_norm",
-    "linear", "masked_fill", "mse", "multinomial", "nn",
+    "CONST", "EpisodeError", "Leaf", "Mark", "Node", "PARAM", "ParamStore", "STATE",
+    "StaleVarError", "Tape", "TapeGrowthWarning", "Var", "__version__", "batch_norm",
+    "bce_with_logits", "cat", "cross_entropy", "dropout", "gelu", "grad", "group_norm",
+    "interpolate", "layer_norm", "linear", "masked_fill", "mse", "multinomial", "nn",
     "rms_norm", "rng", "scaled_dot_product_attention", "silu", "softplus", "stack",
     *ops.__all__,
 ]

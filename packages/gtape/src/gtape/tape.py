@@ -31,7 +31,7 @@ from .nodes import Node, NodeTable
 from .passes import BackwardPasses
 from .recording import Recording
 from .states import States
-from .var import Var
+from .var import StaleVarError, Var
 
 __all__ = ["GROWTH_WARNING_AFTER", "Mark", "Node", "Tape", "TapeGrowthWarning"]
 
@@ -238,6 +238,25 @@ class Tape(NodeTable, Freshness, States):
         backward of a forward recorded before the update is refused as stale."""
         self._check_param(p, "note_updated")
         self._note_write(p.index)
+
+    def check_param(self, where: str, p: Any) -> Var:
+        """``p`` checked to be a live parameter Var of this tape (an optimizer's check: the
+        ``ParamStore`` protocol); errors name ``where``."""
+        if not isinstance(p, Var):
+            raise TypeError(f"{where}: param is {describe(p)}; expected a parameter Var made by "
+                            "tp.param(...)")
+        if p.tape is not self:
+            raise ValueError(f"{where}: param {p!r} belongs to another tape; expected a "
+                             "parameter of the tape this optimizer was made for")
+        if self.closed:
+            raise RuntimeError(f"{where}: the tape is closed; its parameters were released")
+        if not p.alive:
+            raise StaleVarError(f"{where}: param of node {p.index} was dropped by reset_to; "
+                                "expected a live parameter (take marks after registering params)")
+        if p.op != "param":
+            raise ValueError(f"{where}: {p!r} is a {p.op!r} node; expected a parameter made by "
+                             "tp.param(...) (only parameters are updated)")
+        return p
 
     def _check_param(self, p: Var, where: str) -> None:
         """``p`` checked to be a live parameter Var of this tape."""
