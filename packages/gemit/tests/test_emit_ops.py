@@ -42,6 +42,14 @@ MASK = np.array([[True, False, True, True], [False, False, True, False]])
 IDS = np.array([[3, 0], [3, -1]], dtype=np.int64)
 
 
+def _moves(w, i, m):  # int64 ids and a bool mask through the movement ops' typed kernels
+    ids, mask = w.tape.const(i, dtype="int64"), w.tape.const(m, dtype="bool")
+    flat = g.reshape(ids, (4,))
+    rows = g.take(w, g.concat([g.slice(flat, 0, 0, 2), g.copy(flat)], 0), 0)  # (6, 3)
+    keep = g.broadcast_to(g.transpose(g.slice(mask, 1, 0, 1)), (6, 3))
+    return g.sum(g.where(keep, rows * rows, rows))
+
+
 def _sq1(x):  # positive, away from zero: x*x + 1
     return g.adds(x * x, 1.0)
 
@@ -121,6 +129,9 @@ CASES = {
                       lambda w, x, y: g.cross_entropy(x @ w, y)),
     "cross_entropy_ignore": ([_n(4, 3)], [_n(2, 4), lambda r: r.choice([0, 1, 2, -100], 2)],
                              lambda w, x, y: g.cross_entropy(x @ w, y, ignore_index=-100)),
+    # int64 ids and a bool mask moved by reshape / slice / concat / copy / transpose /
+    # broadcast_to (the movement ops' typed kernels), per example
+    "typed_moves": ([_n(7, 3)], [_ids(0, 7, 2, 2), _mask(1, 6)], lambda w, i, m: _moves(w, i, m)),
     # random ops: the Philox key (two int64 words, any bits) is a per-example input
     "dropout": ([_n(3, 4)], [_n(3, 4), _ids(-2**63, 2**63 - 1, 2)],
                 lambda w, x, k: g.sum(g.dropout(w * x, 0.4, k) * x)),

@@ -138,3 +138,12 @@ def test_a_large_matmul_runs_as_its_per_node_kernel_inside_the_function():
     prog.backward()
     assert bits_equal(np.array(got[0]), np.array(prog.loss()))
     assert bits_equal(got[1], prog.grad(w))
+
+
+@pytest.mark.default_plan
+def test_typed_moves_compile_bitwise():
+    """int64 / bool reshapes, transposes, slices, concats, broadcasts and copies (per-node
+    kernels of kind INDEX inside the one compiled function): bitwise the eager tape."""
+    from test_fuse_typed_moves import typed_moves_fuse_bitwise
+
+    typed_moves_fuse_bitwise("cpu")

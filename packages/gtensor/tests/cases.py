@@ -7,6 +7,7 @@ op has rows.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 
 import gtensor
@@ -28,12 +29,16 @@ class Case:
     # int64 inputs (ids, labels) are drawn from [lo, hi] (negative ids included where numpy's
     # take accepts them); bool inputs (masks) from both values
     id_range: tuple = (0, 0)
+    # the element dtype of ``ANY`` inputs (the movement ops): "" for the float dtype under
+    # test, "int64" (ids drawn from id_range) or "bool"
+    element: str = ""
 
     @property
     def id(self) -> str:
         """A readable pytest id."""
         attrs = ",".join(f"{k}={v}" for k, v in self.attrs.items())
-        return f"{self.op}-{'x'.join(map(str, self.shapes))}{'-' + attrs if attrs else ''}"
+        el = f"-{self.element}" if self.element else ""
+        return f"{self.op}{el}-{'x'.join(map(str, self.shapes))}{'-' + attrs if attrs else ''}"
 
 
 UNARY_SHAPES = list(UNARY_SHAPES)
@@ -123,7 +128,13 @@ def _cases() -> list[Case]:
             cases.append(Case(op, (s,) * n, {"axis": axis}))
     cases += _typed_cases()
     cases += _conv_cases()
+    # the movement ops on int64 and bool data (ANY inputs): every float row again, typed
+    cases += [dataclasses.replace(c, element=el, id_range=(-2**63, 2**63 - 1))
+              for c in list(cases) if c.op in ANY_MOVES for el in ("int64", "bool")]
     return cases
+
+
+ANY_MOVES = ("copy", "transpose", "reshape", "slice", "concat", "broadcast_to")
 
 
 def _conv_out(size: int, k: int, s: int, p: int, d: int = 1) -> int:
@@ -294,7 +305,9 @@ def case_inputs(case: Case, dtype: np.dtype) -> list[st.SearchStrategy]:
     op = gtensor.REGISTRY[case.op]
     out = []
     for i, s in enumerate(case.shapes):
-        kind = dtypes.FLOAT if op.variadic else op.input_type(i)
+        kind = op.input_type(i)
+        if kind == dtypes.ANY:
+            kind = {"": dtypes.FLOAT, "int64": dtypes.INT, "bool": dtypes.BOOL}[case.element]
         if kind == dtypes.INT:
             lo, hi = case.id_range
             if case.attrs.get("ignore") is not None:

@@ -113,3 +113,4 @@ def typed_dtype(x: Any, kind: str, where: str) -> np.dtype:
     elif dt != want:
         raise TypeError(f"{where}: got {describe(x)} of dtype {dt}; expected a bool mask")
     return want
+

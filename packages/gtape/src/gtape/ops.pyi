@@ -10,7 +10,8 @@ from gtensor import Op
 from .var import Var
 
 Operand = Any
-# what an op input accepts, by its declared type (gtensor.dtypes: float, int64, bool)
+# what an op input accepts, by its declared type (gtensor.dtypes: float, int64, bool; any:
+# Operand, the movement ops)
 FloatOperand = Var | np.ndarray | float | int | Sequence[Any]
 IndexOperand = Var | np.ndarray | int | Sequence[Any]
 MaskOperand = Var | np.ndarray | bool | Sequence[Any]
@@ -125,23 +126,23 @@ def bmm(a: FloatOperand, b: FloatOperand, ta: bool = False, tb: bool = False) ->
     bmm: differentiable; result float]"""
 
 
-def copy(x: FloatOperand) -> Var:
+def copy(x: Operand) -> Var:
     """An exact copy of x (a new node; gradient passes through unchanged). [gtensor op copy:
-    differentiable; result float]"""
+    differentiable; result any]"""
 
 
-def transpose(x: FloatOperand, axes: Sequence[int] | None = None) -> Var:
+def transpose(x: Operand, axes: Sequence[int] | None = None) -> Var:
     """Permute axes (default: reverse them). [gtensor op transpose: differentiable; result
-    float]"""
+    any]"""
 
 
-def reshape(x: FloatOperand, shape: Sequence[int]) -> Var:
+def reshape(x: Operand, shape: Sequence[int]) -> Var:
     """Same elements in row-major order, new shape (one -1 allowed). [gtensor op reshape:
-    differentiable; result float]"""
+    differentiable; result any]"""
 
 
-def slice(x: FloatOperand, axis: int, start: int, stop: int) -> Var:
-    """x[start:stop] along one axis. [gtensor op slice: differentiable; result float]"""
+def slice(x: Operand, axis: int, start: int, stop: int) -> Var:
+    """x[start:stop] along one axis. [gtensor op slice: differentiable; result any]"""
 
 
 def pad(x: FloatOperand, axis: int, before: int, after: int) -> Var:
@@ -149,12 +150,12 @@ def pad(x: FloatOperand, axis: int, before: int, after: int) -> Var:
     float]"""
 
 
-def concat(xs: Sequence[FloatOperand], axis: int = 0) -> Var:
-    """Join arrays along an existing axis. [gtensor op concat: differentiable; result float]"""
+def concat(xs: Sequence[Operand], axis: int = 0) -> Var:
+    """Join arrays along an existing axis. [gtensor op concat: differentiable; result any]"""
 
 
-def broadcast_to(x: FloatOperand, shape: Sequence[int]) -> Var:
-    """Repeat x along broadcast axes. [gtensor op broadcast_to: differentiable; result float]"""
+def broadcast_to(x: Operand, shape: Sequence[int]) -> Var:
+    """Repeat x along broadcast axes. [gtensor op broadcast_to: differentiable; result any]"""
 
 
 def softmax(x: FloatOperand, axis: int = -1) -> Var:

@@ -16,7 +16,7 @@ from typing import Any
 import gtensor
 import numpy as np
 from gtensor import Op, describe
-from gtensor.dtypes import BOOL, FLOAT, INT, TYPE_DTYPES
+from gtensor.dtypes import ANY, BOOL, FLOAT, INT, TYPE_DTYPES
 from gtensor.ops.inner import INNER
 from gtensor.ops.registry import REGISTRY as _OPS
 from gtensor.ops.registry import attr_key
@@ -475,7 +475,9 @@ class Tape(NodeTable, Freshness, States):
                 continue
             j = n + len(consts)
             home = self._vcache[j] if j < len(self._vcache) else None
-            kind = op.input_type(k) if op.typed else FLOAT
+            kind = op.input_type(k) if op.typed or op.out_type == ANY else FLOAT
+            if kind == ANY:  # a movement op's data: held as its Var operands' dtype
+                kind = self._var_kind(operands)
             dt = self._dtype if kind == FLOAT else typed_dtype(x, kind, f"{op.name}: {arg}")
             arr = into_backend(self._be, x, dt, f"{op.name}: {arg}", home)
             arrays.append(arr)
@@ -488,11 +490,13 @@ class Tape(NodeTable, Freshness, States):
         try:
             key = (op, shapes, *[(k, attr_key(v)) for k, v in attrs.items()]) if attrs else (
                 op, shapes)
+            if op.out_type == ANY:  # the result's dtype is the inputs'
+                key += (arrays[0].dtype,)
             hit = self._calls.get(key)
         except TypeError:  # an unhashable attr: never kept
             key = hit = None
         if hit is None:
-            out_shape, norm, out_dt = self._infer(op, shapes, attrs)
+            out_shape, norm, out_dt = self._infer(op, shapes, attrs, arrays)
             if key is not None:
                 if len(self._calls) >= CALL_CACHE:
                     self._calls.clear()
@@ -510,7 +514,7 @@ class Tape(NodeTable, Freshness, States):
                 const_roles.mark(v, const_roles.CONSTANT)
         # an int64 / bool result (a mask, an argmax) carries no gradient; nor does no_grad's
         grad_path = False
-        if op.out_type == FLOAT and not self._no_grad:
+        if (op.out_type == FLOAT or out_dt == self._dtype) and not self._no_grad:
             req = self._req
             for j in idx:
                 if req[j]:
@@ -518,7 +522,17 @@ class Tape(NodeTable, Freshness, States):
                     break
         return self._append(op, tuple(idx), norm, value, grad_path)
 
-    def _infer(self, op: Op, shapes: tuple, attrs: dict) -> tuple[tuple, dict, np.dtype]:
+    def _var_kind(self, operands: Sequence[Any]) -> str:
+        """FLOAT, INT or BOOL: what the first Var among ``operands`` holds (data operands of a
+        movement op are converted to it)."""
+        for x in operands:
+            if isinstance(x, Var) and x.tape is self and self._alive(x):
+                dt = self._values[x.index].dtype
+                return BOOL if dt == TYPE_DTYPES[BOOL] else INT if dt == TYPE_DTYPES[INT] else FLOAT
+        return FLOAT
+
+    def _infer(self, op: Op, shapes: tuple, attrs: dict,
+               arrays: Sequence[Any] = ()) -> tuple[tuple, dict, np.dtype]:
         """(out shape, normalized attrs, out dtype) of ``op`` on ``shapes`` with ``attrs`` as
         given: the defaults filled in, the tape's contract for an inner product (raises for
         another, or for what the op's shape rule refuses)."""
@@ -534,7 +548,10 @@ class Tape(NodeTable, Freshness, States):
         else:
             full = attrs
         out_shape, norm = op.infer(shapes, full)
-        out_dt = self._dtype if op.out_type == FLOAT else TYPE_DTYPES[op.out_type]
+        if op.out_type == ANY:  # a movement op: the dtype of its inputs
+            out_dt = np.dtype(arrays[0].dtype)
+        else:
+            out_dt = self._dtype if op.out_type == FLOAT else TYPE_DTYPES[op.out_type]
         return tuple(out_shape), norm, out_dt
 
     # ---------------------------------------------------------------- checks (internal)

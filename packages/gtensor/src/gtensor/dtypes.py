@@ -90,8 +90,9 @@ SUPPORTED_DTYPES = frozenset(np.dtype(n) for n in SUPPORTED)
 INDEX = np.dtype(np.int64)  # the dtype of index inputs (take's ids, labels, argmax's result)
 MASK = np.dtype(np.bool_)  # the dtype of mask inputs (where's cond, comparison results)
 # What an op input (``Op.types``) or result (``Op.out_type``) is: the op's float dtype, an
-# int64 index array or a bool mask.
-FLOAT, INT, BOOL = "float", "int64", "bool"
+# int64 index array or a bool mask; or ANY: an array of any of those dtypes (the movement ops:
+# they move elements without arithmetic), the result of the dtype of the ANY inputs (one).
+FLOAT, INT, BOOL, ANY = "float", "int64", "bool", "any"
 TYPE_DTYPES = {INT: INDEX, BOOL: MASK}
 TYPED_DTYPES = frozenset((INDEX, MASK))
 ARRAY_DTYPES = SUPPORTED_DTYPES | TYPED_DTYPES

@@ -101,16 +101,20 @@ class Backend:
         dtype = first = None
         for i, (n, x) in enumerate(zip(names, inputs)):
             shapes.check_rank(op.name, n, x.shape)
-            if op.input_type(i) != dtypes.FLOAT:
+            kind = op.input_type(i)
+            if kind not in (dtypes.FLOAT, dtypes.ANY):
                 continue
             if dtype is None:
                 dtype, first = x.dtype, n
             elif x.dtype != dtype:
+                what = "one float dtype for all float inputs" if kind == dtypes.FLOAT else \
+                    "one dtype for all of them"
                 raise TypeError(f"{op.name}: {n} is {x.dtype} but {first} is {dtype}; "
-                                "expected one float dtype for all float inputs (convert with "
-                                "asarray)")
+                                f"expected {what} (convert with asarray)")
         out_shape, attrs = op.infer(tuple(tuple(x.shape) for x in inputs), attrs)
-        if op.out_type != dtypes.FLOAT:
+        if op.out_type == dtypes.ANY:
+            pass  # the inputs' dtype
+        elif op.out_type != dtypes.FLOAT:
             dtype = dtypes.TYPE_DTYPES[op.out_type]
         elif dtype is None:  # an op without float inputs (fill) names its dtype
             dtype = attrs["dtype"]
@@ -170,10 +174,13 @@ class Backend:
 
     def check_input(self, op: str, arg: str, x: Any, kind: str = dtypes.FLOAT) -> Any:
         """Reject anything but an array of this backend of the input's kind: float32/float64
-        (``dtypes.FLOAT``), int64 (``dtypes.INT``: indices) or bool (``dtypes.BOOL``: masks)."""
+        (``dtypes.FLOAT``), int64 (``dtypes.INT``: indices), bool (``dtypes.BOOL``: masks) or
+        any of them (``dtypes.ANY``)."""
         if not self.is_array(x):
             raise TypeError(f"{op}: {arg} is {describe(x)}; the {self.name} backend takes "
                             f"arrays made by backend({self.name!r}).asarray")
+        if kind == dtypes.ANY:
+            return self._prepare(self.check_array(op, arg, x))
         if kind == dtypes.FLOAT:
             if x.dtype not in dtypes.SUPPORTED_DTYPES:
                 raise TypeError(f"{op}: {arg} has dtype {x.dtype}; expected float32 or float64")

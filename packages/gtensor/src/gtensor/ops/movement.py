@@ -1,5 +1,9 @@
 """Movement ops: copy, fill, transpose, reshape, slice, pad, concat, broadcast_to (no arithmetic).
 
+copy, transpose, reshape, slice, concat and broadcast_to move int64 and bool data too (their
+inputs are ``dtypes.ANY``; the result has the input's dtype): a VJP or a composite can reshape
+an index or a mask like any array.
+
 All of them run one strided-copy kernel (and a fill kernel for fill and pad): the ``Copy`` and
 ``Fill`` forms of ``ops/forms.py``, which own their geometry; every result is a new C-contiguous
 array. ``copy`` and ``fill`` are the writes a training step makes outside the
@@ -12,22 +16,44 @@ from __future__ import annotations
 import numpy as np
 
 from .. import dtypes, shapes
-from ..dtypes import FloatType
+from ..dtypes import ANY, FloatType
 from ..kernels import Kernel, Kind
 from .elementwise import of
 from .forms import BLOCK, COPY, FILL, grid_for
 from .registry import Op, register
 
+# The int64 and bool element types that copy, transpose, reshape, slice, concat and
+# broadcast_to also move (their ``ANY`` inputs; pad and fill stay float): kernel base suffix
+# and C type. Their kernels sit in the float64 set (a call without float data runs
+# the float64 set's kernels); kind INDEX (int64 / bool data, no arithmetic), no form (fusion
+# runs them as they are).
+TYPED = {dtypes.INDEX: ("i64", "long long"), dtypes.MASK: ("b8", "bool")}
+
 
 def _cpu_kernels(ft: FloatType) -> list[Kernel]:
-    return [Kernel(k.name, k.params, k.form.cpu_body(), form=k.form) for k in _kernels(ft)]
+    return [Kernel(k.name, k.params, (k.form or _FORMS[k.name]).cpu_body(), form=k.form)
+            for k in _kernels(ft)]
 
 
 def _kernels(ft: FloatType) -> list[Kernel]:
-    return [Kernel(ft.kernel("copy"), COPY.params(ft.ctype), COPY.cuda_body(), Kind.COPY,
-                   form=COPY),
-            Kernel(ft.kernel("fill"), FILL.params(ft.ctype), FILL.cuda_body(), Kind.FILL,
-                   form=FILL)]
+    out = [Kernel(ft.kernel("copy"), COPY.params(ft.ctype), COPY.cuda_body(), Kind.COPY,
+                  form=COPY),
+           Kernel(ft.kernel("fill"), FILL.params(ft.ctype), FILL.cuda_body(), Kind.FILL,
+                  form=FILL)]
+    if ft is dtypes.F64:
+        out += [Kernel(ft.kernel(f"copy_{sfx}"), COPY.params(ctype), COPY.cuda_body(),
+                       Kind.INDEX) for sfx, ctype in TYPED.values()]
+    return out
+
+
+# the form of each typed kernel's body (the kernels carry none: fusion must not fuse them)
+_FORMS = {dtypes.F64.kernel(f"copy_{sfx}"): COPY for sfx, _ in TYPED.values()}
+
+
+def _key(base: str, out) -> str:
+    """The kernel of ``base`` ("copy") for ``out``'s element type."""
+    typed = TYPED.get(out.dtype)
+    return base if typed is None else f"{base}_{typed[0]}"
 
 
 def copy_strided(rt, ks, x, out, shape: tuple, in_strides: tuple, in_offset: int,
@@ -37,7 +63,7 @@ def copy_strided(rt, ks, x, out, shape: tuple, in_strides: tuple, in_offset: int
     if not n:
         return
     geom = rt.geom(COPY.geometry(shape, in_strides, in_offset, out_strides, out_offset))
-    rt.launch(ks["copy"], grid_for(n), BLOCK, (x, out, n, geom))
+    rt.launch(ks[_key("copy", out)], grid_for(n), BLOCK, (x, out, n, geom))
 
 
 def fill(rt, ks, out, value: float) -> None:
@@ -58,7 +84,8 @@ def _same_shape(shapes_: tuple, attrs: dict) -> tuple[tuple, dict]:
 
 register(Op("copy", ("x",), (), _same_shape, lambda x: np.array(x, order="C", copy=True),
             _kernels, lambda rt, ks, ins, out: _copy_into(rt, ks, ins[0], out),
-            lambda be, g, ins, out, needs: (g,), "an exact copy of x", cpu=_cpu_kernels))
+            lambda be, g, ins, out, needs: (g,), "an exact copy of x", cpu=_cpu_kernels,
+            types=(ANY,), out_type=ANY))
 
 
 def _infer_fill(shapes_: tuple, attrs: dict) -> tuple[tuple, dict]:
@@ -114,7 +141,8 @@ def _transpose_vjp(be, g, ins, out, needs, *, axes):
 register(Op("transpose", ("x",), ("axes",), _infer_transpose,
             lambda x, *, axes: np.array(np.transpose(x, axes), order="C"),
             _kernels, _launch_transpose, _transpose_vjp,
-            "permute axes (default: reverse them; the 2-D swap)", {"axes": None}, cpu=_cpu_kernels))
+            "permute axes (default: reverse them; the 2-D swap)", {"axes": None}, cpu=_cpu_kernels,
+            types=(ANY,), out_type=ANY))
 
 
 # --------------------------------------------------------------------------- reshape
@@ -141,7 +169,8 @@ register(Op("reshape", ("x",), ("shape",), _infer_reshape,
             lambda x, *, shape: np.array(x.reshape(shape), order="C"),
             _kernels, lambda rt, ks, ins, out, *, shape: _copy_into(rt, ks, ins[0], out),
             lambda be, g, ins, out, needs, shape: (be.reshape(g, ins[0].shape),),
-            "same elements in row-major order, new shape", cpu=_cpu_kernels))
+            "same elements in row-major order, new shape", cpu=_cpu_kernels,
+            types=(ANY,), out_type=ANY))
 
 
 # --------------------------------------------------------------------------- slice / pad
@@ -180,7 +209,8 @@ register(Op("slice", ("x",), ("axis", "start", "stop"), _infer_slice, _slice_ref
             _launch_slice,
             lambda be, g, ins, out, needs, axis, start, stop: (
                 be.pad(g, axis, start, ins[0].shape[axis] - stop),),
-            "x[start:stop] along one axis", cpu=_cpu_kernels))
+            "x[start:stop] along one axis", cpu=_cpu_kernels,
+            types=(ANY,), out_type=ANY))
 
 
 def _infer_pad(shapes_: tuple, attrs: dict) -> tuple[tuple, dict]:
@@ -253,7 +283,8 @@ def _concat_vjp(be, g, ins, out, needs, *, axis):
 
 register(Op("concat", ("*xs",), ("axis",), _infer_concat,
             lambda *xs, axis: np.concatenate(xs, axis=axis), _kernels, _launch_concat,
-            _concat_vjp, "join arrays along an existing axis", {"axis": 0}, cpu=_cpu_kernels))
+            _concat_vjp, "join arrays along an existing axis", {"axis": 0}, cpu=_cpu_kernels,
+            types=(ANY,), out_type=ANY))
 
 
 # --------------------------------------------------------------------------- broadcast_to
@@ -283,4 +314,5 @@ def _broadcast_to_vjp(be, g, ins, out, needs, *, shape):
 register(Op("broadcast_to", ("x",), ("shape",), _infer_broadcast_to,
             lambda x, *, shape: np.array(np.broadcast_to(x, shape), order="C"), _kernels,
             _launch_broadcast_to, _broadcast_to_vjp, "repeat x along broadcast axes (copy)",
-            cpu=_cpu_kernels))
+            cpu=_cpu_kernels,
+            types=(ANY,), out_type=ANY))

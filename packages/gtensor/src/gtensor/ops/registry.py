@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 
 from .. import dtypes
-from ..dtypes import BOOL, FLOAT, INT, TYPE_DTYPES, FloatType
+from ..dtypes import ANY, BOOL, FLOAT, INT, TYPE_DTYPES, FloatType
 from ..kernels import Kernel, KernelSet
 from .checks import Checks
 
@@ -54,7 +54,7 @@ class Op:
     cpu: Kernels | None = None
     # what each array input is (``gtensor.dtypes``: FLOAT, INT, BOOL); empty: all float
     types: tuple[str, ...] = ()
-    out_type: str = FLOAT  # the result: the op's float dtype, int64 or bool
+    out_type: str = FLOAT  # the result: the op's float dtype, int64, bool, or ANY's dtype
     # check(inputs, attrs): the checks that read input DATA (ids in range), run by every
     # backend before the op executes (never inside ``launch``, which plans may run on stand-ins)
     check: Callable[..., None] | None = None
@@ -68,12 +68,13 @@ class Op:
         if self.types and len(self.types) != len(self.inputs):
             raise ValueError(f"op {self.name}: types {self.types} do not match inputs "
                              f"{self.inputs}")
-        bad = [t for t in (*self.types, self.out_type) if t not in (FLOAT, INT, BOOL)]
+        bad = [t for t in (*self.types, self.out_type) if t not in (FLOAT, INT, BOOL, ANY)]
         if bad:
             raise ValueError(f"op {self.name}: unknown input/result type(s) {bad}")
-        # typed: some input or the result is not the op's float dtype (the checked path)
-        object.__setattr__(self, "typed", any(t != FLOAT for t in self.types)
-                           or self.out_type != FLOAT)
+        # typed: some input or the result is never a float (the checked path); an ANY op
+        # called on floats takes the fast path, on int64 / bool data the checked one
+        object.__setattr__(self, "typed", any(t not in (FLOAT, ANY) for t in self.types)
+                           or self.out_type not in (FLOAT, ANY))
         object.__setattr__(self, "_sets", {})
 
     def kernel_set(self, ft: FloatType, cpu: bool = False) -> KernelSet:
@@ -93,6 +94,8 @@ class Op:
         out) runs its float64 kernels."""
         if self.out_type == FLOAT:
             return dtypes.BY_DTYPE[out.dtype]
+        if self.out_type == ANY:  # int64 / bool data moves with the float64 kernels' set
+            return dtypes.BY_DTYPE.get(out.dtype, dtypes.F64)
         for i, x in enumerate(inputs):
             if self.variadic or self.input_type(i) == FLOAT:
                 return dtypes.BY_DTYPE[x.dtype]
@@ -101,6 +104,8 @@ class Op:
     def result_dtype(self, inputs: Any, attrs: dict) -> np.dtype:
         """The dtype of the result on ``inputs`` (arrays) with normalized ``attrs``: int64 /
         bool for index and mask results, else the float inputs' dtype (or attrs["dtype"])."""
+        if self.out_type == ANY:
+            return np.dtype(inputs[0].dtype)
         if self.out_type != FLOAT:
             return TYPE_DTYPES[self.out_type]
         for i, x in enumerate(inputs):
@@ -109,8 +114,11 @@ class Op:
         return np.dtype(attrs["dtype"])
 
     def input_type(self, i: int) -> str:
-        """What input ``i`` is: ``gtensor.dtypes.FLOAT``, ``INT`` or ``BOOL``."""
-        return self.types[i] if self.types else FLOAT
+        """What input ``i`` is: ``gtensor.dtypes.FLOAT``, ``INT``, ``BOOL`` or ``ANY`` (a
+        variadic op's one type for every array)."""
+        if not self.types:
+            return FLOAT
+        return self.types[0] if self.variadic else self.types[i]
 
     @property
     def arity(self) -> int:

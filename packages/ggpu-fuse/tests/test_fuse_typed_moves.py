@@ -1,0 +1,64 @@
+"""int64 ids and bool masks moved by the movement ops (reshape, transpose, slice, concat,
+broadcast_to, copy: their ``ANY`` inputs) inside a captured step: replayed per node and fused,
+bitwise the eager tape, with fresh ids and masks each step."""
+
+from __future__ import annotations
+
+import gtape as g
+import numpy as np
+from fuse_testutil import assert_same_nodes, node_bits
+from ggpu_fuse import fuse
+from ggpu_replay import capture
+
+R, C = 4, 6
+
+
+def _loss(tp, w, ids, mask):
+    flat = g.reshape(ids, (2 * R,))  # (R, 2) ids -> one row of gathers
+    rows = g.take(w, g.concat([g.slice(flat, 0, 0, R), g.copy(flat)], 0), 0)  # (3R, C)
+    keep = g.broadcast_to(g.transpose(g.slice(mask, 1, 0, 1)), (3 * R, C))  # a column, spread
+    return g.sum(g.where(keep, rows * rows, rows))
+
+
+def _data(rng):
+    return (rng.integers(0, 7, (R, 2)), rng.random((1, 3 * R)) < 0.5)
+
+
+def _eager(device, w0, ids, mask):
+    with g.Tape(device) as tp:
+        w = tp.param(w0)
+        loss = _loss(tp, w, tp.const(ids, dtype="int64"), tp.const(mask, dtype="bool"))
+        tp.backward(loss)
+        return tp.backend.to_numpy(tp.value(loss)), tp.backend.to_numpy(tp.grad(w))
+
+
+def test_typed_moves_replay_and_fuse_bitwise(device):
+    typed_moves_fuse_bitwise(device)
+
+
+def typed_moves_fuse_bitwise(device: str) -> None:
+    """The check on ``device`` (test_fuse_cpu runs it on the compiled cpu step)."""
+    rng = np.random.default_rng(3)
+    w0 = rng.normal(size=(7, C))
+    ids0, mask0 = _data(rng)
+    tp = g.Tape(device)
+    w = tp.param(w0)
+    ids = tp.const(ids0, name="ids", dtype="int64")
+    mask = tp.const(mask0, name="mask", dtype="bool")
+    assert g.reshape(ids, (2 * R,)).dtype == np.int64 and g.transpose(mask).dtype == np.bool_
+    prog = capture(tp, _loss(tp, w, ids, mask), backend=device)
+    fp = fuse(prog)
+    for step in range(3):
+        new_ids, new_mask = _data(rng)
+        for p in (fp, prog):
+            p.set_input(ids, new_ids)
+            p.set_input(mask, new_mask)
+        fp.forward()
+        fp.backward()
+        got = node_bits(fp, len(prog.nodes))
+        prog.forward()
+        prog.backward()
+        assert_same_nodes(node_bits(prog), got, f"step {step} ")
+        loss, grad = _eager(device, w0, new_ids, new_mask)
+        assert np.float64(prog.loss()).tobytes() == np.asarray(loss, np.float64).tobytes()
+        assert prog.grad(w).tobytes() == np.ascontiguousarray(grad).tobytes()
