@@ -183,8 +183,6 @@ ROWS = [
         ew(lambda q, a, o: (q * a) * (o * _T(dt)(-2.0)), G, i[0], i[1])]),
     Row("softmax_grad", lambda a, y: g.softmax_grad(a, y, 1), (S, S), lambda i, y, G, dt: [
         _softmax_grad(G, i[1], 1), _softmax_grad_dy(G, i[0], i[1], 1)]),
-    Row("maximum_mask", g.maximum_mask, (S, S),
-        lambda i, y, G, dt: [np.zeros(S, dt), np.zeros(S, dt)]),
 ]
 _TAKE_IDS = np.array([2, 0, 2, 1, 2])
 _ALONG_IDS = np.array([[0, 0], [3, 1], [2, 3]])
@@ -278,8 +276,6 @@ ROWS += [
         lambda i, y, G, dt: [_scatter_along(G, _ALONG_IDS, 4)]),
     Row("log_softmax", lambda x: g.log_softmax(x, 1), (S,),
         lambda i, y, G, dt: [_log_softmax_grad(G, y)]),
-    Row("minimum_mask", g.minimum_mask, (S, S),
-        lambda i, y, G, dt: [np.zeros(S, dt), np.zeros(S, dt)]),
     Row("take_grad", lambda a: g.take_grad(a, _TAKE_IDS, 3, 0), ((5, 4),),
         lambda i, y, G, dt: [G[_TAKE_IDS]]),  # the adjoint of the scatter-add: the gather
     Row("take_along_axis_grad", lambda a: g.take_along_axis_grad(a, _ALONG_IDS, 4, 1), ((3, 2),),

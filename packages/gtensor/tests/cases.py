@@ -44,7 +44,7 @@ class Case:
 UNARY_SHAPES = list(UNARY_SHAPES)
 BINARY_SHAPES = list(BINARY_SHAPES)
 # the binary ops written here (the others declare their rows)
-BINARY = ["relu_grad", "sigmoid_grad", "tanh_grad", "maximum_mask"]
+BINARY = ["relu_grad", "sigmoid_grad", "tanh_grad"]
 
 
 def declared_cases(registry: dict) -> list[Case]:
@@ -216,8 +216,7 @@ def _conv_cases() -> list[Case]:
 def _typed_cases() -> list[Case]:
     """Rows of the selection, comparison and index ops (typed inputs)."""
     cases: list[Case] = []
-    for op in ("minimum_mask", "greater", "greater_equal", "less", "less_equal",
-               "equal", "not_equal"):
+    for op in ("greater", "greater_equal", "less", "less_equal", "equal", "not_equal"):
         cases += [Case(op, pair) for pair in BINARY_SHAPES]
     for shapes_ in [((), (), ()), ((7,), (7,), (7,)), ((3, 5), (3, 5), (3, 5)),
                     ((3, 1), (1, 5), (3, 5)), ((3, 5), (), (5,)), ((2, 3, 4), (3, 1), (4,)),

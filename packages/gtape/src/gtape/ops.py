@@ -81,11 +81,6 @@ def maximum(a: Operand, b: Operand) -> Var:
     return apply("maximum", (a, b))
 
 
-def maximum_mask(a: Operand, b: Operand) -> Var:
-    """1.0 where ``maximum`` selects a, else +0.0 (not differentiable)."""
-    return apply("maximum_mask", (a, b))
-
-
 def adds(x: Var, s: float) -> Var:
     """x + s for a Python scalar s (rounded once to the tape's dtype)."""
     return apply("adds", (x,), s=s)
@@ -250,11 +245,6 @@ def minimum(a: Operand, b: Operand) -> Var:
     """Elementwise min (broadcasting): a where a < b or a is NaN, else b (ties give b); the
     gradient goes to the selected input."""
     return apply("minimum", (a, b))
-
-
-def minimum_mask(a: Operand, b: Operand) -> Var:
-    """1.0 where ``minimum`` selects a, else +0.0 (not differentiable)."""
-    return apply("minimum_mask", (a, b))
 
 
 def clip(x: Operand, lo: Operand, hi: Operand) -> Var:

@@ -49,11 +49,6 @@ def maximum(a: FloatOperand, b: FloatOperand) -> Var:
     gradient goes to the selected input. [gtensor op maximum: differentiable; result float]"""
 
 
-def maximum_mask(a: FloatOperand, b: FloatOperand) -> Var:
-    """1.0 where ``maximum`` selects a, else +0.0 (not differentiable). [gtensor op
-    maximum_mask: differentiable; result float]"""
-
-
 def adds(x: FloatOperand, s: float) -> Var:
     """x + s for a Python scalar s (rounded once to the tape's dtype). [gtensor op adds:
     differentiable; result float]"""
@@ -186,11 +181,6 @@ def softmax_grad(g: FloatOperand, y: FloatOperand, axis: int = -1) -> Var:
 def minimum(a: FloatOperand, b: FloatOperand) -> Var:
     """Elementwise min (broadcasting): a where a < b or a is NaN, else b (ties give b); the
     gradient goes to the selected input. [gtensor op minimum: differentiable; result float]"""
-
-
-def minimum_mask(a: FloatOperand, b: FloatOperand) -> Var:
-    """1.0 where ``minimum`` selects a, else +0.0 (not differentiable). [gtensor op
-    minimum_mask: differentiable; result float]"""
 
 
 def clip(x: Operand, lo: Operand, hi: Operand) -> Var:

@@ -45,14 +45,9 @@ TANH_GRAD = pair("tanh_grad", 2, lambda m, g, y: g * (1.0 - y * y))
 # max(a, b): a where a > b or a is NaN, else b (so ties, +-0 included, give b; NaN propagates
 # from either side). The selection is the definition (softmax's row max uses it too).
 MAX = pair("max", 2, lambda m, a, b: m.where((a > b) | m.isnan(a), a, b))
-# which input max selects: 1.0 for a, +0.0 for b (maximum's backward routes g with it).
-MAX_MASK = pair("max_mask", 2, lambda m, a, b: m.where((a > b) | m.isnan(a), m.const(1.0, a),
-                                                       m.const(0.0, a)))
 # min(a, b): a where a < b or a is NaN, else b -- maximum's rule mirrored (ties, +-0 included,
 # give b; NaN propagates from either side).
 MIN = pair("min", 2, lambda m, a, b: m.where((a < b) | m.isnan(a), a, b))
-MIN_MASK = pair("min_mask", 2, lambda m, a, b: m.where((a < b) | m.isnan(a), m.const(1.0, a),
-                                                       m.const(0.0, a)))
 # correctly rounded (gtensor.scalar.crmath): the exact value rounded once, in both dtypes
 EXP = {F64: crexp.EXP_F64, F32: crexp.EXP_F32}
 LOG = {F64: crlog.LOG_F64, F32: crlog.LOG_F32}
@@ -169,17 +164,23 @@ def scalar_form(name: str, fns: dict[FloatType, ScalarFn], vjp=None, doc: str = 
 
 
 # --------------------------------------------------------------------------- the ops
-def _maximum_vjp(be, g, ins, out, needs):
-    # g to the input max selected, +0.0 to the other: relu_grad(g, mask) passes g exactly where
+def selects_a(be, a, b, beats):
+    """1.0 where maximum (``beats`` = ``be.greater``) or minimum (``be.less``) selects ``a`` --
+    ``a`` beats ``b`` or ``a`` is NaN -- else +0.0: a typed composite (the comparisons' bool
+    masks choosing between constants), the float mask the backward routes g with."""
+    one, zero = be.fill((), 1.0, a.dtype), be.fill((), 0.0, a.dtype)
+    return be.where(beats(a, b), one, be.where(be.not_equal(a, a), one, zero))
+
+
+def _routed(be, g, mask, needs):
+    # g to the selected input, +0.0 to the other: relu_grad(g, mask) passes g exactly where
     # mask is 1.0 (and 1 - mask selects b); ties go to b, as the forward does
-    mask = be.maximum_mask(ins[0], ins[1])
     return (be.relu_grad(g, mask) if needs[0] else None,
             be.relu_grad(g, be.adds(be.neg(mask), 1.0)) if needs[1] else None)
 
 
-def _zero_vjp(be, g, ins, out, needs):
-    # a mask (piecewise constant in its inputs): zero gradient, as torch's double backward
-    return tuple(be.fill(tuple(x.shape), 0.0, g.dtype) if n else None for x, n in zip(ins, needs))
+def _maximum_vjp(be, g, ins, out, needs):
+    return _routed(be, g, selects_a(be, ins[0], ins[1], be.greater), needs)
 
 
 def _relu_grad_vjp(be, g, ins, out, needs):
@@ -203,9 +204,7 @@ def _tanh_grad_vjp(be, g, ins, out, needs):
 
 
 def _minimum_vjp(be, g, ins, out, needs):
-    mask = be.minimum_mask(ins[0], ins[1])  # as maximum's: g to the selected input
-    return (be.relu_grad(g, mask) if needs[0] else None,
-            be.relu_grad(g, be.adds(be.neg(mask), 1.0)) if needs[1] else None)
+    return _routed(be, g, selects_a(be, ins[0], ins[1], be.less), needs)
 
 
 def _erf_vjp(be, g, ins, out, needs):
@@ -250,13 +249,11 @@ binary("maximum", MAX, _maximum_vjp,
        checks=binary_checks(lambda T, q, a, b, y: (q if _selects_a(a, b) else T(0.0),
                                                     T(0.0) if _selects_a(a, b) else q),
                             lambda t, a, b: t.maximum(a, b)))
-binary("maximum_mask", MAX_MASK, _zero_vjp, "1.0 where maximum selects a, else +0.0 (its backward)")
 binary("minimum", MIN, _minimum_vjp,
        "a where a < b or a is NaN, else b (ties and +-0 give b)",
        checks=binary_checks(lambda T, q, a, b, y: (q if _selects_a_min(a, b) else T(0.0),
                                                     T(0.0) if _selects_a_min(a, b) else q),
                             lambda t, a, b: t.minimum(a, b)))
-binary("minimum_mask", MIN_MASK, _zero_vjp, "1.0 where minimum selects a, else +0.0 (its backward)")
 scalar_form("adds", ADD, lambda be, g, ins, out, needs, s: (g,), "x + s")
 scalar_form("muls", MUL, lambda be, g, ins, out, needs, s: (be.muls(g, s),), "x * s")
 unary("neg", NEG, lambda be, g, ins, out, needs: (be.neg(g),), "-x",

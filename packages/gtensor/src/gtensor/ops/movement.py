@@ -31,23 +31,28 @@ TYPED = {dtypes.INDEX: ("i64", "long long"), dtypes.MASK: ("b8", "bool")}
 
 
 def _cpu_kernels(ft: FloatType) -> list[Kernel]:
-    return [Kernel(k.name, k.params, (k.form or _FORMS[k.name]).cpu_body(), form=k.form)
-            for k in _kernels(ft)]
+    return [Kernel(k.name, k.params, k.form.cpu_body(), form=k.form) for k in _kernels(ft)]
 
 
 def _kernels(ft: FloatType) -> list[Kernel]:
-    out = [Kernel(ft.kernel("copy"), COPY.params(ft.ctype), COPY.cuda_body(), Kind.COPY,
-                  form=COPY),
-           Kernel(ft.kernel("fill"), FILL.params(ft.ctype), FILL.cuda_body(), Kind.FILL,
-                  form=FILL)]
-    if ft is dtypes.F64:
-        out += [Kernel(ft.kernel(f"copy_{sfx}"), COPY.params(ctype), COPY.cuda_body(),
-                       Kind.INDEX) for sfx, ctype in TYPED.values()]
-    return out
+    return [Kernel(ft.kernel("copy"), COPY.params(ft.ctype), COPY.cuda_body(), Kind.COPY,
+                   form=COPY),
+            Kernel(ft.kernel("fill"), FILL.params(ft.ctype), FILL.cuda_body(), Kind.FILL,
+                   form=FILL)]
 
 
-# the form of each typed kernel's body (the kernels carry none: fusion must not fuse them)
-_FORMS = {dtypes.F64.kernel(f"copy_{sfx}"): COPY for sfx, _ in TYPED.values()}
+def _any_kernels(ft: FloatType) -> list[Kernel]:
+    """The kernels of an op with ANY inputs: the float copy and fill, and (in the float64 set)
+    the int64 and bool copies."""
+    if ft is not dtypes.F64:
+        return _kernels(ft)
+    return _kernels(ft) + [Kernel(ft.kernel(f"copy_{sfx}"), COPY.params(ctype),
+                                  COPY.cuda_body(), Kind.INDEX) for sfx, ctype in TYPED.values()]
+
+
+def _any_cpu_kernels(ft: FloatType) -> list[Kernel]:
+    return [Kernel(k.name, k.params, (k.form or COPY).cpu_body(), form=k.form)
+            for k in _any_kernels(ft)]
 
 
 def _key(base: str, out) -> str:
@@ -83,8 +88,8 @@ def _same_shape(shapes_: tuple, attrs: dict) -> tuple[tuple, dict]:
 
 
 register(Op("copy", ("x",), (), _same_shape, lambda x: np.array(x, order="C", copy=True),
-            _kernels, lambda rt, ks, ins, out: _copy_into(rt, ks, ins[0], out),
-            lambda be, g, ins, out, needs: (g,), "an exact copy of x", cpu=_cpu_kernels,
+            _any_kernels, lambda rt, ks, ins, out: _copy_into(rt, ks, ins[0], out),
+            lambda be, g, ins, out, needs: (g,), "an exact copy of x", cpu=_any_cpu_kernels,
             types=(ANY,), out_type=ANY))
 
 
@@ -140,9 +145,9 @@ def _transpose_vjp(be, g, ins, out, needs, *, axes):
 
 register(Op("transpose", ("x",), ("axes",), _infer_transpose,
             lambda x, *, axes: np.array(np.transpose(x, axes), order="C"),
-            _kernels, _launch_transpose, _transpose_vjp,
-            "permute axes (default: reverse them; the 2-D swap)", {"axes": None}, cpu=_cpu_kernels,
-            types=(ANY,), out_type=ANY))
+            _any_kernels, _launch_transpose, _transpose_vjp,
+            "permute axes (default: reverse them; the 2-D swap)", {"axes": None},
+            cpu=_any_cpu_kernels, types=(ANY,), out_type=ANY))
 
 
 # --------------------------------------------------------------------------- reshape
@@ -167,9 +172,9 @@ def _infer_reshape(shapes_: tuple, attrs: dict) -> tuple[tuple, dict]:
 
 register(Op("reshape", ("x",), ("shape",), _infer_reshape,
             lambda x, *, shape: np.array(x.reshape(shape), order="C"),
-            _kernels, lambda rt, ks, ins, out, *, shape: _copy_into(rt, ks, ins[0], out),
+            _any_kernels, lambda rt, ks, ins, out, *, shape: _copy_into(rt, ks, ins[0], out),
             lambda be, g, ins, out, needs, shape: (be.reshape(g, ins[0].shape),),
-            "same elements in row-major order, new shape", cpu=_cpu_kernels,
+            "same elements in row-major order, new shape", cpu=_any_cpu_kernels,
             types=(ANY,), out_type=ANY))
 
 
@@ -205,11 +210,11 @@ def _launch_slice(rt, ks, ins, out, *, axis: int, start: int, stop: int) -> None
                  shapes.contiguous_strides(out.shape), 0)
 
 
-register(Op("slice", ("x",), ("axis", "start", "stop"), _infer_slice, _slice_reference, _kernels,
-            _launch_slice,
+register(Op("slice", ("x",), ("axis", "start", "stop"), _infer_slice, _slice_reference,
+            _any_kernels, _launch_slice,
             lambda be, g, ins, out, needs, axis, start, stop: (
                 be.pad(g, axis, start, ins[0].shape[axis] - stop),),
-            "x[start:stop] along one axis", cpu=_cpu_kernels,
+            "x[start:stop] along one axis", cpu=_any_cpu_kernels,
             types=(ANY,), out_type=ANY))
 
 
@@ -282,8 +287,8 @@ def _concat_vjp(be, g, ins, out, needs, *, axis):
 
 
 register(Op("concat", ("*xs",), ("axis",), _infer_concat,
-            lambda *xs, axis: np.concatenate(xs, axis=axis), _kernels, _launch_concat,
-            _concat_vjp, "join arrays along an existing axis", {"axis": 0}, cpu=_cpu_kernels,
+            lambda *xs, axis: np.concatenate(xs, axis=axis), _any_kernels, _launch_concat,
+            _concat_vjp, "join arrays along an existing axis", {"axis": 0}, cpu=_any_cpu_kernels,
             types=(ANY,), out_type=ANY))
 
 
@@ -312,7 +317,7 @@ def _broadcast_to_vjp(be, g, ins, out, needs, *, shape):
 
 
 register(Op("broadcast_to", ("x",), ("shape",), _infer_broadcast_to,
-            lambda x, *, shape: np.array(np.broadcast_to(x, shape), order="C"), _kernels,
+            lambda x, *, shape: np.array(np.broadcast_to(x, shape), order="C"), _any_kernels,
             _launch_broadcast_to, _broadcast_to_vjp, "repeat x along broadcast axes (copy)",
-            cpu=_cpu_kernels,
+            cpu=_any_cpu_kernels,
             types=(ANY,), out_type=ANY))
