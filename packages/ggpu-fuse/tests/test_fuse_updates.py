@@ -12,8 +12,8 @@ from ggpu_fuse.analysis import Buffer, analyse, buffer
 from ggpu_fuse.planner import dependencies, plan
 from gtensor import testing
 from gtensor.kernels import Kind
+from gtensor.ops.updates import adam_update, sgd_update
 from gtensor.recording import Recorder
-from gtensor.updates import adam_update, sgd_update
 
 
 @pytest.fixture

@@ -11,9 +11,9 @@ import pytest
 from gtensor import testing
 from gtensor.backends.kernel_backend import KernelBackend
 from gtensor.dtypes import F64
+from gtensor.ops.registry import UPDATES
 from gtensor.recording import Recorder, replayable
 from gtensor.testing import bits_equal
-from gtensor.updates import UPDATES
 
 RNG = np.random.default_rng(11)
 A, A2, B = (RNG.standard_normal(s) for s in ((5, 3), (5, 3), (3, 4)))

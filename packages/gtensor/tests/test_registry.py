@@ -20,7 +20,7 @@ EXPECTED_OPS = set(gtensor.REGISTRY)  # every op is checked below; none is liste
 
 def test_every_op_module_is_registered():
     """Every module of gtensor.ops is imported by the package (so its ops are registered) and
-    registers at least one op; the registry names each op once, by its own name."""
+    registers at least one op (or in-place update); the registry names each op once, by its own name."""
     import importlib
     import pkgutil
 
@@ -30,8 +30,11 @@ def test_every_op_module_is_registered():
     mods = {m.name for m in pkgutil.iter_modules(ops_pkg.__path__)} - not_ops
     assert mods, "no op modules found"
     defined = {importlib.import_module(f"gtensor.ops.{m}").__name__ for m in mods}
+    from gtensor.ops.registry import UPDATES
+
     owners = {f.__module__ for op in gtensor.REGISTRY.values()
               for f in (op.launch, op.reference, op.vjp) if f is not None}
+    owners |= {type(u).__module__ for u in UPDATES.values()}  # the in-place updates' module
     assert defined <= owners | {"gtensor.ops.registry"}, sorted(defined - owners)
     assert all(name == op.name for name, op in gtensor.REGISTRY.items())
     assert len(EXPECTED_OPS) >= 50

@@ -1,4 +1,4 @@
-"""The in-place optimizer updates (gtensor.updates): bitwise the out-of-place update ops they
+"""The in-place optimizer updates (gtensor.ops.updates): bitwise the out-of-place update ops they
 replace, special values included, on the backend under test and against numpy; refused calls
 write nothing."""
 
@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from gtensor.ops.updates import adam_update, adamw_update, sgd_update
 from gtensor.testing import bits_equal
-from gtensor.updates import adam_update, adamw_update, sgd_update
 
 SPECIAL = [0.0, -0.0, 1.0, -2.5, 1e-310, -1e-310, 3e38, np.inf, -np.inf, np.nan, 1e-8, 7.0]
 

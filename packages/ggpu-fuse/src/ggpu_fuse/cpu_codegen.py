@@ -37,10 +37,10 @@ from gtensor.cuda_source import device_functions, device_text
 from gtensor.dtypes import CTYPES, FLOATS
 from gtensor.kernels import Kernel, Kind
 from gtensor.ops import REGISTRY
+from gtensor.ops.registry import UPDATES
 from gtensor.recording import Launch
 from gtensor.runtime import cache, toolchain
 from gtensor.runtime import cpu as cpurt
-from gtensor.updates import UPDATES
 
 from .analysis import Info, address
 from .codegen import _ctype_of, _lit, _row_copy_tables, _statement

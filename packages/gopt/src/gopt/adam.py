@@ -11,7 +11,7 @@ import math
 from collections.abc import Callable
 from typing import Any
 
-from gtensor.updates import adam_update
+from gtensor.ops.updates import adam_update
 
 from . import checks
 from .base import Optimizer, Slot, gkey

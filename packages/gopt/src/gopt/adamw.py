@@ -7,7 +7,7 @@ Per step and parameter group, on the host in float64 (running powers, no libm ``
     R  = sqrt(1 - b2^t)                   # torch's bias_correction2_sqrt
 
 each written, rounded once to the dtype, into the group's 0-d backend buffers. Per parameter,
-one in-place kernel (``gtensor.updates.adamw_update``) computing per element, in this order::
+one in-place kernel (``gtensor.ops.updates.adamw_update``) computing per element, in this order::
 
     m <- b1*m + (1-b1)*gk                 # adam_m, as Adam
     v <- b2*v + (1-b2)*(gk*gk)            # adam_v, as Adam
@@ -27,7 +27,7 @@ import math
 from collections.abc import Callable
 from typing import Any
 
-from gtensor.updates import adamw_update
+from gtensor.ops.updates import adamw_update
 
 from .adam import Adam
 from .base import Slot, gkey

@@ -150,7 +150,7 @@ class Optimizer(Configured):
         """The backend half of a step: backend ops only, on buffers that never move.
 
         The global norm and the clip scale are a few 0-d ops; each parameter's update is then
-        ONE of gtensor's in-place update kernels (``gtensor.updates``: ``adam_update``,
+        ONE of gtensor's in-place update kernels (``gtensor.ops.updates``: ``adam_update``,
         ``adamw_update``, ``sgd_update``), which read g, p and the state and write the new
         state and parameter over the old, element by element, with the bits of the unfused
         ops. Every parameter's update is prepared (all checks done) before the first runs.

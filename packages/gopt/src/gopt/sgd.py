@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from gtensor.updates import sgd_update
+from gtensor.ops.updates import sgd_update
 
 from .base import Optimizer, Slot, gkey
 from .workspace import Workspace

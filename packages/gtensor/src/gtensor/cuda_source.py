@@ -10,9 +10,8 @@ from functools import cache
 
 from .dtypes import FLOATS
 from .kernels import DeviceFn, Kernel
-from .ops import REGISTRY
+from .ops.registry import kernel_owners
 from .scalar.dsl import ScalarFn, device_sources
-from .updates import UPDATES
 
 _HEADER = """\
 // gtensor CUDA module (generated from gtensor's op definitions; do not edit).
@@ -25,7 +24,7 @@ _HEADER = """\
 def module_kernels() -> tuple[Kernel, ...]:
     """Every kernel of every op, for both dtypes, without duplicates (ops may share kernels)."""
     seen: dict[str, Kernel] = {}
-    for op in (*REGISTRY.values(), *UPDATES.values()):  # the ops, then the in-place updates
+    for op in kernel_owners():  # the ops, then the in-place updates
         for ft in FLOATS:
             for k in op.kernel_set(ft).kernels:
                 if k.name in seen and seen[k.name].source() != k.source():

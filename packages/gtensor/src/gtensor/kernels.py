@@ -95,7 +95,7 @@ class Param:
 #   conv    conv2d and its two gradients: per output a serial chain over its taps (ops.conv;
 #           k_<op>_<sfx> plain, k_<op>_fma_<sfx> the fma contract)
 #   pool    max / avg pooling and their gradients: windows in a defined order (ops.pool)
-#   update  an in-place optimizer update (gtensor.updates): every non-const pointer is read and
+#   update  an in-place optimizer update (gtensor.ops.updates): every non-const pointer is read and
 #           written at element i; several buffers written (fusion keeps it alone)
 #   other   anything else
 class Kind(Enum):

@@ -16,6 +16,7 @@ class Backend:
     """Executes ops on one kind of array. Subclasses define the array type and ``_execute``."""
 
     name = "?"
+    runs_kernels = False  # True for the kernel backends (sim, cpu, cuda, a Recorder over one)
 
     # ---------------------------------------------------------------- arrays
     def asarray(self, x: Any, dtype: Any = None) -> Any:

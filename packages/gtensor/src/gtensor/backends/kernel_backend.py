@@ -20,6 +20,7 @@ GEOM_CACHE = 4096
 class KernelBackend(Backend):
     """Shared logic: lazy module build, geometry arrays, kernel launch."""
 
+    runs_kernels = True
     uses_cpu_kernels = False  # which of an op's kernels run here: Op.cpu (True) or Op.kernels
 
     def __init__(self) -> None:

@@ -213,6 +213,24 @@ def register(op: Op) -> Op:
     return op
 
 
+# The in-place optimizer updates (``ops/updates.py``): not graph ops (no tape function, no
+# backward), but kernels of the same modules, registered here beside the ops.
+UPDATES: dict[str, Any] = {}
+
+
+def register_update(update: Any) -> Any:
+    """Add an in-place update (``ops.updates.Update``) to the registry (names are unique)."""
+    if update.name in UPDATES or update.name in REGISTRY:
+        raise ValueError(f"update {update.name!r} is defined twice")
+    UPDATES[update.name] = update
+    return update
+
+
+def kernel_owners() -> tuple:
+    """Everything that owns kernels of the CUDA / cpu modules: the ops, then the updates."""
+    return (*REGISTRY.values(), *UPDATES.values())
+
+
 def get(name: str) -> Op:
     """The op called ``name``."""
     try:

@@ -12,8 +12,7 @@ from functools import cache
 from ..cuda_source import device_functions, device_text
 from ..dtypes import FLOATS
 from ..kernels import Kernel
-from ..ops import REGISTRY
-from ..updates import UPDATES
+from ..ops.registry import kernel_owners
 
 _HEADER = """\
 // gtensor cpu module (generated from gtensor's op definitions; do not edit).
@@ -29,7 +28,7 @@ def cpu_kernels() -> tuple[Kernel, ...]:
     tests/test_registry.py requires them of every op).
     """
     seen: dict[str, Kernel] = {}
-    for op in (*REGISTRY.values(), *UPDATES.values()):  # the ops, then the in-place updates
+    for op in kernel_owners():  # the ops, then the in-place updates
         if getattr(op, "cpu", True) is None:
             continue
         for ft in FLOATS:

@@ -29,13 +29,14 @@ from typing import Any
 
 import numpy as np
 
-from . import dtypes
-from .dtypes import FLOATS, FloatType
-from .kernels import Kernel, KernelSet, Kind, params
-from .messages import describe
-from .ops.forms import BLOCK, Access, grid_for
-from .ops.optim import ADAM_M, ADAM_P, ADAM_V, SGD_P, _variant
-from .scalar.dsl import scalar_fn
+from .. import dtypes
+from ..dtypes import FLOATS, FloatType
+from ..kernels import Kernel, KernelSet, Kind, params
+from ..messages import describe
+from ..scalar.dsl import scalar_fn
+from .forms import BLOCK, Access, grid_for
+from .optim import ADAM_M, ADAM_P, ADAM_V, SGD_P, _variant
+from .registry import register_update
 
 # AdamW's new parameter: (p, m, v, S, R, D, eps) -> p*D - (m*S) / (sqrt(v)/R + eps), in the
 # order of the out-of-place chain (mul, mul, sqrt, div, adds, div, sub)
@@ -173,9 +174,7 @@ class Update:
         l2 = alpha != 0.0
         with np.errstate(over="ignore"):  # a scalar rounding to +-inf in float32: defined
             values = [ft.scalar(host[s]) for s in self.scalars]
-        from .backends.kernel_backend import KernelBackend
-
-        if not isinstance(be, KernelBackend):
+        if not be.runs_kernels:  # numpy: the scalar functions out of place, then copies
             return _reference_run(self, ft, clip, l2, arrays, dict(zip(self.scalars, values)))
         n = int(np.prod(shape, dtype=np.int64))
         if n == 0:
@@ -283,7 +282,8 @@ ADAMW_UPDATE = Update("adamw_update", ("m", "v", "p"), ("g",),
                       _adamw_reference)
 SGD_UPDATE = Update("sgd_update", ("p",), ("g",), ("scale", "lr"), ("alpha",),
                     lambda ft, clip, l2: (SGD_P[(ft, clip, l2)],), _sgd_body, _sgd_reference)
-UPDATES = {u.name: u for u in (ADAM_UPDATE, ADAMW_UPDATE, SGD_UPDATE)}
+for _u in (ADAM_UPDATE, ADAMW_UPDATE, SGD_UPDATE):
+    register_update(_u)
 
 
 def _betas(b1: float, b2: float, eps: float) -> dict[str, float]:
