@@ -324,6 +324,14 @@ def case_inputs(case: Case, dtype: np.dtype) -> list[st.SearchStrategy]:
 # --------------------------------------------------------------------------- oracles
 def loop_sum(x: np.ndarray, axes: tuple, order: str = "C") -> np.ndarray:
     """Per kept slot, the serial sum of its positions in row-major (or column-major) order."""
+    return loop_fold(x, axes, lambda a, b: a + b, 0.0, order)
+
+
+def loop_fold(x: np.ndarray, axes: tuple, combine, empty: float,
+              order: str = "C") -> np.ndarray:
+    """Per kept slot, the serial fold ``acc = combine(acc, v)`` of its positions in row-major
+    (or column-major) order, first element first, on numpy scalars; ``empty`` for a slot with
+    no elements."""
     T = np.dtype(x.dtype).type
     kept = [i for i in range(x.ndim) if i not in axes]
     out = np.zeros([x.shape[i] for i in kept], x.dtype)
@@ -339,6 +347,6 @@ def loop_sum(x: np.ndarray, axes: tuple, order: str = "C") -> np.ndarray:
                 full[i] = v
             v = T(x[tuple(full)])
             with np.errstate(all="ignore"):  # inf + -inf is NaN here as in the kernels
-                acc = v if acc is None else acc + v
-        out[o] = T(0.0) if acc is None else acc
+                acc = v if acc is None else combine(acc, v)
+        out[o] = T(empty) if acc is None else acc
     return out

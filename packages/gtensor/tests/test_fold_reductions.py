@@ -4,8 +4,7 @@ and the refusals. numpy == sim == cpu bitwise is the parity table's (their decla
 
 from __future__ import annotations
 
-import itertools
-
+import cases
 import numpy as np
 import pytest
 from gtensor.ops.checks import reduce_cases
@@ -32,23 +31,9 @@ def combine(name: str, a, b):
 def loop_fold(name: str, x: np.ndarray, axis, keepdims: bool = False) -> np.ndarray:
     """Per kept slot, the serial fold of its positions in row-major order, first element
     first (1.0 for an empty prod)."""
-    T = _T(x.dtype)
     axes = tuple(range(x.ndim)) if axis is None else tuple(
         sorted(a % x.ndim for a in (axis if isinstance(axis, tuple) else (axis,))))
-    kept = [i for i in range(x.ndim) if i not in axes]
-    out = np.empty([x.shape[i] for i in kept], x.dtype)
-    with np.errstate(all="ignore"):
-        for o in np.ndindex(*out.shape):
-            acc = None
-            for r in itertools.product(*[range(x.shape[a]) for a in axes]):
-                full = [0] * x.ndim
-                for i, v in zip(kept, o):
-                    full[i] = v
-                for i, v in zip(axes, r):
-                    full[i] = v
-                v = T(x[tuple(full)])
-                acc = v if acc is None else combine(name, acc, v)
-            out[o] = T(1.0) if acc is None else acc
+    out = cases.loop_fold(x, axes, lambda a, b: combine(name, a, b), 1.0)
     if keepdims:
         out = out.reshape([1 if i in axes else d for i, d in enumerate(x.shape)])
     return out

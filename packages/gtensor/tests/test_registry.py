@@ -20,7 +20,8 @@ EXPECTED_OPS = set(gtensor.REGISTRY)  # every op is checked below; none is liste
 
 def test_every_op_module_is_registered():
     """Every module of gtensor.ops is imported by the package (so its ops are registered) and
-    registers at least one op (or in-place update); the registry names each op once, by its own name."""
+    registers at least one op (or in-place update); the registry names each op once, by its
+    own name."""
     import importlib
     import pkgutil
 
