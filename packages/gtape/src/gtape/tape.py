@@ -1,42 +1,40 @@
 """The Tape: eager recording through gtensor, backward entry, mark/reset, zeroing replay.
 
-It composes the node table (``nodes``: the parallel lists) and the freshness checks
-(``freshness``: parameter clocks, stale Var errors, the growth warning), mixed in so the
-recording hot path reads the lists directly.
+It composes, each by its job: the leaves (``tape_leaves``: params, consts, the parameter-store
+writes), the recording of op calls (``tape_recording``), the node table (``nodes``: the
+parallel lists), the freshness checks (``freshness``: parameter clocks, stale Var errors, the
+growth warning) and the states (``states``), mixed in so the recording hot path reads the
+lists directly.
 """
 
 from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import gtensor
 import numpy as np
-from gtensor import Op, describe
-from gtensor.dtypes import ANY, BOOL, FLOAT, INT, TYPE_DTYPES
+from gtensor import describe
 from gtensor.ops.inner import INNER
-from gtensor.ops.registry import REGISTRY as _OPS
-from gtensor.ops.registry import attr_key
 from gtensor.recording import record, recordable
 
 from . import backward as _backward
-from . import const_roles, rng
-from .convert import into_backend, to_backend, typed_dtype
+from . import rng
 from .freshness import GROWTH_WARNING_AFTER, Freshness, TapeGrowthWarning
-from .leaves import CONST, PARAM
+from .leaves import PARAM
 from .nodes import Node, NodeTable
 from .passes import BackwardPasses
 from .recording import Recording
 from .states import States
-from .var import StaleVarError, Var
+from .tape_leaves import TapeLeaves
+from .tape_recording import TapeRecording
+from .var import Var
 
 __all__ = ["GROWTH_WARNING_AFTER", "Mark", "Node", "Tape", "TapeGrowthWarning"]
 
 _tape_ids = itertools.count(1)
-CALL_CACHE = 4096  # (op, attrs, input shapes) -> out shape, attrs, dtype kept per tape
 
 
 @dataclass(frozen=True)
@@ -48,7 +46,7 @@ class Mark:
     serial: int  # serial number of node length-1 (-1 for an empty tape)
 
 
-class Tape(NodeTable, Freshness, States):
+class Tape(TapeLeaves, TapeRecording, NodeTable, Freshness, States):
     """A define-by-run tape: every op runs eagerly on a gtensor backend and appends one node.
 
     ``inner`` is the inner-product contract of every matmul / bmm / conv2d (and conv2d's
@@ -153,116 +151,6 @@ class Tape(NodeTable, Freshness, States):
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
-
-    # ---------------------------------------------------------------- leaves
-    def param(self, x: Any) -> Var:
-        """Register a parameter: ``x`` is copied in (tape dtype); the tape owns the live copy."""
-        self._check_open("param")
-        value = to_backend(self._be, x, self._dtype, "param")
-        i = len(self)
-        buf = self._gcache.get(i)
-        if buf is None or tuple(buf.shape) != tuple(value.shape):
-            buf = self._be.zeros(value.shape, self._dtype)
-            self._gcache[i] = buf
-        else:
-            self._zero(buf)
-        return self._append(PARAM, (), {}, value, True, grad=buf)
-
-    def const(self, x: Any, name: str | None = None, dtype: Any = None) -> Var:
-        """Register a constant (no gradient flows into it); ``x`` is copied in (tape dtype).
-
-        In a mark/reset loop the copy goes into the buffer the node at this index had in the
-        previous episode (same shape), so a minibatch input has one stable home. ``name``
-        (optional) names the input, e.g. in a captured program's ``inputs`` (``name_of``).
-        ``dtype="int64"`` / ``"bool"`` keeps index / mask data as such (integers, bools only:
-        never rounded); the default is the tape's float dtype.
-        """
-        self._check_open("const")
-        if name is not None and (not isinstance(name, str) or not name):
-            raise TypeError(f"const: name is {describe(name)}; expected a non-empty str or None")
-        dt = self._dtype
-        if dtype is not None:
-            want = gtensor.dtypes.normalize(dtype, "const", typed=True)
-            if want in gtensor.dtypes.TYPED_DTYPES:
-                kind = INT if want == gtensor.dtypes.INDEX else BOOL
-                dt = typed_dtype(x, kind, "const")
-            elif want != self._dtype:
-                raise TypeError(f"const: dtype {want.name} differs from the tape's "
-                                f"{self._dtype.name}; float data takes the tape's dtype")
-        i = len(self)
-        buf = self._vcache[i] if i < len(self._vcache) else None
-        value = into_backend(self._be, x, dt, "const", buf)
-        v = self._append(CONST, (), {}, value, False)
-        if name is not None:
-            self._names[i] = (v.serial, name)
-        return v
-
-    def name_of(self, v: Var) -> str | None:
-        """The name given to const ``v`` by ``const(x, name=...)``, or None."""
-        self._check_var(v, "name_of")
-        got = self._names.get(v.index)
-        return got[1] if got is not None and got[0] == v.serial else None
-
-    def params(self) -> list[Var]:
-        """The parameter Vars, in registration order."""
-        self._check_open("params")
-        return [self._var(i) for i, op in enumerate(self._op) if op is PARAM]
-
-    def set_value(self, p: Var, x: Any) -> None:
-        """Overwrite a parameter's live value in place (views of it stay valid)."""
-        self._check_var(p, "set_value")
-        if self._op[p.index] is not PARAM:
-            raise ValueError(f"set_value: {p!r} is not a param; only parameters can be updated")
-        buf, shape = self._values[p.index], self._shape[p.index]
-        direct = self._be.is_array(x) and x.dtype == self._dtype and not self._be.overlaps(x, buf)
-        src = x if direct else to_backend(self._be, x, self._dtype, "set_value")
-        if tuple(src.shape) != shape:
-            raise ValueError(f"set_value: param node {p.index} has shape {shape}; got "
-                             f"{describe(x)}; expected the same shape")
-        self._be.copy(src, out=buf)
-        self._note_write(p.index)
-
-    def param_buffer(self, p: Var) -> Any:
-        """Parameter ``p``'s live value buffer, writable: for a backend op that updates it in
-        place (gopt's fused update kernels), which must then call ``note_updated(p)``.
-
-        Anything else writes a parameter with ``set_value``: a write into this buffer that is
-        not noted would let a forward recorded before it pass as fresh.
-        """
-        self._check_param(p, "param_buffer")
-        return self._values[p.index]
-
-    def note_updated(self, p: Var) -> None:
-        """Record that a backend op overwrote parameter ``p``'s buffer (``param_buffer``) in
-        place: the write clock ticks exactly as ``set_value``'s copy makes it tick, so a
-        backward of a forward recorded before the update is refused as stale."""
-        self._check_param(p, "note_updated")
-        self._note_write(p.index)
-
-    def check_param(self, where: str, p: Any) -> Var:
-        """``p`` checked to be a live parameter Var of this tape (an optimizer's check: the
-        ``ParamStore`` protocol); errors name ``where``."""
-        if not isinstance(p, Var):
-            raise TypeError(f"{where}: param is {describe(p)}; expected a parameter Var made by "
-                            "tp.param(...)")
-        if p.tape is not self:
-            raise ValueError(f"{where}: param {p!r} belongs to another tape; expected a "
-                             "parameter of the tape this optimizer was made for")
-        if self.closed:
-            raise RuntimeError(f"{where}: the tape is closed; its parameters were released")
-        if not p.alive:
-            raise StaleVarError(f"{where}: param of node {p.index} was dropped by reset_to; "
-                                "expected a live parameter (take marks after registering params)")
-        if p.op != "param":
-            raise ValueError(f"{where}: {p!r} is a {p.op!r} node; expected a parameter made by "
-                             "tp.param(...) (only parameters are updated)")
-        return p
-
-    def _check_param(self, p: Var, where: str) -> None:
-        """``p`` checked to be a live parameter Var of this tape."""
-        self._check_var(p, where)
-        if self._op[p.index] is not PARAM:
-            raise ValueError(f"{where}: {p!r} is not a param; only parameters can be updated")
 
     # ---------------------------------------------------------------- reading
     def value(self, v: Var) -> Any:
@@ -442,117 +330,6 @@ class Tape(NodeTable, Freshness, States):
         self._passes.clear()
         self._zeroing.clear()
         self._closed = True
-
-    # ---------------------------------------------------------------- recording (internal)
-    def _record(self, name: Op | str, operands: Sequence[Any], attrs: dict) -> Var:
-        """Run op ``name`` on ``operands`` (Vars of this tape or data) and append its node.
-
-        Everything is checked and computed before anything is appended, so a failing call
-        leaves the tape exactly as it was.
-        """
-        op = _OPS.get(name) if type(name) is str else None  # an op name: the common case
-        if op is None:
-            op = name if isinstance(name, Op) else gtensor.ops.get(name)  # raises if unknown
-        if self._closed:
-            self._check_open(op.name)
-        values, serial = self._values, self._serial
-        n = len(values)
-        arrays, idx, consts = [], [], []
-        for x in operands:
-            if type(x) is Var and x._tape is self and x._index < n and (
-                    serial[x._index] == x._serial):  # a live Var of this tape: the common case
-                arrays.append(values[x._index])
-                idx.append(x._index)
-                continue
-            k = len(arrays)  # x's position: each operand before it added one array
-            arg = f"xs[{k}]" if op.variadic else op.inputs[k]
-            if isinstance(x, Var):
-                if x.tape is not self:
-                    raise ValueError(f"{op.name}: {arg} {x!r} belongs to another tape")
-                self._check_var(x, f"{op.name}: {arg}")  # raises if the Var is stale
-                arrays.append(values[x.index])
-                idx.append(x.index)
-                continue
-            j = n + len(consts)
-            home = self._vcache[j] if j < len(self._vcache) else None
-            kind = op.input_type(k) if op.typed or op.out_type == ANY else FLOAT
-            if kind == ANY:  # a movement op's data: held as its Var operands' dtype
-                kind = self._var_kind(operands)
-            dt = self._dtype if kind == FLOAT else typed_dtype(x, kind, f"{op.name}: {arg}")
-            arr = into_backend(self._be, x, dt, f"{op.name}: {arg}", home)
-            arrays.append(arr)
-            idx.append(j)
-            consts.append((arr, np.isscalar(x)))
-        shapes = (arrays[0].shape, arrays[1].shape) if len(arrays) == 2 else tuple(
-            [a.shape for a in arrays])
-        # a call seen before on this tape (same op, attrs as given, input shapes): its out
-        # shape, normalized attrs (one dict its nodes share; nothing changes it) and dtype
-        try:
-            key = (op, shapes, *[(k, attr_key(v)) for k, v in attrs.items()]) if attrs else (
-                op, shapes)
-            if op.out_type == ANY:  # the result's dtype is the inputs'
-                key += (arrays[0].dtype,)
-            hit = self._calls.get(key)
-        except TypeError:  # an unhashable attr: never kept
-            key = hit = None
-        if hit is None:
-            out_shape, norm, out_dt = self._infer(op, shapes, attrs, arrays)
-            if key is not None:
-                if len(self._calls) >= CALL_CACHE:
-                    self._calls.clear()
-                self._calls[key] = (out_shape, norm, out_dt)
-        else:
-            out_shape, norm, out_dt = hit
-        i = n + len(consts)
-        buf = self._vcache[i] if i < len(self._vcache) else None
-        if buf is not None and (buf.shape != out_shape or buf.dtype != out_dt):
-            buf = None
-        value = self._be.apply(op, arrays, out=buf, **norm)
-        for arr, number in consts:
-            v = self._append(CONST, (), {}, arr, False)
-            if number:  # a number written in code (x / 2.0, where(m, 0.0, x)): a constant
-                const_roles.mark(v, const_roles.CONSTANT)
-        # an int64 / bool result (a mask, an argmax) carries no gradient; nor does no_grad's
-        grad_path = False
-        if (op.out_type == FLOAT or out_dt == self._dtype) and not self._no_grad:
-            req = self._req
-            for j in idx:
-                if req[j]:
-                    grad_path = True
-                    break
-        return self._append(op, tuple(idx), norm, value, grad_path)
-
-    def _var_kind(self, operands: Sequence[Any]) -> str:
-        """FLOAT, INT or BOOL: what the first Var among ``operands`` holds (data operands of a
-        movement op are converted to it)."""
-        for x in operands:
-            if isinstance(x, Var) and x.tape is self and self._alive(x):
-                dt = self._values[x.index].dtype
-                return BOOL if dt == TYPE_DTYPES[BOOL] else INT if dt == TYPE_DTYPES[INT] else FLOAT
-        return FLOAT
-
-    def _infer(self, op: Op, shapes: tuple, attrs: dict,
-               arrays: Sequence[Any] = ()) -> tuple[tuple, dict, np.dtype]:
-        """(out shape, normalized attrs, out dtype) of ``op`` on ``shapes`` with ``attrs`` as
-        given: the defaults filled in, the tape's contract for an inner product (raises for
-        another, or for what the op's shape rule refuses)."""
-        if op.defaults:
-            full = dict(op.defaults)
-            full.update(attrs)
-            if "inner" in op.defaults:  # an inner product: the tape's contract
-                if attrs.get("inner", self._inner) != self._inner:
-                    raise ValueError(f"{op.name}: inner is {attrs['inner']!r} but the tape's "
-                                     f"contract is {self._inner!r} (Tape(..., inner=...) "
-                                     "chooses it for every inner product of the tape)")
-                full["inner"] = self._inner
-        else:
-            full = attrs
-        out_shape, norm = op.infer(shapes, full)
-        if op.out_type == ANY:  # a movement op: the dtype of its inputs
-            out_dt = np.dtype(arrays[0].dtype)
-        else:
-            out_dt = self._dtype if op.out_type == FLOAT else TYPE_DTYPES[op.out_type]
-        return tuple(out_shape), norm, out_dt
 
     # ---------------------------------------------------------------- checks (internal)
     def _node_field(self, v: Var, field: str) -> Any:
