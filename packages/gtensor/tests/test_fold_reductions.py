@@ -1,6 +1,7 @@
 """amax, amin and prod (the generic ``Reduce`` form's folds) and softplus: pinned bitwise to
-per-slot loops in numpy scalars, against torch float64, tie and zero rules of the gradients,
-and the refusals. numpy == sim == cpu bitwise is the parity table's (their declared rows)."""
+per-slot loops in numpy scalars, against torch float64, and the refusals. numpy == sim == cpu
+bitwise is the parity table's (their declared rows); the gradients' tie and zero rules are
+gtape's tests (``gtape/tests/test_fold_gradients.py``)."""
 
 from __future__ import annotations
 
@@ -118,47 +119,6 @@ def test_bad_arguments_name_the_op(ref):
         ref.prod(x, axis=2)
     with pytest.raises(ValueError, match="amin: axis"):
         ref.amin(x, axis=(1, -1))
-
-
-def _grad(name: str, x: np.ndarray, axis=1, g=None) -> np.ndarray:
-    import gtape
-
-    with gtape.Tape("numpy") as tp:
-        p = tp.param(x)
-        y = getattr(gtape, name)(p, axis)
-        tp.backward(gtape.sum(y * tp.const(np.ones(y.shape) if g is None else g)))
-        return np.array(tp.grad(p))
-
-
-def test_amax_amin_split_the_gradient_between_ties():
-    """torch's and JAX's rule: (g / count) * mask, so tied extremes share g evenly."""
-    x = np.array([[1.0, 3.0, 3.0, 2.0], [5.0, 5.0, 5.0, 5.0], [0.0, -0.0, -1.0, -2.0]])
-    assert _grad("amax", x).tolist() == [[0, 0.5, 0.5, 0], [0.25] * 4, [0.5, 0.5, 0, 0]]
-    assert _grad("amin", -x).tolist() == [[0, 0.5, 0.5, 0], [0.25] * 4, [0.5, 0.5, 0, 0]]
-    nan = _grad("amax", np.array([[1.0, np.nan, 3.0]]))  # NaN result: every share is NaN
-    assert np.isnan(nan).all()
-
-
-def test_amax_gradient_matches_torch_with_ties():
-    torch = pytest.importorskip("torch")
-    x = data((5, 6), "float64", 3, ties=True)
-    x[np.isnan(x)] = 1.0
-    t = torch.tensor(x, requires_grad=True)
-    gw = np.random.default_rng(2).standard_normal(5)
-    (torch.amax(t, 1) * torch.from_numpy(gw)).sum().backward()
-    np.testing.assert_array_equal(_grad("amax", x, 1, gw), t.grad.numpy())
-
-
-def test_prod_gradient_at_zeros():
-    """One zero in a slot: g times the product of the others there, 0 elsewhere in the slot;
-    two zeros: 0 everywhere in the slot; none: g * (out / x)."""
-    x = np.array([[2.0, 0.0, 3.0, 4.0], [0.0, 5.0, 0.0, 1.0], [2.0, 4.0, 0.5, -1.0]])
-    assert _grad("prod", x).tolist() == [[0, 24, 0, 0], [0, 0, 0, 0],
-                                         [-2.0, -1.0, -8.0, 4.0]]
-    torch = pytest.importorskip("torch")
-    t = torch.tensor(x, requires_grad=True)
-    t.prod(1).sum().backward()
-    np.testing.assert_array_equal(_grad("prod", x), t.grad.numpy())
 
 
 def test_softplus_is_the_composite_bitwise(be):
