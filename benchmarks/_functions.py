@@ -96,7 +96,7 @@ def _cpu_ns(fn, reps: int) -> float:
 def table(rounds: int, reps: int) -> list[str]:
     """The markdown rows: per function and dtype, ns per element of each engine and ratios."""
     import gtensor
-    from gtensor.ops.elementwise import BLOCK, grid_for
+    from gtensor.ops.forms import BLOCK, grid_for
 
     os.environ["GTENSOR_CPU_THREADS"] = "1"
     be = gtensor.backend("cpu")
