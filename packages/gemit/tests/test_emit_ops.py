@@ -45,9 +45,11 @@ IDS = np.array([[3, 0], [3, -1]], dtype=np.int64)
 def _moves(w, i, m):  # int64 ids and a bool mask through the movement ops' typed kernels
     ids, mask = w.tape.const(i, dtype="int64"), w.tape.const(m, dtype="bool")
     flat = g.reshape(ids, (4,))
-    rows = g.take(w, g.concat([g.slice(flat, 0, 0, 2), g.copy(flat)], 0), 0)  # (6, 3)
+    ids6 = g.concat([g.slice(flat, 0, 0, 2), g.copy(flat)], 0)
+    rows = g.take(w, ids6, 0)  # (6, 3)
     keep = g.broadcast_to(g.transpose(g.slice(mask, 1, 0, 1)), (6, 3))
-    return g.sum(g.where(keep, rows * rows, rows))
+    big = g.broadcast_to(g.reshape(ids6 > 3, (6, 1)), (6, 3))  # an int64 comparison
+    return g.sum(g.where(keep, rows * rows, g.where(big, rows, g.neg(rows))))
 
 
 def _sq1(x):  # positive, away from zero: x*x + 1

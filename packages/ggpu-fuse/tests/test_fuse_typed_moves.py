@@ -17,7 +17,9 @@ def _loss(tp, w, ids, mask):
     flat = g.reshape(ids, (2 * R,))  # (R, 2) ids -> one row of gathers
     rows = g.take(w, g.concat([g.slice(flat, 0, 0, R), g.copy(flat)], 0), 0)  # (3R, C)
     keep = g.broadcast_to(g.transpose(g.slice(mask, 1, 0, 1)), (3 * R, C))  # a column, spread
-    return g.sum(g.where(keep, rows * rows, rows))
+    big = g.broadcast_to(g.reshape(g.copy(flat) > 3, (2 * R, 1)), (2 * R, C))  # int64 compare
+    return g.sum(g.where(keep, rows * rows, rows)) + g.sum(g.where(big, g.slice(rows, 0, 0,
+                                                                                2 * R), 0.0))
 
 
 def _data(rng):

@@ -66,3 +66,23 @@ def test_gathers_through_moved_ids_give_the_direct_gradient(bname):
             tp.backward(g.sum(g.take(w, flat, 0) ** 3))
             grads.append(host(tp, tp.grad(w)))
     assert grads[0].tobytes() == grads[1].tobytes()
+
+
+def test_ids_compare_as_numbers(bname):
+    """The comparisons take int64 data too (NUMBER inputs): ids against ids or a Python int
+    (held as int64), exact integer comparisons, bool masks usable by where."""
+    with g.Tape(bname) as tp:
+        ids = tp.const(IDS, dtype="int64")
+        big = ids > 1
+        same = g.equal(ids, g.transpose(g.reshape(ids, (3, 2))))  # (2, 3) vs (2, 3)
+        huge = tp.const(np.array([2**62 + 1, 2**62]), dtype="int64") > 2**62  # beyond float64
+        w = tp.param(np.ones((2, 3)))
+        y = g.where(big, w * 3.0, w)
+        assert big.dtype == np.bool_ and not big.requires_grad
+        assert host(tp, tp.value(big)).tolist() == (IDS > 1).tolist()
+        assert host(tp, tp.value(same)).tolist() == (IDS == IDS.reshape(3, 2).T).tolist()
+        assert host(tp, tp.value(huge)).tolist() == [True, False]
+        tp.backward(g.sum(y))
+        assert host(tp, tp.grad(w)).tolist() == np.where(IDS > 1, 3.0, 1.0).tolist()
+        with pytest.raises(TypeError, match="greater: b is float64 but a is int64"):
+            g.greater(ids, w)

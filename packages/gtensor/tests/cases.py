@@ -131,7 +131,13 @@ def _cases() -> list[Case]:
     # the movement ops on int64 and bool data (ANY inputs): every float row again, typed
     cases += [dataclasses.replace(c, element=el, id_range=(-2**63, 2**63 - 1))
               for c in list(cases) if c.op in ANY_MOVES for el in ("int64", "bool")]
+    # the comparisons on int64 data (NUMBER inputs; ties drawn often from a small range)
+    cases += [dataclasses.replace(c, element="int64", id_range=(-3, 3))
+              for c in list(cases) if c.op in COMPARES and not c.element]
     return cases
+
+
+COMPARES = ("greater", "greater_equal", "less", "less_equal", "equal", "not_equal")
 
 
 ANY_MOVES = ("copy", "transpose", "reshape", "slice", "concat", "broadcast_to")
@@ -305,7 +311,7 @@ def case_inputs(case: Case, dtype: np.dtype) -> list[st.SearchStrategy]:
     out = []
     for i, s in enumerate(case.shapes):
         kind = op.input_type(i)
-        if kind == dtypes.ANY:
+        if kind in (dtypes.ANY, dtypes.NUMBER):
             kind = {"": dtypes.FLOAT, "int64": dtypes.INT, "bool": dtypes.BOOL}[case.element]
         if kind == dtypes.INT:
             lo, hi = case.id_range

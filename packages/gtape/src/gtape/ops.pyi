@@ -194,32 +194,32 @@ def where(cond: MaskOperand, a: FloatOperand, b: FloatOperand) -> Var:
     to a where cond, to b elsewhere. [gtensor op where: differentiable; result float]"""
 
 
-def greater(a: FloatOperand, b: FloatOperand) -> Var:
+def greater(a: FloatOperand | IndexOperand, b: FloatOperand | IndexOperand) -> Var:
     """a > b as a bool Var (false for NaN; not differentiable). [gtensor op greater: not
     differentiable; result bool]"""
 
 
-def greater_equal(a: FloatOperand, b: FloatOperand) -> Var:
+def greater_equal(a: FloatOperand | IndexOperand, b: FloatOperand | IndexOperand) -> Var:
     """a >= b as a bool Var (false for NaN; not differentiable). [gtensor op greater_equal: not
     differentiable; result bool]"""
 
 
-def less(a: FloatOperand, b: FloatOperand) -> Var:
+def less(a: FloatOperand | IndexOperand, b: FloatOperand | IndexOperand) -> Var:
     """a < b as a bool Var (false for NaN; not differentiable). [gtensor op less: not
     differentiable; result bool]"""
 
 
-def less_equal(a: FloatOperand, b: FloatOperand) -> Var:
+def less_equal(a: FloatOperand | IndexOperand, b: FloatOperand | IndexOperand) -> Var:
     """a <= b as a bool Var (false for NaN; not differentiable). [gtensor op less_equal: not
     differentiable; result bool]"""
 
 
-def equal(a: FloatOperand, b: FloatOperand) -> Var:
+def equal(a: FloatOperand | IndexOperand, b: FloatOperand | IndexOperand) -> Var:
     """a == b as a bool Var (false for NaN, +0.0 == -0.0; not differentiable). [gtensor op
     equal: not differentiable; result bool]"""
 
 
-def not_equal(a: FloatOperand, b: FloatOperand) -> Var:
+def not_equal(a: FloatOperand | IndexOperand, b: FloatOperand | IndexOperand) -> Var:
     """a != b as a bool Var (true for NaN; not differentiable). [gtensor op not_equal: not
     differentiable; result bool]"""
 

@@ -10,7 +10,7 @@ from typing import Any
 import gtensor
 import numpy as np
 from gtensor import Op
-from gtensor.dtypes import ANY, BOOL, FLOAT, INT, TYPE_DTYPES
+from gtensor.dtypes import ANY, BOOL, FLOAT, INT, NUMBER, TYPE_DTYPES
 from gtensor.ops.registry import REGISTRY as _OPS
 from gtensor.ops.registry import attr_key
 
@@ -56,7 +56,8 @@ class TapeRecording:
             j = n + len(consts)
             home = self._vcache[j] if j < len(self._vcache) else None
             kind = op.input_type(k) if op.typed or op.out_type == ANY else FLOAT
-            if kind == ANY:  # a movement op's data: held as its Var operands' dtype
+            if kind in (ANY, NUMBER):  # a movement op's or a comparison's data: held as its
+                # Var operands' dtype
                 kind = self._var_kind(operands)
             dt = self._dtype if kind == FLOAT else typed_dtype(x, kind, f"{op.name}: {arg}")
             arr = into_backend(self._be, x, dt, f"{op.name}: {arg}", home)

@@ -91,8 +91,10 @@ INDEX = np.dtype(np.int64)  # the dtype of index inputs (take's ids, labels, arg
 MASK = np.dtype(np.bool_)  # the dtype of mask inputs (where's cond, comparison results)
 # What an op input (``Op.types``) or result (``Op.out_type``) is: the op's float dtype, an
 # int64 index array or a bool mask; or ANY: an array of any of those dtypes (the movement ops:
-# they move elements without arithmetic), the result of the dtype of the ANY inputs (one).
-FLOAT, INT, BOOL, ANY = "float", "int64", "bool", "any"
+# they move elements without arithmetic), the result of the dtype of the ANY inputs (one); or
+# NUMBER: a float or an int64 array (the comparisons: ids compared like floats), one dtype
+# for all NUMBER inputs of a call.
+FLOAT, INT, BOOL, ANY, NUMBER = "float", "int64", "bool", "any", "number"
 TYPE_DTYPES = {INT: INDEX, BOOL: MASK}
 TYPED_DTYPES = frozenset((INDEX, MASK))
 ARRAY_DTYPES = SUPPORTED_DTYPES | TYPED_DTYPES

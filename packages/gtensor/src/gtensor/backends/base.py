@@ -103,7 +103,7 @@ class Backend:
         for i, (n, x) in enumerate(zip(names, inputs)):
             shapes.check_rank(op.name, n, x.shape)
             kind = op.input_type(i)
-            if kind not in (dtypes.FLOAT, dtypes.ANY):
+            if kind not in (dtypes.FLOAT, dtypes.ANY, dtypes.NUMBER):
                 continue
             if dtype is None:
                 dtype, first = x.dtype, n
@@ -175,13 +175,18 @@ class Backend:
 
     def check_input(self, op: str, arg: str, x: Any, kind: str = dtypes.FLOAT) -> Any:
         """Reject anything but an array of this backend of the input's kind: float32/float64
-        (``dtypes.FLOAT``), int64 (``dtypes.INT``: indices), bool (``dtypes.BOOL``: masks) or
-        any of them (``dtypes.ANY``)."""
+        (``dtypes.FLOAT``), int64 (``dtypes.INT``: indices), bool (``dtypes.BOOL``: masks),
+        any of them (``dtypes.ANY``) or a float or int64 (``dtypes.NUMBER``)."""
         if not self.is_array(x):
             raise TypeError(f"{op}: {arg} is {describe(x)}; the {self.name} backend takes "
                             f"arrays made by backend({self.name!r}).asarray")
         if kind == dtypes.ANY:
             return self._prepare(self.check_array(op, arg, x))
+        if kind == dtypes.NUMBER:
+            if x.dtype not in dtypes.SUPPORTED_DTYPES and x.dtype != dtypes.INDEX:
+                raise TypeError(f"{op}: {arg} has dtype {x.dtype}; expected float32, float64 or "
+                                "int64")
+            return self._prepare(x)
         if kind == dtypes.FLOAT:
             if x.dtype not in dtypes.SUPPORTED_DTYPES:
                 raise TypeError(f"{op}: {arg} has dtype {x.dtype}; expected float32 or float64")

@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 
 from .. import dtypes
-from ..dtypes import ANY, BOOL, FLOAT, INT, TYPE_DTYPES, FloatType
+from ..dtypes import ANY, BOOL, FLOAT, INT, NUMBER, TYPE_DTYPES, FloatType
 from ..kernels import Kernel, KernelSet
 from .checks import Checks
 
@@ -68,9 +68,13 @@ class Op:
         if self.types and len(self.types) != len(self.inputs):
             raise ValueError(f"op {self.name}: types {self.types} do not match inputs "
                              f"{self.inputs}")
-        bad = [t for t in (*self.types, self.out_type) if t not in (FLOAT, INT, BOOL, ANY)]
+        bad = [t for t in self.types if t not in (FLOAT, INT, BOOL, ANY, NUMBER)]
+        bad += [self.out_type] if self.out_type not in (FLOAT, INT, BOOL, ANY) else []
         if bad:
             raise ValueError(f"op {self.name}: unknown input/result type(s) {bad}")
+        if NUMBER in self.types and self.out_type != BOOL:
+            raise ValueError(f"op {self.name}: NUMBER inputs give a bool result (a "
+                             f"comparison); got {self.out_type}")
         # typed: some input or the result is never a float (the checked path); an ANY op
         # called on floats takes the fast path, on int64 / bool data the checked one
         object.__setattr__(self, "typed", any(t not in (FLOAT, ANY) for t in self.types)
@@ -98,6 +102,8 @@ class Op:
             return dtypes.BY_DTYPE.get(out.dtype, dtypes.F64)
         for i, x in enumerate(inputs):
             if self.variadic or self.input_type(i) == FLOAT:
+                return dtypes.BY_DTYPE[x.dtype]
+            if self.input_type(i) == NUMBER and x.dtype in dtypes.BY_DTYPE:
                 return dtypes.BY_DTYPE[x.dtype]
         return dtypes.F64
 

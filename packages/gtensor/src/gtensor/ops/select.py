@@ -20,14 +20,15 @@ import numpy as np
 from .. import dtypes, shapes
 from ..dtypes import FloatType
 from ..kernels import Kernel, Kind
-from ..scalar.dsl import BOOL, ScalarFn, scalar_fn
+from ..scalar.dsl import BOOL, I64, ScalarFn, scalar_fn
 from .forms import BLOCK, Zip, grid_for
 from .registry import Op, register
 
 
 def _fns(name: str, in_types: tuple[str, ...], out_type: str,
          body: Callable) -> dict[FloatType, ScalarFn]:
-    """``gt_<name>_<sfx>`` per float dtype; FLOAT slots take the float, BOOL slots bool."""
+    """``gt_<name>_<sfx>`` per float dtype; FLOAT (and NUMBER) slots take the float, BOOL
+    slots bool."""
     def dt(t: str, ft: FloatType) -> str:
         return BOOL if t == dtypes.BOOL else ft.suffix
 
@@ -39,11 +40,19 @@ def _ctype(t: str, ft: FloatType) -> str:
     return dtypes.CTYPES[dtypes.MASK] if t == dtypes.BOOL else ft.ctype
 
 
+def _int_fn(name: str, in_types: tuple[str, ...], body: Callable) -> ScalarFn | None:
+    """``gt_<name>_i64``: the comparison on int64 NUMBER inputs (None: no NUMBER input)."""
+    if dtypes.NUMBER not in in_types:
+        return None
+    return scalar_fn(f"gt_{name}_i64", tuple(I64 for _ in in_types), BOOL)(body)
+
+
 def zip_op(name: str, in_types: tuple[str, ...], out_type: str, body: Callable, inputs: tuple,
            vjp=None, doc: str = "") -> Op:
     """An elementwise op of any arity on the ``Zip`` form: its scalar body and input types."""
     form = Zip(tuple(inputs))
     fns = _fns(name, in_types, out_type, body)
+    ifn = _int_fn(name, in_types, body)
 
     def kernel(ft: FloatType, cpu: bool) -> Kernel:
         fn = fns[ft]
@@ -51,29 +60,44 @@ def zip_op(name: str, in_types: tuple[str, ...], out_type: str, body: Callable, 
         text = form.cpu_body(fn.cname) if cpu else form.cuda_body(fn.cname)
         return Kernel(ft.kernel(name), ps, text, Kind.SELECT, (fn,), form)
 
+    def int_kernel(cpu: bool) -> Kernel:  # the int64 comparison: in the float64 set
+        ps = form.params(tuple(dtypes.CTYPES[dtypes.INDEX] for _ in in_types),
+                         _ctype(out_type, dtypes.F64))
+        text = form.cpu_body(ifn.cname) if cpu else form.cuda_body(ifn.cname)
+        return Kernel(dtypes.F64.kernel(f"{name}_i64"), ps, text, Kind.SELECT, (ifn,), form)
+
+    def kernels(ft: FloatType, cpu: bool = False) -> list[Kernel]:
+        extra = [int_kernel(cpu)] if ifn is not None and ft is dtypes.F64 else []
+        return [kernel(ft, cpu), *extra]
+
     def infer(shapes_: tuple, attrs: dict) -> tuple[tuple, dict]:
         out = shapes_[0]
         for s in shapes_[1:]:
             out = shapes.broadcast(name, out, s)
         return out, attrs
 
+    def is_int(arrays: tuple) -> bool:  # NUMBER inputs holding int64 data
+        return ifn is not None and any(
+            t == dtypes.NUMBER and a.dtype == dtypes.INDEX for t, a in zip(in_types, arrays))
+
     def float_of(arrays: tuple) -> FloatType:
         for t, a in zip(in_types, arrays):
-            if t == dtypes.FLOAT:
+            if t in (dtypes.FLOAT, dtypes.NUMBER):
                 return dtypes.float_type(a)
         raise AssertionError(f"{name}: no float input")
 
     def reference(*arrays: np.ndarray) -> np.ndarray:
-        return fns[float_of(arrays)].eval(*arrays)
+        return (ifn if is_int(arrays) else fns[float_of(arrays)]).eval(*arrays)
 
     def launch(rt, ks, ins, out) -> None:
         n = out.size
         if n:
             geom = rt.geom(form.geometry(out.shape, [a.shape for a in ins]))
-            rt.launch(ks.only, grid_for(n), BLOCK, (*ins, out, n, geom))
+            k = ks[f"{name}_i64"] if is_int(ins) else ks[name]
+            rt.launch(k, grid_for(n), BLOCK, (*ins, out, n, geom))
 
-    return register(Op(name, inputs, (), infer, reference, lambda ft: [kernel(ft, False)],
-                       launch, vjp, doc, cpu=lambda ft: [kernel(ft, True)],
+    return register(Op(name, inputs, (), infer, reference, lambda ft: kernels(ft),
+                       launch, vjp, doc, cpu=lambda ft: kernels(ft, True),
                        types=in_types, out_type=out_type))
 
 
@@ -85,7 +109,7 @@ def _where_vjp(be, g, ins, out, needs):
             be.where(cond, zero, g) if needs[2] else None)
 
 
-F, B = dtypes.FLOAT, dtypes.BOOL
+F, B, N = dtypes.FLOAT, dtypes.BOOL, dtypes.NUMBER
 zip_op("where", (B, F, F), F, lambda m, c, a, b: m.where(c, a, b), ("cond", "a", "b"),
        _where_vjp, "a where cond (bool) else b, broadcasting (a selection: no arithmetic)")
 for _name, _body, _sym in (("greater", lambda m, a, b: a > b, ">"),
@@ -93,9 +117,10 @@ for _name, _body, _sym in (("greater", lambda m, a, b: a > b, ">"),
                            ("less", lambda m, a, b: a < b, "<"),
                            ("less_equal", lambda m, a, b: a <= b, "<="),
                            ("equal", lambda m, a, b: a == b, "==")):
-    zip_op(_name, (F, F), B, _body, ("a", "b"), None,
-           f"a {_sym} b as a bool mask (IEEE: false for any NaN; not differentiable)")
-zip_op("not_equal", (F, F), B, lambda m, a, b: a != b, ("a", "b"), None,
-       "a != b as a bool mask (IEEE: true for any NaN; not differentiable)")
+    zip_op(_name, (N, N), B, _body, ("a", "b"), None,
+           f"a {_sym} b as a bool mask, floats or int64 (IEEE: false for any NaN; not "
+           "differentiable)")
+zip_op("not_equal", (N, N), B, lambda m, a, b: a != b, ("a", "b"), None,
+       "a != b as a bool mask, floats or int64 (IEEE: true for any NaN; not differentiable)")
 
 COMPARISONS = ("greater", "greater_equal", "less", "less_equal", "equal", "not_equal")
