@@ -102,3 +102,9 @@ REPORT: dict[str, dict[str, float]] = {}
 def report(section: str, key: str, value: float) -> None:
     """Record one measured error for the end-of-run summary."""
     REPORT.setdefault(section, {})[key] = value
+
+
+def applies(op, attrs: dict):
+    """A function recording ``op`` with ``attrs`` on its Var operands (a declared row's build:
+    ``Op.checks``)."""
+    return lambda *xs: g.ops.apply(op, xs, **attrs)

@@ -20,6 +20,7 @@ import gtape as g
 import gtensor
 import numpy as np
 import pytest
+from gtape_testutil import applies
 from gtensor import conv_loops as cl
 from gtensor.ops.checks import POS
 from gtensor.testing import bits_equal, first_difference
@@ -373,13 +374,10 @@ def declared_rows(registry: dict) -> list[Row]:
         if c is None or c.pin is None:
             continue
         attrs = c.sample[1]
-        rows.append(Row(name, _applies(op, attrs), tuple(c.pin_inputs), _declared_want(c.pin),
+        rows.append(Row(name, applies(op, attrs), tuple(c.pin_inputs), _declared_want(c.pin),
                         tuple(k for k, d in enumerate(c.domain) if d == POS)))
     return rows
 
-
-def _applies(op, attrs: dict) -> Callable:
-    return lambda *xs: g.ops.apply(op, xs, **attrs)
 
 
 def _declared_want(pin: Callable) -> Callable:

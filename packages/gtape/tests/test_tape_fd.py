@@ -14,7 +14,7 @@ import gtape as g
 import gtensor
 import numpy as np
 import pytest
-from gtape_testutil import central_fd, host, rel_err, report
+from gtape_testutil import applies, central_fd, host, rel_err, report
 from gtensor.ops.checks import ANY, AWAY0, POS
 
 
@@ -155,12 +155,9 @@ def declared_rows(registry: dict) -> list[Row]:
         if op.checks is None or op.checks.fd:
             continue
         shapes_, attrs = op.checks.sample
-        rows.append(Row(name, _applies(op, attrs), tuple(shapes_), op.checks.domain))
+        rows.append(Row(name, applies(op, attrs), tuple(shapes_), op.checks.domain))
     return rows
 
-
-def _applies(op, attrs: dict) -> Callable[..., g.Var]:
-    return lambda *xs: g.ops.apply(op, xs, **attrs)
 
 
 ROWS += declared_rows(gtensor.REGISTRY)

@@ -11,7 +11,7 @@ import gtape as g
 import gtensor
 import numpy as np
 import pytest
-from gtape_testutil import bits_equal, host, report
+from gtape_testutil import applies, bits_equal, host, report
 from gtensor.ops.checks import POS
 
 torch = pytest.importorskip("torch")
@@ -183,13 +183,10 @@ def declared_rows(registry: dict) -> list[Row]:
         if c is None or c.higher:
             continue
         shapes_, attrs = c.sample
-        rows.append(Row(name, _applies(op, attrs), _twin(c.torch, attrs), tuple(shapes_),
+        rows.append(Row(name, applies(op, attrs), _twin(c.torch, attrs), tuple(shapes_),
                         (name,), any(d == POS for d in c.domain)))
     return rows
 
-
-def _applies(op, attrs: dict) -> Callable:
-    return lambda *xs: g.ops.apply(op, xs, **attrs)
 
 
 def _twin(twin: Callable, attrs: dict) -> Callable:
