@@ -1,6 +1,7 @@
 """int64 ids and bool masks moved by the movement ops (reshape, transpose, slice, concat,
-broadcast_to, copy: their ``ANY`` inputs) inside a captured step: replayed per node and fused,
-bitwise the eager tape, with fresh ids and masks each step."""
+broadcast_to, copy: their ``ANY`` inputs) and shifted by int64 arithmetic (``ids + 1``:
+add_int) inside a captured step: replayed per node and fused, bitwise the eager tape, with
+fresh ids and masks each step."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ R, C = 4, 6
 
 
 def _loss(tp, w, ids, mask):
-    flat = g.reshape(ids, (2 * R,))  # (R, 2) ids -> one row of gathers
+    flat = g.reshape(ids, (2 * R,)) + 1  # (R, 2) ids -> one row of gathers, shifted (add_int)
     rows = g.take(w, g.concat([g.slice(flat, 0, 0, R), g.copy(flat)], 0), 0)  # (3R, C)
     keep = g.broadcast_to(g.transpose(g.slice(mask, 1, 0, 1)), (3 * R, C))  # a column, spread
     big = g.broadcast_to(g.reshape(g.copy(flat) > 3, (2 * R, 1)), (2 * R, C))  # int64 compare
@@ -23,7 +24,7 @@ def _loss(tp, w, ids, mask):
 
 
 def _data(rng):
-    return (rng.integers(0, 7, (R, 2)), rng.random((1, 3 * R)) < 0.5)
+    return (rng.integers(0, 6, (R, 2)), rng.random((1, 3 * R)) < 0.5)
 
 
 def _eager(device, w0, ids, mask):
@@ -48,6 +49,7 @@ def typed_moves_fuse_bitwise(device: str) -> None:
     ids = tp.const(ids0, name="ids", dtype="int64")
     mask = tp.const(mask0, name="mask", dtype="bool")
     assert g.reshape(ids, (2 * R,)).dtype == np.int64 and g.transpose(mask).dtype == np.bool_
+    assert (ids + ids).op == "add_int" and (1 + ids).dtype == np.int64
     prog = capture(tp, _loss(tp, w, ids, mask), backend=device)
     fp = fuse(prog)
     for step in range(3):

@@ -286,3 +286,26 @@ def test_every_registered_op_has_its_gtape_function():
     assert not missing, f"gtensor ops without a gtape function: {missing}"
     assert all(n in g.__all__ for n in gtensor.REGISTRY if n not in internal)
     assert internal <= set(gtensor.REGISTRY)
+
+
+def test_int64_vars_add_as_int64(bname):
+    """``+`` on int64 Vars (and an int64 Var with an integer) runs add_int: int64, wrapping as
+    numpy; a float scalar, a float Var or an integer outside int64 is refused and records
+    nothing."""
+    with g.Tape(bname) as tp:
+        ids = tp.const(np.array([0, 5, 2**63 - 1]), dtype="int64")
+        x = tp.const(np.ones(3))
+        for got, want in [(ids + 1, [1, 6, -2**63]), (2 + ids, [2, 7, -2**63 + 1]),
+                          (ids + ids, [0, 10, -2]), (ids + np.int64(-5), [-5, 0, 2**63 - 6])]:
+            assert got.op == "add_int" and got.dtype == np.int64
+            assert host(tp, tp.value(got)).tolist() == want
+        n = len(tp)
+        with pytest.raises(TypeError, match="adds: x has dtype int64; expected float32 or "):
+            ids + 0.5
+        with pytest.raises(TypeError, match="add: a has dtype int64"):
+            ids + x
+        with pytest.raises(TypeError, match="add: b has dtype int64"):
+            x + ids
+        with pytest.raises(ValueError, match="add_int: 18446744073709551616 is outside int64"):
+            ids + 2**64
+        assert len(tp) == n

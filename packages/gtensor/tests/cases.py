@@ -224,6 +224,8 @@ def _typed_cases() -> list[Case]:
     cases: list[Case] = []
     for op in ("greater", "greater_equal", "less", "less_equal", "equal", "not_equal"):
         cases += [Case(op, pair) for pair in BINARY_SHAPES]
+    # int64 sums over the whole range (hypothesis reaches the edges: sums that wrap)
+    cases += [Case("add_int", pair, id_range=(-2**63, 2**63 - 1)) for pair in BINARY_SHAPES]
     for shapes_ in [((), (), ()), ((7,), (7,), (7,)), ((3, 5), (3, 5), (3, 5)),
                     ((3, 1), (1, 5), (3, 5)), ((3, 5), (), (5,)), ((2, 3, 4), (3, 1), (4,)),
                     ((1,), (13,), (1,)), ((0, 3), (3,), (0, 3))]:

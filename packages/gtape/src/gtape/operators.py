@@ -12,7 +12,7 @@ from numbers import Real
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from gtensor.dtypes import round_scalar
+from gtensor.dtypes import INDEX, round_scalar
 
 from . import ops
 from .var import Var
@@ -89,15 +89,43 @@ def __pow__(self, n: Any) -> Var:
 
 
 # ---------------------------------------------------------------- operators
+def _is_index(x: Any) -> bool:
+    """An int64 Var (ids, argmax's result)."""
+    return type(x) is Var and x.dtype == INDEX
+
+
+def _int_add(a: Any, b: Any, refused: TypeError) -> Var:
+    """``a + b`` on int64 (``add_int``, wrapping as numpy and torch) where the float op refused
+    an int64 Var: both int64 Vars, or an int64 Var and a Python / numpy integer (a 0-d int64
+    const); anything else re-raises the float op's error."""
+    var = a if type(a) is Var else b
+    other = b if var is a else a
+    if _is_index(var):
+        if isinstance(other, (int, np.integer)) and not isinstance(other, (bool, np.bool_)):
+            if not -2**63 <= int(other) < 2**63:
+                raise ValueError(f"add_int: {other} is outside int64's range "
+                                 f"[{-2**63}, {2**63 - 1}]") from refused
+            other = var._tape.const(np.int64(other), dtype=INDEX)
+        if _is_index(other):
+            return ops.add_int(var, other) if var is a else ops.add_int(other, var)
+    raise refused
+
+
 def __add__(self, other: Any) -> Var:
-    if is_scalar(other):
-        return ops.adds(self, _exact(self._tape, other))
-    return ops.add(self, other)
+    try:  # the float ops first: an int64 Var is refused by them before anything is recorded
+        if is_scalar(other):
+            return ops.adds(self, _exact(self._tape, other))
+        return ops.add(self, other)
+    except TypeError as e:
+        return _int_add(self, other, e)
 
 def __radd__(self, other: Any) -> Var:
-    if is_scalar(other):
-        return ops.adds(self, _exact(self._tape, other))
-    return ops.add(other, self)
+    try:
+        if is_scalar(other):
+            return ops.adds(self, _exact(self._tape, other))
+        return ops.add(other, self)
+    except TypeError as e:
+        return _int_add(other, self, e)
 
 def __sub__(self, other: Any) -> Var:
     if is_scalar(other):  # x - s == x + (-s): negating the rounded scalar is exact

@@ -440,6 +440,11 @@ def adaptive_avg_pool2d(x: FloatOperand, output_size: IntPair) -> Var:
     adaptive_avg_pool2d: differentiable; result float]"""
 
 
+def add_int(a: IndexOperand, b: IndexOperand) -> Var:
+    """A + b on int64 (broadcast), wrapping modulo 2**64 as numpy and torch. [gtensor op
+    add_int: not differentiable; result int64]"""
+
+
 def erf(x: FloatOperand) -> Var:
     """Error function 2/sqrt(pi) int_0^x exp(-t^2) dt, correctly rounded. [gtensor op erf:
     differentiable; result float]"""
@@ -463,11 +468,6 @@ def cos(x: FloatOperand) -> Var:
     float]"""
 
 
-def adaptive_avg_pool2d_grad(g: FloatOperand, size) -> Var:
-    """Adaptive_avg_pool2d's backward: g / count summed over the windows row-major. [gtensor op
-    adaptive_avg_pool2d_grad: differentiable; result float]"""
-
-
 def amax(x: FloatOperand, axis=None, keepdims=False) -> Var:
     """Serial maximum fold (NaN propagates); gradient split evenly between tied maxima. [gtensor
     op amax: differentiable; result float]"""
@@ -481,6 +481,11 @@ def amin(x: FloatOperand, axis=None, keepdims=False) -> Var:
 def prod(x: FloatOperand, axis=None, keepdims=False) -> Var:
     """Serial product, first element first (empty: 1.0). [gtensor op prod: differentiable;
     result float]"""
+
+
+def adaptive_avg_pool2d_grad(g: FloatOperand, size) -> Var:
+    """Adaptive_avg_pool2d's backward: g / count summed over the windows row-major. [gtensor op
+    adaptive_avg_pool2d_grad: differentiable; result float]"""
 
 
 def dropout(x: FloatOperand, key: IndexOperand, p) -> Var:

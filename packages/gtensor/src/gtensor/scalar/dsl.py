@@ -132,6 +132,12 @@ class _NumpyMath:
         return np.asarray(x).astype(np.int64)
 
     @staticmethod
+    def wrapping_add(a: Any, b: Any) -> Any:
+        """int64 a + b modulo 2**64 (two's complement wraparound, as numpy and torch)."""
+        with np.errstate(over="ignore"):
+            return np.add(np.asarray(a, np.int64), np.asarray(b, np.int64), dtype=np.int64)
+
+    @staticmethod
     def call(fn: "ScalarFn | dict", *args: Any) -> Any:
         """Call another scalar function (a per-dtype family: the one of the first float
         argument's dtype)."""
@@ -402,6 +408,15 @@ class CEmitter:
         """float64 to int64, truncating."""
         self._expect(x, F64, "f2i")
         return self.let(f"__double2ll_rz({x.expr})", I64)
+
+    def wrapping_add(self, a: CVal, b: CVal) -> CVal:
+        """int64 a + b modulo 2**64: the sum of the unsigned images (defined in C, where a
+        signed overflow is not), converted back (two's complement)."""
+        a, b = self.coerce(a, I64), self.coerce(b, I64)
+        self._expect(a, I64, "wrapping_add")
+        self._expect(b, I64, "wrapping_add")
+        return self.let(f"(long long)((unsigned long long){a.expr} + "
+                        f"(unsigned long long){b.expr})", I64)
 
     def call(self, fn: "ScalarFn | dict", *args: CVal) -> CVal:
         """Call another scalar function's ``__device__`` function (a per-dtype family: the
