@@ -14,6 +14,7 @@ from ggpu_fuse.analysis import Buffer, Info, analyse, buffer, read_transposed, t
 from ggpu_fuse.planner import virtual_transposes
 from ggpu_replay import capture
 from gtensor.kernels import Kind
+from gtensor.ops.forms import COPY, ZIP2, Product
 from gtensor.testing import bits_equal, first_difference
 
 
@@ -94,7 +95,7 @@ def virtual_transposes_by_scan(infos, keep=()):
         last = max((r.index for r, _ in readers), default=info.index)
         src = buffer(source)
         rewritten = any(r.writes_into(src) for r in infos if info.index < r.index <= last)
-        if not readers or rewritten or any(r.index < info.index or r.kind is not Kind.MATMUL
+        if not readers or rewritten or any(r.index < info.index or not isinstance(r.form, Product)
                                            or not r.fusable or p in r.transposed
                                            for r, p in readers):
             continue
@@ -148,7 +149,8 @@ def test_indexed_transpose_search_is_the_scan(device):
     assert drops > 0 and kept_copies > 0, (drops, kept_copies)
 
 
-LAUNCH_KINDS = {"matmul": Kind.MATMUL, "add": Kind.ZIP}  # the drawn names' kinds
+# the drawn names' kinds and forms
+LAUNCH_KINDS = {"matmul": (Kind.MATMUL, Product("plain")), "add": (Kind.ZIP, ZIP2)}
 
 
 def _random_launches(rng, arena):
@@ -169,7 +171,7 @@ def _random_launches(rng, arena):
             i = np.arange(p * q)
             infos.append(Info(j, None, Kind.COPY, {"x": x}, buffer(out), [("x", buffer(x))],
                               p * q, writes=[("y", buffer(out))], oo=i,
-                              oi={"x": (i % q) * p + i // q}))
+                              oi={"x": (i % q) * p + i // q}, form=COPY))
             outs.append(out)
         else:
             a, b = buffer(view(p, 2)), buffer(view(2, q))
@@ -177,9 +179,10 @@ def _random_launches(rng, arena):
                 a = buffer(outs[int(rng.integers(len(outs)))])
             elif rng.random() < 0.3:  # empty, inside the arena (numpy puts empty views at 0)
                 a = Buffer(buffer(arena).addr + 8 * int(rng.integers(arena.size)), 0, (p, 0), 0)
-            infos.append(Info(j, None, LAUNCH_KINDS[str(kind)], {"batch": 1, "m": p}, buffer(out),
+            kind_of, form = LAUNCH_KINDS[str(kind)]
+            infos.append(Info(j, None, kind_of, {"batch": 1, "m": p}, buffer(out),
                               [("a", a), ("b", b)], p * q,
-                              writes=[("c", buffer(out))]))
+                              writes=[("c", buffer(out))], form=form))
     return infos
 
 

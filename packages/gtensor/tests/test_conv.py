@@ -551,3 +551,43 @@ def test_cpu_image_chunks_change_no_bit(be, ref, dtype, inner):
     # chains over o start at +0.0, so every tap's value is +0.0
     assert np.all(np.signbit(dx[..., reached])) == (inner == "plain")
     assert not np.any(np.signbit(dx[..., ~reached]))
+
+
+@pytest.mark.parametrize("op, attrs, shape, kernel", [
+    ("avg_pool2d", {"kernel": 2}, (2, 3, 6, 6), "avg_pool2d_window"),
+    ("avg_pool2d", {"kernel": 3, "stride": 1}, (1, 2, 5, 7), "avg_pool2d_window"),
+    ("avg_pool2d", {"kernel": 3, "stride": 2, "ceil_mode": True}, (1, 2, 7, 7),
+     "avg_pool2d_window"),  # ceil mode whose last window is whole
+    ("avg_pool2d", {"kernel": 3, "stride": 2, "ceil_mode": True}, (1, 2, 6, 6), "avg_pool2d"),
+    ("avg_pool2d", {"kernel": 3, "padding": 1}, (1, 2, 6, 6), "avg_pool2d"),
+    ("adaptive_avg_pool2d", {"output_size": 1}, (2, 3, 4, 4), "adaptive_avg_pool2d_window"),
+    ("adaptive_avg_pool2d", {"output_size": (2, 3)}, (1, 2, 4, 6), "adaptive_avg_pool2d_window"),
+    ("adaptive_avg_pool2d", {"output_size": 3}, (1, 2, 4, 4), "adaptive_avg_pool2d"),
+])
+def test_whole_windows_run_the_generic_reduction(be, op, attrs, shape, kernel):
+    """Whole windows (no padding, none clipped; adaptive windows of one size) run the generic
+    reduction's kernel (``k_<op>_window``: mean over the window's positions), the others the
+    pool kernel; both the loop oracle's bits, signed zeros and a NaN included."""
+    from gtensor.backends.kernel_backend import KernelBackend
+    from gtensor.recording import Recorder
+    from gtensor.testing import require_backend
+
+    kb = be if isinstance(be, KernelBackend) else require_backend("sim")
+    x = np.random.default_rng(4).normal(size=shape)
+    x[0, 0, 0, :2] = (-0.0, -0.0)
+    x[-1, -1, -1, -1] = np.nan
+    rec = Recorder(kb)
+    with rec.recording() as launches:
+        y = getattr(rec, op)(rec.asarray(x), **attrs)
+    assert [launch.kernel.name for launch in launches] == [f"k_{kernel}_f64"]
+    got = kb.to_numpy(y)
+    if op == "avg_pool2d":
+        at = {"stride": None, "padding": 0, "ceil_mode": False, **attrs}
+        k = (at["kernel"],) * 2 if isinstance(at["kernel"], int) else at["kernel"]
+        s = k if at["stride"] is None else (at["stride"],) * 2
+        p = (at["padding"],) * 2
+        want = cl.loop_avg_pool2d(x, k, s, p, at["ceil_mode"], True)
+    else:
+        o = attrs["output_size"]
+        want = cl.loop_adaptive_avg_pool2d(x, (o, o) if isinstance(o, int) else o)
+    assert bits_equal(want, got), first_difference(want, got)

@@ -51,3 +51,67 @@ def test_a_kernel_refuses_a_string_kind():
         Kernel("k_x_f64", (), "", "map")
     assert Kernel("k_x_f64", (), "", Kind.MAP).kind is Kind.MAP
     assert KINDS == tuple(Kind) and Kind("matmul") is Kind.MATMUL
+
+
+def _all_kernels() -> list[Kernel]:
+    from gtensor import cuda_source
+    from gtensor.runtime import cpu_source
+
+    return [*cuda_source.module_kernels(), *cpu_source.cpu_kernels()]
+
+
+def test_every_kernel_carries_a_form_that_answers_fusion():
+    """Each CUDA and cpu kernel has a form object (``gtensor.ops.forms.Form``); one that
+    keeps its own launch says why, one that fuses has index maps and a statement of its own,
+    and the gather / scatter / argmax / conv / pool / random kernels keep theirs."""
+    from gtensor.ops.forms import Form, Opaque
+
+    kernels = _all_kernels()
+    assert len(kernels) > 200
+    missing = [k.name for k in kernels if not isinstance(k.form, Form)]
+    assert not missing, f"kernels without a form: {missing}"
+    for k in kernels:
+        if not k.form.fusable:
+            assert k.form.why, k.name
+        else:
+            assert not isinstance(k.form, Opaque)
+            assert type(k.form).index_maps is not Form.__dict__.get("index_maps"), k.name
+    keeps = {Kind.GATHER, Kind.SCATTER, Kind.CONV, Kind.POOL, Kind.RANDOM, Kind.ROWS}
+    for k in kernels:
+        if k.kind in keeps:
+            assert not k.form.fusable, f"{k.name} ({k.kind}): {k.form}"
+    assert {k.kind for k in kernels if isinstance(k.form, Opaque)} >= keeps - {Kind.ROWS}
+
+
+def test_an_opaque_form_refuses_maps_and_statements():
+    from gtensor.ops.forms import GATHER
+
+    with pytest.raises(TypeError, match="the gather form keeps its own launch .*no index maps"):
+        GATHER.index_maps({"n": 3})
+    with pytest.raises(TypeError, match="no statement"):
+        GATHER.statement(("f",), {"y": "p0"}, "i", {}, "double")
+    assert not GATHER.fuses({}) and GATHER.why
+
+
+def test_the_product_form_answers_for_matmul():
+    """Matmul's form: one product fuses (a batched one keeps its launch), its flags name the
+    operands read transposed in place, row i of c reads row i of a, and its statement is the
+    per-node kernel's row helper call (a transposed operand read with its strides)."""
+    import numpy as np
+    from gtensor.ops.forms import Product
+
+    f = Product("fma")
+    a, b = np.zeros((2, 3)), np.zeros((3, 4))
+    args = {"a": a, "b": b, "batch": 1, "m": 2, "k": 3, "n": 4, "ta": 0, "tb": 1}
+    assert f.fuses(args) and not f.fuses({**args, "batch": 2})
+    assert f.transposed(args) == {"b": b} and f.transposed({**args, "tb": 0}) == {}
+    acc = f.index_maps(args)
+    assert acc.n == 8 and list(acc.oo) == list(range(8))
+    assert f.row_aligned("a", 2, args, ()) and not f.row_aligned("a", 2, args, ("a",))
+    assert not f.row_aligned("b", 2, args, ())
+    lit = {"m": "2LL", "k": "3LL", "n": "4LL"}
+    plain = f.statement(("gt_dot_fma_f64",), {"a": "A", "b": "B", "c": "C"}, "i", lit, "double")
+    assert "C[i] = gt_dot_fma_f64(A + i_ * 3LL, 1, B + j_, 4LL, 3LL)" in plain
+    flipped = f.statement(("gt_dot_fma_f64",), {"a": "A", "b": "B", "c": "C"}, "i", lit,
+                          "double", ("a", "b"))
+    assert "C[i] = gt_dot_fma_f64(A + i_, 2LL, B + j_ * 3LL, 1, 3LL)" in flipped

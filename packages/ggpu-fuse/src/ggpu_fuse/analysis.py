@@ -1,9 +1,14 @@
-"""What each recorded launch computes, read from its kernel's description and arguments.
+"""What each recorded launch computes, read from its kernel's form and arguments.
 
-For every launch: the buffers it writes (``writes``; ``out`` is the first, the only one of every
-fusable kind) and the buffers it reads, and for each iteration of its
-thread loop the element it writes and the elements it reads (index maps, exact, computed from
-the very geometry arrays the kernel reads). The planner asks two questions of them:
+For every launch: the buffers it writes (``writes``; ``out`` is the first, the only one unless
+its form writes several through one index map) and the buffers it reads, and for each
+iteration of its thread loop the element it writes and the elements it reads (index maps,
+exact, computed from the very geometry arrays the kernel reads). Everything is asked of the
+kernel's form (``Kernel.form``, ``gtensor.ops.forms``), never of its kind: whether a generated
+kernel may compute the launch (``fuses``), its index maps, the operands it reads transposed in
+place, its own row-alignment answer. A generated kernel computes the step's float type, so a
+launch reading or writing int64 or bool data keeps its own. The planner asks two questions of
+them:
 
 * row-local for R rows: does iteration i, which writes row r of a row-shaped output (leading
   dimension R), read only row r of every row-shaped input? (block-per-row fusion)
@@ -17,11 +22,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-from gtensor.kernels import READ_WRITE_KINDS, Kind
+from gtensor.dtypes import FLOATS
+from gtensor.kernels import Kernel, Kind
+from gtensor.ops.forms import Copy, Form
 from gtensor.recording import Launch, address
 
-FUSABLE = frozenset({Kind.MAP, Kind.SCALAR, Kind.ZIP, Kind.COPY, Kind.FILL, Kind.MATMUL,
-                     Kind.REDUCE, Kind.ELEMENTWISE, Kind.UPDATE})
+FLOAT_NAMES = frozenset(ft.name for ft in FLOATS)
 
 
 @dataclass(frozen=True)
@@ -67,9 +73,11 @@ class Info:
     oo: np.ndarray | None = None  # output element written by iteration i
     oi: dict[str, np.ndarray] = field(default_factory=dict)  # input element(s) read by it
     ranges: dict[str, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)
-    # matmul operands read transposed in place: the launch's own operand under its ta / tb
+    # operands read transposed in place (a matmul's): the launch's own operand under its form's
     # flag, or the buffer a (dropped) transpose copy would read
     transposed: dict[str, Any] = field(default_factory=dict)
+    form: Form | None = None  # the kernel's form: what fusion asks (None: keeps its launch)
+    float_data: bool = True  # every data array of the launch has a float type
 
     @property
     def name(self) -> str:
@@ -93,20 +101,16 @@ class Info:
 
     @property
     def fusable(self) -> bool:
-        """Whether a generated kernel can compute this launch's iterations (a launch writing
-        several buffers only through its form's index maps, the same for each of them)."""
-        if self.kind not in FUSABLE:
+        """Whether a generated kernel can compute this launch's iterations: its form says it
+        may, its data is of a float type, and a launch writing several buffers does so through
+        its form's index maps, the same for each of them (``Form.writes_many``)."""
+        if self.form is None or not self.float_data or not self.form.fuses(self.args):
             return False
-        if len(self.writes) > 1 and (self.launch.kernel.form is None
-                                     or self.kind is not Kind.UPDATE):
-            return False
-        return not (self.kind is Kind.MATMUL and int(self.args["batch"]) != 1)
+        return len(self.writes) <= 1 or self.form.writes_many
 
     @property
     def out_identity(self) -> bool:
         """Iteration i writes output element i (and covers the whole output)."""
-        if self.kind is Kind.MATMUL:
-            return True
         return (self.oo is not None and self.n == self.out.size
                 and bool(np.array_equal(self.oo, np.arange(self.n))))
 
@@ -130,8 +134,9 @@ class Info:
         if not row_shaped(b, rows) or not row_shaped(self.out, rows):
             return False
         cb, co = b.size // rows, self.out.size // rows
-        if self.kind is Kind.MATMUL:  # c[i, j]: row i of a; b is read whole
-            return param == "a" and "a" not in self.transposed and int(self.args["m"]) == rows
+        own = self.form.row_aligned(param, rows, self.args, self.transposed)
+        if own is not None:  # the form's own answer (a matmul: row i of a, b read whole)
+            return own
         row = self.oo // co
         if param in self.ranges:
             lo, hi = self.ranges[param]
@@ -141,7 +146,7 @@ class Info:
 
 def transpose_source(info: Info) -> Any | None:
     """The array a copy launch transposes (2-D, whole, contiguous output), else None."""
-    if info.kind is not Kind.COPY or len(info.out.shape) != 2 or not info.out_identity:
+    if not isinstance(info.form, Copy) or len(info.out.shape) != 2 or not info.out_identity:
         return None
     x = info.args["x"]
     p_, q_ = info.out.shape
@@ -162,28 +167,30 @@ def row_shaped(b: Buffer, rows: int) -> bool:
     return len(b.shape) >= 1 and b.shape[0] == rows and b.size > 0
 
 
+def float_data(kernel: Kernel) -> bool:
+    """Whether every data array of ``kernel`` has a float type (what generated kernels hold)."""
+    return all(p.dtype in FLOAT_NAMES for p in kernel.params if p.is_pointer and not p.is_geometry)
+
+
 def analyse(index: int, launch: Launch) -> Info:
-    """The Info of one recorded launch (its kernel's ``kind`` says how to read the args)."""
+    """The Info of one recorded launch (its kernel's form says how to read the args)."""
     k = launch.kernel
+    form = k.form if isinstance(k.form, Form) else None
     args = {p.name: v for p, v in zip(k.params, launch.args)}
     writes = [(p.name, buffer(args[p.name])) for p in k.params
               if p.is_pointer and not p.is_const]
     reads = [(p.name, buffer(args[p.name])) for p in k.params
              if p.is_pointer and p.is_const and not p.is_geometry]
-    if k.kind in READ_WRITE_KINDS:  # written buffers read too (in-place updates)
+    if form is not None and form.in_place:  # written buffers read too (in-place updates)
         reads += writes
     out = writes[0][1] if writes else Buffer(0, 0, (), 0)
-    info = Info(index, launch, k.kind, args, out, reads, 0, writes=writes)
-    kind = k.kind
-    if k.form is not None and kind in FUSABLE:  # the form owns its geometry's layout
-        acc = k.form.index_maps(
+    info = Info(index, launch, k.kind, args, out, reads, 0, writes=writes, form=form,
+                float_data=float_data(k))
+    if info.fusable:  # the form owns its geometry's layout
+        acc = form.index_maps(
             {p.name: _host(v) if p.is_geometry else v for p, v in zip(k.params, launch.args)})
         info.n, info.oo = acc.n, acc.oo
         info.oi.update(acc.oi)
         info.ranges.update(acc.ranges)
-    elif kind is Kind.MATMUL:
-        info.n = int(args["batch"]) * int(args["m"]) * int(args["n"])
-        for flag, param in (("ta", "a"), ("tb", "b")):  # op(x) = x transposed: read in place
-            if int(args.get(flag, 0)):
-                info.transposed[param] = args[param]
+        info.transposed.update(form.transposed(args))
     return info

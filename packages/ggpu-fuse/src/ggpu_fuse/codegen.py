@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 from gtensor.dtypes import BY_CTYPE, float_type
 from gtensor.kernels import GEOMETRY, Kernel, Kind, Param
+from gtensor.ops.forms import Copy
 
 from .analysis import Info, address
 from .planner import Segment
@@ -79,23 +80,12 @@ def _fn(info: Info, k: int = 0) -> str:
 
 
 def _statement(info: Info, v: dict[str, str], i: str) -> str:
-    """One iteration ``i`` of the launch (its per-node kernel's body, for that index)."""
-    a, kind, t = info.args, info.kind, _ctype_of(info)
-    k = info.launch.kernel
-    if k.form is not None:  # the same decode and calls as the per-node kernel: its form's
-        scalars = {p.name: _lit(a[p.name], p.ctype) for p in k.params if not p.is_pointer}
-        calls = tuple(_fn(info, j) for j in range(len(k.calls)))
-        return k.form.statement(calls, v, i, scalars, t)
-    if kind is Kind.MATMUL:
-        m, k, n = (int(a[x]) for x in ("m", "k", "n"))
-        # row i_ of a, column j_ of b; a transposed operand is read in place from its source
-        ar, ast = (f"{v['a']} + i_", f"{m}LL") if "a" in info.transposed else \
-            (f"{v['a']} + i_ * {k}LL", "1")
-        bc, bst = (f"{v['b']} + j_ * {k}LL", "1") if "b" in info.transposed else \
-            (f"{v['b']} + j_", f"{n}LL")
-        return (f"{{ const long long i_ = {i} / {n}LL, j_ = {i} % {n}LL;\n"
-                f"  {v['c']}[{i}] = {_fn(info)}({ar}, {ast}, {bc}, {bst}, {k}LL); }}")
-    raise AssertionError(f"no statement for kind {kind}")
+    """One iteration ``i`` of the launch (its per-node kernel's body, for that index): its
+    form's statement, with the same decode and calls as the per-node kernel."""
+    a, t, k = info.args, _ctype_of(info), info.launch.kernel
+    scalars = {p.name: _lit(a[p.name], p.ctype) for p in k.params if not p.is_pointer}
+    calls = tuple(_fn(info, j) for j in range(len(k.calls)))
+    return info.form.statement(calls, v, i, scalars, t, tuple(info.transposed))
 
 
 def _ctype_of(info: Info) -> str:
@@ -138,7 +128,7 @@ def generate(seg: Segment, name: str, rows: int, make_index: Any) -> Generated:
         for k, info in enumerate(seg.items):
             v = _bind(info, args)
             lines.append(f"        // {info.name} (launch {info.index}, node {info.launch.tag})")
-            if info.kind is Kind.COPY and not info.out_identity:
+            if isinstance(info.form, Copy) and not info.out_identity:
                 start, oo, oi = _row_copy_tables(info, rows, make_index)
                 tables += [start, oo, oi]
                 s, o, i = (args.array(x, index=True) for x in (start, oo, oi))

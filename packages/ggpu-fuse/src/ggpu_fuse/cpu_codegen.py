@@ -35,8 +35,9 @@ from typing import Any
 import numpy as np
 from gtensor.cuda_source import device_functions, device_text
 from gtensor.dtypes import CTYPES, FLOATS
-from gtensor.kernels import Kernel, Kind
+from gtensor.kernels import Kernel
 from gtensor.ops import REGISTRY
+from gtensor.ops.forms import Copy, Product, Reduce
 from gtensor.ops.registry import UPDATES
 from gtensor.recording import Launch
 from gtensor.runtime import cache, toolchain
@@ -258,7 +259,8 @@ def _own_kernel(info: Info) -> bool:
     """A matmul the lowering runs as its per-node kernel inside a row or flat segment: one too
     large for the row tile to pay, or one reading an operand transposed (its ta / tb flag: the
     row helpers read contiguous operands; the per-node kernel reads the flag)."""
-    return info.kind is Kind.MATMUL and (_macs(info) >= SPLIT_MACS or bool(info.transposed))
+    return isinstance(info.form, Product) and (_macs(info) >= SPLIT_MACS
+                                               or bool(info.transposed))
 
 
 def _node_call(launch: Launch, ptrs: _Pointers) -> str:
@@ -273,36 +275,21 @@ def _node_call(launch: Launch, ptrs: _Pointers) -> str:
 
 
 def _affine(info: Info) -> tuple[list[int], dict[str, tuple[int, list[int]]], tuple] | None:
-    """A zip's or copy's geometry (the layouts ``gtensor.kernels`` documents for the kinds) as
-    (dims, {array: (offset, strides)}, out) when it has one or two (collapsed) dimensions, else
-    None; ``out`` is (offset, strides) of a copy's y."""
-    g = [int(x) for x in np.asarray(info.args.get("geom", ()), np.int64).ravel()]
-    if not g or not 1 <= g[0] <= 2:
-        return None
-    rank = g[0]
-    dims = g[1:1 + rank]
-    if info.kind is Kind.ZIP:  # rank, shape, then each input's strides
-        names = [p.name for p in info.launch.kernel.params
-                 if p.is_pointer and p.is_const and not p.is_geometry]
-        if len(g) != 1 + rank * (1 + len(names)):
-            return None
-        return dims, {nm: (0, g[1 + (k + 1) * rank:1 + (k + 2) * rank])
-                      for k, nm in enumerate(names)}, ()
-    if info.kind is Kind.COPY:  # rank, shape, in strides, in offset, out strides, out offset
-        if len(g) != 3 + 3 * rank:
-            return None
-        si, ioff = g[1 + rank:1 + 2 * rank], g[1 + 2 * rank]
-        so, ooff = g[2 + 2 * rank:2 + 3 * rank], g[2 + 3 * rank]
-        return dims, {"x": (ioff, si)}, (ooff, so)
-    return None
+    """The launch's geometry as its form gives a rank <= 2 layout (``Form.affine``: a zip's
+    or a copy's), (dims, {array: (offset, strides)}, out), else None; ``out`` is (offset,
+    strides) of a copy's y, () for a zip's contiguous y."""
+    names = tuple(p.name for p in info.launch.kernel.params
+                  if p.is_pointer and p.is_const and not p.is_geometry)
+    geom = {"geom": np.asarray(info.args.get("geom", ()), np.int64)}
+    return info.form.affine(geom, names)
 
 
 def _range_loop(info: Info, v: dict[str, str], lo: str, hi: str, indent: str) -> str:
     """Iterations [lo, hi) of the launch: a zip or copy of rank <= 2 as rows of its innermost
     dimension (unit-stride or broadcast inner loops the compiler vectorizes; the same element
     offsets as the geometry decode), anything else as its statement in a loop."""
-    aff = _affine(info) if info.kind in (Kind.ZIP, Kind.COPY) else None
-    if aff is None or (info.kind is Kind.COPY and not aff[2]):
+    aff = _affine(info)
+    if aff is None:
         return (f"{indent}for (long long i = {lo}; i < {hi}; ++i) {{\n"
                 f"{indent}    {_statement(info, v, 'i')}\n{indent}}}")
     dims, ins, out = aff
@@ -313,7 +300,7 @@ def _range_loop(info: Info, v: dict[str, str], lo: str, hi: str, indent: str) ->
     def s0(st: list[int]) -> int:  # the outer stride (0 for one dimension)
         return st[0] if len(st) == 2 else 0
 
-    if info.kind is Kind.COPY:
+    if isinstance(info.form, Copy):
         (ioff, si), (ooff, so) = ins["x"], out
         body = (f"{v['y']}[{ooff}LL + q * {s0(so)}LL + j * {so[-1]}LL] = "
                 f"{v['x']}[{ioff}LL + q * {s0(si)}LL + j * {si[-1]}LL];")
@@ -337,13 +324,13 @@ def _row_piece(items: list[Info], rows: int, ptrs: _Pointers) -> str:
     for info in items:
         v = _bind(info, ptrs)
         body.append(f"            // {info.name} (launch {info.index}, node {info.launch.tag})")
-        if info.kind is Kind.MATMUL:
+        if isinstance(info.form, Product):
             a, t = info.args, _ctype_of(info)
             k, n = int(a["k"]), int(a["n"])
             body.append(f"            gtfuse::mm_rows<{t}, {_contract(info)}>({v['a']}, "
                         f"{v['b']}, {v['c']}, r0, r1, {k}LL, {n}LL);")
             cost += max(k, 1) * n
-        elif info.kind is Kind.COPY and not info.out_identity:
+        elif isinstance(info.form, Copy) and not info.out_identity:
             start, oo, oi = _row_copy_tables(info, rows, lambda h: h)
             s, o, i = (ptrs.table(x) for x in (start, oo, oi))
             body.append(f"            for (long long e = {s}[r0]; e < {s}[r1]; ++e) "
@@ -371,7 +358,7 @@ def _flat(items: list[Info], ptrs: _Pointers) -> str:
         body.append(f"            // {info.name} (launch {info.index}, node {info.launch.tag})\n"
                     f"            {{ const long long e1 = e0 + {FLAT_BLOCK}LL < {info.n}LL ? "
                     f"e0 + {FLAT_BLOCK}LL : {info.n}LL;")
-        if info.kind is Kind.MATMUL:
+        if isinstance(info.form, Product):
             a, t = info.args, _ctype_of(info)
             k, n = int(a["k"]), int(a["n"])
             body.append(f"              if (e0 < e1) gtfuse::mm_range<{t}, {_contract(info)}>("
@@ -400,9 +387,9 @@ def _tail(items: list[Info], ptrs: _Pointers) -> str:
 
 
 def _contract(info: Info) -> str:
-    """The row helpers' contract struct of a matmul launch: its kernel's inner-product
-    contract (``k_matmul_fma_<sfx>``: fma; ``k_matmul_<sfx>``: plain)."""
-    return "gtfuse::Fma" if "_fma_" in info.name else "gtfuse::Plain"
+    """The row helpers' contract struct of a matmul launch: its form's inner-product
+    contract (``Product.inner``: fma or plain)."""
+    return "gtfuse::Fma" if info.form.inner == "fma" else "gtfuse::Plain"
 
 
 def lower(segments: list[Segment], rows: int, launches: list[Launch], name: str
@@ -439,7 +426,7 @@ def lower(segments: list[Segment], rows: int, launches: list[Launch], name: str
         elif seg.cls == "flat":  # reductions and large matmuls run as their per-node
             piece = []           # kernels (vectorized across outputs; packed panels)
             for info in seg.items:
-                if info.kind is Kind.REDUCE or _own_kernel(info):
+                if isinstance(info.form, Reduce) or _own_kernel(info):
                     if piece:
                         parts.append(_flat(piece, ptrs))
                     piece = []

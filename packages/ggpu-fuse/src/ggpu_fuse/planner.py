@@ -29,6 +29,7 @@ from typing import Any
 
 import numpy as np
 from gtensor.kernels import Kind
+from gtensor.ops.forms import Product
 
 from .analysis import Buffer, Info, buffer, read_transposed, row_shaped, transpose_source
 
@@ -220,7 +221,7 @@ def virtual_transposes(infos: list[Info], keep: Sequence[Buffer] = ()) -> list[I
         src = buffer(source)
         hits = writes.index[writes.overlapping(src)]
         rewritten = bool(np.any((hits > info.index) & (hits <= last)))
-        if not readers or rewritten or any(r.index < info.index or r.kind is not Kind.MATMUL
+        if not readers or rewritten or any(r.index < info.index or not isinstance(r.form, Product)
                                            or not r.fusable or p in r.transposed
                                            for r, p in readers):
             continue

@@ -67,10 +67,11 @@ class Param:
         return self.ctype.startswith("const ")
 
 
-# What a kernel computes (``Kernel.kind``), so that engines above (fusion) can read it; the
+# What a kernel computes (``Kernel.kind``): a label (and what ``fuse(alone=...)`` names); the
 # layout of each geometry is owned by the kernel's form (``Kernel.form``, ops/forms.py: Map
 # for map and scalar, Zip for zip and select, Copy, Fill, Reduce, Rows, Pointwise for
-# elementwise), which also gives fusion its index maps and statements:
+# elementwise, Product for matmul, Opaque for gather / scatter / index / conv / pool / random),
+# and fusion asks only the form (whether it fuses, its index maps and statements):
 #   map     y[i] = f(x[i])                        for i < n;            calls = (f,)
 #   scalar  y[i] = f(x[i], s)                     for i < n;            calls = (f,)
 #   zip     y[i] = f(a[oa(i)], b[ob(i)])          geom: rank, shape, a strides, b strides
@@ -85,7 +86,7 @@ class Param:
 #   elementwise  y[i] = calls[0](each array parameter in order: at i, or at 0 for a 0-d one;
 #           then each scalar parameter but n) (the fused optimizer updates)
 #   select  y[i] = calls[0](x0[o0(i)], ..., x{n-1}[o{n-1}(i)]) on the Zip form
-#           (ops.forms.Zip: typed inputs and results: where, the comparisons)
+#           (ops.forms.Zip: typed inputs and results: where, the comparisons, add_int)
 #   gather  y[o] = x[an index read from an int64 ids array] (take, take_along_axis)
 #   scatter y[d] = serial sum (add) of g over the positions whose id names d, in position
 #           order (take_grad, take_along_axis_grad)
@@ -123,9 +124,6 @@ class Kind(Enum):
 
 
 KINDS = tuple(Kind)
-# kinds whose written buffers are read too (read-modify-write in place: the optimizer's
-# in-place updates); every other kernel reads only its const pointers
-READ_WRITE_KINDS = (Kind.UPDATE,)
 
 
 @dataclass(frozen=True, eq=False)

@@ -25,7 +25,7 @@ from typing import Any, TypeVar
 
 from .backends.delegating import ArraysOf
 from .backends.kernel_backend import KernelBackend
-from .kernels import READ_WRITE_KINDS, Kernel
+from .kernels import Kernel
 
 T = TypeVar("T")
 
@@ -126,7 +126,7 @@ class Recorder(ArraysOf, KernelBackend):
                     return False  # a second launch touches src
                 outs = [j for j, p in enumerate(launch.kernel.params)
                         if p.is_pointer and not p.is_const]
-                if (launch.kernel.kind in READ_WRITE_KINDS or len(outs) != 1
+                if (getattr(launch.kernel.form, "in_place", False) or len(outs) != 1
                         or launch.args[outs[0]] is not src
                         or any(_overlap(s, r) for r in reads)):
                     return False

@@ -16,6 +16,12 @@ adaptive average pooling (torch's adaptive_avg_pool2d), with their backward ops.
   division by its element count. The output is at most the input on each axis.
 * ``adaptive_avg_pool2d_grad(g)``: dx = the serial sum over the windows in row-major order
   holding the element of g / count (one division per term); none: +0.0.
+
+Where every window is whole (no padding and none clipped by ceil mode; adaptive windows all of
+one size: H % OH == W % OW == 0, global average pooling among them), that definition is the
+generic reduction's (``forms.REDUCE`` with mean: the serial sum from the first element, one
+division by the count) over the window's positions, and the forward runs its kernel
+(``k_<op>_window``); fusion then reads it as it reads any reduction.
 """
 
 from __future__ import annotations
@@ -25,7 +31,8 @@ import numpy as np
 from .. import dtypes
 from ..kernels import Kernel
 from .conv import check_4d, pair
-from .elementwise import ADD, DIV
+from .elementwise import ADD, DIV, of
+from .forms import BLOCK, REDUCE, grid_for
 from .pool import (
     IN,
     OUT,
@@ -37,6 +44,7 @@ from .pool import (
     taps,
     window_attrs,
 )
+from .reduce import SUM, fold_kernels
 from .registry import Op, register
 
 
@@ -247,16 +255,52 @@ _ARRAYS = {"avg_pool2d": "const $T* x", "avg_pool2d_grad": "const $T* g",
 
 
 def _kernels(name: str, cpu: bool):
+    # the forward ops also hold a window reduction: the generic Reduce form's kernel (mean)
+    window = fold_kernels(f"{name}_window", REDUCE, SUM, ADD, cpu) if name in _WINDOWED \
+        else None
+
     def kernels(ft: dtypes.FloatType) -> list[Kernel]:
         subs = {"T": ft.ctype, "ADD": ADD[ft].cname, "DIV": DIV[ft].cname,
                 "KNAME": ft.kernel(name)}
         return [pool_kernels(_ARRAYS[name], _BODIES[name], _CPU_WINDOW.get(name),
-                             (ADD[ft], DIV[ft]), cpu, subs)]
+                             (ADD[ft], DIV[ft]), cpu, subs), *(window(ft) if window else ())]
 
     return kernels
 
 
+# Where every window is whole (no padding, no partial ceil-mode window; adaptive windows of one
+# size), a window's definition -- the serial sum of its elements in tap (row-major) order, the
+# first one starting, then one division by its element count -- is the generic reduction's
+# (``forms.REDUCE`` with mean) over the positions (KH, KW) at strides (W, 1) from the window's
+# corner: the forward ops run that kernel there (``k_<op>_window``: fusion reads it as any
+# reduction). Padded or clipped windows keep the pool kernel (their divisor and taps vary).
+_WINDOWED = ("avg_pool2d", "adaptive_avg_pool2d")
+
+
+def _launch_windows(rt, ks, name: str, x, out, kernel: tuple, stride: tuple) -> None:
+    """Enqueue ``k_<name>_window``: out[n, c, oy, ox] = mean of x's whole window there."""
+    n, c, h, w = x.shape
+    oh, ow = out.shape[2:]
+    nout = out.size
+    if not nout:
+        return
+    nred, geom = REDUCE.strided_geometry(
+        (n, c, oh, ow), (c * h * w, h * w, stride[0] * w, stride[1]), kernel, (w, 1))
+    rt.launch(ks[f"{name}_window"], grid_for(nout), BLOCK,
+              (x, out, nout, nred, 1, of(out).scalar(nred), rt.geom(geom)))
+
+
+def _whole_windows(size: tuple, out: tuple, kernel: tuple, stride: tuple, padding: tuple) -> bool:
+    """Every window lies inside the input (no padding, the last one ends by the edge)."""
+    return tuple(padding) == (0, 0) and all(
+        (o - 1) * s + k <= n for o, s, k, n in zip(out, stride, kernel, size))
+
+
 def _avg_launch(rt, ks, ins, out, *, kernel, stride, padding, ceil_mode, count_include_pad):
+    x = ins[0]
+    if _whole_windows(x.shape[2:], out.shape[2:], kernel, stride, padding):
+        _launch_windows(rt, ks, "avg_pool2d", x, out, kernel, stride)
+        return
     launch_pool(rt, ks, tuple(ins), out, ins[0].shape, out.shape, kernel, stride, padding,
                 inc=count_include_pad)
 
@@ -268,6 +312,12 @@ def _avg_grad_launch(rt, ks, ins, out, *, kernel, stride, padding, ceil_mode,
 
 
 def _adaptive_launch(rt, ks, ins, out, *, output_size):
+    x = ins[0]
+    size, osz = x.shape[2:], out.shape[2:]
+    if all(n % o == 0 for n, o in zip(size, osz)):  # windows of one size, edge to edge
+        step = tuple(n // o for n, o in zip(size, osz))
+        _launch_windows(rt, ks, "adaptive_avg_pool2d", x, out, step, step)
+        return
     launch_pool(rt, ks, tuple(ins), out, ins[0].shape, out.shape)
 
 

@@ -44,7 +44,7 @@ import numpy as np
 from .. import dtypes
 from ..kernels import Kernel, Kind, params
 from .elementwise import ADD, MUL
-from .forms import BLOCK, grid_for
+from .forms import BLOCK, CONV, grid_for
 from .inner import FMA_INTRINSIC, FMA_KERNELS, INNER, check_inner, cpu_product, serial_matmul
 from .registry import Op, register
 
@@ -609,7 +609,8 @@ def _kernels(spec: tuple, cpu: bool):
             # input gradient's ADD over the taps)
             calls = ((MUL[ft], ADD[ft]) if inner == "plain"
                      else (ADD[ft],) if name == "conv2d_grad_input" else ())
-            out.append(Kernel(ft.kernel(kernel_base(name, inner)), sig, body, Kind.CONV, calls))
+            out.append(Kernel(ft.kernel(kernel_base(name, inner)), sig, body, Kind.CONV, calls,
+                              CONV))
         return out
 
     return kernels

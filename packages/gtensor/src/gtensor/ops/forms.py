@@ -28,7 +28,7 @@ elementwise ops (add, mul, maximum, ...) are ``Zip(("a", "b"))``; where and the 
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass, field
 from math import prod
 from string import Template
@@ -54,6 +54,77 @@ class Access:
 
 def _ctype_params(spec: str, ctype: str) -> tuple[Param, ...]:
     return params(spec.replace("$T", ctype))
+
+
+class Form:
+    """What an engine above (fusion) asks of a kernel's form, never of its kind.
+
+    * ``fuses(args)``: whether a generated kernel may compute the iterations of a launch with
+      these arguments (``index_maps`` and ``statement`` then answer for it); a form that
+      keeps its own launch (``Opaque``, ``Rows``) says no, and ``why``;
+    * ``in_place``: its written buffers are read too (the in-place optimizer updates);
+    * ``writes_many``: it may write several buffers, each through the same index map;
+    * ``transposed(args)``: the operands it reads transposed in place (``Product``: its
+      ``ta`` / ``tb`` flags), as {parameter: array};
+    * ``row_aligned(param, rows, args, transposed)``: its own answer to whether iteration i
+      reads ``param`` only within the row it writes (None: read it off ``index_maps``);
+    * ``affine(args, names)``: a rank <= 2 strided layout (dims, {input: (offset, strides)},
+      output (offset, strides) or ()) that a cpu loop can walk directly, or None.
+    """
+
+    fusable = True
+    why = ""
+    in_place = False
+    writes_many = False
+
+    def fuses(self, args: dict) -> bool:
+        """Whether a generated kernel may compute this launch's iterations."""
+        return self.fusable
+
+    def transposed(self, args: dict) -> dict:
+        """The operands read transposed in place ({parameter: its array})."""
+        return {}
+
+    def row_aligned(self, param: str, rows: int, args: dict, transposed: Collection[str]
+                    ) -> bool | None:
+        """The form's own row-alignment answer, or None (read it off the index maps)."""
+        return None
+
+    def affine(self, args: dict, names: tuple[str, ...]) -> tuple | None:
+        """A rank <= 2 layout a cpu loop walks directly, or None."""
+        return None
+
+
+@dataclass(frozen=True)
+class Opaque(Form):
+    """A kernel that keeps its own launch: fusion computes none of its iterations, for the
+    reason ``why`` (gather, scatter, argmax, conv, pool, the Philox draws)."""
+
+    name: str
+    why: str
+    fusable = False
+
+    def index_maps(self, args: dict) -> Access:
+        """None: an opaque form has no index maps (TypeError naming why)."""
+        raise TypeError(f"the {self.name} form keeps its own launch ({self.why}): no index maps")
+
+    def statement(self, calls: tuple[str, ...], arrays: dict[str, str], i: str,
+                  scalars: dict[str, str], ctype: str, transposed: Collection[str] = ()
+                  ) -> str:
+        """None: an opaque form has no statement (TypeError naming why)."""
+        raise TypeError(f"the {self.name} form keeps its own launch ({self.why}): no statement")
+
+
+GATHER = Opaque("gather", "it reads x at ids the data holds, refreshed by set_input: no fixed "
+                "index map")
+SCATTER = Opaque("scatter", "each slot sums g over every position whose id names it, in "
+                 "position order: a chain across the whole input")
+INDEX = Opaque("index", "int64 / bool results without arithmetic (argmax, index_weight): "
+               "generated kernels compute the step's float type")
+CONV = Opaque("conv", "each output a serial chain over its taps, tiled by the conv kernels")
+POOL = Opaque("pool", "each output a window in a defined order, windows overlapping rows")
+RANDOM = Opaque("random", "Philox words of an int64 key per element: the draws keep the op's "
+                "launch")
 
 
 _GRID_LOOP = ("    const long long step = (long long)gridDim.x * blockDim.x;\n"
@@ -85,7 +156,7 @@ def split_cost(calls: Iterable, least: int) -> int:
 
 
 @dataclass(frozen=True)
-class Map:
+class Map(Form):
     """``y[i] = f(x[i], *extra)`` for i < n: one input read where the output is written."""
 
     extra: tuple[str, ...] = ()  # host scalar parameters passed to f after x[i] ("s")
@@ -115,7 +186,8 @@ class Map:
         return Access(n, np.arange(n), {"x": np.arange(n)})
 
     def statement(self, calls: tuple[str, ...], arrays: dict[str, str], i: str,
-                  scalars: dict[str, str], ctype: str) -> str:
+                  scalars: dict[str, str], ctype: str, transposed: Collection[str] = ()
+                  ) -> str:
         """One iteration in a generated kernel (scalars as exact literals)."""
         x = f"{arrays['x']}[{i}]"
         extra = tuple(scalars[e] for e in self.extra)
@@ -123,7 +195,7 @@ class Map:
 
 
 @dataclass(frozen=True)
-class Fill:
+class Fill(Form):
     """``y[i] = v`` for i < n (a host scalar of the float type)."""
 
     def params(self, ctype: str) -> tuple[Param, ...]:
@@ -145,13 +217,14 @@ class Fill:
         return Access(n, np.arange(n))
 
     def statement(self, calls: tuple[str, ...], arrays: dict[str, str], i: str,
-                  scalars: dict[str, str], ctype: str) -> str:
+                  scalars: dict[str, str], ctype: str, transposed: Collection[str] = ()
+                  ) -> str:
         """One iteration in a generated kernel."""
         return f"{arrays['y']}[{i}] = {scalars['v']};"
 
 
 @dataclass(frozen=True)
-class Copy:
+class Copy(Form):
     """``y[oo(i)] = x[oi(i)]`` over a strided shape (see the module doc for geom)."""
 
     def params(self, ctype: str) -> tuple[Param, ...]:
@@ -183,8 +256,19 @@ class Copy:
         oo = ooff + _strided_offsets(shape, so, n)
         return Access(n, oo, {"x": oi})
 
+    def affine(self, args: dict, names: tuple[str, ...]) -> tuple | None:
+        """(dims, {"x": (in offset, in strides)}, (out offset, out strides)) of rank 1 or 2."""
+        g = [int(v) for v in np.asarray(args.get("geom", ()), np.int64).ravel()]
+        if not g or not 1 <= g[0] <= 2 or len(g) != 3 + 3 * g[0]:
+            return None
+        rank = g[0]
+        si, ioff = g[1 + rank:1 + 2 * rank], g[1 + 2 * rank]
+        so, ooff = g[2 + 2 * rank:2 + 3 * rank], g[2 + 3 * rank]
+        return g[1:1 + rank], {"x": (ioff, si)}, (ooff, so)
+
     def statement(self, calls: tuple[str, ...], arrays: dict[str, str], i: str,
-                  scalars: dict[str, str], ctype: str) -> str:
+                  scalars: dict[str, str], ctype: str, transposed: Collection[str] = ()
+                  ) -> str:
         """One iteration in a generated kernel: the same decode as the kernel's."""
         g = arrays["geom"]
         return (f"{{ const int rank = (int){g}[0]; long long rem = {i}, oi = {g}[1 + 2 * rank], "
@@ -195,7 +279,7 @@ class Copy:
 
 
 @dataclass(frozen=True)
-class Reduce:
+class Reduce(Form):
     """``y[o] = fold(x over the reduced positions of o)``, one serial fold per output by the
     op's fold helper (``combine`` from the first element on, row-major), then its finish:
     with ``finish`` (sum, mean, sum_to) the kernel takes ``mean`` and ``count`` and divides by
@@ -215,14 +299,20 @@ class Reduce:
         """(nred, geom values) of a contiguous x reduced over ``axes``."""
         st = shapes.contiguous_strides(x_shape)
         kept = [i for i in range(len(x_shape)) if i not in axes]
-        odims, (ost,) = shapes.collapse(tuple(x_shape[i] for i in kept),
-                                        tuple(st[i] for i in kept))
-        rdims, (rst,) = shapes.collapse(tuple(x_shape[i] for i in axes),
-                                        tuple(st[i] for i in axes))
-        nred = shapes.size([x_shape[i] for i in axes])
+        return self.strided_geometry(tuple(x_shape[i] for i in kept), tuple(st[i] for i in kept),
+                                     tuple(x_shape[i] for i in axes), tuple(st[i] for i in axes))
+
+    def strided_geometry(self, odims: tuple, ostrides: tuple, rdims: tuple, rstrides: tuple
+                         ) -> tuple[int, tuple[int, ...]]:
+        """(nred, geom values) of outputs ``odims`` based at ``ostrides`` in x, each folding
+        the positions ``rdims`` at ``rstrides`` from its base, row-major (the slots may overlap:
+        pooling windows)."""
+        odims, (ost,) = shapes.collapse(tuple(odims), tuple(ostrides))
+        rd, (rst,) = shapes.collapse(tuple(rdims), tuple(rstrides))
+        nred = shapes.size(rdims)
         if nred == 0:
-            rdims, rst = (), ()
-        return nred, (len(odims), *odims, *ost, len(rdims), *rdims, *rst)
+            rd, rst = (), ()
+        return nred, (len(odims), *odims, *ost, len(rd), *rd, *rst)
 
     def _finishes(self, div_fn: str | None) -> dict[str, str]:
         """The template's finish pieces: the division under ``mean``, or nothing."""
@@ -263,7 +353,8 @@ class Reduce:
         return Access(nout, np.arange(nout), ranges={"x": (base + lo, base + hi)})
 
     def statement(self, calls: tuple[str, ...], arrays: dict[str, str], i: str,
-                  scalars: dict[str, str], ctype: str) -> str:
+                  scalars: dict[str, str], ctype: str, transposed: Collection[str] = ()
+                  ) -> str:
         """One output in a generated kernel: the kernel's decode, the same helper calls."""
         g, v, t = arrays["geom"], arrays, ctype
         done = (f"{scalars['mean']} ? {calls[1]}(acc, {scalars['count']}) : acc"
@@ -278,7 +369,7 @@ class Reduce:
 
 
 @dataclass(frozen=True)
-class Pointwise:
+class Pointwise(Form):
     """``y[i] = f(a0[i], ..., s0, ..., h0, ...)`` for i < n: array inputs read at i, 0-d array
     inputs (``at0``: a device scalar such as Adam's lr_t) read once at 0, then host scalars
     (``scalars``) -- the fused optimizer updates (kind ``elementwise``)."""
@@ -319,7 +410,8 @@ class Pointwise:
         return Access(n, np.arange(n), {a: np.arange(n) for a in self.arrays if a not in zero_d})
 
     def statement(self, calls: tuple[str, ...], arrays: dict[str, str], i: str,
-                  scalars: dict[str, str], ctype: str) -> str:
+                  scalars: dict[str, str], ctype: str, transposed: Collection[str] = ()
+                  ) -> str:
         """One iteration in a generated kernel (host scalars as exact literals)."""
         zero_d = {a for a, _ in self.at0}
         ins = [f"{arrays[a]}[{'0' if a in zero_d else i}]" for a in self.arrays]
@@ -338,7 +430,7 @@ def row_geometry(shape: tuple, axis: int) -> tuple[int, int, int]:
 
 
 @dataclass(frozen=True)
-class Rows:
+class Rows(Form):
     """A block per row: the rows along one axis of (A, R, B) (row r's R elements B apart,
     starting at ``base``), each block running the op's own row body (softmax, log_softmax,
     logsumexp and their backward helpers). Rows keep their own launch: fusion does not read
@@ -346,6 +438,8 @@ class Rows:
 
     ins: tuple[str, ...]
     outs: tuple[str, ...]
+    fusable = False
+    why = "each block runs the op's own row body (a max tree, serial sums)"
 
     def params(self, ctype: str) -> tuple[Param, ...]:
         """Kernel parameters: the inputs, the outputs, A, R, B."""
@@ -415,7 +509,7 @@ def _coords(i: np.ndarray, shape: np.ndarray) -> list[np.ndarray]:
 
 
 @dataclass(frozen=True)
-class Zip:
+class Zip(Form):
     """The n-input elementwise form with numpy broadcasting (see the module doc)."""
 
     names: tuple[str, ...]
@@ -485,7 +579,8 @@ class Zip:
             "    });"])
 
     def statement(self, calls: tuple[str, ...], arrays: dict[str, str], i: str,
-                  scalars: dict[str, str], ctype: str) -> str:
+                  scalars: dict[str, str], ctype: str, transposed: Collection[str] = ()
+                  ) -> str:
         """One output ``i`` of a recorded launch inside a generated kernel: the same decode and
         the same call, on the generated kernel's array names (``arrays``: param -> name; the
         geometry under "geom")."""
@@ -505,6 +600,56 @@ class Zip:
         offs = {name: _strided_offsets(shape, g[1 + (k + 1) * rank:1 + (k + 2) * rank], n)
                 for k, name in enumerate(self.names)}
         return Access(n, np.arange(n), offs)
+
+    def affine(self, args: dict, names: tuple[str, ...]) -> tuple | None:
+        """(dims, {input: (0, its strides)}, ()) of rank 1 or 2 (``names``: the inputs)."""
+        g = [int(v) for v in np.asarray(args.get("geom", ()), np.int64).ravel()]
+        if not g or not 1 <= g[0] <= 2 or len(g) != 1 + g[0] * (1 + len(names)):
+            return None
+        rank = g[0]
+        return g[1:1 + rank], {nm: (0, g[1 + (k + 1) * rank:1 + (k + 2) * rank])
+                               for k, nm in enumerate(names)}, ()
+
+
+@dataclass(frozen=True)
+class Product(Form):
+    """``c[b, i, j]`` = the serial chain over k ascending of row i of op(a) and column j of
+    op(b) by the kernel's row helper (``calls[0]``: ``gt_dot`` or ``gt_dot_fma``) under the
+    ``inner`` contract (``gtensor.ops.inner``); op(x) is x read transposed in place under its
+    flag. Scalars: batch, m, k, n, ta, tb. A generated kernel computes a single product
+    (batch 1); a dropped transpose copy makes an operand read transposed in place too."""
+
+    inner: str  # "plain" or "fma"
+
+    def fuses(self, args: dict) -> bool:
+        """One product (batch 1): a batched one keeps its launch."""
+        return int(args["batch"]) == 1
+
+    def transposed(self, args: dict) -> dict:
+        """The operands flagged ``ta`` / ``tb``, read transposed in place."""
+        return {p: args[p] for flag, p in (("ta", "a"), ("tb", "b")) if int(args.get(flag, 0))}
+
+    def index_maps(self, args: dict) -> Access:
+        """Iteration i writes c[i]; it reads row i / n of op(a) and all of op(b) (no
+        per-element maps: ``row_aligned`` answers for the rows)."""
+        n = int(args["batch"]) * int(args["m"]) * int(args["n"])
+        return Access(n, np.arange(n))
+
+    def row_aligned(self, param: str, rows: int, args: dict, transposed: Collection[str]
+                    ) -> bool | None:
+        """Row i of c reads row i of a (read as it is) and all of b."""
+        return param == "a" and "a" not in transposed and int(args["m"]) == rows
+
+    def statement(self, calls: tuple[str, ...], arrays: dict[str, str], i: str,
+                  scalars: dict[str, str], ctype: str, transposed: Collection[str] = ()
+                  ) -> str:
+        """One output: the row helper on row i_ of op(a) and column j_ of op(b), a transposed
+        operand read in place (from its source)."""
+        v, m, k, n = arrays, scalars["m"], scalars["k"], scalars["n"]
+        ar, ast = (f"{v['a']} + i_", m) if "a" in transposed else (f"{v['a']} + i_ * {k}", "1")
+        bc, bst = (f"{v['b']} + j_ * {k}", "1") if "b" in transposed else (f"{v['b']} + j_", n)
+        return (f"{{ const long long i_ = {i} / {n}, j_ = {i} % {n};\n"
+                f"  {v['c']}[{i}] = {calls[0]}({ar}, {ast}, {bc}, {bst}, {k}); }}")
 
 
 # two float inputs on the cpu: gtcpu::rows2 walks the innermost rows of the broadcast shape

@@ -37,7 +37,7 @@ import numpy as np
 from .. import dtypes, shapes
 from ..kernels import Kernel, Kind, params
 from .elementwise import ADD
-from .forms import BLOCK, grid_for
+from .forms import BLOCK, GATHER, INDEX, SCATTER, grid_for
 from .registry import Op, register
 
 F, IDS = dtypes.FLOAT, dtypes.INT
@@ -151,7 +151,7 @@ def _take_kernels(cpu: bool):
         sig = params(f"const {t}* x, const long long* ids, {t}* y, long long n, long long A, "
                      "long long N, long long J, long long B")
         body = (_CPU_TAKE if cpu else _TAKE).substitute(T=t, NAN=ft.literal(np.nan))
-        return [Kernel(ft.kernel("take"), sig, body, Kind.GATHER)]
+        return [Kernel(ft.kernel("take"), sig, body, Kind.GATHER, form=GATHER)]
 
     return kernels
 
@@ -265,7 +265,8 @@ def _take_grad_kernels(cpu: bool):
         sig = params(f"const {t}* g, const long long* ids, {t}* y, long long n, long long A, "
                      "long long N, long long J, long long B")
         body = (_CPU_TAKE_GRAD if cpu else _TAKE_GRAD).substitute(T=t, ADD=ADD[ft].cname)
-        return [Kernel(ft.kernel("take_grad"), sig, body, Kind.SCATTER, (ADD[ft],))]
+        return [Kernel(ft.kernel("take_grad"), sig, body, Kind.SCATTER, (ADD[ft],),
+                       SCATTER)]
 
     return kernels
 
@@ -404,7 +405,7 @@ def _along_kernels(name: str, cuda: Template, cpu_t: Template, cpu: bool, first:
                                                    ADD=ADD[ft].cname)
         grad = name.endswith("_grad")
         return [Kernel(ft.kernel(name), sig, body, Kind.SCATTER if grad else Kind.GATHER,
-                       (ADD[ft],) if grad else ())]
+                       (ADD[ft],) if grad else (), SCATTER if grad else GATHER)]
 
     return kernels
 
@@ -526,7 +527,8 @@ def _argmax_kernels(cpu: bool):
     def kernels(ft: dtypes.FloatType) -> list[Kernel]:
         t = ft.ctype
         sig = params(f"const {t}* x, long long* y, long long n, long long R, long long B")
-        return [Kernel(ft.kernel("argmax"), sig, _CPU_ARGMAX if cpu else _ARGMAX, Kind.INDEX)]
+        return [Kernel(ft.kernel("argmax"), sig, _CPU_ARGMAX if cpu else _ARGMAX, Kind.INDEX,
+                       form=INDEX)]
 
     return kernels
 
@@ -573,7 +575,7 @@ def _weight_kernels(cpu: bool):
         t = ft.ctype
         sig = params(f"const long long* ids, {t}* y, long long n, long long ignore")
         return [Kernel(ft.kernel("index_weight"), sig, _CPU_WEIGHT if cpu else _WEIGHT,
-                       Kind.INDEX)]
+                       Kind.INDEX, form=INDEX)]
 
     return kernels
 

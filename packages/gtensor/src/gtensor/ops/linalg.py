@@ -18,7 +18,7 @@ import numpy as np
 
 from ..dtypes import FLOATS, FloatType
 from ..kernels import Kernel, Kind, params
-from .forms import BLOCK, grid_for
+from .forms import BLOCK, Product, grid_for
 from .inner import DOT, DOT_FMA, FMA_KERNELS, INNER, check_inner, cpu_body, serial_matmul
 from .registry import Op, register
 
@@ -35,6 +35,9 @@ _MATMUL = Template("""\
     }""")
 
 
+PRODUCTS = {inner: Product(inner) for inner in INNER}  # the kernels' forms, per contract
+
+
 def kernel_base(inner: str) -> str:
     """The base name of the matmul kernel of contract ``inner`` (its KernelSet key)."""
     return "matmul" if inner == "plain" else f"matmul_{inner}"
@@ -45,7 +48,7 @@ def _kernels(ft: FloatType) -> list[Kernel]:
     sig = params(f"const {t}* a, const {t}* b, {t}* c, long long batch, long long m, "
                  "long long k, long long n, long long ta, long long tb")
     return [Kernel(ft.kernel(kernel_base(inner)), sig, _MATMUL.substitute(DOT=dot[ft].name),
-                   Kind.MATMUL, (dot[ft],))
+                   Kind.MATMUL, (dot[ft],), PRODUCTS[inner])
             for inner, dot in zip(INNER, (DOT, DOT_FMA))]
 
 
@@ -56,7 +59,7 @@ def _cpu_kernels(ft: FloatType) -> list[Kernel]:
     out = []
     for inner, k in zip(INNER, _kernels(ft)):
         body = f"    typedef {ft.ctype} T;\n" + cpu_body(inner, "gtcpu::parallel_for")
-        out.append(Kernel(k.name, k.params, body))
+        out.append(Kernel(k.name, k.params, body, form=k.form))
     return out
 
 

@@ -47,11 +47,12 @@ def _any_kernels(ft: FloatType) -> list[Kernel]:
     if ft is not dtypes.F64:
         return _kernels(ft)
     return _kernels(ft) + [Kernel(ft.kernel(f"copy_{sfx}"), COPY.params(ctype),
-                                  COPY.cuda_body(), Kind.INDEX) for sfx, ctype in TYPED.values()]
+                                  COPY.cuda_body(), Kind.INDEX, form=COPY)
+                           for sfx, ctype in TYPED.values()]
 
 
 def _any_cpu_kernels(ft: FloatType) -> list[Kernel]:
-    return [Kernel(k.name, k.params, (k.form or COPY).cpu_body(), form=k.form)
+    return [Kernel(k.name, k.params, k.form.cpu_body(), form=k.form)
             for k in _any_kernels(ft)]
 
 

@@ -31,7 +31,7 @@ from .. import dtypes
 from ..kernels import DeviceFn, Kernel, Kind, params
 from .conv import check_4d, pair
 from .elementwise import ADD
-from .forms import BLOCK, grid_for
+from .forms import BLOCK, POOL, grid_for
 from .registry import Op, register
 
 _ARGMAX = Template("""\
@@ -359,7 +359,7 @@ def pool_kernels(arrays: str, one: str, cpu_window: str | None, calls: tuple, cp
     if cpu and cpu_window is not None:
         loop = CPU_SCATTER.replace("$WINDOW", cpu_window)
     body = Template(DECODE + loop.replace("$ONE", one)).substitute(subs)
-    return Kernel(subs["KNAME"], sig, body, Kind.POOL, calls)
+    return Kernel(subs["KNAME"], sig, body, Kind.POOL, calls, POOL)
 
 
 def _kernels(name: str, cpu: bool):
@@ -376,11 +376,12 @@ def _kernels(name: str, cpu: bool):
 
 def launch_pool(rt, ks, args: tuple, out, big: tuple, small: tuple, kernel=(1, 1),
                 stride=(1, 1), padding=(0, 0), dilation=(1, 1), inc: bool = False) -> None:
-    """Launch a pool kernel over ``out``: ``big`` the (N, C, H, W) side, ``small`` the pooled."""
+    """Launch a pool kernel over ``out``: ``big`` the (N, C, H, W) side, ``small`` the pooled
+    (the op's pool kernel: ``k_<op>``, the first of its set)."""
     h, w = big[2:]
     oh, ow = small[2:]
     if out.size:
-        rt.launch(ks.only, grid_for(out.size), BLOCK,
+        rt.launch(ks.kernels[0], grid_for(out.size), BLOCK,
                   (*args, out, out.size, rt.geom((h, w, oh, ow, *kernel, *stride, *padding,
                                                   *dilation, int(inc)))))
 

@@ -39,7 +39,7 @@ from ..scalar.crlog import LOG_F64
 from ..scalar.crtrig import COS_F64
 from ..scalar.dsl import F32, F64, I64, ScalarFn, scalar_fn
 from .elementwise import MUL
-from .forms import BLOCK, grid_for
+from .forms import BLOCK, RANDOM, grid_for
 from .registry import Op, register
 
 F, IDS = dtypes.FLOAT, dtypes.INT
@@ -244,7 +244,7 @@ def _kernels(what: str, cpu: bool):
         calls = (PHILOX, fns[ft]) if fns else (PHILOX,)
         name = "dropout" if what == "dropout" else f"rng_{what}"
         return [Kernel(ft.kernel(name), params(Template(_SIGS[what]).substitute(T=t)), body,
-                       Kind.RANDOM, calls)]
+                       Kind.RANDOM, calls, RANDOM)]
 
     return kernels
 

@@ -8,6 +8,11 @@ elements is +0.0 for the sums, 1.0 for prod, and an error for amax / amin (torch
 NaN for an empty mean). amax / amin fold with ``maximum`` / ``minimum`` (NaN propagates; of
 tied values, +0 and -0 included, the later one in the order is the result's bits).
 
+The forms' ``REDUCE`` / ``FOLD`` also serve where another op's order is this one: the average
+pools' whole windows (``ops.avg_pool``). Not where it is not: max_pool2d keeps the FIRST of tied
+elements (torch's argmax rule: the gradient goes there) where amax's fold keeps the later's
+bits, and softmax's row max is a strided max per thread, then a tree across the block.
+
 Gradients: sum / mean broadcast g back (mean's scaled by 1/n); amax / amin split g evenly
 between the tied maxima (torch's and JAX's rule): ``(g / count) * mask``, mask 1.0 where
 ``x == out``, count the mask's serial sum; prod: ``g * (out / x)`` where x != 0, at the one zero

@@ -23,7 +23,7 @@ values are computed out of place by the same scalar functions and then copied ov
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -34,7 +34,7 @@ from ..dtypes import FLOATS, FloatType
 from ..kernels import Kernel, KernelSet, Kind, params
 from ..messages import describe
 from ..scalar.dsl import scalar_fn
-from .forms import BLOCK, Access, grid_for
+from .forms import BLOCK, Access, Form, grid_for
 from .optim import ADAM_M, ADAM_P, ADAM_V, SGD_P, _variant
 from .registry import register_update
 
@@ -50,7 +50,7 @@ _GRID_LOOP = ("    const long long step = (long long)gridDim.x * blockDim.x;\n"
 
 
 @dataclass(frozen=True, eq=False)
-class Update:
+class Update(Form):
     """One in-place update: its arrays (written ones, read ones, 0-d device scalars), its host
     scalars and, per dtype and clip/L2 variant, the scalar functions its element body calls.
 
@@ -68,6 +68,8 @@ class Update:
     # (function names, ctype, at) -> the element's statements (see _moments)
     body: Callable[[tuple[str, ...], str, Callable[[str], str]], str]
     reference: Callable[..., dict[str, np.ndarray]]  # (fns, arrays, scalars) -> new values
+    in_place = True  # every written buffer is read first
+    writes_many = True  # each written at element i
 
     def params(self, ctype: str) -> str:
         """The kernel's parameter list (C text)."""
@@ -107,7 +109,8 @@ class Update:
         return Access(n, np.arange(n), {a: np.arange(n) for a in (*self.writes, *self.reads)})
 
     def statement(self, calls: tuple[str, ...], arrays: dict[str, str], i: str,
-                  scalars: dict[str, str], ctype: str) -> str:
+                  scalars: dict[str, str], ctype: str, transposed: Collection[str] = ()
+                  ) -> str:
         """One iteration in a generated kernel: the element body, in a block of its own."""
         zero_d = set(self.zero_d)
 
