@@ -29,6 +29,14 @@ def _ids(lo: int, hi: int, *shape: int):  # per-example int64 inputs (example_id
     return lambda r: r.integers(lo, hi, size=shape, dtype=np.int64)
 
 
+def _int(w, ids):  # an int64 input as a Var (the episode's next typed leaf)
+    return w.tape.const(ids, dtype="int64")
+
+
+def _wraps(w, i, j):  # -w where i + j did not wrap below i, w * w where it did
+    return g.sum(g.where(g.less(i + j, i), w * w, -w))
+
+
 def _mask(*shape: int):  # a per-example bool input (example_ids, nonzero = true)
     return lambda r: r.random(shape) < 0.5
 
@@ -123,6 +131,11 @@ CASES = {
                                lambda w, x, i: g.sum(g.take_along_axis(w * x, i, -1, -1))),
     "take_along_axis_grad": ([_n(3, 1)], [_n(3, 5), _ids(0, 5, 3, 1)],
                              lambda w, y, i: g.sum(g.take_along_axis_grad(w, i, 5, 1) * y)),
+    # int64 arithmetic: shifted ids, and sums over the whole range (some wrap: i + j < i)
+    "add_int": ([_n(7, 3)], [_n(4, 3), _ids(0, 3, 4), _ids(0, 4, 4)],
+                lambda w, y, i, j: g.sum(g.take(w, _int(w, i) + j, axis=0) * y)),
+    "add_int_wraps": ([_n(5)], [_ids(-2**63, 2**63 - 1, 5), _ids(-2**63, 2**63 - 1, 5)],
+                      lambda w, i, j: _wraps(w, _int(w, i), j)),
     "argmax": ([_n(4, 2)], [_d(3, 4), _n(3, 2)],
                lambda w, x, y: g.sum(g.take(w, g.argmax(x, axis=-1), axis=0) * y)),
     "index_weight": ([_n(3)], [_d(3, 4)],

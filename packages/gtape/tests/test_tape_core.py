@@ -296,7 +296,8 @@ def test_int64_vars_add_as_int64(bname):
         ids = tp.const(np.array([0, 5, 2**63 - 1]), dtype="int64")
         x = tp.const(np.ones(3))
         for got, want in [(ids + 1, [1, 6, -2**63]), (2 + ids, [2, 7, -2**63 + 1]),
-                          (ids + ids, [0, 10, -2]), (ids + np.int64(-5), [-5, 0, 2**63 - 6])]:
+                          (ids + ids, [0, 10, -2]), (ids + np.int64(-5), [-5, 0, 2**63 - 6]),
+                          (ids + np.array([1, 2, 3]), [1, 7, -2**63 + 2])]:
             assert got.op == "add_int" and got.dtype == np.int64
             assert host(tp, tp.value(got)).tolist() == want
         n = len(tp)

@@ -97,7 +97,8 @@ def _is_index(x: Any) -> bool:
 def _int_add(a: Any, b: Any, refused: TypeError) -> Var:
     """``a + b`` on int64 (``add_int``, wrapping as numpy and torch) where the float op refused
     an int64 Var: both int64 Vars, or an int64 Var and a Python / numpy integer (a 0-d int64
-    const); anything else re-raises the float op's error."""
+    const) or an integer numpy array (recorded as an int64 const by the op); anything else
+    re-raises the float op's error."""
     var = a if type(a) is Var else b
     other = b if var is a else a
     if _is_index(var):
@@ -106,7 +107,7 @@ def _int_add(a: Any, b: Any, refused: TypeError) -> Var:
                 raise ValueError(f"add_int: {other} is outside int64's range "
                                  f"[{-2**63}, {2**63 - 1}]") from refused
             other = var._tape.const(np.int64(other), dtype=INDEX)
-        if _is_index(other):
+        if _is_index(other) or (isinstance(other, np.ndarray) and other.dtype.kind in "iu"):
             return ops.add_int(var, other) if var is a else ops.add_int(other, var)
     raise refused
 
