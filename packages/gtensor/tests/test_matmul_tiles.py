@@ -5,9 +5,10 @@ take: on the cpu backend the plain contract runs in both tile forms on every hos
 tiles (2 or 1 whole vectors, one partial vector over a zero-padded panel, L or L/2 lanes wide),
 a k block resumed from c (KC = 256; 128 for the tall tiles), op(a) under ta
 read in place or packed in groups of 8 rows, and panels of b read in place (m <= 16, or <= 32
-with a small b; whole vectors) or copied (at first use, or, b over 256 KB, all in one pass
-over b's rows). Shapes are sized from the lanes L of a 64-byte
-vector; on the other backends the same shapes are one more sweep of the definition."""
+with a small b; whole vectors; not when b's rows are 2 or 4 KB apart over many k-steps) or
+copied (at first use, or, b over 256 KB, all in one pass over b's rows). Shapes are sized
+from the lanes L of a 64-byte vector; on the other backends the same shapes are one more sweep
+of the definition."""
 
 from __future__ import annotations
 
@@ -41,6 +42,11 @@ def _cases(dtype: str) -> list[tuple[int, int, int, int, bool, bool]]:
     out += [(1, 24, 300, 1100, False, False), (1, 24, 9, 200, True, False)]  # b large / small
     # rows of a 4 KB apart: 8-row tiles even where tiles are tall (14 such rows share an L1 set)
     out += [(1, 17, 4096 // np.dtype(dtype).itemsize, pw + 3, False, False)]
+    # few rows with b's rows 4 KB / 2 KB apart and many k-steps: its panels copied (read in
+    # place, their lines would share an L1 set); 1 KB apart: read in place
+    item = np.dtype(dtype).itemsize
+    out += [(1, 16, 144, 4096 // item, False, False), (1, 9, 40, 2048 // item, False, False),
+            (1, 5, 40, 1024 // item, False, False)]
     # b over 256 KB (k * n > 65536 values either dtype): its panels copied in one pass over its
     # rows; few rows (whole panels in place, the partial one copied), under ta, in batches
     out += [(1, 12, 300, 250, False, False), (1, 30, 270, 250, True, False),

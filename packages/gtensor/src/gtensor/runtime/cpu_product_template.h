@@ -129,8 +129,15 @@
             if (buf.size() < need + slack) buf.resize(need + slack);
             return (T*)(((uintptr_t)buf.data() + 63) & ~(uintptr_t)63);
         };
+        // a panel read in place takes one cache line per k-step, n * sizeof(T) bytes apart:
+        // when that stride is a multiple of a large power of two (g bytes), its k lines fall
+        // in 4096 / g sets of the 8-way L1 and evict each other once k * g > 8 * 4096 (the
+        // im2col panels of 8 images of 8x8 positions: 4 KB apart, one set): copied then
+        const long long row_bytes = n * (long long)sizeof(T);
+        const long long g = row_bytes & -row_bytes;  // its largest power-of-two divisor
+        const bool spread = k * (g < 4096 ? g : 4096) <= 8 * 4096;
         auto direct = [=](long long w) {
-            return !tb && w % L == 0 &&
+            return !tb && w % L == 0 && spread &&
                    (m <= 16 || (m <= 32 && k * n * (long long)sizeof(T) <= 262144));
         };
         static thread_local std::vector<T> packed;
