@@ -54,11 +54,12 @@ The exact conv kernels run the matmul kernel's own product on im2col panels (sma
 chunks; `benchmarks/results/cpu_conv.md`), keeping each output's serial sum over (c, kh, kw) and
 each weight gradient's over (n, oy, ox); BatchNorm's batch mean and biased variance are serial
 sums over (n, h, w) in row-major order (docs/semantics.md). torch's oneDNN kernels reassociate
-freely. Where the captured step's time goes (`perf record` of 400 replayed steps, float64,
-measured once): about half in the conv products and their copies (at 8x8 and 4x4 images with
-16-32 channels the products run at 4-7 G multiply-adds/s on 2 threads), the rest BatchNorm's
-elementwise passes, the reductions and the step's host side. Issue 41's target for this step
-is <= 0.6x torch eager: not met (0.89x in both dtypes, the table above).
+freely. Where the captured step's time goes (each launch of the replayed step timed alone,
+float64, 2 threads, measured once on 2026-12-04): about 80% in the conv kernels (the forward at
+8x8 with 16 channels 14-15 G multiply-adds/s since a panel of b whose rows share L1 sets is
+copied, 11 before; the weight gradients 8-10, their im2col rows 16 KB apart), the rest
+BatchNorm's elementwise passes, the reductions, the copies and the step's host side.
+Issue 41's target for this step is <= 0.6x torch eager on 2 threads: $VERDICT.
 """
 
 
@@ -157,7 +158,11 @@ def main() -> None:
                  f"with stride 2 and a strided 1x1 conv + BatchNorm2d shortcut; "
                  f"AdaptiveAvgPool2d(1), Flatten, Linear {c2}->10; training-mode BatchNorm, "
                  "its running statistics updated every step)")
-        where = RESNET_WHERE
+        ratios = [rows[names["replay"]][dt][0] / rows[TORCH][dt][0] for dt in ("float64",
+                                                                                 "float32")]
+        verdict = "met" if max(ratios) <= 0.6 else "not met"
+        where = RESNET_WHERE.replace("$VERDICT", f"{verdict} ({ratios[0]:.2f}x in float64, "
+                                     f"{ratios[1]:.2f}x in float32, the table above)")
         flags = " --model resnet"
     else:
         title = "rung 8's CNN"
