@@ -31,8 +31,8 @@ import numpy as np
 from .. import dtypes
 from ..kernels import Kernel
 from .conv import check_4d, pair
-from .elementwise import ADD, DIV, of
-from .forms import BLOCK, REDUCE, grid_for
+from .elementwise import ADD, DIV
+from .forms import REDUCE
 from .pool import (
     IN,
     OUT,
@@ -44,7 +44,7 @@ from .pool import (
     taps,
     window_attrs,
 )
-from .reduce import SUM, fold_kernels
+from .reduce import SUM, fold_kernels, launch_sum
 from .registry import Op, register
 
 
@@ -281,13 +281,9 @@ def _launch_windows(rt, ks, name: str, x, out, kernel: tuple, stride: tuple) -> 
     """Enqueue ``k_<name>_window``: out[n, c, oy, ox] = mean of x's whole window there."""
     n, c, h, w = x.shape
     oh, ow = out.shape[2:]
-    nout = out.size
-    if not nout:
-        return
     nred, geom = REDUCE.strided_geometry(
         (n, c, oh, ow), (c * h * w, h * w, stride[0] * w, stride[1]), kernel, (w, 1))
-    rt.launch(ks[f"{name}_window"], grid_for(nout), BLOCK,
-              (x, out, nout, nred, 1, of(out).scalar(nred), rt.geom(geom)))
+    launch_sum(rt, ks[f"{name}_window"], x, out, nred, geom, True)
 
 
 def _whole_windows(size: tuple, out: tuple, kernel: tuple, stride: tuple, padding: tuple) -> bool:

@@ -377,11 +377,11 @@ def _kernels(name: str, cpu: bool):
 def launch_pool(rt, ks, args: tuple, out, big: tuple, small: tuple, kernel=(1, 1),
                 stride=(1, 1), padding=(0, 0), dilation=(1, 1), inc: bool = False) -> None:
     """Launch a pool kernel over ``out``: ``big`` the (N, C, H, W) side, ``small`` the pooled
-    (the op's pool kernel: ``k_<op>``, the first of its set)."""
+    (the op's pool kernel, ``k_<op>``: the average pools' sets also hold a window reduction)."""
     h, w = big[2:]
     oh, ow = small[2:]
     if out.size:
-        rt.launch(ks.kernels[0], grid_for(out.size), BLOCK,
+        rt.launch(ks[ks.owner], grid_for(out.size), BLOCK,
                   (*args, out, out.size, rt.geom((h, w, oh, ow, *kernel, *stride, *padding,
                                                   *dilation, int(inc)))))
 

@@ -114,14 +114,19 @@ def _reduced_axes(op: str, ndim: int, axis) -> tuple[int, ...]:
     return (shapes.normalize_axis(op, axis, ndim),)
 
 
+def launch_sum(rt, kernel: Kernel, x, out, nred: int, geom: tuple, mean: bool) -> None:
+    """Enqueue ``kernel`` (the ``REDUCE`` form over the sum's fold): each slot of contiguous
+    ``out`` the serial sum of its ``nred`` positions of x (``geom``: ``Reduce.geometry`` or
+    ``strided_geometry``), divided once by nred under ``mean``."""
+    if out.size:
+        rt.launch(kernel, grid_for(out.size), BLOCK,
+                  (x, out, out.size, nred, int(mean), of(out).scalar(nred), rt.geom(geom)))
+
+
 def _launch_reduce(rt, ks, x, out, axes: tuple[int, ...], mean: bool) -> None:
     """Enqueue the reduce kernel summing ``x`` over ``axes`` into contiguous ``out``."""
-    nout = out.size
-    if not nout:
-        return
     nred, geom = REDUCE.geometry(x.shape, axes)
-    rt.launch(ks["reduce"], grid_for(nout), BLOCK,
-              (x, out, nout, nred, int(mean), of(out).scalar(nred), rt.geom(geom)))
+    launch_sum(rt, ks["reduce"], x, out, nred, geom, mean)
 
 
 # --------------------------------------------------------------------------- sum / mean
