@@ -79,7 +79,7 @@ def _today_module():
                 fn.cname, ft.ctype, split_cost((fn,), ELEMENT_COST)), form=MAP))
             names[(name, ft.np.name)] = kname
     src = device_sources([f for pair in fns.values() for f in pair])
-    return CpuModule(src + "\n" + "\n".join(k.source() for k in kernels), kernels), names
+    return CpuModule(kernels, src + "\n" + "\n".join(k.source() for k in kernels)), names
 
 
 def _cpu_ns(fn, reps: int) -> float:

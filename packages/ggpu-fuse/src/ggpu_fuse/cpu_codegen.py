@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from gtensor.cuda_source import device_functions, device_text
+from gtensor.cuda_source import device_text_for
 from gtensor.dtypes import CTYPES, FLOATS
 from gtensor.kernels import Kernel
 from gtensor.ops import REGISTRY
@@ -167,8 +167,8 @@ static inline void mm_range(const T* a, const T* b, T* c, long long k, long long
 
 extern "C" long long gtfuse_set_parallel_work(long long work)
 {
-    const long long old = gtcpu::PARALLEL_WORK;
-    if (work > 0) gtcpu::PARALLEL_WORK = work;
+    const long long old = gtcpu::SHARED->parallel_work;
+    if (work > 0) gtcpu::SHARED->parallel_work = work;
     return old;
 }
 """
@@ -453,10 +453,11 @@ _LOCK = threading.Lock()
 
 
 def translation_unit(body: str) -> str:
-    """The cpu runtime header, every device function, the matmul row helpers, ``body``."""
+    """The cpu runtime header, the device functions ``body`` names, the matmul row helpers,
+    ``body``."""
     helpers = _HELPERS.replace("$CONTRACTS", _FMA_CONTRACT if "gtfuse::Fma" in body else "")
     return "\n".join([toolchain.header_text(cpurt.HEADER_PATH), _HEADER,
-                      device_text(device_functions()), helpers, body])
+                      device_text_for(helpers + body), helpers, body])
 
 
 def load(body: str) -> ctypes.CDLL:

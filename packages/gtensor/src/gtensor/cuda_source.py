@@ -5,6 +5,7 @@ The same text is compiled by NVRTC for the GPU and by the system C++ compiler fo
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from functools import cache
 
@@ -63,6 +64,42 @@ def device_text(fns: Sequence[ScalarFn | DeviceFn]) -> str:
     for fn in fns:
         visit(fn)
     return "\n".join([device_sources(scalars), *(h.text for h in helpers)])
+
+
+_NAME = re.compile(r"\bgt_\w+")
+
+
+@cache
+def _named_functions() -> dict[str, ScalarFn | DeviceFn]:
+    """Every device function of the module by its C name (``gt_*``): the kernels' roots and
+    all they call, in the order ``device_functions`` meets them; a helper text that defines
+    several functions (Philox's) answers for each ``gt_*`` name it holds that no function of
+    its own has."""
+    named: dict[str, ScalarFn | DeviceFn] = {}
+
+    def visit(fn: ScalarFn | DeviceFn) -> None:
+        name = fn.name if isinstance(fn, DeviceFn) else fn.cname
+        if name in named:
+            return
+        named[name] = fn
+        for dep in fn.calls if isinstance(fn, DeviceFn) else fn.dependencies():
+            visit(dep)
+
+    for fn in device_functions():
+        visit(fn)
+    for fn in [f for f in named.values() if isinstance(f, DeviceFn)]:
+        for name in _NAME.findall(fn.text):
+            named.setdefault(name, fn)
+    return named
+
+
+def device_text_for(text: str) -> str:
+    """The ``__device__`` definitions a piece of kernel text names (its ``gt_*`` functions)
+    and everything they call, as ``device_text`` writes them: what a translation unit holding
+    only that text needs (a cpu kernel's library, a fused cpu step)."""
+    named = _named_functions()
+    used = set(_NAME.findall(text))
+    return device_text([fn for name, fn in named.items() if name in used])
 
 
 @cache

@@ -130,14 +130,15 @@ class CpuBackend(HostKernelBackend):
 
     @property
     def module(self) -> Any:
-        """The compiled cpu module (built on first use, then cached on disk and in memory)."""
+        """The cpu module (each kernel compiled on its first use, then cached on disk and in
+        memory)."""
         if self._module is None:
             with self._lock:
                 if self._module is None:
                     from ..runtime.cpu import CpuModule
-                    from ..runtime.cpu_source import cpu_kernels, cpu_module_source
+                    from ..runtime.cpu_source import cpu_kernels
 
-                    self._module = CpuModule(cpu_module_source(), cpu_kernels())
+                    self._module = CpuModule(cpu_kernels())
         return self._module
 
 

@@ -1,21 +1,33 @@
 """The ``cpu`` runtime: each op's host kernels compiled with the system C++ compiler, run natively.
 
-The module (``cpu_source``) is compiled with ``cpu_runtime.h`` into a shared library cached on
-disk like sim's (the same ``toolchain`` and cache helpers, its own folder and flags: ``-O3
--march=native -ffp-contract=off``, no fast-math; the key also holds the host CPU's feature
-flags, since ``-march=native`` code only runs where it was built). Two doors lead in:
+Two kinds of shared library, cached on disk like sim's (the same ``toolchain`` and cache
+helpers, the ``cpu`` folder, flags ``-O3 -march=native -ffp-contract=off``, no fast-math; the
+key also holds the host CPU's feature flags, since ``-march=native`` code only runs where it
+was built):
+
+* the **runtime library** (one per process): ``cpu_runtime.h`` with its thread pool and the
+  settings every kernel reads, the plan interpreter (``gtcpu_exec``, ``cpu_exec.h``) with its
+  call table, and the CPython door;
+* **kernel libraries**: by default one per kernel (its text, the device functions it names and
+  its launchers), compiled the first time a launch or a plan needs that kernel -- a program pays
+  for the kernels it uses (about a second each on 2 cores, once per machine), not for all 200 --
+  and bound to the runtime library (``gtcpu_bind``: one pool, one set of settings), its entry
+  written into the call table. A module built from a given source text (``CpuModule(kernels,
+  source)``) is one kernel library holding all of its kernels.
+
+Two doors lead in:
 
 * ``launch`` / ``prepare`` / ``checked`` + ``bind``: one kernel with checked arguments, the
   ``KernelTable`` contract sim and cuda share (so a ``Recorder`` can wrap the cpu backend);
 * ``plan`` + ``Plan.run``: the eager fast path. An op's launches for one (shapes, attrs) are
   checked once and encoded as an int64 program; a call then passes only the arrays, by
-  object address, and C reads each array's data pointer (``gtcpu_exec``, in ``cpu_exec.h``,
-  appended after the module's launchers).
+  object address, and C reads each array's data pointer (``gtcpu_exec``).
 """
 
 from __future__ import annotations
 
 import ctypes
+import functools
 import hashlib
 import os
 import platform
@@ -44,20 +56,24 @@ CXX_FLAGS = (
     "-pthread",
 )
 HEADER_PATH = Path(__file__).with_name("cpu_runtime.h")
-EXEC_PATH = Path(__file__).with_name("cpu_exec.h")  # the plan interpreter, after the launchers
+EXEC_PATH = Path(__file__).with_name("cpu_exec.h")  # the runtime library's plan interpreter
 THREADS_ENV = "GTENSOR_CPU_THREADS"
 # the plain contract's matmul tile forms, in cpu_runtime.h's TileForm order
 MATMUL_TILE_FORMS = ("host", "tall", "wide")
+MAX_KERNELS = 4096  # cpu_exec.h's GTCPU_MAX_KERNELS: call table entries in one process
 
-_LOADED: dict[str, tuple[ctypes.CDLL, Any]] = {}
-_LOAD_LOCK = threading.Lock()
+_LOADED: dict[str, ctypes.CDLL] = {}
+_LOAD_LOCK = threading.RLock()
+_SLOTS: dict[tuple[str, str], int] = {}  # (kernel library key, kernel name) -> call table entry
+_ANNOUNCED: list[bool] = []
 
 
 def cache_dir() -> Path:
-    """Directory of compiled cpu modules: ``$GTENSOR_CACHE_DIR/cpu`` or the XDG cache's."""
+    """Directory of compiled cpu libraries: ``$GTENSOR_CACHE_DIR/cpu`` or the XDG cache's."""
     return cache.root() / "cpu"
 
 
+@functools.cache
 def _host_identity() -> str:
     """The machine and its CPU feature flags (``-march=native`` output depends on them)."""
     flags = ""
@@ -73,25 +89,35 @@ def _host_identity() -> str:
     return f"{platform.machine()} {platform.processor()}\n{flags}"
 
 
-def _launcher(index: int, kernel: Kernel) -> tuple[str, str]:
-    """The ``gtcpu_call_<name>`` unpacker (``void** args``) and the public ``gtcpu_launch_``."""
+def _launchers(kernel: Kernel) -> str:
+    """A kernel's ``gtcpu_call_<name>`` (unpacks ``void** args``; the call table's entry) and
+    ``gtcpu_launch_<name>`` (the same under the IEEE environment: the checked door's)."""
     unpack = "".join(
         f"    {p.ctype} a{i};\n    std::memcpy(&a{i}, args[{i}], sizeof a{i});\n"
         for i, p in enumerate(kernel.params))
     call = ", ".join(f"a{i}" for i in range(len(kernel.params)))
     name = kernel.name
-    return (f"static int gtcpu_call_{name}(void** args)\n{{\n{unpack}"
+    return (f'extern "C" int gtcpu_call_{name}(void** args)\n{{\n{unpack}'
             f"    {name}({call});\n    return 0;\n}}\n"
             f'extern "C" int gtcpu_launch_{name}(void** args)\n{{\n'
-            f"    gtcpu::FpEnv env;\n    return gtcpu_call_{name}(args);\n}}\n",
-            f"gtcpu_call_{name}")
+            f"    gtcpu::FpEnv env;\n    return gtcpu_call_{name}(args);\n}}\n")
 
 
 PY_MODULE = "gtensor_cpu_module"
 
+_BIND = """extern "C" int gtcpu_bind(void* shared, long long size)
+{
+    if (size != (long long)sizeof(gtcpu::Shared)) return 1;
+    gtcpu::SHARED = static_cast<gtcpu::Shared*>(shared);
+    return 0;
+}
+extern "C" void* gtcpu_bound() { return gtcpu::SHARED; }
+"""
+
 
 def _python_flags() -> tuple[str, ...]:
-    """Flags that also build the module as a CPython extension (when Python.h is installed)."""
+    """Flags that also build the runtime library as a CPython extension (when Python.h is
+    installed)."""
     import sysconfig
 
     include = sysconfig.get_paths().get("include") or ""
@@ -100,55 +126,111 @@ def _python_flags() -> tuple[str, ...]:
     return (f"-I{include}", "-DGTCPU_PYTHON")
 
 
-def translation_unit(source: str, kernels: Sequence[Kernel]) -> str:
-    """Header + module source + launchers + the call table and the plan interpreter."""
-    parts = [_launcher(i, k) for i, k in enumerate(kernels)]
-    table = ", ".join(name for _, name in parts)
-    return (
-        "#ifdef GTCPU_PYTHON\n#define PY_SSIZE_T_CLEAN\n#include <Python.h>\n#endif\n"
-        f"{toolchain.header_text(HEADER_PATH)}\n"
-        '#line 1 "module.cpp"\n'
-        f"{source}\n"
-        '#line 1 "launchers.cpp"\n'
-        + "".join(text for text, _ in parts)
-        + f"static int (*const GTCPU_CALLS[])(void**) = {{{table}}};\n"
-        f"static const long long GTCPU_NKERNELS = {len(parts)};\n"
-        + toolchain.header_text(EXEC_PATH)
-    )
+def runtime_unit() -> str:
+    """The runtime library: the header (with its pool), the plan interpreter and its call
+    table, the settings and the CPython door."""
+    return ("#ifdef GTCPU_PYTHON\n#define PY_SSIZE_T_CLEAN\n#include <Python.h>\n#endif\n"
+            f"{toolchain.header_text(HEADER_PATH)}\n{toolchain.header_text(EXEC_PATH)}")
 
 
-def build(source: str, kernels: Sequence[Kernel]) -> tuple[str, Path]:
-    """Compile (or find, verified, in the disk cache) the cpu module; returns (key, .so path)."""
+def kernel_unit(source: str, kernels: Sequence[Kernel]) -> str:
+    """A kernel library: the header as kernels see it (``GTCPU_SHARD``: no pool of its own;
+    the intrinsics only with ``GTCPU_VFMA``, for kernels that call ``gtcpu::vfma``), ``source``
+    (the kernels and what they call), their launchers and ``gtcpu_bind``."""
+    vfma = "#define GTCPU_VFMA\n" if "gtcpu::vfma" in source else ""
+    return ("#define GTCPU_SHARD\n" + vfma
+            + f"{toolchain.header_text(HEADER_PATH)}\n"
+            '#line 1 "kernels.cpp"\n'
+            f"{source}\n"
+            '#line 1 "launchers.cpp"\n'
+            + "".join(_launchers(k) for k in kernels) + _BIND)
+
+
+def kernel_source(kernel: Kernel) -> str:
+    """One kernel's library source: the device functions its text names, then the kernel."""
+    from gtensor.cuda_source import device_text_for
+
+    text = kernel.source()
+    return f"{device_text_for(text)}\n{text}"
+
+
+def _announce(folder: Path) -> None:
+    """The one line a process prints before its first cpu compile."""
+    if not _ANNOUNCED:
+        _ANNOUNCED.append(True)
+        print(f"gtensor: compiling the cpu kernels as ops first use them (a second or so "
+              f"each, once per machine), cached in {folder}", file=sys.stderr, flush=True)
+
+
+def _library(tu: str, flags: tuple[str, ...], what: str) -> ctypes.CDLL:
+    """The loaded library of translation unit ``tu`` (compiled at most once per cache and
+    loaded once per process)."""
     command = toolchain.compiler_command()
-    tu = translation_unit(source, kernels)
-    ident = toolchain.compiler_identity(tuple(command))
-    flags = (*CXX_FLAGS, *_python_flags())
-    key = hashlib.sha256("\0".join([tu, ident, " ".join(flags), _host_identity(), sys.version])
+    key = hashlib.sha256("\0".join([tu, toolchain.compiler_identity(tuple(command)),
+                                    " ".join(flags), _host_identity(), sys.version])
                          .encode()).hexdigest()
-
-    return key, cache.library(
-        "cpu", key, tu, lambda src, out: toolchain.compile_shared("cpu", command, flags, src, out),
-        f"{len(kernels)} cpu kernels (native host code, g++)")
-
-
-def load(source: str, kernels: Sequence[Kernel]) -> tuple[ctypes.CDLL, Any]:
-    """The loaded library for this module and its ``run`` door (the CPython extension's, or
-    None without Python.h); compiled at most once per process and cache."""
     with _LOAD_LOCK:
-        key, lib = build(source, kernels)
         if key not in _LOADED:
-            cdll = ctypes.CDLL(str(lib))
-            run = None
-            if hasattr(cdll, f"PyInit_{PY_MODULE}"):
-                from importlib.machinery import ExtensionFileLoader
-                from importlib.util import module_from_spec, spec_from_loader
-
-                loader = ExtensionFileLoader(PY_MODULE, str(lib))
-                module = module_from_spec(spec_from_loader(PY_MODULE, loader))
-                loader.exec_module(module)
-                run = module.run
-            _LOADED[key] = (cdll, run)
+            lib = cache.library(
+                "cpu", key, tu,
+                lambda src, out: toolchain.compile_shared("cpu", command, flags, src, out),
+                what, announce=_announce)
+            _LOADED[key] = ctypes.CDLL(str(lib))
+            _LOADED[key].gtensor_key = key
         return _LOADED[key]
+
+
+@functools.cache
+def _runtime() -> tuple[ctypes.CDLL, Any]:
+    """The runtime library and its ``run`` door (the CPython extension's, or None without
+    Python.h)."""
+    lib = _library(runtime_unit(), (*CXX_FLAGS, *_python_flags()), "the cpu runtime")
+    run = None
+    if hasattr(lib, f"PyInit_{PY_MODULE}"):
+        from importlib.machinery import ExtensionFileLoader
+        from importlib.util import module_from_spec, spec_from_loader
+
+        loader = ExtensionFileLoader(PY_MODULE, lib._name)
+        module = module_from_spec(spec_from_loader(PY_MODULE, loader))
+        loader.exec_module(module)
+        run = module.run
+    lib.gtcpu_set_call.argtypes = (ctypes.c_longlong, ctypes.c_void_p)
+    lib.gtcpu_set_call.restype = ctypes.c_int
+    lib.gtcpu_shared.restype = ctypes.c_void_p
+    lib.gtcpu_shared_size.restype = ctypes.c_longlong
+    return lib, run
+
+
+class _KernelLibrary:
+    """One loaded kernel library: bound to the runtime, its kernels in the call table."""
+
+    def __init__(self, source: str, kernels: Sequence[Kernel]) -> None:
+        names = ", ".join(k.name for k in kernels[:3]) + (", ..." if len(kernels) > 3 else "")
+        self.lib = _library(kernel_unit(source, kernels), CXX_FLAGS, f"cpu kernels {names}")
+        runtime, _ = _runtime()
+        key = self.lib.gtensor_key
+        with _LOAD_LOCK:
+            self.lib.gtcpu_bind.argtypes = (ctypes.c_void_p, ctypes.c_longlong)
+            if self.lib.gtcpu_bind(runtime.gtcpu_shared(), runtime.gtcpu_shared_size()) != 0:
+                raise RuntimeError("cpu: a kernel library and the runtime library disagree on "
+                                   "their shared state (built from different headers)")
+            self.slots: dict[str, int] = {}
+            self.launchers: dict[str, Any] = {}
+            for k in kernels:
+                slot = _SLOTS.get((key, k.name))
+                if slot is None:
+                    if len(_SLOTS) >= MAX_KERNELS:
+                        raise RuntimeError(f"cpu: more than {MAX_KERNELS} kernels loaded in "
+                                           "one process")
+                    slot = _SLOTS[(key, k.name)] = len(_SLOTS)
+                    call = ctypes.cast(getattr(self.lib, f"gtcpu_call_{k.name}"), ctypes.c_void_p)
+                    if runtime.gtcpu_set_call(slot, call.value) != 0:
+                        raise RuntimeError(f"cpu: no call table entry {slot} for {k.name}")
+                fn = getattr(self.lib, f"gtcpu_launch_{k.name}")
+                fn.argtypes = (ctypes.POINTER(ctypes.c_void_p),)
+                fn.restype = ctypes.c_int
+                self.slots[k.name] = slot
+                self.launchers[k.name] = fn
 
 
 def data_offset() -> int | None:
@@ -191,17 +273,17 @@ class CpuModule(KernelTable):
 
     array_kind = "numpy.ndarray"
 
-    def __init__(self, source: str, kernels: Sequence[Kernel]) -> None:
-        """Compile ``source`` (device functions + the CPU kernels) and bind the launchers."""
+    def __init__(self, kernels: Sequence[Kernel], source: str | None = None) -> None:
+        """The module of ``kernels``: each kernel's library built and loaded on first use
+        (``source`` None: the text each kernel names, see ``kernel_source``), or all of them
+        now from ``source`` (device functions + the kernels) as one library."""
         super().__init__(kernels)
-        self._lib, py_run = load(source, list(kernels))
-        self._index = {k.name: i for i, k in enumerate(kernels)}
-        self._launchers = {}
-        for name in self._kernels:
-            fn = getattr(self._lib, f"gtcpu_launch_{name}")
-            fn.argtypes = (ctypes.POINTER(ctypes.c_void_p),)
-            fn.restype = ctypes.c_int
-            self._launchers[name] = fn
+        self._lib, py_run = _runtime()
+        self._source = source
+        self._libraries: dict[str, _KernelLibrary] = {}  # kernel name -> its loaded library
+        if source is not None:
+            whole = _KernelLibrary(source, list(kernels))
+            self._libraries = dict.fromkeys(self._kernels, whole)
         offset = data_offset()
         self.fast = offset is not None
         if self.fast:
@@ -214,8 +296,31 @@ class CpuModule(KernelTable):
         def ctypes_run(plan: int, *objs: np.ndarray) -> int:
             return execv(plan, (ctypes.c_void_p * len(objs))(*map(id, objs)), len(objs))
 
-        # run(plan address, *arrays (inputs, then out)) -> status: 0 ok, 2 out overlaps an input
+        # run(plan address, *arrays (inputs, then out)) -> status: 0 ok, 2 out overlaps an
+        # input, 3 a kernel not loaded
         self.run = py_run if py_run is not None else ctypes_run
+
+    def library(self, kernel: Kernel) -> _KernelLibrary:
+        """The loaded library of one of the module's kernels (compiled on its first use)."""
+        lib = self._libraries.get(kernel.name)
+        if lib is None:
+            kernel = self.resolve(kernel)
+            with _LOAD_LOCK:
+                lib = self._libraries.get(kernel.name)
+                if lib is None:
+                    lib = self._libraries[kernel.name] = _KernelLibrary(
+                        kernel_source(kernel), [kernel])
+        return lib
+
+    def load(self, kernels: Sequence[Kernel] | None = None) -> None:
+        """Compile and load ``kernels`` (default: all of the module's) now rather than at
+        their first launch."""
+        for k in self._kernels.values() if kernels is None else kernels:
+            self.library(k)
+
+    def loaded(self) -> list[str]:
+        """The names of the kernels whose libraries this module has loaded."""
+        return sorted(self._libraries)
 
     def set_parallel_work(self, work: int) -> int:
         """Set the work (multiply-adds or element operations) from which a kernel splits its
@@ -247,7 +352,7 @@ class CpuModule(KernelTable):
         """Run the checked launch natively (grid and block were checked, then are ignored)."""
         name = kernel.name
         argv, boxes = sim.ctypes_argv(kernel, values)
-        fn = self._launchers[name]
+        fn = self.library(kernel).launchers[name]
 
         def run() -> None:
             status = fn(argv)
@@ -269,7 +374,7 @@ class CpuModule(KernelTable):
         keep: list = []
         for kernel, grid, block, args in launches:
             kernel, values, _, _ = self.checked(kernel, grid, block, args)
-            words += [self._index[kernel.name], len(values)]
+            words += [self.library(kernel).slots[kernel.name], len(values)]
             for param, value in zip(kernel.params, values):
                 if param.is_pointer:
                     slot = next((k for k, s in enumerate(slots) if s is value), None)

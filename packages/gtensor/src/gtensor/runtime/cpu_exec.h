@@ -1,25 +1,41 @@
-// gtensor cpu runtime: the plan interpreter (gtcpu_exec) and the CPython door of a compiled
-// cpu module. Appended by gtensor.runtime.cpu after the module's launchers, whose call table
-// GTCPU_CALLS / GTCPU_NKERNELS it indexes (so it is not a standalone header).
+// gtensor cpu runtime library: the plan interpreter (gtcpu_exec), the call table the kernel
+// libraries fill, the settings every kernel reads and the CPython door. Compiled after
+// cpu_runtime.h (and its cpu_pool.h) into the runtime library (gtensor.runtime.cpu), which
+// every kernel library is bound to: one pool and one set of settings per process.
+constexpr long long GTCPU_MAX_KERNELS = 4096;
+// kernel index -> its unpacking caller (gtcpu_call_<name> of the kernel's library), set by
+// gtcpu_set_call when the library is loaded; null until then
+static int (*GTCPU_CALLS[GTCPU_MAX_KERNELS])(void**) = {};
+extern "C" int gtcpu_set_call(long long index, int (*call)(void**))
+{
+    if (index < 0 || index >= GTCPU_MAX_KERNELS) return 1;
+    GTCPU_CALLS[index] = call;
+    return 0;
+}
+// the state kernel libraries are bound to (their gtcpu_bind), and its size (checked there)
+extern "C" void* gtcpu_shared() { return gtcpu::SHARED; }
+extern "C" long long gtcpu_shared_size() { return (long long)sizeof(gtcpu::Shared); }
 static long long gtcpu_data_offset = 16;
 extern "C" void gtcpu_set_data_offset(long long off) { gtcpu_data_offset = off; }
 extern "C" long long gtcpu_set_parallel_work(long long work)
 {
-    const long long old = gtcpu::PARALLEL_WORK;
-    if (work > 0) gtcpu::PARALLEL_WORK = work;
+    const long long old = gtcpu::SHARED->parallel_work;
+    if (work > 0) gtcpu::SHARED->parallel_work = work;
     return old;
 }
 extern "C" int gtcpu_set_matmul_tiles(int form)
 {
-    const int old = gtcpu::MATMUL_TILES;
-    if (form >= gtcpu::TILES_BY_HOST && form <= gtcpu::TILES_WIDE) gtcpu::MATMUL_TILES = form;
+    const int old = gtcpu::SHARED->matmul_tiles;
+    if (form >= gtcpu::TILES_BY_HOST && form <= gtcpu::TILES_WIDE)
+        gtcpu::SHARED->matmul_tiles = form;
     return old;
 }
 
 // plan = [slots, nbytes[slots], launches, then per launch: kernel index, nargs,
 // nargs x (kind, value)]; kind 0: value is a slot (an array object) whose data pointer is
 // passed; 1: the value itself. The last slot is the output: it must not overlap an input.
-// Status: 0 ok, 1 a bad plan, 2 the output overlaps an input.
+// Status: 0 ok, 1 a bad plan, 2 the output overlaps an input, 3 a kernel whose library is not
+// loaded (the Python side loads a plan's kernels before it encodes the plan).
 extern "C" int gtcpu_exec(const long long* plan, const void* const* objs, long long nobjs)
 {
     const long long slots = *plan++;
@@ -40,7 +56,8 @@ extern "C" int gtcpu_exec(const long long* plan, const void* const* objs, long l
         const long long index = *plan++, nargs = *plan++;
         long long store[16];
         void* argv[16];
-        if (index < 0 || index >= GTCPU_NKERNELS || nargs > 16) return 1;
+        if (index < 0 || index >= GTCPU_MAX_KERNELS || nargs > 16) return 1;
+        if (GTCPU_CALLS[index] == nullptr) return 3;
         for (long long i = 0; i < nargs; ++i) {
             const long long kind = *plan++, value = *plan++;
             if (kind == 0) {

@@ -11,23 +11,29 @@
 // a matmul, elements of a map) into contiguous chunks; every output is computed by one thread
 // in its defined order. The thread count is $GTENSOR_CPU_THREADS (default: the CPUs of the
 // machine), read at every launch large enough to be split.
+//
+// What a kernel needs, and nothing heavier, so that one kernel compiles in well under a second
+// (the cpu module builds each kernel as a library of its own, on first use). The thread pool
+// and the settings every kernel reads live in one place per process: a kernel library is
+// compiled with GTCPU_SHARD and bound (gtcpu_bind) to the runtime library's `Shared` state; any
+// other library (the runtime itself, a ggpu-fuse step) includes cpu_pool.h and owns its state.
 #ifndef GTENSOR_CPU_RUNTIME_H
 #define GTENSOR_CPU_RUNTIME_H
 
-#include <atomic>
-#include <chrono>
 #include <cmath>
-#include <condition_variable>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
-#include <functional>
-#include <mutex>
-#include <thread>
 #include <type_traits>
 #include <vector>
 
-#if defined(__FMA__) || defined(__AVX512F__)
+// vfma (below) is the one user of the intrinsics header, a third of a kernel library's compile:
+// a kernel library has both only when its kernels call gtcpu::vfma (gtensor.runtime.cpu
+// defines GTCPU_VFMA for them; any other that called it would not compile)
+#if !defined(GTCPU_SHARD) || defined(GTCPU_VFMA)
+#define GTCPU_HAS_VFMA 1
+#endif
+#if defined(GTCPU_HAS_VFMA) && (defined(__FMA__) || defined(__AVX512F__))
 #include <immintrin.h>
 #endif
 #if defined(__x86_64__) || defined(__i386__)
@@ -77,6 +83,7 @@ using Int = std::integral_constant<int, N>;
 // build has them (vfmadd; the one fused operation the kernels ask for -- -ffp-contract=off
 // still keeps every other a * b + c unfused), else std::fma per lane (IEEE's fma on every
 // target). Intrinsics, not a per-lane loop left to the vectorizer: GCC scalarizes some widths.
+#ifdef GTCPU_HAS_VFMA
 template <class V, class S>
 static __forceinline__ V vfma(S a, V b, V c) {
     constexpr int N = sizeof(V) / sizeof(S);
@@ -100,6 +107,7 @@ static __forceinline__ V vfma(S a, V b, V c) {
     for (int i = 0; i < N; ++i) r[i] = std::fma(a, (S)b[i], (S)c[i]);
     return r;
 }
+#endif  // GTCPU_HAS_VFMA
 
 // ---- the plain contract's matmul register tiles -----------------------------------------------
 // Which outputs a tile groups never changes a bit (each keeps its own chain); the form is a
@@ -110,9 +118,6 @@ static __forceinline__ V vfma(S a, V b, V c) {
 // tall on the AE and 512^3 shapes; Intel). GCC 12 names Zen 4 and Zen 5 alike (znver3), so
 // the core is read from CPUID at run time, once.
 enum TileForm { TILES_BY_HOST = 0, TILES_TALL = 1, TILES_WIDE = 2 };
-// TILES_BY_HOST, or a form forced for tests (gtcpu_set_matmul_tiles) so that both forms'
-// branches run on any host
-static int MATMUL_TILES = TILES_BY_HOST;
 
 static bool host_prefers_tall_tiles() {
 #if defined(__x86_64__) || defined(__i386__)
@@ -130,134 +135,46 @@ static bool host_prefers_tall_tiles() {
 #endif
 }
 
+
+// ---- the state a process shares: settings and the thread pool ------------------------------
+// parts(ctx, p) for every p in [0, parts), on `threads` threads (the caller's included); returns
+// when all calls returned (cpu_pool.h's Pool)
+typedef void (*PartFn)(void* ctx, long long p);
+struct Shared {
+    // Work (in multiply-adds or element operations) below which a launch stays on one thread:
+    // waking a worker costs microseconds, far more on a loaded machine. Tests lower it
+    // (gtcpu_set_parallel_work) so that every kernel's split is exercised on small arrays.
+    long long parallel_work;
+    // TILES_BY_HOST, or a form forced for tests (gtcpu_set_matmul_tiles) so that both forms'
+    // branches run on any host
+    int matmul_tiles;
+    // the machine's CPUs, asked once (std::thread::hardware_concurrency reads /sys on glibc,
+    // ~6 us a call here, paid by every launch that splits)
+    int machine_threads;
+    void (*run)(long long parts, int threads, PartFn fn, void* ctx);
+};
+constexpr long long DEFAULT_PARALLEL_WORK = 1LL << 22;
+#ifdef GTCPU_SHARD
+// the runtime library's state, set by gtcpu_bind (the shard's launchers) before any launch
+static Shared* SHARED = nullptr;
+#else
+static void pool_run(long long parts, int threads, PartFn fn, void* ctx);  // cpu_pool.h
+static Shared LOCAL_SHARED = {DEFAULT_PARALLEL_WORK, TILES_BY_HOST, 0, pool_run};
+static Shared* const SHARED = &LOCAL_SHARED;
+#endif
+
 // the plain contract's tiles are tall (14 x 1) in this launch
 static bool tall_tiles() {
-    return MATMUL_TILES == TILES_TALL ||
-           (MATMUL_TILES == TILES_BY_HOST && host_prefers_tall_tiles());
-}
-
-// ---- threads ---------------------------------------------------------------------------------
-// Work (in multiply-adds or element operations) below which a launch stays on one thread:
-// waking a worker costs microseconds, far more on a loaded machine. Tests lower it
-// (gtcpu_set_parallel_work) so that every kernel's split is exercised on small arrays.
-static long long PARALLEL_WORK = 1LL << 22;
-
-// The machine's CPUs, asked once: std::thread::hardware_concurrency reads /sys on glibc
-// (~6 us a call here, paid by every launch that splits, and by every matmul's split choice).
-static int machine_threads() {
-    static const int n = (int)std::thread::hardware_concurrency();
-    return n;
+    const int form = SHARED->matmul_tiles;
+    return form == TILES_TALL || (form == TILES_BY_HOST && host_prefers_tall_tiles());
 }
 
 static int thread_count() {
     const char* text = std::getenv("GTENSOR_CPU_THREADS");
     int n = text && *text ? std::atoi(text) : 0;
-    if (n <= 0) n = machine_threads();
+    if (n <= 0) n = SHARED->machine_threads;
     if (n <= 0) n = 1;
     return n > 64 ? 64 : n;
-}
-
-// A pool of persistent workers. run(parts, fn) calls fn(p) once for every p in [0, parts),
-// on the caller and the workers, and returns when all calls returned. One run at a time.
-// After each job a worker spins (a pause loop) for up to SPIN_NS before it sleeps, and the
-// caller spins as long for the workers to finish before it sleeps: a tape step's launches
-// come tens of microseconds apart, and waking a sleeping thread costs about that again on a
-// VM (measured ~50 us per launch on 2 KVM vCPUs: a 4 M multiply-add matmul took as long on 2
-// threads as on 1). Spinning only waits; it decides nothing about who computes what.
-class Pool {
-  public:
-    void run(long long parts, int threads, const std::function<void(long long)>& fn);
-    ~Pool();
-
-  private:
-    static constexpr long long SPIN_NS = 100000;
-    void loop();
-    template <class Done>
-    static void spin(Done done);
-    std::mutex mu_, run_mu_;
-    std::condition_variable wake_, finished_;
-    std::vector<std::thread> workers_;
-    const std::function<void(long long)>* job_ = nullptr;
-    long long parts_ = 0;
-    std::atomic<long long> done_{0};
-    std::atomic<int> active_{0};
-    std::atomic<unsigned long long> gen_{0};
-    bool stop_ = false;
-    std::atomic<long long> next_{0};
-};
-
-inline Pool::~Pool() {
-    {
-        std::lock_guard<std::mutex> lk(mu_);
-        stop_ = true;
-        ++gen_;
-    }
-    wake_.notify_all();
-    for (auto& t : workers_) t.join();
-}
-
-// until done() or SPIN_NS have passed (the caller then sleeps on its condition variable)
-template <class Done>
-inline void Pool::spin(Done done) {
-    const auto end = std::chrono::steady_clock::now() + std::chrono::nanoseconds(SPIN_NS);
-    while (!done()) {
-        for (int i = 0; i < 32; ++i) {
-#if defined(__x86_64__) || defined(__i386__)
-            __builtin_ia32_pause();
-#endif
-        }
-        if (std::chrono::steady_clock::now() > end) return;
-    }
-}
-
-inline void Pool::loop() {
-    FpEnv env;  // workers keep the IEEE default environment
-    unsigned long long seen = 0;
-    for (;;) {
-        spin([&] { return gen_.load(std::memory_order_acquire) != seen; });
-        std::unique_lock<std::mutex> lk(mu_);
-        wake_.wait(lk, [&] { return stop_ || gen_.load() != seen; });
-        if (stop_) return;
-        seen = gen_.load();
-        if (job_ == nullptr) continue;  // a run that finished before this worker woke
-        const std::function<void(long long)>* fn = job_;
-        const long long parts = parts_;
-        ++active_;
-        lk.unlock();
-        long long mine = 0;
-        for (long long p; (p = next_.fetch_add(1)) < parts; ++mine) (*fn)(p);
-        lk.lock();
-        done_ += mine;
-        --active_;
-        finished_.notify_all();
-    }
-}
-
-inline void Pool::run(long long parts, int threads, const std::function<void(long long)>& fn) {
-    std::lock_guard<std::mutex> one(run_mu_);
-    std::unique_lock<std::mutex> lk(mu_);
-    while ((int)workers_.size() < threads - 1) workers_.emplace_back([this] { loop(); });
-    job_ = &fn;
-    parts_ = parts;
-    done_ = 0;
-    next_.store(0);
-    ++gen_;
-    lk.unlock();
-    wake_.notify_all();
-    long long mine = 0;
-    for (long long p; (p = next_.fetch_add(1)) < parts; ++mine) fn(p);
-    done_ += mine;
-    const auto finished = [&] { return done_.load() == parts && active_.load() == 0; };
-    spin(finished);
-    lk.lock();
-    // NOTE: wait for active_ == 0 too, so no worker still holds fn when it goes out of scope
-    finished_.wait(lk, finished);
-    job_ = nullptr;
-}
-
-static Pool& pool() {
-    static Pool* p = new Pool();  // never destroyed: workers may outlive static destructors
-    return *p;
 }
 
 // f(lo, hi) over [0, n) in contiguous chunks; one chunk (the caller's thread) when the work
@@ -265,7 +182,7 @@ static Pool& pool() {
 template <class F>
 static __forceinline__ void parallel_for(long long n, long long cost, F f) {
     if (n <= 0) return;
-    if (n < 2 || n * cost < PARALLEL_WORK) {
+    if (n < 2 || n * cost < SHARED->parallel_work) {
         f(0LL, n);
         return;
     }
@@ -276,11 +193,12 @@ static __forceinline__ void parallel_for(long long n, long long cost, F f) {
         return;
     }
     const long long chunk = (n + threads - 1) / threads;
-    const std::function<void(long long)> part = [&](long long p) {
+    auto part = [&](long long p) {
         const long long lo = p * chunk, hi = lo + chunk < n ? lo + chunk : n;
         if (lo < hi) f(lo, hi);
     };
-    pool().run(threads, threads, part);
+    SHARED->run(threads, threads,
+                [](void* ctx, long long p) { (*static_cast<decltype(part)*>(ctx))(p); }, &part);
 }
 
 // Add to o1 and o2 the element offsets, in two strided views, of position `index` of the
@@ -309,7 +227,7 @@ static __forceinline__ void rows2(int rank, const long long* shape, const long l
     long long nrows = 1;
     for (int d = 0; d < rank - 1; ++d) nrows *= shape[d];
     long long pieces = 1;
-    if (len > 1 && nrows * len * cost >= PARALLEL_WORK) {
+    if (len > 1 && nrows * len * cost >= SHARED->parallel_work) {
         const long long threads = thread_count();
         if (nrows < threads) pieces = (threads + nrows - 1) / nrows;
         if (pieces > len) pieces = len;
@@ -329,5 +247,9 @@ static __forceinline__ void rows2(int rank, const long long* shape, const long l
 }
 
 }  // namespace gtcpu
+
+#ifndef GTCPU_SHARD
+#include "cpu_pool.h"  // the pool behind LOCAL_SHARED
+#endif
 
 #endif  // GTENSOR_CPU_RUNTIME_H

@@ -1,0 +1,143 @@
+"""The cpu module's libraries: one runtime library per process (the pool, the settings, the
+plan interpreter) and a library per kernel, compiled on the kernel's first use, bound to the
+runtime's state; a module from a given source is one library. Each test uses its own cache."""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import re
+import shutil
+
+import numpy as np
+import pytest
+from gtensor.kernels import Kernel, params
+from gtensor.runtime import cpu
+from gtensor.runtime.cpu_source import cpu_kernels
+
+PROBE = Kernel("k_cpu_probe", params("double* y, long long n, double v"),
+               "    for (long long i = 0; i < n; ++i) y[i] = v + (double)i;")
+PROBE_SOURCE = PROBE.source()
+
+
+@pytest.fixture
+def fresh_cache(tmp_path, monkeypatch):
+    """An empty kernel cache (the process's loaded libraries stay loaded: a library found
+    under its key again is the one already loaded)."""
+    if shutil.which(os.environ.get("CXX", "g++")) is None:
+        pytest.skip("no C++ compiler: the cpu runtime needs g++ or $CXX")
+    monkeypatch.setenv("GTENSOR_CACHE_DIR", str(tmp_path / "cache"))
+    return tmp_path / "cache" / "cpu"
+
+
+def _by_name(*names: str) -> list[Kernel]:
+    kernels = {k.name: k for k in cpu_kernels()}
+    return [kernels[n] for n in names]
+
+
+def test_a_module_compiles_a_kernel_on_its_first_use_only(fresh_cache):
+    module = cpu.CpuModule(cpu_kernels())
+    assert module.loaded() == []
+    x = np.arange(4.0)
+    y = np.empty(4)
+    (neg,) = _by_name("k_neg_f64")
+    module.launch(neg, 1, 1, [x, y, np.int64(4)])
+    assert module.loaded() == ["k_neg_f64"]
+    assert y.tolist() == [-0.0, -1.0, -2.0, -3.0] and np.signbit(y[0])
+    built = sorted(p.name for p in fresh_cache.glob("*.so"))
+    assert len(built) == 2  # the runtime and k_neg_f64's library
+    module.load(_by_name("k_exp_f64", "k_sqrt_f64"))
+    assert module.loaded() == ["k_exp_f64", "k_neg_f64", "k_sqrt_f64"]
+    assert len(list(fresh_cache.glob("*.so"))) == 4
+
+
+def test_first_compiles_print_one_line_and_warm_loads_nothing(fresh_cache, capfd):
+    module = cpu.CpuModule(cpu_kernels())
+    cpu._ANNOUNCED.clear()
+    module.load(_by_name("k_relu_f64", "k_relu_f32"))
+    err = capfd.readouterr().err.splitlines()
+    assert len(err) == 1, err
+    assert re.fullmatch(r"gtensor: compiling the cpu kernels as ops first use them \(a second "
+                        r"or so each, once per machine\), cached in " + re.escape(str(
+                            fresh_cache)), err[0]), err[0]
+    cpu.CpuModule(cpu_kernels()).load(_by_name("k_relu_f64"))
+    assert capfd.readouterr().err == ""
+
+
+def test_every_kernel_library_shares_the_runtime_state(fresh_cache):
+    """One pool and one set of settings per process: each kernel library is bound to the
+    runtime library's state, which every module of the process sets and reads."""
+    module = cpu.CpuModule(cpu_kernels())
+    module.load(_by_name("k_add_f64", "k_matmul_f64"))
+    runtime, _ = cpu._runtime()
+    runtime.gtcpu_shared.restype = ctypes.c_void_p
+    shared = runtime.gtcpu_shared()
+    assert shared
+    for name in ("k_add_f64", "k_matmul_f64"):
+        lib = module.library(_by_name(name)[0]).lib
+        lib.gtcpu_bound.restype = ctypes.c_void_p
+        assert lib.gtcpu_bound() == shared
+    other = cpu.CpuModule([PROBE], PROBE_SOURCE)
+    old = module.set_parallel_work(12345)
+    try:
+        assert other.set_parallel_work(old) == 12345
+        assert other.set_matmul_tiles("wide") == "host"
+        assert module.set_matmul_tiles("host") == "wide"
+    finally:
+        module.set_parallel_work(old)
+        module.set_matmul_tiles("host")
+
+
+def test_a_plan_of_a_kernel_not_loaded_is_refused_not_run(fresh_cache):
+    """The interpreter's call table starts empty: an entry no library filled is status 3."""
+    runtime, _ = cpu._runtime()
+    runtime.gtcpu_exec.argtypes = (ctypes.c_void_p, ctypes.c_void_p, ctypes.c_longlong)
+    runtime.gtcpu_exec.restype = ctypes.c_int
+    y = np.zeros(3)
+    # 1 slot (8 * 3 bytes), 1 launch: entry MAX - 1, 2 args (the slot, n = 3)
+    words = np.array([1, y.nbytes, 1, cpu.MAX_KERNELS - 1, 2, 0, 0, 1, 3], np.int64)
+    objs = (ctypes.c_void_p * 1)(id(y))
+    assert runtime.gtcpu_exec(words.ctypes.data, objs, 1) == 3
+    assert y.tolist() == [0.0, 0.0, 0.0]
+    words[3] = cpu.MAX_KERNELS  # outside the table: a bad plan
+    assert runtime.gtcpu_exec(words.ctypes.data, objs, 1) == 1
+
+
+def test_a_module_from_source_is_one_library(fresh_cache):
+    module = cpu.CpuModule([PROBE], PROBE_SOURCE)
+    assert module.loaded() == ["k_cpu_probe"]
+    y = np.empty(3)
+    module.launch(PROBE, 1, 1, [y, np.int64(3), np.float64(0.5)])
+    assert y.tolist() == [0.5, 1.5, 2.5]
+    plan = module.plan([(PROBE, 1, 1, [y, np.int64(2), np.float64(-1.0)])], [y])
+    assert module.run(plan.addr, y) == 0
+    assert y.tolist() == [-1.0, 0.0, 2.5]
+
+
+def test_a_kernel_outside_the_module_is_refused(fresh_cache):
+    module = cpu.CpuModule([PROBE], PROBE_SOURCE)
+    (neg,) = _by_name("k_neg_f64")
+    with pytest.raises(KeyError, match="no kernel 'k_neg_f64' in module"):
+        module.library(neg)
+
+
+def test_each_kernel_library_defines_what_its_kernel_calls():
+    """A kernel library holds only the device functions its text names (and theirs): every
+    ``gt_*`` function a kernel calls is defined in its library's source (a text check of all
+    the kernels; a missing one would fail that kernel's compile on first use)."""
+    for k in cpu_kernels():
+        src = cpu.kernel_source(k)
+        called = set(re.findall(r"\b(gt_\w+)\s*\(", src))
+        defined = set(re.findall(r"\b(gt_\w+)\s*\([^;{]*\)\s*\{", src))
+        assert called <= defined, (k.name, sorted(called - defined))
+    assert "gt_erf_f64" in cpu.kernel_source(_by_name("k_erf_f64")[0])
+    assert "gt_exp_f64" not in cpu.kernel_source(_by_name("k_add_f64")[0])
+
+
+def test_only_kernels_calling_vfma_get_the_intrinsics():
+    """The intrinsics header (a third of a small library's compile) comes with GTCPU_VFMA, set
+    for the fma contract's kernels and no others."""
+    fma, plain = _by_name("k_matmul_fma_f64", "k_matmul_f64")
+    assert "#define GTCPU_VFMA" in cpu.kernel_unit(cpu.kernel_source(fma), [fma])
+    assert "#define GTCPU_VFMA" not in cpu.kernel_unit(cpu.kernel_source(plain), [plain])
+    assert "#define GTCPU_VFMA" not in cpu.runtime_unit()
