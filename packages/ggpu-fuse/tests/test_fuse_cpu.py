@@ -112,6 +112,29 @@ def test_a_graph_mix_with_and_without_matmuls_alone():
     _check_mix(["relu_linear", "gram", "relu_linear"])
 
 
+
+def test_forward_and_backward_compile_side_by_side_in_one_line(tmp_path, monkeypatch, capfd):
+    """``fuse`` builds a cpu program's forward and backward at once (a compiler process each,
+    one line on stderr); the phases then load what was built, and run the per-node bits."""
+    from ggpu_fuse.cpu_codegen import _cpus
+
+    folder = tmp_path / "cache" / "cpu"
+    monkeypatch.setenv("GTENSOR_CACHE_DIR", str(tmp_path / "cache"))
+    tp, x, loss, rng = _build(["tanh", "relu_linear"], 11)
+    prog = capture(tp, loss, backend="cpu")
+    before = set(folder.glob("*.so"))
+    capfd.readouterr()
+    fp = fuse(prog)
+    err = capfd.readouterr().err.splitlines()
+    assert err == [f"gtensor: compiling a captured cpu program as 2 functions (g++, "
+                   f"{min(2, _cpus())} at a time; first use), cached in {folder}"], err
+    assert len(set(folder.glob("*.so")) - before) == 2 and fp.compile_seconds > 0
+    assert fp.fused("forward").module.name.startswith("gtfuse_forward_")
+    assert fp.fused("backward").module.name.startswith("gtfuse_backward_")
+    fp.plan  # noqa: B018 - planned and built: nothing more to compile
+    assert capfd.readouterr().err == ""
+    assert_fused_first_is_per_node(prog, fp, x, rng.normal(size=(R, D)), "side by side ")
+
 def _check_mix(steps: list[str]) -> None:
     tp, x, loss, rng = _build(steps, 3)
     prog = capture(tp, loss, backend="cpu")

@@ -27,8 +27,11 @@ import ctypes
 import dataclasses
 import functools
 import hashlib
+import os
 import sys
 import threading
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -460,22 +463,58 @@ def translation_unit(body: str) -> str:
                       device_text_for(helpers + body), helpers, body])
 
 
-def load(body: str) -> ctypes.CDLL:
-    """The compiled library of ``body`` (built once per source hash, cached on disk)."""
+def _unit(body: str) -> tuple[str, str, list[str], tuple[str, ...]]:
+    """(cache key, translation unit, compiler command, flags) of ``body``'s library."""
     tu = translation_unit(body)
     command = toolchain.compiler_command()
-    flags = tuple(f for f in cpurt.CXX_FLAGS)
+    flags = tuple(cpurt.CXX_FLAGS)
     key = hashlib.sha256("\0".join(
         [tu, toolchain.compiler_identity(tuple(command)), " ".join(flags),
          cpurt._host_identity(), sys.version]).encode()).hexdigest()
+    return key, tu, command, flags
+
+
+def _library(key: str, tu: str, command: list[str], flags: tuple[str, ...],
+             announce: Any = None) -> Any:
+    """The cached library of one unit (built here when the cache has none)."""
+    return cache.library(
+        "cpu", key, tu,
+        lambda src, out: toolchain.compile_shared("ggpu-fuse cpu", command, flags, src, out),
+        "a captured cpu step as one function (g++)", announce=announce)
+
+
+def build(bodies: Sequence[str]) -> None:
+    """Compile the libraries of ``bodies`` that the cache does not hold yet, all at once: one
+    compiler process each, as many at a time as the machine has CPUs, announced by one line
+    (a captured program's forward and backward compile side by side)."""
+    units = {key: (tu, command, flags) for key, tu, command, flags in map(_unit, bodies)}
+    folder = cache.directory("cpu")
+    missing = [k for k in units if k not in _LOADED and not cache.verified(folder / f"{k}.so")]
+    if not missing:
+        return
+    print(f"gtensor: compiling a captured cpu program as {len(missing)} function"
+          f"{'s' if len(missing) > 1 else ''} (g++, {min(len(missing), _cpus())} at a time; "
+          f"first use), cached in {folder}", file=sys.stderr, flush=True)
+    with ThreadPoolExecutor(max_workers=min(len(missing), _cpus())) as pool:
+        for _ in pool.map(lambda k: _library(k, *units[k], announce=lambda folder: None),
+                          missing):
+            pass
+
+
+def _cpus() -> int:
+    """The CPUs this process may run on."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        return max(1, os.cpu_count() or 1)
+
+
+def load(body: str) -> ctypes.CDLL:
+    """The compiled library of ``body`` (built once per source hash, cached on disk)."""
+    key, tu, command, flags = _unit(body)
     with _LOCK:
         if key not in _LOADED:
-            lib = cache.library(
-                "cpu", key, tu,
-                lambda src, out: toolchain.compile_shared("ggpu-fuse cpu", command, flags, src,
-                                                          out),
-                "a captured cpu step as one function (g++)")
-            _LOADED[key] = ctypes.CDLL(str(lib))
+            _LOADED[key] = ctypes.CDLL(str(_library(key, tu, command, flags)))
         return _LOADED[key]
 
 

@@ -12,7 +12,7 @@ from gtensor.kernels import Kernel, Kind
 from gtensor.recording import Launch
 
 from .analysis import analyse, buffer
-from .cpu_codegen import as_planned, compile_step
+from .cpu_codegen import as_planned, build, compile_step, lower
 from .planner import plan
 from .program import Fused, FusedProgram
 
@@ -30,7 +30,8 @@ class CompiledCpuProgram(FusedProgram):
         super().__init__(prog, rows, alone)
         self._device = Device()  # each unit's run is one native call: run them in order
 
-    def _fuse(self, phase: str, launches: list[Launch]) -> Fused:
+    def _planned(self, phase: str, launches: list[Launch]) -> tuple[list, int, str]:
+        """(segments, rows, function name) of ``phase`` over ``launches``."""
         planned = [as_planned(launch) for launch in launches]
         infos = [analyse(i, launch) for i, launch in enumerate(planned)]
         tr = self.trace
@@ -40,15 +41,31 @@ class CompiledCpuProgram(FusedProgram):
         keep += [b for info in infos for b in info.written]
         segments, rows = plan(infos, self._rows, self._alone, keep)
         digest = hashlib.sha256(repr([launch.tag for launch in launches]).encode()).hexdigest()
+        return segments, rows, f"gtfuse_{phase}_{digest[:12]}"
+
+    @property
+    def plan(self) -> list[str]:
+        """One line per segment of the whole step (or of forward + backward before the first
+        ``step``): index, class (row / tail / flat, or a per-node kernel call), nodes. The
+        first call compiles forward and backward side by side (one compiler each)."""
+        if self.fused("step") is None:
+            bodies = []
+            for phase, launches in (("forward", self.trace.forward),
+                                    ("backward", self.trace.backward)):
+                if self.fused(phase) is None:
+                    segments, rows, name = self._planned(phase, launches)
+                    bodies.append(lower(segments, rows, list(launches), name)[0])
+            t0 = time.perf_counter()
+            build(bodies)
+            self._compile_seconds += time.perf_counter() - t0
+        return super().plan
+
+    def _fuse(self, phase: str, launches: list[Launch]) -> Fused:
+        segments, rows, name = self._planned(phase, launches)
         t0 = time.perf_counter()
-        step = compile_step(segments, rows, list(launches), f"gtfuse_{phase}_{digest[:12]}")
+        step = compile_step(segments, rows, list(launches), name)
         seconds = time.perf_counter() - t0
         unit = Launch(Kernel(step.name, (), ""), (1, 1, 1), (1, 1, 1), (), f"compiled {phase}",
                       step)
         return Fused([unit], segments, rows, len(launches), seconds, step, step.arrays)
 
-    @property
-    def plan(self) -> list[str]:
-        """One line per segment of the whole step (or of forward + backward before the first
-        ``step``): index, class (row / tail / flat, or a per-node kernel call), nodes."""
-        return super().plan
