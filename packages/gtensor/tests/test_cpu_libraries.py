@@ -141,3 +141,27 @@ def test_only_kernels_calling_vfma_get_the_intrinsics():
     assert "#define GTCPU_VFMA" in cpu.kernel_unit(cpu.kernel_source(fma), [fma])
     assert "#define GTCPU_VFMA" not in cpu.kernel_unit(cpu.kernel_source(plain), [plain])
     assert "#define GTCPU_VFMA" not in cpu.runtime_unit()
+
+
+def test_load_builds_several_kernels_side_by_side(fresh_cache):
+    module = cpu.CpuModule(cpu_kernels())
+    kernels = _by_name("k_tanh_f64", "k_tanh_f32", "k_sigmoid_f64")
+    module.load(kernels, jobs=2)
+    assert module.loaded() == ["k_sigmoid_f64", "k_tanh_f32", "k_tanh_f64"]
+    assert len(list(fresh_cache.glob("*.so"))) == 4  # and the runtime
+    for jobs in (0, 1.5, True):
+        with pytest.raises(ValueError, match="CpuModule.load: jobs is"):
+            module.load(kernels, jobs=jobs)
+
+
+def test_warm_builds_one_dtypes_kernels(fresh_cache, monkeypatch, capfd):
+    from gtensor.runtime import warm
+
+    monkeypatch.setattr(warm, "cpu_kernels",
+                        lambda: tuple(_by_name("k_neg_f64", "k_neg_f32", "k_exp_f32")))
+    assert warm.main(["--jobs", "2", "--dtype", "float32"]) == 0
+    assert re.search(r"gtensor: 2 cpu kernels ready in [0-9.]+ s \(2 at a time\)",
+                     capfd.readouterr().err)
+    assert len(list(fresh_cache.glob("*.so"))) == 3
+    with pytest.raises(SystemExit):
+        warm.main(["--jobs", "0"])

@@ -305,33 +305,57 @@ def test_golden_digest(name, dtype):
     assert digest(fn.numpy(pin_sample(dtype))) == DIGESTS[(name, IDS[dtype])]
 
 
-@numpy_session
-@pytest.mark.parametrize("name", ["sin", "cos"])
-def test_float32_first_stage_within_its_bound(name):
-    """sin / cos float32's plain-double first stage (crtrig._fast32): its error, measured with
-    mpmath, stays under the bound its rounding test uses (the ratio is printed), and it sends
-    few inputs on to the double-double stage (the rate is printed)."""
-    from gtensor.scalar import crtrig
+def _first_stage32(name, x):
+    """(y, err, live) of a float32 first stage on widened inputs ``x``: the plain-double value,
+    the error bound its rounding test uses, and the lanes it computes (numpy)."""
+    from gtensor.scalar import crerf, crexp, crhyp, crtrig
     from gtensor.scalar.dsl import NUMPY
 
-    offset, tiny = (0, crtrig.SIN_TINY) if name == "sin" else (64, crtrig.COS_TINY)
-    x = sample(name, np.float32, 4000, seed=6).astype(np.float64)
     with np.errstate(all="ignore"):
+        if name == "erf":
+            y, err, decided, _ = crerf.fast32(NUMPY, x)
+            return y, err, ~decided
+        if name == "sigmoid":
+            y, err, decided, _ = crhyp.sig_fast32(NUMPY, x)
+            return y, err, ~decided & (x > -138.0)  # below, exp's scaling is clamped
+        if name == "exp":
+            y, err, decided, _ = crexp.fast32(NUMPY, x)
+            # beyond |x| = 138 the scaling is clamped at 2^+-200 (the same float32 inf or 0)
+            return y, err, ~decided & (np.abs(x) < 138.0)
+        offset, tiny = (0, crtrig.SIN_TINY) if name == "sin" else (64, crtrig.COS_TINY)
         y, err, decided, _, fast = crtrig._fast32(NUMPY, x, offset, tiny, x)
-    live = ~decided & fast
-    f = mp.sin if name == "sin" else mp.cos
+        return y, err, ~decided & fast
+
+
+@numpy_session
+@pytest.mark.parametrize("name", ["exp", "erf", "sigmoid", "sin", "cos"])
+def test_float32_first_stage_within_its_bound(name):
+    """The float32 plain-double first stages (crexp.fast32, crerf.fast32, crhyp.sig_fast32,
+    crtrig._fast32): the error,
+    measured with mpmath, stays under the bound the rounding test uses (the ratio is printed),
+    and few inputs are sent on to the double-double stage (the rate is printed)."""
+    from gtensor.scalar import multi
+
+    x = sample(name, np.float32, 4000, seed=6).astype(np.float64)
+    y, err, live = _first_stage32(name, x)
+    f = {"exp": mp.exp, "erf": mp.erf, "sin": mp.sin, "cos": mp.cos,
+         "sigmoid": lambda v: 1 / (1 + mp.exp(-v))}[name]
     worst = 0.0
     with mp.workprec(200):
         for xi, yi, ei in zip(x[live], y[live], err[live]):
-            worst = max(worst, float(abs(mp.mpf(float(yi)) - f(mp.mpf(float(xi)))) / ei))
+            if np.isfinite(yi) and ei > 0:
+                worst = max(worst, float(abs(mp.mpf(float(yi)) - f(mp.mpf(float(xi)))) / ei))
     rng = np.random.default_rng(8)
-    busy = np.concatenate([rng.uniform(-20.0, 20.0, 100_000), rng.choice([-1, 1], 100_000)
-                           * np.exp2(rng.uniform(-20, 20, 100_000))]).astype(np.float32)
+    (lo, hi), _ = DOMAIN[name]
+    busy = np.concatenate([rng.uniform(max(lo, -20.0), min(hi, 20.0), 100_000),
+                           rng.choice([-1, 1], 100_000) * np.exp2(rng.uniform(-20, 6, 100_000))]
+                          ).astype(np.float32).astype(np.float64)
+    yb, eb, lb = _first_stage32(name, busy)
+    from gtensor.scalar.dsl import NUMPY
+
     with np.errstate(all="ignore"):
-        yb, eb, db, _, fb = crtrig._fast32(NUMPY, busy.astype(np.float64), offset, tiny,
-                                           busy.astype(np.float64))
-        _, ok = crtrig.M.round_d_f32(NUMPY, yb, eb)
-    rate = float((~(ok & fb) & ~db).mean())
+        _, ok = multi.round_d_f32(NUMPY, yb, eb)
+    rate = float((~ok & lb).mean())
     MEASURED.append(f"{name} float32 first stage: error / bound, max over {int(live.sum())} "
                     f"inputs: {worst:.3f}; sent on: {rate:.1e} of {len(busy)}")
     assert worst < 1.0 and rate < 1e-4

@@ -85,3 +85,46 @@ def test_every_float32_input(name):
                         f"{float(want[i])!r}")
     MEASURED.append(f"{name} float32: all 2^32 inputs on cpu, {bad} not correctly rounded "
                     f"({resolved} decided by mpmath), {time.perf_counter() - t0:.0f} s")
+
+
+def _dd_stage(name: str):
+    """The float32 function of ``name`` and its double-double stage (``gt_<name>_dd_f32``: the
+    former float32 function, checked over every input above before the first stage)."""
+    from gtensor.scalar import crmath
+
+    f32 = crmath.BY_NAME[name].f32
+    dd = [fn for fn in f32.dependencies() if fn.cname == f"gt_{name}_dd_f32"]
+    assert len(dd) == 1, f"{name}: no double-double stage among {f32.dependencies()}"
+    return f32, dd[0]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["exp", "erf", "sigmoid", "sin", "cos"])
+def test_float32_first_stage_is_the_double_double_stage(name):
+    """Every float32 input: the function with its plain-double first stage gives the bits of
+    its double-double stage alone (compiled for the cpu, both threads): the first stage's
+    rounding test never accepts a result the double-double stage would round otherwise."""
+    from gtensor.kernels import Kernel, params
+    from gtensor.runtime.cpu import CpuModule
+    from gtensor.scalar.dsl import device_sources
+
+    new, old = _dd_stage(name)
+    body = (f"    gtcpu::parallel_for(n, 64, [=](long long lo, long long hi) {{\n"
+            f"        for (long long i = lo; i < hi; ++i) {{\n"
+            f"            y[i] = {new.cname}(x[i]);\n"
+            f"            z[i] = {old.cname}((double)x[i]);\n        }}\n    }});")
+    k = Kernel(f"k_first_stage_{name}", params("const float* x, float* y, float* z, long long n"),
+               body)
+    module = CpuModule([k], device_sources([new, old]) + "\n" + k.source())
+    t0 = time.perf_counter()
+    y, z = np.empty(CHUNK, np.float32), np.empty(CHUNK, np.float32)
+    for start in range(0, 1 << 32, CHUNK):
+        x32 = np.arange(start, start + CHUNK, dtype=np.uint64).astype(np.uint32).view(np.float32)
+        module.launch(k, 1, 1, [x32, y, z, np.int64(CHUNK)])
+        same = (y.view(np.uint32) == z.view(np.uint32)) | (np.isnan(y) & np.isnan(z))
+        if not same.all():
+            i = int(np.flatnonzero(~same)[0])
+            pytest.fail(f"{name}({float(x32[i])!r}): first stage {float(y[i])!r}, "
+                        f"double-double stage {float(z[i])!r}")
+    MEASURED.append(f"{name} float32: all 2^32 inputs, the first stage gives the double-double "
+                    f"stage's bits on every one, {time.perf_counter() - t0:.0f} s")

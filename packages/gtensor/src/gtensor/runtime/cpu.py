@@ -34,6 +34,7 @@ import platform
 import sys
 import threading
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -66,6 +67,7 @@ _LOADED: dict[str, ctypes.CDLL] = {}
 _LOAD_LOCK = threading.RLock()
 _SLOTS: dict[tuple[str, str], int] = {}  # (kernel library key, kernel name) -> call table entry
 _ANNOUNCED: list[bool] = []
+_ANNOUNCE_LOCK = threading.Lock()
 
 
 def cache_dir() -> Path:
@@ -156,26 +158,40 @@ def kernel_source(kernel: Kernel) -> str:
 
 def _announce(folder: Path) -> None:
     """The one line a process prints before its first cpu compile."""
-    if not _ANNOUNCED:
+    with _ANNOUNCE_LOCK:
+        if _ANNOUNCED:
+            return
         _ANNOUNCED.append(True)
         print(f"gtensor: compiling the cpu kernels as ops first use them (a second or so "
               f"each, once per machine), cached in {folder}", file=sys.stderr, flush=True)
 
 
+def _key(tu: str, flags: tuple[str, ...]) -> str:
+    """The cache key of a translation unit: its text, the compiler, the flags, the host."""
+    command = toolchain.compiler_command()
+    return hashlib.sha256("\0".join([tu, toolchain.compiler_identity(tuple(command)),
+                                     " ".join(flags), _host_identity(), sys.version])
+                          .encode()).hexdigest()
+
+
+def _built(tu: str, flags: tuple[str, ...], what: str, key: str | None = None) -> Path:
+    """The compiled library of ``tu`` (its ``key``, computed when not given): found in the
+    cache or compiled now (no lock held: threads may compile different units side by side)."""
+    key = key or _key(tu, flags)
+    command = toolchain.compiler_command()
+    return cache.library(
+        "cpu", key, tu,
+        lambda src, out: toolchain.compile_shared("cpu", command, flags, src, out),
+        what, announce=_announce)
+
+
 def _library(tu: str, flags: tuple[str, ...], what: str) -> ctypes.CDLL:
     """The loaded library of translation unit ``tu`` (compiled at most once per cache and
     loaded once per process)."""
-    command = toolchain.compiler_command()
-    key = hashlib.sha256("\0".join([tu, toolchain.compiler_identity(tuple(command)),
-                                    " ".join(flags), _host_identity(), sys.version])
-                         .encode()).hexdigest()
+    key = _key(tu, flags)
     with _LOAD_LOCK:
         if key not in _LOADED:
-            lib = cache.library(
-                "cpu", key, tu,
-                lambda src, out: toolchain.compile_shared("cpu", command, flags, src, out),
-                what, announce=_announce)
-            _LOADED[key] = ctypes.CDLL(str(lib))
+            _LOADED[key] = ctypes.CDLL(str(_built(tu, flags, what, key)))
             _LOADED[key].gtensor_key = key
         return _LOADED[key]
 
@@ -312,10 +328,20 @@ class CpuModule(KernelTable):
                         kernel_source(kernel), [kernel])
         return lib
 
-    def load(self, kernels: Sequence[Kernel] | None = None) -> None:
+    def load(self, kernels: Sequence[Kernel] | None = None, jobs: int = 1) -> None:
         """Compile and load ``kernels`` (default: all of the module's) now rather than at
-        their first launch."""
-        for k in self._kernels.values() if kernels is None else kernels:
+        their first launch, ``jobs`` compiler processes at a time."""
+        todo = [self.resolve(k) for k in (self._kernels.values() if kernels is None
+                                          else kernels) if k.name not in self._libraries]
+        if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:
+            raise ValueError(f"CpuModule.load: jobs is {jobs!r}; expected an int >= 1")
+        if jobs > 1 and len(todo) > 1:
+            def build(k: Kernel) -> None:
+                _built(kernel_unit(kernel_source(k), [k]), CXX_FLAGS, f"cpu kernels {k.name}")
+
+            with ThreadPoolExecutor(max_workers=jobs) as pool:
+                list(pool.map(build, todo))
+        for k in todo:
             self.library(k)
 
     def loaded(self) -> list[str]:

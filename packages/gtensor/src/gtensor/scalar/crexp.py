@@ -310,16 +310,58 @@ def exp_f64(m, x):
                   x)
 
 
+def _clamp200(m, k):
+    """k clamped to [-200, 200]: float32's range is k in [-150, 128]; beyond, 2^+-200 gives the
+    same (inf or 0) rounding."""
+    return m.where(k < -200, k * 0 - 200, m.where(k > 200, k * 0 + 200, k))
+
+
+# float32's double-double stage, out of line: the first stage's failures (below)
+@scalar_fn("gt_exp_dd_f32", (F64,), F32, cold=True)
+def exp_dd_f32(m, x):
+    """e^x of a widened float32 by the double-double fast path, then the accurate path
+    (scaled first: float32's subnormals are normal float64 numbers)."""
+    h, lo, k, _, decided, value, _ = _exp_fast(m, x)
+    r, ok = M.round_dd_f32(m, h * _pow2(m, _clamp200(m, k)), lo, None)  # EPS_EXP < 2^-60
+    return m.rare(ok | decided, m.where(decided, m.to_f32(value), r), exp_acc_f32, x)
+
+
+# float32's first stage: a float32 result needs ~2^-25 relative, so exp_dd's reduction and
+# tables run in plain double arithmetic: r = ((x - N E_HI) - N E_MID) - N E_LO (x - N E_HI and
+# N E_MID exact, N E_LO below 2^-56: |r - r*| <= 2u |r| + 2^-107, u = 2^-53), T = T[i1] T2[i2]
+# from the tables' heads (within 1.5u), e^r - 1 = r + r^2 (1/2 + r/6) (Taylor truncation
+# r^4/24 <= 2^-59, roundings u |q| + 2^-80), y = fma(T, q, T) 2^k (one rounding, an exact
+# scaling): |y - e^x| <= (2.5u + 2^-64) |y| < 2^-51 |y|. The rounding test of
+# ``multi.round_d_f32`` uses err = EPS32 |y| (8x that); its failures (about 2^-23 of the inputs)
+# take the double-double stage above. Every float32 input is checked exhaustively
+# (``tests/test_crmath_exhaustive.py``, against mpmath where a midpoint is near).
+EPS32 = 2.0 ** -48
+SIXTH = 1.0 / 6.0
+
+
+def fast32(m, x):
+    """(y, err, decided, value) for a widened float32 x: e^x in plain double within err, and
+    the decided lanes (NaN, overflow, underflow) with their value."""
+    decided, value = _exp_specials(m, x)
+    xs = m.where(decided, 0.0, x)
+    nf = m.rint(xs * D.INV_STEP2)
+    r = ((xs - nf * D.E_HI) - nf * D.E_MID) - nf * D.E_LO
+    n = m.f2i(nf) + (1 << 30)  # non-negative for the shifts and masks
+    k = (n >> 12) - (1 << 18)
+    t = m.table(T_TAB, 3 * ((n >> 6) & 63)) * m.table(T2_TAB, 2 * (n & 63))
+    q = m.fma(r * r, m.fma(r, SIXTH, 0.5), r)
+    y = m.fma(t, q, t) * _pow2(m, _clamp200(m, k))
+    return y, m.fabs(y) * EPS32, decided, value
+
+
 @scalar_fn("gt_exp_f32", (F32,), F32)
 def exp_f32(m, x32):
-    """e^x for float32, correctly rounded (scaled first: float32's subnormals are normal
-    float64 numbers)."""
+    """e^x for float32, correctly rounded: the plain-double first stage, its failures by the
+    double-double stage."""
     x = m.to_f64(x32)
-    h, lo, k, _, decided, value, _ = _exp_fast(m, x)
-    # float32's range is k in [-150, 128]; beyond, 2^+-200 gives the same (inf or 0) rounding
-    kk = m.where(k < -200, k * 0 - 200, m.where(k > 200, k * 0 + 200, k))
-    r, ok = M.round_dd_f32(m, h * _pow2(m, kk), lo, None)  # EPS_EXP < 2^-60: no err check
-    return m.rare(ok | decided, m.where(decided, m.to_f32(value), r), exp_acc_f32, x)
+    y, err, decided, value = fast32(m, x)
+    r, ok = M.round_d_f32(m, y, err)
+    return m.rare(ok | decided, m.where(decided, m.to_f32(value), r), exp_dd_f32, x)
 
 
 EXP_F64: ScalarFn = exp_f64

@@ -180,14 +180,46 @@ def sigmoid_f64(m, x):
                   sigmoid_acc_f64, x)
 
 
-@scalar_fn("gt_sigmoid_f32", (F32,), F32)
-def sigmoid_f32(m, x32):
-    """1/(1 + e^-x) for float32, correctly rounded."""
-    x = m.to_f64(x32)
+# float32's double-double stage, out of line: the first stage's failures (below)
+@scalar_fn("gt_sigmoid_dd_f32", (F64,), F32, cold=True)
+def sigmoid_dd_f32(m, x):
+    """sigmoid of a widened float32 by the double-double fast path, then the accurate
+    path."""
     h, lo, k, _, decided, value, _ = _sig_fast(m, x)
     kk = m.where(k < -200, k * 0 - 200, k)  # float32 inputs: k >= -150; 2^k exact
     r, ok = M.round_dd_f32(m, h * X._pow2(m, kk), lo, None)  # EPS_SIG < 2^-60
     return m.rare(ok | decided, m.where(decided, m.to_f32(value), r), sigmoid_acc_f32, x)
+
+
+# float32's first stage: E = e^-|x| by crexp's float32 first stage (plain double, within
+# 2^-51 relative; below x = -138 its scaling is clamped at 2^-200, where sigmoid's float32
+# result is +0 all the same), then 1/(1 + E) (x >= 0) or E/(1 + E) (x < 0) in double: the
+# sensitivity to E is at most 1, the sum and the quotient round once each, so
+# |y - sigmoid| <= (2^-51 + 2u) |y| < 2^-50 |y|. The rounding test of ``multi.round_d_f32``
+# uses err = EPS32 |y| (8x that); its failures take the double-double stage above. Every
+# float32 input is checked exhaustively (``tests/test_crmath_exhaustive.py``).
+EPS32 = 2.0 ** -47
+
+
+def sig_fast32(m, x):
+    """(y, err, decided, value) for a widened float32 x: sigmoid(x) in plain double within
+    err, and the decided lanes (NaN, x > 40, x below exp's underflow) with their value."""
+    decided, value = _sig_specials(m, x)
+    xs = m.where(decided, 0.0, x)
+    e, _, _, _ = X.fast32(m, -m.fabs(xs))
+    d = e + 1.0
+    y = m.where(xs < 0.0, e / d, 1.0 / d)
+    return y, m.fabs(y) * EPS32, decided, value
+
+
+@scalar_fn("gt_sigmoid_f32", (F32,), F32)
+def sigmoid_f32(m, x32):
+    """1/(1 + e^-x) for float32, correctly rounded: the plain-double first stage, its failures
+    by the double-double stage."""
+    x = m.to_f64(x32)
+    y, err, decided, value = sig_fast32(m, x)
+    r, ok = M.round_d_f32(m, y, err)
+    return m.rare(ok | decided, m.where(decided, m.to_f32(value), r), sigmoid_dd_f32, x)
 
 
 TANH_F64: ScalarFn = tanh_f64
