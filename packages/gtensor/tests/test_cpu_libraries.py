@@ -181,5 +181,7 @@ def test_warm_builds_one_dtypes_kernels(fresh_cache, monkeypatch, capfd):
     assert re.search(r"gtensor: 2 cpu kernels ready in [0-9.]+ s \(2 at a time\)",
                      capfd.readouterr().err)
     assert _kernel_libraries(fresh_cache) <= {"k_exp_f32", "k_neg_f32"}
+    for k in _by_name("k_neg_f32", "k_exp_f32"):  # built and loaded
+        assert cpu._key(cpu.kernel_unit(cpu.kernel_source(k), [k]), cpu.CXX_FLAGS) in cpu._LOADED
     with pytest.raises(SystemExit):
         warm.main(["--jobs", "0"])
