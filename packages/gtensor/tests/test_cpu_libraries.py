@@ -182,6 +182,7 @@ def test_warm_builds_one_dtypes_kernels(fresh_cache, monkeypatch, capfd):
                      capfd.readouterr().err)
     assert _kernel_libraries(fresh_cache) <= {"k_exp_f32", "k_neg_f32"}
     for k in _by_name("k_neg_f32", "k_exp_f32"):  # built and loaded
-        assert cpu._key(cpu.kernel_unit(cpu.kernel_source(k), [k]), cpu.CXX_FLAGS) in cpu._LOADED
+        source = cpu.kernel_source(k)
+        assert cpu._key(cpu.kernel_unit(source, [k]), cpu.kernel_flags(source)) in cpu._LOADED
     with pytest.raises(SystemExit):
         warm.main(["--jobs", "0"])

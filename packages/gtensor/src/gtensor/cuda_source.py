@@ -82,6 +82,8 @@ def _named_functions() -> dict[str, ScalarFn | DeviceFn]:
         if name in named:
             return
         named[name] = fn
+        if isinstance(fn, ScalarFn) and fn.first_stage:  # its text defines the stage too
+            named[fn.first_cname] = fn
         for dep in fn.calls if isinstance(fn, DeviceFn) else fn.dependencies():
             visit(dep)
 

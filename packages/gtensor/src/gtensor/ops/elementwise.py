@@ -16,7 +16,7 @@ from ..kernels import Kernel, Kind
 from ..scalar import crerf, crexp, crhyp, crlog, crtrig
 from ..scalar.dsl import ScalarFn, scalar_fn
 from .checks import ANY, AWAY0, POS, Checks, binary_checks, unary_checks
-from .forms import BLOCK, ELEMENT_COST, MAP, SCALAR, ZIP2, grid_for, split_cost
+from .forms import BLOCK, ELEMENT_COST, MAP, SCALAR, ZIP2, Map, grid_for, split_cost
 from .registry import Op, register
 
 of = dtypes.of  # an array's FloatType (the references pick their scalar function by it)
@@ -66,12 +66,19 @@ def _cpu_kernels(cuda: Callable[[FloatType], list[Kernel]],
     """CPU kernels with the names and parameters of ``cuda``'s, bodies from their form."""
 
     def kernels(ft: FloatType) -> list[Kernel]:
-        return [Kernel(k.name, k.params,
-                       k.form.cpu_body(fns[ft].cname, ft.ctype,
-                                       split_cost(k.calls, ELEMENT_COST)), form=k.form)
-                for k in cuda(ft)]
+        fn = fns[ft]
+        return [Kernel(k.name, k.params, _cpu_body(k, fn, ft), form=k.form) for k in cuda(ft)]
 
     return kernels
+
+
+def _cpu_body(k: Kernel, fn: ScalarFn, ft: FloatType) -> str:
+    """The cpu body of kernel ``k`` over ``fn``: a map of a function with a first stage
+    runs the stage over blocks (``Map.cpu_body``)."""
+    cost = split_cost(k.calls, ELEMENT_COST)
+    if isinstance(k.form, Map) and fn.first_stage:
+        return k.form.cpu_body(fn.cname, ft.ctype, cost, first=fn.first_cname)
+    return k.form.cpu_body(fn.cname, ft.ctype, cost)
 
 
 FORMS = {Kind.MAP: MAP, Kind.SCALAR: SCALAR, Kind.ZIP: ZIP2}  # kernel kind -> its form

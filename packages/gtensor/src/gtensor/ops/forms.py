@@ -155,6 +155,14 @@ def split_cost(calls: Iterable, least: int) -> int:
     return max(least, sum(getattr(fn, "cost", 1) for fn in calls))
 
 
+# elements per block of a first-stage map (Map.cpu_body): the stage's values and flags stay
+# on the stack (256 x 9 bytes of float64)
+FIRST_BLOCK = 256
+# the line a first-stage loop starts with: the cpu runtime compiles a library holding one with
+# runtime.cpu.FIRST_STAGE_FLAGS
+FIRST_STAGE_LOOP = "// first stage over blocks, then the undecided lanes"
+
+
 @dataclass(frozen=True)
 class Map(Form):
     """``y[i] = f(x[i], *extra)`` for i < n: one input read where the output is written."""
@@ -173,12 +181,36 @@ class Map(Form):
         """The CUDA/sim body: a grid-stride loop."""
         return f"{_GRID_LOOP}\n        y[i] = {self._call(fn, 'x[i]', self.extra)};"
 
-    def cpu_body(self, fn: str, ctype: str | None = None, cost: int = ELEMENT_COST) -> str:
+    def cpu_body(self, fn: str, ctype: str | None = None, cost: int = ELEMENT_COST,
+                 first: str | None = None) -> str:
         """The cpu body: a plain loop over [lo, hi) the compiler vectorizes, split across
-        threads (each element weighs ``cost``: ``split_cost``)."""
-        return (f"    gtcpu::parallel_for(n, {cost}, [=](long long lo, long long hi) {{\n"
-                f"        for (long long i = lo; i < hi; ++i) y[i] = "
-                f"{self._call(fn, 'x[i]', self.extra)};\n    }});")
+        threads (each element weighs ``cost``: ``split_cost``). With ``first`` (the C name of
+        fn's first stage, ``ScalarFn.first_stage``; ``ctype`` then required): blocks of
+        FIRST_BLOCK elements, the first stage over the block as one vectorized loop, then fn
+        itself for the lanes the stage left undecided (each element's x is read before its
+        y is written, so y may be x)."""
+        if first is None:
+            return (f"    gtcpu::parallel_for(n, {cost}, [=](long long lo, long long hi) {{\n"
+                    f"        for (long long i = lo; i < hi; ++i) y[i] = "
+                    f"{self._call(fn, 'x[i]', self.extra)};\n    }});")
+        staged = self._call(first, "xb[j]", (*self.extra, "gt_bad"))
+        return "\n".join([
+            f"    {FIRST_STAGE_LOOP}",
+            f"    gtcpu::parallel_for(n, {cost}, [=](long long lo, long long hi) {{",
+            f"        for (long long b = lo; b < hi; b += {FIRST_BLOCK}) {{",
+            f"            const int m = (int)(hi - b < {FIRST_BLOCK} ? hi - b : {FIRST_BLOCK});",
+            f"            const {ctype}* __restrict xb = x + b;",
+            f"            {ctype} v[{FIRST_BLOCK}];",
+            f"            bool bad[{FIRST_BLOCK}];",
+            "            for (int j = 0; j < m; ++j) {",
+            "                bool gt_bad = false;",
+            f"                v[j] = {staged};",
+            "                bad[j] = gt_bad;",
+            "            }",
+            "            for (int j = 0; j < m; ++j)",
+            f"                y[b + j] = bad[j] ? {self._call(fn, 'x[b + j]', self.extra)} : v[j];",
+            "        }",
+            "    });"])
 
     def index_maps(self, args: dict) -> Access:
         """Iteration i writes y[i] and reads x[i]."""

@@ -25,7 +25,16 @@ from .elementwise import ADD, EXP, LOG, MUL, SUB, of
 from .forms import GY_ROWS, ROW_ELEMENT_COST, XY_ROWS, Rows, row_geometry, split_cost
 from .reduce import serial_sum
 from .registry import Op, register
-from .softmax import ROW_MAX_LANES, ROW_MAX_TREE, ROW_SUM_LANES, _fns, _infer_axis, _launch_rows
+from .softmax import (
+    EXP_ROW,
+    EXP_ROW_LANES,
+    ROW_MAX_LANES,
+    ROW_MAX_TREE,
+    ROW_SUM_LANES,
+    _fns,
+    _infer_axis,
+    _launch_rows,
+)
 
 _ROW_MAX = ROW_MAX_TREE + """\
         mx = $ADD(buf[0], ($T)0);
@@ -52,7 +61,7 @@ _CPU_LOG_SOFTMAX = Template("""\
             $T mx = xr[0];
             for (long long r = 1; r < R; ++r) mx = $MAX(mx, xr[r * B]);
             mx = $ADD(mx, ($T)0);
-            for (long long r = 0; r < R; ++r) yr[r * B] = $EXP($SUB(xr[r * B], mx));
+""" + EXP_ROW + """\
             $T s = yr[0];
             for (long long r = 1; r < R; ++r) s = $ADD(s, yr[r * B]);
             const $T ls = $LOG(s);
@@ -64,12 +73,8 @@ _CPU_LOG_SOFTMAX_LANES = Template("""\
                 const $T* xr = x + base;
                 $T* yr = y + base;
 """ + ROW_MAX_LANES + """\
-                for (int k = 0; k < G; ++k) {
-                    const $T m = mx[k] = $ADD(mx[k], ($T)0);
-                    for (long long r = 0; r < R; ++r)
-                        yr[k * R + r] = $EXP($SUB(xr[k * R + r], m));
-                }
-""" + ROW_SUM_LANES + """\
+                for (int k = 0; k < G; ++k) mx[k] = $ADD(mx[k], ($T)0);
+""" + EXP_ROW_LANES + ROW_SUM_LANES + """\
                 for (int k = 0; k < G; ++k) {
                     const $T m = mx[k], ls = $LOG(s[k]);
                     for (long long r = 0; r < R; ++r)
@@ -96,8 +101,16 @@ _CPU_LOG_SOFTMAX_GRAD = Template("""\
             $T* outr = out + base;
             $T d = gr[0];
             for (long long r = 1; r < R; ++r) d = $ADD(d, gr[r * B]);
-            for (long long r = 0; r < R; ++r)
-                outr[r * B] = $SUB(gr[r * B], $MUL($EXP(yr[r * B]), d));""")
+            $FIRST_STAGE
+            unsigned char gt_any = 0;
+            for (long long r = 0; r < R; ++r) {
+                bool gt_bad = false;
+                outr[r * B] = $SUB(gr[r * B], $MUL($EXP_FIRST(yr[r * B], gt_bad), d));
+                gt_any |= gt_bad;
+            }
+            if (gt_any)
+                for (long long r = 0; r < R; ++r)
+                    outr[r * B] = $SUB(gr[r * B], $MUL($EXP(yr[r * B]), d));""")
 
 _CPU_LOG_SOFTMAX_GRAD_LANES = Template("""\
                 const $T* gr = g + base;
@@ -107,11 +120,23 @@ _CPU_LOG_SOFTMAX_GRAD_LANES = Template("""\
                 for (int k = 0; k < G; ++k) d[k] = gr[k * R];
                 for (long long r = 1; r < R; ++r)
                     for (int k = 0; k < G; ++k) d[k] = $ADD(d[k], gr[k * R + r]);
+                $FIRST_STAGE
+                unsigned char gt_any = 0;
                 for (int k = 0; k < G; ++k) {
                     const $T dk = d[k];
-                    for (long long r = 0; r < R; ++r)
-                        outr[k * R + r] = $SUB(gr[k * R + r], $MUL($EXP(yr[k * R + r]), dk));
-                }""")
+                    for (long long r = 0; r < R; ++r) {
+                        bool gt_bad = false;
+                        outr[k * R + r] = $SUB(gr[k * R + r],
+                                               $MUL($EXP_FIRST(yr[k * R + r], gt_bad), dk));
+                        gt_any |= gt_bad;
+                    }
+                }
+                if (gt_any)
+                    for (int k = 0; k < G; ++k) {
+                        const $T dk = d[k];
+                        for (long long r = 0; r < R; ++r)
+                            outr[k * R + r] = $SUB(gr[k * R + r], $MUL($EXP(yr[k * R + r]), dk));
+                    }""")
 
 _LSE_SHIFT = """\
         const bool inf = mx == $INF || mx == -$INF;

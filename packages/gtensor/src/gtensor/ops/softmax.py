@@ -23,7 +23,7 @@ from .. import shapes
 from ..dtypes import FloatType
 from ..kernels import Kernel, Kind
 from .elementwise import ADD, DIV, EXP, MAX, MUL, SUB, of
-from .forms import GY_ROWS, ROW_ELEMENT_COST, ROW_THREADS, XY_ROWS, split_cost
+from .forms import FIRST_STAGE_LOOP, GY_ROWS, ROW_ELEMENT_COST, ROW_THREADS, XY_ROWS, split_cost
 from .reduce import serial_sum
 from .registry import Op, register
 
@@ -73,12 +73,45 @@ _SOFTMAX_GRAD = Template("""\
         for (long long r = t; r < R; r += nt) outr[r * B] = $MUL(yr[r * B], $SUB(gr[r * B], d));""")
 
 
+# exp over a row on cpu: exp's first stage over the row (elementwise.py, forms.Map), then the
+# row again by exp itself if the stage left any lane undecided (y never aliases x). G rows at
+# a time in the LANES form (row k's shift mx[k]).
+EXP_ROW = """\
+            $FIRST_STAGE
+            unsigned char gt_any = 0;
+            for (long long r = 0; r < R; ++r) {
+                bool gt_bad = false;
+                yr[r * B] = $EXP_FIRST($SUB(xr[r * B], mx), gt_bad);
+                gt_any |= gt_bad;
+            }
+            if (gt_any)
+                for (long long r = 0; r < R; ++r) yr[r * B] = $EXP($SUB(xr[r * B], mx));
+"""
+EXP_ROW_LANES = """\
+                $FIRST_STAGE
+                unsigned char gt_any = 0;
+                for (int k = 0; k < G; ++k) {
+                    const $T m = mx[k];
+                    for (long long r = 0; r < R; ++r) {
+                        bool gt_bad = false;
+                        yr[k * R + r] = $EXP_FIRST($SUB(xr[k * R + r], m), gt_bad);
+                        gt_any |= gt_bad;
+                    }
+                }
+                if (gt_any)
+                    for (int k = 0; k < G; ++k) {
+                        const $T m = mx[k];
+                        for (long long r = 0; r < R; ++r)
+                            yr[k * R + r] = $EXP($SUB(xr[k * R + r], m));
+                    }
+"""
+
 _CPU_SOFTMAX = Template("""\
             const $T* xr = x + base;
             $T* yr = y + base;
             $T mx = xr[0];
             for (long long r = 1; r < R; ++r) mx = $MAX(mx, xr[r * B]);
-            for (long long r = 0; r < R; ++r) yr[r * B] = $EXP($SUB(xr[r * B], mx));
+""" + EXP_ROW + """\
             $T s = yr[0];
             for (long long r = 1; r < R; ++r) s = $ADD(s, yr[r * B]);
             for (long long r = 0; r < R; ++r) yr[r * B] = $DIV(yr[r * B], s);""")
@@ -113,13 +146,7 @@ ROW_SUM_LANES = """\
 _CPU_SOFTMAX_LANES = Template("""\
                 const $T* xr = x + base;
                 $T* yr = y + base;
-""" + ROW_MAX_LANES + """\
-                for (int k = 0; k < G; ++k) {
-                    const $T m = mx[k];
-                    for (long long r = 0; r < R; ++r)
-                        yr[k * R + r] = $EXP($SUB(xr[k * R + r], m));
-                }
-""" + ROW_SUM_LANES + """\
+""" + ROW_MAX_LANES + EXP_ROW_LANES + ROW_SUM_LANES + """\
                 for (int k = 0; k < G; ++k) {
                     const $T sk = s[k];
                     for (long long r = 0; r < R; ++r) yr[k * R + r] = $DIV(yr[k * R + r], sk);
@@ -156,7 +183,8 @@ def _cpu_kernels(cuda, body: Template, lanes: Template):
 def _fns(ft: FloatType) -> dict[str, str]:
     return {"T": ft.ctype, "NT": str(ROW_THREADS), "MAX": MAX[ft].cname,
             "EXP": EXP[ft].cname, "SUB": SUB[ft].cname, "ADD": ADD[ft].cname,
-            "DIV": DIV[ft].cname, "MUL": MUL[ft].cname}
+            "DIV": DIV[ft].cname, "MUL": MUL[ft].cname, "EXP_FIRST": EXP[ft].first_cname,
+            "FIRST_STAGE": FIRST_STAGE_LOOP}
 
 
 def _softmax_kernels(ft: FloatType) -> list[Kernel]:

@@ -56,6 +56,12 @@ CXX_FLAGS = (
     "-std=c++17",
     "-pthread",
 )
+# A library holding a first-stage loop (gtensor.ops.forms.Map, FIRST_STAGE_LOOP) is compiled
+# also without tree PRE, which turns the stage's table reads on the constant arms of its
+# selects into conditional loads that keep the loop scalar, and without trapping math, so that
+# floor vectorizes. Neither changes a value: PRE is an optimization pass, and no kernel reads
+# or traps on the floating-point exception flags (every launch runs with them masked).
+FIRST_STAGE_FLAGS = ("-fno-tree-pre", "-fno-trapping-math")
 HEADER_PATH = Path(__file__).with_name("cpu_runtime.h")
 EXEC_PATH = Path(__file__).with_name("cpu_exec.h")  # the runtime library's plan interpreter
 THREADS_ENV = "GTENSOR_CPU_THREADS"
@@ -148,6 +154,14 @@ def kernel_unit(source: str, kernels: Sequence[Kernel]) -> str:
             + "".join(_launchers(k) for k in kernels) + _BIND)
 
 
+def kernel_flags(source: str) -> tuple[str, ...]:
+    """The compiler flags of a kernel library holding ``source``: CXX_FLAGS, and
+    FIRST_STAGE_FLAGS where it has a first-stage loop."""
+    from gtensor.ops.forms import FIRST_STAGE_LOOP
+
+    return (*CXX_FLAGS, *FIRST_STAGE_FLAGS) if FIRST_STAGE_LOOP in source else CXX_FLAGS
+
+
 def kernel_source(kernel: Kernel) -> str:
     """One kernel's library source: the device functions its text names, then the kernel."""
     from gtensor.cuda_source import device_text_for
@@ -222,7 +236,8 @@ class _KernelLibrary:
 
     def __init__(self, source: str, kernels: Sequence[Kernel]) -> None:
         names = ", ".join(k.name for k in kernels[:3]) + (", ..." if len(kernels) > 3 else "")
-        self.lib = _library(kernel_unit(source, kernels), CXX_FLAGS, f"cpu kernels {names}")
+        self.lib = _library(kernel_unit(source, kernels), kernel_flags(source),
+                            f"cpu kernels {names}")
         runtime, _ = _runtime()
         key = self.lib.gtensor_key
         with _LOAD_LOCK:
@@ -337,7 +352,8 @@ class CpuModule(KernelTable):
             raise ValueError(f"CpuModule.load: jobs is {jobs!r}; expected an int >= 1")
         if jobs > 1 and len(todo) > 1:
             def build(k: Kernel) -> None:
-                _built(kernel_unit(kernel_source(k), [k]), CXX_FLAGS, f"cpu kernels {k.name}")
+                source = kernel_source(k)
+                _built(kernel_unit(source, [k]), kernel_flags(source), f"cpu kernels {k.name}")
 
             with ThreadPoolExecutor(max_workers=jobs) as pool:
                 list(pool.map(build, todo))

@@ -184,6 +184,47 @@ class _NumpyMath:
 NUMPY = _NumpyMath()
 
 
+class _NumpyFirst(_NumpyMath):
+    """numpy under the first stage's rules (``ScalarFn.first_numpy``): ``rare`` flags its
+    lanes, f2i flags arguments outside +-2^62 (and NaN) and converts 0 there, table indices
+    are clamped -- what the C first stage computes (cpu_runtime.h, f2i_first/index_first)."""
+
+    def __init__(self) -> None:
+        self.bad: Any = np.False_
+
+    def _flag(self, lanes: Any) -> None:
+        self.bad = self.bad | np.asarray(lanes)
+
+    def rare(self, ok: Any, value: Any, fn: "ScalarFn", *args: Any) -> Any:
+        """``value``; the lanes where ``ok`` is false are flagged."""
+        self._flag(~np.asarray(ok))
+        return value
+
+    def f2i(self, x: Any) -> Any:
+        """float64 to int64, truncating, inside +-2^62; 0 and a flag elsewhere."""
+        x = np.asarray(x)
+        inside = np.abs(x) < 2.0**62
+        self._flag(~inside)
+        return np.where(inside, x, 0.0).astype(np.int64)
+
+    def table(self, tab: "Table", i: Any) -> Any:
+        """Entry ``i`` of ``tab``, the index clamped to the table."""
+        return tab.array[np.clip(np.asarray(i), 0, len(tab.values) - 1)]
+
+    def call(self, fn: "ScalarFn | dict", *args: Any) -> Any:
+        """A callee with a first stage runs under these rules, any other as numpy."""
+        if isinstance(fn, dict):
+            fn = pick(fn, next(_np_float_dt(a) for a in args if _np_float_dt(a)))
+        return fn.body(self if fn.first_stage else NUMPY, *args)
+
+    def loop(self, n: int, body: Callable, *init: Any) -> tuple:
+        """``n`` iterations of the body under these rules."""
+        carry = tuple(init)
+        for k in range(n):
+            carry = tuple(body(self, np.int64(k), *carry))
+        return carry
+
+
 # --------------------------------------------------------------------------- CUDA mode
 _BINOPS_FLOAT = {
     "+": ("__dadd_rn", "__fadd_rn"),
@@ -314,6 +355,11 @@ class CEmitter:
     rare_called: list = field(default_factory=list)  # the callees of ``rare`` (cold paths)
     tables: list = field(default_factory=list)  # the tables read, in order of first use
     loop_cost: int = 0  # statements a loop repeats beyond its one traced body
+    # tracing the first stage (``ScalarFn.first_stage``): ``rare`` sets the flag ``gt_bad``
+    # instead of calling its cold function; f2i and table reads without branches
+    first: bool = False
+    flagged: bool = False  # (first stage) some ``rare`` of this body sets the flag
+    multi: bool = False  # some ``call_multi`` is made outside ``rare`` (no first stage then)
     _n: int = 0
     _indent: str = "    "
 
@@ -407,6 +453,8 @@ class CEmitter:
     def f2i(self, x: CVal) -> CVal:
         """float64 to int64, truncating."""
         self._expect(x, F64, "f2i")
+        if self.first:
+            return self.let(f"gtcpu::f2i_first({x.expr}, gt_bad)", I64)
         return self.let(f"__double2ll_rz({x.expr})", I64)
 
     def wrapping_add(self, a: CVal, b: CVal) -> CVal:
@@ -428,6 +476,9 @@ class CEmitter:
             fn = pick(fn, dt)
         self._check_args(fn, args)
         self.called.append(fn)
+        if self.first and fn.first_stage:
+            return self.let(f"{fn.first_cname}({', '.join(a.expr for a in args)}, gt_bad)",
+                            fn.out_dt)
         return self.let(f"{fn.cname}({', '.join(a.expr for a in args)})", fn.out_dt)
 
     def fma(self, a: Any, b: Any, c: Any) -> CVal:
@@ -447,6 +498,9 @@ class CEmitter:
         self._expect(i, I64, tab.cname)
         if tab not in self.tables:
             self.tables.append(tab)
+        if self.first:
+            last = len(tab.values) - 1
+            return self.let(f"{tab.cname}[gtcpu::index_first({i.expr}, {last}LL)]", tab.dt)
         return self.let(f"{tab.cname}[{i.expr}]", tab.dt)
 
     def loop(self, n: int, body: Callable, *init: Any) -> tuple:
@@ -485,6 +539,7 @@ class CEmitter:
         args = tuple(self.coerce(a, dt) for a, dt in zip(args, fn.in_dts))
         self._check_args(fn, args)
         self.called.append(fn)
+        self.multi = True
         outs = []
         for dt in fn.out_dt:
             self._n += 1
@@ -505,6 +560,10 @@ class CEmitter:
             raise TypeError("scalar language: rare(bool, value, fn, ...) with value of fn's "
                             "dtype")
         self.rare_called.append(fn)
+        if self.first:  # the lane is bad where ok is false; the value is used only where true
+            self.flagged = True
+            self.lines.append(f"{self._indent}gt_bad = gt_bad | !{ok.expr};")
+            return value
         return self.let(f"({ok.expr} ? {value.expr} : "
                         f"{fn.cname}({', '.join(a.expr for a in args)}))", fn.out_dt)
 
@@ -569,8 +628,54 @@ class ScalarFn:
         qualifier = "GT_COLD" if self.cold else "__forceinline__"
         return (
             f"__device__ {qualifier} {CTYPE[self.out_dt]} {self.cname}({params})\n"
-            f"{{\n{body}\n    return {out.expr};\n}}\n"
+            f"{{\n{body}\n    return {out.expr};\n}}\n" + self._first_source(params)
         )
+
+    def _first_source(self, params: str) -> str:
+        """The first stage's C definition (cpu builds only), or "" when there is none."""
+        if not self.first_stage:
+            return ""
+        em, out = self._first_traced
+        out = em.coerce(out, self.out_dt)
+        body = "\n".join(em.lines)
+        return (f"#ifdef GTCPU_FIRST_STAGES\n"
+                f"__device__ __forceinline__ {CTYPE[self.out_dt]} {self.first_cname}("
+                f"{params}, bool& gt_bad)\n{{\n{body}\n    return {out.expr};\n}}\n"
+                f"#endif\n")
+
+    @property
+    def first_cname(self) -> str:
+        """The C name of the first stage: ``<cname>_first``."""
+        return f"{self.cname}_first"
+
+    @cached_property
+    def first_stage(self) -> bool:
+        """Whether this function has a first stage ``<cname>_first(args..., bool& gt_bad)``
+        for cpu builds: its body with every ``rare`` (its own and its callees') replaced by
+        the flag -- the value where no lane's flag is set, which is then the function's own
+        value (the same operations on the same operands); a flagged lane's value is
+        meaningless and the caller computes the function instead. Only hot single-result
+        functions with a ``rare`` and no ``call_multi`` on the way have one: the stage is
+        branch-free, so a loop over it vectorizes (``gtensor.ops.forms.Map``)."""
+        if self.cold or isinstance(self.out_dt, tuple):
+            return False
+        em, _ = self._first_traced
+        return not em.multi and (em.flagged or any(fn.first_stage for fn in em.called))
+
+    def first_numpy(self, *arrays: Any) -> tuple[np.ndarray, np.ndarray]:
+        """(value, bad) of the first stage on numpy arrays: the value the stage gives, and
+        the lanes it leaves to the whole function (ValueError when there is no stage)."""
+        if not self.first_stage:
+            raise ValueError(f"{self.cname} has no first stage")
+        m = _NumpyFirst()
+        with np.errstate(all="ignore"):
+            value = np.asarray(self.body(m, *arrays), dtype=NPTYPE[self.out_dt])
+        return value, np.broadcast_to(m.bad, value.shape)
+
+    @cached_property
+    def _first_traced(self) -> tuple[CEmitter, Any]:
+        em = CEmitter(first=True)
+        return em, self.body(em, *[CVal(em, f"a{i}", dt) for i, dt in enumerate(self.in_dts)])
 
     def dependencies(self) -> list["ScalarFn"]:
         """Scalar functions this one calls (directly, ``rare``'s cold ones included), in a

@@ -1,0 +1,158 @@
+"""First stages: a correctly rounded function's fast path as one vectorized loop over a block.
+
+``ScalarFn.first_stage`` (gtensor.scalar.dsl): the function's body with every ``rare`` replaced
+by a flag, f2i and table reads without branches; a cpu map over the function (``Map.cpu_body``)
+runs the stage over blocks of ``FIRST_BLOCK`` elements, then the whole function on the lanes the
+stage flagged. Where no lane is flagged the stage's value is the function's (the same
+operations); the cpu kernels must equal the numpy reference on every input, flagged or not.
+"""
+
+from __future__ import annotations
+
+from functools import cache
+
+import gtensor
+import numpy as np
+import pytest
+from gtensor.ops import elementwise as E
+from gtensor.ops import registry
+from gtensor.ops.forms import FIRST_BLOCK, FIRST_STAGE_LOOP
+from gtensor.runtime import cpu as cpurt
+from gtensor.scalar import crmath
+from test_crmath import DTYPES, IDS, NAMES, _parity_inputs, _same
+
+FAMILIES = {"exp": E.EXP, "log": E.LOG, "tanh": E.TANH, "sigmoid": E.SIGMOID, "erf": E.ERF,
+            "log1p": E.LOG1P, "expm1": E.EXPM1, "sin": E.SIN, "cos": E.COS}
+
+
+def _fn(name, dtype):
+    f = crmath.BY_NAME[name]
+    return f.f64 if dtype == np.float64 else f.f32
+
+
+@cache
+def _staged(name, dtype):
+    """(inputs, the stage's value, its flags, the function's value) on the parity inputs."""
+    fn = _fn(name, dtype)
+    x = _parity_inputs(name, dtype)
+    value, bad = fn.first_numpy(x)
+    return x, value, bad, fn.numpy(x)
+
+
+def test_every_correctly_rounded_function_has_a_first_stage():
+    assert sorted(FAMILIES) == NAMES
+    for name in NAMES:
+        for dtype in DTYPES:
+            assert _fn(name, dtype).first_stage, (name, dtype)
+    f = crmath.BY_NAME["exp"]
+    assert not f.acc_f64.first_stage  # cold: no stage
+    assert not E.ADD[gtensor.dtypes.F64].first_stage  # no rare path
+    with pytest.raises(ValueError, match="no first stage"):
+        f.acc_f64.first_numpy(np.ones(2))
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=IDS.get)
+@pytest.mark.parametrize("name", NAMES)
+def test_unflagged_lanes_are_the_function(name, dtype):
+    """numpy, under the stage's rules: wherever the stage flags nothing its value is the
+    function's, bit for bit."""
+    x, value, bad, want = _staged(name, dtype)
+    same = _same(value, want)
+    assert same[~bad].all(), x[~bad & ~same][:4]
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_flagged_lanes_exist_whose_stage_value_is_wrong(name):
+    """The float64 inputs below hold lanes the stage flags and gets wrong, so a kernel that
+    used the stage's value there would fail ``test_cpu_map_equals_numpy``."""
+    _, value, bad, want = _staged(name, np.float64)
+    assert (bad & ~_same(value, want)).sum() >= 10
+
+
+def _placed(name, dtype, n):
+    """``n`` inputs with the flagged, wrongly staged lanes at block edges and both ends (and a
+    run of them from the fourth block on), the rest lanes the stage decides."""
+    x, value, bad, want = _staged(name, dtype)
+    wrong = x[bad & ~_same(value, want)]
+    out = np.resize(x[~bad], n).astype(dtype)
+    if len(wrong):
+        spots = [s for s in (0, FIRST_BLOCK - 1, FIRST_BLOCK, 2 * FIRST_BLOCK - 1, n // 2, n - 1)
+                 if s < n]
+        out[spots] = np.resize(wrong, len(spots))
+        run = wrong[: max(0, n - 3 * FIRST_BLOCK)]
+        out[3 * FIRST_BLOCK: 3 * FIRST_BLOCK + len(run)] = run
+    return out
+
+
+@pytest.mark.parametrize("threads", ["1", "2", "3"])
+@pytest.mark.parametrize("dtype", DTYPES, ids=IDS.get)
+@pytest.mark.parametrize("name", NAMES)
+def test_cpu_map_equals_numpy(be, name, dtype, threads, monkeypatch):
+    """The op on the backend under test (the cpu kernels run the stage) equals numpy on every
+    lane -- flagged lanes at block edges, lengths off the block, threads splitting blocks."""
+    monkeypatch.setenv("GTENSOR_CPU_THREADS", threads)
+    ref = gtensor.backend("numpy")
+    for n in (7, FIRST_BLOCK + 3, 5 * FIRST_BLOCK + 77):
+        x = _placed(name, dtype, n)
+        want = ref.to_numpy(getattr(ref, name)(x))
+        got = be.to_numpy(getattr(be, name)(be.asarray(x)))
+        assert _same(got, want).all(), (n, x[~_same(got, want)][:4])
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=IDS.get)
+@pytest.mark.parametrize("name", NAMES)
+def test_cpu_kernels_run_the_stage_and_cuda_kernels_do_not(name, dtype):
+    """The cpu map kernel loops over the stage, and its library gets FIRST_STAGE_FLAGS; the
+    CUDA / sim kernel text does not name the stage, and the stage's definition is compiled
+    only where cpu_runtime.h defines GTCPU_FIRST_STAGES."""
+    fn = _fn(name, dtype)
+    ft = gtensor.dtypes.F64 if dtype == np.float64 else gtensor.dtypes.F32
+    op = registry.get(name)
+    (k,) = op.kernel_set(ft, cpu=True).kernels
+    source = cpurt.kernel_source(k)
+    assert FIRST_STAGE_LOOP in k.source() and f"{fn.first_cname}(" in k.source()
+    assert cpurt.kernel_flags(source) == (*cpurt.CXX_FLAGS, *cpurt.FIRST_STAGE_FLAGS)
+    (cuda,) = op.kernel_set(ft).kernels
+    assert fn.first_cname not in cuda.source()
+    text = fn.device_source()
+    stage = text[text.index("#ifdef GTCPU_FIRST_STAGES"):]
+    assert f"{fn.first_cname}(" in stage and stage.rstrip().endswith("#endif")
+    assert f"{fn.first_cname}(" not in text[:text.index("#ifdef GTCPU_FIRST_STAGES")]
+    plain = registry.get("add").kernel_set(ft, cpu=True).kernels[0]
+    assert cpurt.kernel_flags(cpurt.kernel_source(plain)) == cpurt.CXX_FLAGS
+
+
+
+def _hard_exp_rows(dtype, rows, length, negative=True):
+    """(rows, length) inputs: each row's max 0 and the rest exp inputs <= 0 the stage flags and
+    gets wrong (float64: results near and in the subnormal range; float32 has none in the
+    sample: its rows are the sample's inputs <= 0); with ``negative`` False, such inputs of
+    either sign."""
+    x, value, bad, want = _staged("exp", dtype)
+    pick = ((x <= 0) | (not negative)) & (x > -746) & (x < 700)
+    wrong = x[pick & bad & ~_same(value, want)]
+    assert dtype == np.float32 or len(wrong) >= 20
+    pool = wrong if len(wrong) else x[pick]
+    out = np.resize(pool, rows * length).astype(dtype).reshape(rows, length)
+    out[:, length // 2] = 0.0
+    return out
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=IDS.get)
+@pytest.mark.parametrize("rows", [3, 19])  # fewer rows than a lane group, and more
+@pytest.mark.parametrize("op", ["softmax", "log_softmax", "log_softmax_grad"])
+def test_cpu_rows_equal_numpy(be, op, rows, dtype):
+    """softmax, log_softmax and log_softmax_grad run exp's stage over each row and the row
+    again where it flags a lane: equal to numpy with flagged lanes in every row, along the
+    contiguous axis and a strided one."""
+    ref = gtensor.backend("numpy")
+    x = _hard_exp_rows(dtype, rows, 37)
+    if op == "log_softmax_grad":  # out = g - exp(y) * sum(g): with g one 1 a row, -exp(y)
+        x = _hard_exp_rows(dtype, rows, 37, negative=False)
+    for axis, data in ((-1, x), (0, np.ascontiguousarray(x.T))):
+        g = np.zeros_like(data)
+        g[(slice(None), 0) if axis == -1 else (0, slice(None))] = 1.0
+        ins = [data] if op != "log_softmax_grad" else [g, data]
+        want = ref.to_numpy(ref.apply(op, ins, axis=axis))
+        got = be.to_numpy(be.apply(op, [be.asarray(a) for a in ins], axis=axis))
+        assert _same(got, want).all(), (op, axis)
