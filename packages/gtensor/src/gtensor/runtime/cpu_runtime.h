@@ -84,21 +84,23 @@ using Int = std::integral_constant<int, N>;
 // A correctly rounded function's first stage runs its fast path for a block of elements as
 // one vectorized loop; a lane it cannot decide sets `bad` and takes the whole function after
 // (gtensor.ops.forms.Map). The stage spells f2i and table reads without branches, so that the
-// compiler keeps every lane's loads unconditional (gathers): a conversion outside +-2^62 (or
+// compiler keeps every lane's loads unconditional (gathers): a conversion outside +-2^31 (or
 // of NaN) marks the lane bad (its value is not used) and converts 0 instead -- within that
-// range it is __double2ll_rz exactly; a table index is clamped to the table (an index the
-// whole function reads is in range; a bad lane's may not be). The device functions emit their
-// first stages only where this header defines GTCPU_FIRST_STAGES (not for sim or CUDA).
+// range it is __double2ll_rz exactly, and a 32-bit conversion, which AVX2 has as a vector
+// instruction (the 64-bit one needs AVX-512DQ; the stages' f2i are reduction indices, far
+// inside it); a table index is clamped to the table (an index the whole function reads is in
+// range; a bad lane's may not be). The device functions emit their first stages only where
+// this header defines GTCPU_FIRST_STAGES (not for sim or CUDA).
 #define GTCPU_FIRST_STAGES 1
 static __forceinline__ long long f2i_first(double d, bool& bad) {
-    const bool in = std::fabs(d) < 0x1p62;
+    const bool in = std::fabs(d) < 0x1p31;
     bad = bad | !in;
     long long b;
     std::memcpy(&b, &d, sizeof b);
     b &= -(long long)in;  // the bits of d, or of +0.0
     double c;
     std::memcpy(&c, &b, sizeof c);
-    return static_cast<long long>(c);
+    return static_cast<long long>(static_cast<int>(c));
 }
 static __forceinline__ long long index_first(long long i, long long last) {
     return i < 0 ? 0 : (i > last ? last : i);

@@ -186,7 +186,7 @@ NUMPY = _NumpyMath()
 
 class _NumpyFirst(_NumpyMath):
     """numpy under the first stage's rules (``ScalarFn.first_numpy``): ``rare`` flags its
-    lanes, f2i flags arguments outside +-2^62 (and NaN) and converts 0 there, table indices
+    lanes, f2i flags arguments outside +-2^31 (and NaN) and converts 0 there, table indices
     are clamped -- what the C first stage computes (cpu_runtime.h, f2i_first/index_first)."""
 
     def __init__(self) -> None:
@@ -201,9 +201,9 @@ class _NumpyFirst(_NumpyMath):
         return value
 
     def f2i(self, x: Any) -> Any:
-        """float64 to int64, truncating, inside +-2^62; 0 and a flag elsewhere."""
+        """float64 to int64, truncating, inside +-2^31; 0 and a flag elsewhere."""
         x = np.asarray(x)
-        inside = np.abs(x) < 2.0**62
+        inside = np.abs(x) < 2.0**31
         self._flag(~inside)
         return np.where(inside, x, 0.0).astype(np.int64)
 
