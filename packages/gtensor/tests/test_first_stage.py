@@ -9,6 +9,9 @@ operations); the cpu kernels must equal the numpy reference on every input, flag
 
 from __future__ import annotations
 
+import platform
+import re
+import subprocess
 from functools import cache
 
 import gtensor
@@ -18,6 +21,7 @@ from gtensor.ops import elementwise as E
 from gtensor.ops import registry
 from gtensor.ops.forms import FIRST_BLOCK, FIRST_STAGE_LOOP
 from gtensor.runtime import cpu as cpurt
+from gtensor.runtime import toolchain
 from gtensor.scalar import crmath
 from test_crmath import DTYPES, IDS, NAMES, _parity_inputs, _same
 
@@ -156,3 +160,38 @@ def test_cpu_rows_equal_numpy(be, op, rows, dtype):
         want = ref.to_numpy(ref.apply(op, ins, axis=axis))
         got = be.to_numpy(be.apply(op, [be.asarray(a) for a in ins], axis=axis))
         assert _same(got, want).all(), (op, axis)
+
+
+@pytest.mark.skipif(platform.machine() not in ("x86_64", "AMD64"),
+                    reason="checks the x86 builds AVX2 and AVX-512 (the compiler's report)")
+@pytest.mark.parametrize("march", ["haswell", "skylake-avx512"])
+@pytest.mark.parametrize("kernel", ["k_exp_f64", "k_erf_f64", "k_tanh_f64", "k_exp_f32",
+                                    "k_sin_f32"])
+def test_the_stage_loop_vectorizes(kernel, march, tmp_path):
+    """The reason for the stage: GCC vectorizes its loop for AVX2 (haswell) and AVX-512, with
+    the library's flags (a 64-bit f2i, or tree PRE, kept it scalar). Compiled only."""
+    k = _kernel(kernel)
+    source = cpurt.kernel_source(k)
+    unit = cpurt.kernel_unit(source, [k])
+    src = tmp_path / "unit.cpp"
+    src.write_text(unit)
+    flags = [f for f in cpurt.kernel_flags(source) if f not in ("-march=native", "-shared")]
+    proc = subprocess.run([*toolchain.compiler_command(), *flags, f"-march={march}", "-c",
+                           "-fopt-info-vec-optimized", str(src), "-o", str(tmp_path / "unit.o")],
+                          capture_output=True, text=True, check=False)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    lines = source.splitlines()
+    stage = next(i for i, line in enumerate(lines) if "bool gt_bad = false;" in line)
+    loop = stage  # the loop header above the flag (kernels.cpp numbers lines from 1)
+    assert re.search(rf"kernels\.cpp:{loop}:\d+: optimized: loop vectorized", proc.stderr), \
+        (loop, proc.stderr[-2000:])
+
+
+def _kernel(name):
+    """The cpu kernel called ``name``."""
+    for op in registry.REGISTRY.values():
+        for ft in gtensor.dtypes.FLOATS:
+            for k in op.kernel_set(ft, cpu=True).kernels:
+                if k.name == name:
+                    return k
+    raise KeyError(name)
