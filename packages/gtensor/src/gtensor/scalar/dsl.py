@@ -15,7 +15,10 @@ A scalar function is written once as ``def f(m, x, ...)`` using only:
   ``for`` loop; numpy: a Python loop over whole arrays);
 * ``rare(ok, value, fn, *args)``: ``value`` where ``ok``, else ``call(fn, *args)``, the call
   evaluated only where ``ok`` is false (a C conditional; numpy: on those elements only). ``fn``
-  is declared ``cold``: an out-of-line function, the accurate path of a Ziv-style evaluation;
+  is declared ``cold``: an out-of-line function, the accurate path of a Ziv-style evaluation.
+  A function with a ``rare`` on its way also gets a *first stage* for cpu builds
+  (``ScalarFn.first_stage``): the same text with the ``rare`` as a flag, so that a loop over it
+  vectorizes and the whole function runs only on the flagged lanes (``ops.forms.Map``);
 * ``call_multi(fn, *args)``: a cold function with several results (``out_dt`` a tuple): a C
   function writing through pointers, called once, so shared pieces of the accurate paths are
   compiled once (numpy: the body's tuple).
