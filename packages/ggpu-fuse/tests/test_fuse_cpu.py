@@ -170,3 +170,22 @@ def test_typed_moves_compile_bitwise():
     from test_fuse_typed_moves import typed_moves_fuse_bitwise
 
     typed_moves_fuse_bitwise("cpu")
+
+
+def test_a_unit_calling_a_first_stage_kernel_gets_its_flags():
+    """A fused unit that calls a per-node map kernel of a correctly rounded function holds its
+    first-stage loop: compiled with the stage's flags (else the loop stays scalar and runs
+    slower than the plain one: the LoRA step's fused float32 step 38 -> 47 ms), any other unit
+    with the runtime's."""
+    from ggpu_fuse import cpu_codegen
+    from gtensor import dtypes
+    from gtensor.ops import registry
+    from gtensor.runtime import cpu as cpurt
+
+    exp = registry.get("exp").kernel_set(dtypes.F64, cpu=True).kernels[0]
+    staged = exp.source().replace('extern "C" ', "static ", 1)
+    _, _, _, flags = cpu_codegen._unit(staged)
+    assert flags == (*cpurt.CXX_FLAGS, *cpurt.FIRST_STAGE_FLAGS)
+    add = registry.get("add").kernel_set(dtypes.F64, cpu=True).kernels[0]
+    _, _, _, flags = cpu_codegen._unit(add.source().replace('extern "C" ', "static ", 1))
+    assert flags == cpurt.CXX_FLAGS

@@ -3,7 +3,9 @@
 The planner reads the CUDA twin of each recorded cpu kernel (same name, same parameters: its
 kind and form say what it computes) and cuts the launches into segments; each segment becomes
 a loop nest in one generated function, compiled with the cpu runtime's flags
-(``-ffp-contract=off``, no fast-math) and cached on disk by source hash:
+(``-ffp-contract=off``, no fast-math; ``kernel_flags``: also the first stages' flags when a
+per-node kernel it calls runs a first-stage loop, which stays scalar without them) and cached
+on disk by source hash:
 
 * ``row``  -- rows of the batch in blocks (blocks split across threads): for each block, every
   launch of the segment in order over those rows (a matmul's row tile, then its epilogue: the
@@ -467,7 +469,7 @@ def _unit(body: str) -> tuple[str, str, list[str], tuple[str, ...]]:
     """(cache key, translation unit, compiler command, flags) of ``body``'s library."""
     tu = translation_unit(body)
     command = toolchain.compiler_command()
-    flags = tuple(cpurt.CXX_FLAGS)
+    flags = tuple(cpurt.kernel_flags(tu))  # a node kernel's first-stage loop: its flags
     key = hashlib.sha256("\0".join(
         [tu, toolchain.compiler_identity(tuple(command)), " ".join(flags),
          cpurt._host_identity(), sys.version]).encode()).hexdigest()
