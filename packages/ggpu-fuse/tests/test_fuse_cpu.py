@@ -116,7 +116,7 @@ def test_a_graph_mix_with_and_without_matmuls_alone():
 def test_forward_and_backward_compile_side_by_side_in_one_line(tmp_path, monkeypatch, capfd):
     """``fuse`` builds a cpu program's forward and backward at once (a compiler process each,
     one line on stderr); the phases then load what was built, and run the per-node bits."""
-    from ggpu_fuse.cpu_codegen import _cpus
+    from gtensor.runtime.toolchain import usable_cpus
 
     folder = tmp_path / "cache" / "cpu"
     monkeypatch.setenv("GTENSOR_CACHE_DIR", str(tmp_path / "cache"))
@@ -127,7 +127,7 @@ def test_forward_and_backward_compile_side_by_side_in_one_line(tmp_path, monkeyp
     fp = fuse(prog)
     err = capfd.readouterr().err.splitlines()
     assert err == [f"gtensor: compiling a captured cpu program as 2 functions (g++, "
-                   f"{min(2, _cpus())} at a time; first use), cached in {folder}"], err
+                   f"{min(2, usable_cpus())} at a time; first use), cached in {folder}"], err
     assert len(set(folder.glob("*.so")) - before) == 2 and fp.compile_seconds > 0
     assert fp.fused("forward").module.name.startswith("gtfuse_forward_")
     assert fp.fused("backward").module.name.startswith("gtfuse_backward_")

@@ -42,7 +42,7 @@ def _kernel_libraries(folder) -> set[str]:
 
 def _not_loaded(n: int) -> list[Kernel]:
     """``n`` small kernels this process has not loaded yet (so loading them compiles)."""
-    out = [k for k in cpu_kernels() if len(k.source()) < 400 and cpu._key(
+    out = [k for k in cpu_kernels() if len(k.source()) < 400 and cpu.unit_key(
         cpu.kernel_unit(cpu.kernel_source(k), [k]), cpu.CXX_FLAGS) not in cpu._LOADED]
     assert len(out) >= n, "every small kernel is loaded already"
     return out[:n]
@@ -183,6 +183,6 @@ def test_warm_builds_one_dtypes_kernels(fresh_cache, monkeypatch, capfd):
     assert _kernel_libraries(fresh_cache) <= {"k_exp_f32", "k_neg_f32"}
     for k in _by_name("k_neg_f32", "k_exp_f32"):  # built and loaded
         source = cpu.kernel_source(k)
-        assert cpu._key(cpu.kernel_unit(source, [k]), cpu.kernel_flags(source)) in cpu._LOADED
+        assert cpu.unit_key(cpu.kernel_unit(source, [k]), cpu.kernel_flags(source)) in cpu._LOADED
     with pytest.raises(SystemExit):
         warm.main(["--jobs", "0"])

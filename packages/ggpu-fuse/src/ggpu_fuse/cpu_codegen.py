@@ -28,8 +28,6 @@ from __future__ import annotations
 import ctypes
 import dataclasses
 import functools
-import hashlib
-import os
 import sys
 import threading
 from collections.abc import Sequence
@@ -468,12 +466,8 @@ def translation_unit(body: str) -> str:
 def _unit(body: str) -> tuple[str, str, list[str], tuple[str, ...]]:
     """(cache key, translation unit, compiler command, flags) of ``body``'s library."""
     tu = translation_unit(body)
-    command = toolchain.compiler_command()
     flags = tuple(cpurt.kernel_flags(tu))  # a node kernel's first-stage loop: its flags
-    key = hashlib.sha256("\0".join(
-        [tu, toolchain.compiler_identity(tuple(command)), " ".join(flags),
-         cpurt._host_identity(), sys.version]).encode()).hexdigest()
-    return key, tu, command, flags
+    return cpurt.unit_key(tu, flags), tu, toolchain.compiler_command(), flags
 
 
 def _library(key: str, tu: str, command: list[str], flags: tuple[str, ...],
@@ -494,21 +488,14 @@ def build(bodies: Sequence[str]) -> None:
     missing = [k for k in units if k not in _LOADED and not cache.verified(folder / f"{k}.so")]
     if not missing:
         return
+    jobs = min(len(missing), toolchain.usable_cpus())
     print(f"gtensor: compiling a captured cpu program as {len(missing)} function"
-          f"{'s' if len(missing) > 1 else ''} (g++, {min(len(missing), _cpus())} at a time; "
+          f"{'s' if len(missing) > 1 else ''} (g++, {jobs} at a time; "
           f"first use), cached in {folder}", file=sys.stderr, flush=True)
-    with ThreadPoolExecutor(max_workers=min(len(missing), _cpus())) as pool:
+    with ThreadPoolExecutor(max_workers=jobs) as pool:
         for _ in pool.map(lambda k: _library(k, *units[k], announce=lambda folder: None),
                           missing):
             pass
-
-
-def _cpus() -> int:
-    """The CPUs this process may run on."""
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except (AttributeError, OSError):
-        return max(1, os.cpu_count() or 1)
 
 
 def load(body: str) -> ctypes.CDLL:

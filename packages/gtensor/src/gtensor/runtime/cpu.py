@@ -180,8 +180,9 @@ def _announce(folder: Path) -> None:
               f"each, once per machine), cached in {folder}", file=sys.stderr, flush=True)
 
 
-def _key(tu: str, flags: tuple[str, ...]) -> str:
-    """The cache key of a translation unit: its text, the compiler, the flags, the host."""
+def unit_key(tu: str, flags: tuple[str, ...]) -> str:
+    """The cache key of a cpu translation unit (a kernel library, the runtime, a ggpu-fuse
+    step): its text, the compiler, the flags, the host, the Python."""
     command = toolchain.compiler_command()
     return hashlib.sha256("\0".join([tu, toolchain.compiler_identity(tuple(command)),
                                      " ".join(flags), _host_identity(), sys.version])
@@ -191,7 +192,7 @@ def _key(tu: str, flags: tuple[str, ...]) -> str:
 def _built(tu: str, flags: tuple[str, ...], what: str, key: str | None = None) -> Path:
     """The compiled library of ``tu`` (its ``key``, computed when not given): found in the
     cache or compiled now (no lock held: threads may compile different units side by side)."""
-    key = key or _key(tu, flags)
+    key = key or unit_key(tu, flags)
     command = toolchain.compiler_command()
     return cache.library(
         "cpu", key, tu,
@@ -202,7 +203,7 @@ def _built(tu: str, flags: tuple[str, ...], what: str, key: str | None = None) -
 def _library(tu: str, flags: tuple[str, ...], what: str) -> ctypes.CDLL:
     """The loaded library of translation unit ``tu`` (compiled at most once per cache and
     loaded once per process)."""
-    key = _key(tu, flags)
+    key = unit_key(tu, flags)
     with _LOAD_LOCK:
         if key not in _LOADED:
             _LOADED[key] = ctypes.CDLL(str(_built(tu, flags, what, key)))

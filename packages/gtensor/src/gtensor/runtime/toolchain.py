@@ -17,6 +17,15 @@ INSTALL_HINT = "install g++ (Debian/Ubuntu: apt-get install g++) or set CXX to a
 _LOCAL_INCLUDE = re.compile(r'^#include "([\w.]+)"[^\n]*\n', re.M)
 
 
+def usable_cpus() -> int:
+    """The CPUs this process may run on (its affinity mask where the OS has one): how many
+    compilers to run side by side."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        return max(1, os.cpu_count() or 1)
+
+
 def compiler_command() -> list[str]:
     """The C++ compiler command: $CXX (may carry arguments) or g++, resolved on PATH."""
     words = shlex.split(os.environ.get("CXX", "").strip() or "g++")

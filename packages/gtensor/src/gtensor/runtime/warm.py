@@ -11,10 +11,10 @@ compiler processes at a time, into the cache every later process reads
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import time
 
+from gtensor.runtime import toolchain
 from gtensor.runtime.cpu import CpuModule
 from gtensor.runtime.cpu_source import cpu_kernels
 
@@ -25,8 +25,7 @@ def main(argv: list[str] | None = None) -> int:
     """Build the kernels (all, or one dtype's); print what was built and how long it took."""
     ap = argparse.ArgumentParser(prog="python -m gtensor.runtime.warm",
                                  description=__doc__.splitlines()[0])
-    ap.add_argument("--jobs", type=int, default=len(os.sched_getaffinity(0))
-                    if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1),
+    ap.add_argument("--jobs", type=int, default=toolchain.usable_cpus(),
                     help="compiler processes at a time (default: this process's CPUs)")
     ap.add_argument("--dtype", choices=sorted(SUFFIX), default=None,
                     help="only this dtype's kernels (default: both)")
