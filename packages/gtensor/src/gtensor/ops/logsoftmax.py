@@ -34,6 +34,7 @@ from .softmax import (
     _fns,
     _infer_axis,
     _launch_rows,
+    exp_staged,
 )
 
 _ROW_MAX = ROW_MAX_TREE + """\
@@ -101,16 +102,8 @@ _CPU_LOG_SOFTMAX_GRAD = Template("""\
             $T* outr = out + base;
             $T d = gr[0];
             for (long long r = 1; r < R; ++r) d = $ADD(d, gr[r * B]);
-            $FIRST_STAGE
-            unsigned char gt_any = 0;
-            for (long long r = 0; r < R; ++r) {
-                bool gt_bad = false;
-                outr[r * B] = $SUB(gr[r * B], $MUL($EXP_FIRST(yr[r * B], gt_bad), d));
-                gt_any |= gt_bad;
-            }
-            if (gt_any)
-                for (long long r = 0; r < R; ++r)
-                    outr[r * B] = $SUB(gr[r * B], $MUL($EXP(yr[r * B]), d));""")
+""" + exp_staged("outr[r * B] = $SUB(gr[r * B], $MUL($EXP_FIRST(yr[r * B], gt_bad), d));",
+                 " " * 12))
 
 _CPU_LOG_SOFTMAX_GRAD_LANES = Template("""\
                 const $T* gr = g + base;
@@ -120,23 +113,9 @@ _CPU_LOG_SOFTMAX_GRAD_LANES = Template("""\
                 for (int k = 0; k < G; ++k) d[k] = gr[k * R];
                 for (long long r = 1; r < R; ++r)
                     for (int k = 0; k < G; ++k) d[k] = $ADD(d[k], gr[k * R + r]);
-                $FIRST_STAGE
-                unsigned char gt_any = 0;
-                for (int k = 0; k < G; ++k) {
-                    const $T dk = d[k];
-                    for (long long r = 0; r < R; ++r) {
-                        bool gt_bad = false;
-                        outr[k * R + r] = $SUB(gr[k * R + r],
-                                               $MUL($EXP_FIRST(yr[k * R + r], gt_bad), dk));
-                        gt_any |= gt_bad;
-                    }
-                }
-                if (gt_any)
-                    for (int k = 0; k < G; ++k) {
-                        const $T dk = d[k];
-                        for (long long r = 0; r < R; ++r)
-                            outr[k * R + r] = $SUB(gr[k * R + r], $MUL($EXP(yr[k * R + r]), dk));
-                    }""")
+""" + exp_staged("outr[k * R + r] = "
+                 "$SUB(gr[k * R + r], $MUL($EXP_FIRST(yr[k * R + r], gt_bad), dk));",
+                 " " * 16, "const $T dk = d[k];"))
 
 _LSE_SHIFT = """\
         const bool inf = mx == $INF || mx == -$INF;

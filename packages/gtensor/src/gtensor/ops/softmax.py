@@ -73,38 +73,31 @@ _SOFTMAX_GRAD = Template("""\
         for (long long r = t; r < R; r += nt) outr[r * B] = $MUL(yr[r * B], $SUB(gr[r * B], d));""")
 
 
-# exp over a row on cpu: exp's first stage over the row (elementwise.py, forms.Map), then the
-# row again by exp itself if the stage left any lane undecided (y never aliases x). G rows at
-# a time in the LANES form (row k's shift mx[k]).
-EXP_ROW = """\
-            $FIRST_STAGE
-            unsigned char gt_any = 0;
-            for (long long r = 0; r < R; ++r) {
-                bool gt_bad = false;
-                yr[r * B] = $EXP_FIRST($SUB(xr[r * B], mx), gt_bad);
-                gt_any |= gt_bad;
-            }
-            if (gt_any)
-                for (long long r = 0; r < R; ++r) yr[r * B] = $EXP($SUB(xr[r * B], mx));
-"""
-EXP_ROW_LANES = """\
-                $FIRST_STAGE
-                unsigned char gt_any = 0;
-                for (int k = 0; k < G; ++k) {
-                    const $T m = mx[k];
-                    for (long long r = 0; r < R; ++r) {
-                        bool gt_bad = false;
-                        yr[k * R + r] = $EXP_FIRST($SUB(xr[k * R + r], m), gt_bad);
-                        gt_any |= gt_bad;
-                    }
-                }
-                if (gt_any)
-                    for (int k = 0; k < G; ++k) {
-                        const $T m = mx[k];
-                        for (long long r = 0; r < R; ++r)
-                            yr[k * R + r] = $EXP($SUB(xr[k * R + r], m));
-                    }
-"""
+def exp_staged(stmt: str, indent: str, lane_head: str | None = None) -> str:
+    """A cpu row loop (template text) whose statement ``stmt`` (about ``r``) calls
+    ``$EXP_FIRST(..., gt_bad)``: exp's first stage over the row (elementwise.py, forms.Map),
+    then the row again with exp itself (``$EXP``) if the stage left any lane undecided (the
+    outputs never alias the inputs). With ``lane_head`` (a statement about ``k``), G rows at a
+    time in the LANES form, the head opening each row's loop."""
+    full = stmt.replace("$EXP_FIRST(", "$EXP(").replace(", gt_bad)", ")")
+    i = indent
+    if lane_head is None:
+        return (f"{i}$FIRST_STAGE\n{i}unsigned char gt_any = 0;\n"
+                f"{i}for (long long r = 0; r < R; ++r) {{\n"
+                f"{i}    bool gt_bad = false;\n{i}    {stmt}\n{i}    gt_any |= gt_bad;\n{i}}}\n"
+                f"{i}if (gt_any)\n{i}    for (long long r = 0; r < R; ++r) {full}\n")
+    return (f"{i}$FIRST_STAGE\n{i}unsigned char gt_any = 0;\n"
+            f"{i}for (int k = 0; k < G; ++k) {{\n{i}    {lane_head}\n"
+            f"{i}    for (long long r = 0; r < R; ++r) {{\n{i}        bool gt_bad = false;\n"
+            f"{i}        {stmt}\n{i}        gt_any |= gt_bad;\n{i}    }}\n{i}}}\n"
+            f"{i}if (gt_any)\n{i}    for (int k = 0; k < G; ++k) {{\n{i}        {lane_head}\n"
+            f"{i}        for (long long r = 0; r < R; ++r) {full}\n{i}    }}\n")
+
+
+# exp over a row (its shift mx), and over G rows (row k's shift mx[k])
+EXP_ROW = exp_staged("yr[r * B] = $EXP_FIRST($SUB(xr[r * B], mx), gt_bad);", " " * 12)
+EXP_ROW_LANES = exp_staged("yr[k * R + r] = $EXP_FIRST($SUB(xr[k * R + r], m), gt_bad);",
+                           " " * 16, "const $T m = mx[k];")
 
 _CPU_SOFTMAX = Template("""\
             const $T* xr = x + base;
