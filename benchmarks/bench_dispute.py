@@ -4,7 +4,7 @@ against re-running everything.
 
 For each task (``--tasks cnn,gpt``) a trainer records the run on ``--trainer`` (honest, and
 cheating: one op's output 1 ulp off at a chosen step -- the CNN's second convolution, the GPT's
-second attention softmax), serves it on localhost; an auditor on ``--auditor`` audits it
+second attention, qkv_attention), serves it on localhost; an auditor on ``--auditor`` audits it
 (every step re-run, then O(log T) queries), also as a spot check from a checkpoint and as a
 lying auditor (a flipped weight bit claimed at another step); a referee on ``--referee`` rules
 on each verdict by recomputing one op. Prints the tables and writes them, with the command, to
@@ -71,7 +71,8 @@ def _gpt_plain(backend: str, steps: int) -> tuple[float, str]:
 CASES = {
     "cnn": Case("rung 8's CNN", 880, 40, "conv2d", 1, "second convolution", 611, 437,
                 lambda n: CNNTask({"steps": n}), _cnn_plain, lambda s: cnn.digest(s.model)),
-    "gpt": Case("rung 9's GPT", 300, 20, "softmax", 1, "second attention softmax", 211, 137,
+    "gpt": Case("rung 9's GPT", 300, 20, "qkv_attention", 1, "second attention (qkv_attention)",
+                211, 137,
                 lambda n: GPTTask({"steps": n}), _gpt_plain, lambda s: gpt.digest(s.model)),
 }
 

@@ -1,5 +1,5 @@
 """Rung 9's GPT as a gverify task: its steps are the rung's (eager engine), it resumes
-bit-identically on another engine, and a dispute over it names the cheated attention softmax."""
+bit-identically on another engine, and a dispute over it names the cheated attention (the fused qkv_attention op)."""
 
 from __future__ import annotations
 
@@ -52,14 +52,14 @@ def test_bad_configs_are_refused(config, match):
         GPTTask(config)
 
 
-def test_a_gpt_dispute_names_the_cheated_softmax(bname, tmp_path):
-    """Trainer on the backend under test, auditor and referee on numpy: the attention
-    softmax 1 ulp off at step 3 of 4 is found (step 3, forward, softmax) and the referee,
-    recomputing that one op, rules for the auditor; the honest run agrees in one query; an
+def test_a_gpt_dispute_names_the_cheated_attention(bname, tmp_path):
+    """Trainer on the backend under test, auditor and referee on numpy: the first attention
+    (qkv_attention) 1 ulp off at step 3 of 4 is found (step 3, forward, qkv_attention) and the
+    referee, recomputing that one op, rules for the auditor; the honest run agrees in one query; an
     auditor lying about step 2's AdamW update (two parameter groups, torch's clipping) loses
     (the referee rebuilds the groups from the committed state)."""
     task = GPTTask(TINY)
-    cheat = faults.Drill("ulp", 3, op="softmax", which=0, phase="forward")
+    cheat = faults.Drill("ulp", 3, op="qkv_attention", which=0, phase="forward")
     lie = faults.Drill("flip", 2, bit=30)
     out = {}
     for name, drill, lying in (("honest", None, None), ("cheat", cheat, None),
@@ -74,8 +74,8 @@ def test_a_gpt_dispute_names_the_cheated_softmax(bname, tmp_path):
     assert (v["outcome"], v["queries"]["total"]) == ("agree", 1)
     v, r = out["cheat"]
     assert (v["outcome"], v["step"], v["phase"], v["op"]) == ("dispute", 3, "forward",
-                                                              "softmax")
-    assert r["ruling"] == "auditor" and r["recomputed"].startswith("one op: softmax")
+                                                              "qkv_attention")
+    assert r["ruling"] == "auditor" and r["recomputed"].startswith("one op: qkv_attention")
     v, r = out["liar"]
     assert (v["outcome"], v["step"], v["phase"], v["op"]) == ("dispute", 2, "update", "adamw")
     assert r["ruling"] == "trainer", r["reason"]

@@ -150,6 +150,9 @@ CASES = {
     # random ops: the Philox key (two int64 words, any bits) is a per-example input
     "dropout": ([_n(3, 4)], [_n(3, 4), _ids(-2**63, 2**63 - 1, 2)],
                 lambda w, x, k: g.sum(g.dropout(w * x, 0.4, k) * x)),
+    # the fused attention (its key a per-example input), forward and backward kernels
+    "qkv_attention": ([_n(1, 4, 3, 2, 3)], [_n(1, 4, 3, 2, 3), _ids(-2**63, 2**63 - 1, 2)],
+                      lambda w, x, k: g.sum(g.tanh(g.qkv_attention(w * x, 0.3, True, key=k)))),
     "rng_uniform": ([_n(5)], [_ids(-2**63, 2**63 - 1, 2)],
                     lambda w, k: g.sum(w * w * g.rng.uniform(k, (5,), w.tape))),
     "rng_normal": ([_n(2, 3)], [_ids(-2**63, 2**63 - 1, 2)],

@@ -297,9 +297,65 @@ def _dropout_vjp(G: np.ndarray, p: float, dt: str) -> np.ndarray:
     return ew(lambda q, keep: q * s if keep else type(q)(0.0), G, u >= p)
 
 
+def _max(m, s):
+    """The NaN-propagating max."""
+    return m if np.isnan(m) else s if np.isnan(s) or s > m else m
+
+
+def _qkv_attention_vjp(x: np.ndarray, G: np.ndarray, p: float, dt: str) -> np.ndarray:
+    """qkv_attention's gradient (causal, dropout p from numpy's Philox) by scalar loops, per
+    (b, h): s = (q . k) * scale (serial chains, first product first), -inf above the diagonal;
+    y = exp(s - max) / serial sum; w = y / (1 - p) where kept; dy = (g . v) / (1 - p) where
+    kept; dv = serial over i of w * g; d = serial sum dy * y; ds = y * (dy - d) (+0.0 where
+    masked) * scale; dq, dk the serial chains of ds with k, q; each plus +0.0."""
+    T = _T(dt)
+    b_, t_, _, h_, d_ = x.shape
+    sc, dsc, zero = T(1.0 / np.sqrt(d_)), T(1.0 / (1.0 - p)), T(0.0)
+    keep = (np.random.Generator(np.random.Philox(key=_DROP_KEY)).random(b_ * h_ * t_ * t_)
+            >= p).reshape(b_, h_, t_, t_)
+    out = np.empty(x.shape, x.dtype)
+    rt, rd = range(t_), range(d_)
+
+    def chain(pairs):
+        acc = None
+        for a, c in pairs:
+            acc = a * c if acc is None else acc + a * c
+        return zero if acc is None else acc
+
+    with np.errstate(all="ignore"):
+        for b, h in itertools.product(range(b_), range(h_)):
+            q, k, v = ([[T(x[b, i, c, h, e]) for e in rd] for i in rt] for c in range(3))
+            gg = [[T(G[b, i, h, e]) for e in rd] for i in rt]
+            y, dy, ds = ([[zero] * t_ for _ in rt] for _ in range(3))
+            for i in rt:
+                s = [chain(zip(q[i], k[j])) * sc if j <= i else T(-np.inf) for j in rt]
+                m = s[0]
+                for j in rt[1:]:
+                    m = _max(m, s[j])
+                e = [T(_our_exp(np.array(sj - m, dtype=dt))) for sj in s]
+                tot = e[0]
+                for j in rt[1:]:
+                    tot = tot + e[j]
+                y[i] = [ej / tot for ej in e]
+                dy[i] = [chain(zip(gg[i], v[j])) * dsc if keep[b, h, i, j] else zero for j in rt]
+                d = dy[i][0] * y[i][0]
+                for j in rt[1:]:
+                    d = d + dy[i][j] * y[i][j]
+                ds[i] = [(y[i][j] * (dy[i][j] - d) if j <= i else zero) * sc for j in rt]
+            w = [[y[i][j] * dsc if keep[b, h, i, j] else zero for j in rt] for i in rt]
+            for j in rt:
+                for e_ in rd:
+                    out[b, j, 0, h, e_] = chain((ds[j][u], k[u][e_]) for u in rt) + zero
+                    out[b, j, 1, h, e_] = chain((ds[u][j], q[u][e_]) for u in rt) + zero
+                    out[b, j, 2, h, e_] = chain((w[u][j], gg[u][e_]) for u in rt) + zero
+    return out
+
+
 ROWS += [
     Row("dropout", lambda x: g.dropout(x, 0.375, g.rng.key(_DROP_KEY)), (S,),
         lambda i, y, G, dt: [_dropout_vjp(G, 0.375, dt)]),
+    Row("qkv_attention", lambda x: g.qkv_attention(x, 0.375, True, key=g.rng.key(_DROP_KEY)),
+        ((1, 3, 3, 2, 2),), lambda i, y, G, dt: [_qkv_attention_vjp(i[0], G, 0.375, dt)]),
 ]
 
 # conv2d and the pools (gtensor.conv_loops: the definitions as scalar loops); a conv's

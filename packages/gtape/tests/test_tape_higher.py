@@ -30,6 +30,16 @@ class Row:
     positive: bool = False
 
 
+def _torch_attention(qkv):
+    """Causal attention of a packed qkv (B, T, 3, H, D) in torch's math spelling (its fused CPU
+    kernels have no double backward): (B, T, H, D)."""
+    q, k, v = (qkv[:, :, c].transpose(1, 2) for c in range(3))
+    t = q.shape[-2]
+    s = (q @ k.transpose(-1, -2)) * (1.0 / q.shape[-1] ** 0.5)
+    s = s.masked_fill(~T.ones(t, t, dtype=T.bool).tril(), float("-inf"))
+    return (T.softmax(s, -1) @ v).transpose(1, 2)
+
+
 _IDS = np.array([2, 0, 2, 1, 2])
 _ALONG = np.array([[0, 0], [3, 1], [2, 3]])
 # dropout's mask for key 31, p = 0.4, from numpy's own Philox (the torch side multiplies by it)
@@ -91,6 +101,9 @@ ROWS = [
     Row("dropout", lambda x: g.dropout(x * x, 0.4, g.rng.key(31)),
         lambda x: x * x * T.from_numpy(_DROP_KEEP).to(x.dtype) * (1.0 / (1.0 - 0.4)), ((3, 4),),
         ("dropout",)),
+    # the fused attention: a higher order records the composite's backward (the same bits)
+    Row("qkv_attention", lambda x: g.qkv_attention(x * x, is_causal=True),
+        lambda x: _torch_attention(x * x), ((2, 4, 3, 2, 3),), ("qkv_attention",)),
     Row("log_softmax", lambda x: g.log_softmax(x, axis=1), lambda x: T.log_softmax(x, 1),
         ((3, 4),), ("log_softmax", "log_softmax_grad")),
     Row("log_softmax_grad", lambda a, y: g.log_softmax_grad(a, y, axis=-1),

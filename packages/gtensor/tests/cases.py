@@ -274,6 +274,21 @@ def _random_cases() -> list[Case]:
     for s, p in [((7,), 0.5), ((3, 5), 0.0), ((3, 5), 0.25), ((2, 3, 4), 0.9), ((0, 3), 0.5),
                  ((), 0.5), ((65,), 1e-300), ((40,), 0.999999)]:
         cases.append(Case("dropout", (s, (2,)), {"p": p}, id_range=KEY_RANGE))
+    # the fused attention and its backward: odd T (dropout windows off Philox's 4-word
+    # blocks), T past one 32-element window, D = 1 and 0, an empty batch, a negative scale
+    for (b, t, h, d), attrs in [((2, 5, 3, 4), {"causal": True, "p": 0.3}),
+                                ((1, 7, 2, 3), {"causal": False, "p": 0.0}),
+                                ((2, 8, 1, 5), {"causal": True, "p": 0.0, "inner": "fma"}),
+                                ((1, 33, 2, 3), {"causal": True, "p": 0.5}),
+                                ((1, 6, 2, 2), {"causal": False, "p": 0.25, "inner": "fma",
+                                                "scale": -0.75}),
+                                ((1, 1, 1, 1), {"causal": True, "p": 0.9}),
+                                ((0, 4, 2, 3), {"causal": True, "p": 0.1}),
+                                ((1, 3, 2, 0), {"causal": False, "p": 0.2})]:
+        attrs = {"scale": 1.0 / max(d, 1) ** 0.5, **attrs}
+        cases.append(Case("qkv_attention", ((b, t, 3, h, d), (2,)), attrs, id_range=KEY_RANGE))
+        cases.append(Case("qkv_attention_grad", ((b, t, h, d), (b, t, 3, h, d), (2,)), attrs,
+                          id_range=KEY_RANGE))
     return cases
 
 

@@ -157,8 +157,9 @@ def test_cpu_source_calls_no_platform_math():
 
     src = cpu_module_source()
     allowed = fma_contract_text(cpu_kernels())
-    # the fma contract: matmul's kernels and helpers, the three conv ops' kernels (2 dtypes)
-    assert len(allowed) == 10 and all("fma" in t for t in allowed)
+    # the fma contract: matmul's kernels and helpers, the three conv ops' kernels and the two
+    # attention ops' (2 dtypes)
+    assert len(allowed) == 14 and all("fma" in t for t in allowed)
     for text in allowed:
         assert text in src
         src = src.replace(text, "")

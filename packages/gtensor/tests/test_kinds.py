@@ -76,7 +76,8 @@ def test_every_kernel_carries_a_form_that_answers_fusion():
         else:
             assert not isinstance(k.form, Opaque)
             assert type(k.form).index_maps is not Form.__dict__.get("index_maps"), k.name
-    keeps = {Kind.GATHER, Kind.SCATTER, Kind.CONV, Kind.POOL, Kind.RANDOM, Kind.ROWS}
+    keeps = {Kind.GATHER, Kind.SCATTER, Kind.CONV, Kind.POOL, Kind.RANDOM, Kind.ROWS,
+             Kind.ATTENTION}
     for k in kernels:
         if k.kind in keeps:
             assert not k.form.fusable, f"{k.name} ({k.kind}): {k.form}"

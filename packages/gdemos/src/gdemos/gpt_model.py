@@ -7,6 +7,7 @@ tied head, dropout), in gtape.
 batch)`` runs the very same arithmetic (``dist_loss``). Per block, in this order::
 
     x = x + drop(c_proj(sdpa(split_heads(c_attn(ln_1(x))), causal, dropout of the weights)))
+    # (the attention as gtape's qkv_attention: one fused op, bitwise SDPA of the split heads)
     x = x + drop(c_proj(gelu(c_fc(ln_2(x)))))
 
 after ``x = drop(wte[ids] + wpe[:T])``; then ``logits = ln_f(x) @ wte^T`` (the head tied to
@@ -175,11 +176,12 @@ def logits_of(p: Mapping[str, Var], ids: Any, cfg: GPTConfig, drop: DropFn, attn
         pre = f"h.{i}."
         h = g.layer_norm(x, p[pre + "ln_1.weight"], p[pre + "ln_1.bias"])
         qkv = g.linear(h, p[pre + "attn.c_attn.weight"], p[pre + "attn.c_attn.bias"])
-        q, k, v = (z.reshape(b, t, nh, e // nh).transpose(1, 2) for z in qkv.split(e, dim=-1))
         key = attn_key(pre + "attn.attn_drop") if p_attn > 0 else None
-        y = g.scaled_dot_product_attention(q, k, v, dropout_p=p_attn if key is not None else 0.0,
-                                           is_causal=True, key=key)
-        y = y.transpose(1, 2).reshape(b, t, e)
+        # SDPA of the heads split from qkv, as one fused op (bitwise the composite)
+        y = g.qkv_attention(qkv.reshape(b, t, 3, nh, e // nh),
+                            dropout_p=p_attn if key is not None else 0.0, is_causal=True,
+                            key=key)
+        y = y.reshape(b, t, e)
         y = g.linear(y, p[pre + "attn.c_proj.weight"], p[pre + "attn.c_proj.bias"])
         x = x + drop(pre + "attn.resid_drop", y)
         h = g.layer_norm(x, p[pre + "ln_2.weight"], p[pre + "ln_2.bias"])

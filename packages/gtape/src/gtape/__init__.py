@@ -12,7 +12,7 @@
 
 from __future__ import annotations
 
-from . import activations, nn, operators, ops, rng, tensor_methods
+from . import activations, attention, nn, operators, ops, rng, tensor_methods
 from .activations import gelu, silu
 from .attention import masked_fill, scaled_dot_product_attention
 from .batchnorm import batch_norm
@@ -30,6 +30,9 @@ from .tape import Mark, Node, Tape, TapeGrowthWarning
 from .var import StaleVarError, Var
 from .vision_layers import interpolate
 
+# the packed attention with torch's arguments (gtape.ops.qkv_attention is its op, raw)
+qkv_attention = attention.qkv_attention
+
 # torch's Softplus(beta, threshold), over the op of that name (``gtape.ops.softplus``)
 softplus = activations.softplus
 operators.bind(Var)  # arithmetic, comparisons, @, indexing, T / sum / mean / reshape
@@ -41,6 +44,7 @@ __all__ = [
     "StaleVarError", "Tape", "TapeGrowthWarning", "Var", "__version__", "batch_norm",
     "bce_with_logits", "cat", "cross_entropy", "dropout", "gelu", "grad", "group_norm",
     "interpolate", "layer_norm", "linear", "masked_fill", "mse", "multinomial", "nn",
-    "rms_norm", "rng", "scaled_dot_product_attention", "silu", "softplus", "stack",
+    "qkv_attention", "rms_norm", "rng", "scaled_dot_product_attention", "silu", "softplus",
+    "stack",
     *ops.__all__,
 ]

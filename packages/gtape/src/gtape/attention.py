@@ -19,12 +19,22 @@
   A row with every score masked gives NaN, as torch's math reference does. With
   ``enable_gqa`` the H query heads share H_kv key/value heads (dim -3): head h reads kv head
   ``h // (H / H_kv)`` (torch's ``repeat_interleave``), as a ``broadcast_to`` copy.
+* ``qkv_attention(qkv, dropout_p, is_causal, scale, key)``: the same attention of a packed
+  qkv (B, T, 3, H, D) (flash attention's layout; nanoGPT's ``c_attn`` output viewed so), as
+  ONE recorded op whose forward and backward each run one fused kernel (gtensor's
+  ``qkv_attention``): bitwise ``scaled_dot_product_attention(q, k, v, ...)`` with
+  ``q, k, v = (qkv[:, :, c].transpose(1, 2) for c in range(3))``, its result transposed back to
+  (B, T, H, D), and qkv's gradient the composite's through that split. No q/k/v copies, no
+  (B, H, T, T) intermediates on the tape. Not twice differentiable (use the composite for
+  create_graph).
 
 >>> import numpy as np, gtape as g
 >>> tp = g.Tape()
 >>> q = tp.const(np.ones((1, 2, 3, 4)))
 >>> g.scaled_dot_product_attention(q, q, q, is_causal=True).shape
 (1, 2, 3, 4)
+>>> g.qkv_attention(tp.const(np.ones((1, 3, 3, 2, 4))), is_causal=True).shape
+(1, 3, 2, 4)
 >>> x = tp.const(np.arange(4.0))
 >>> g.masked_fill(x, np.array([True, False, True, False]), float("-inf")).numpy().tolist()
 [-inf, 1.0, -inf, 3.0]
@@ -41,7 +51,7 @@ from gtensor.shapes import broadcast
 
 from . import const_roles, ops
 from .linalg import matmul_any
-from .rng import Key, check_key, dropout
+from .rng import Key, check_key, dropout, key_input
 from .var import Var
 
 NEG_INF = float("-inf")
@@ -107,21 +117,22 @@ def masked_fill(x: Var, mask: Any, value: Any) -> Var:
     return out
 
 
-def _check_key(dropout_p: float, key: Any) -> Key | Var | None:
+def _check_key(dropout_p: float, key: Any,
+               where: str = "scaled_dot_product_attention") -> Key | Var | None:
     if dropout_p == 0.0:
         return None
     if key is None:
-        raise ValueError(f"scaled_dot_product_attention: dropout_p is {dropout_p} but key is "
+        raise ValueError(f"{where}: dropout_p is {dropout_p} but key is "
                          "None; expected key= (a gtape.rng.Key, e.g. a Dropout layer's "
                          "next_key()): a functional call owns no random stream (nn."
                          "MultiheadAttention does)")
-    return check_key("scaled_dot_product_attention", key)
+    return check_key(where, key)
 
 
-def _check_p(dropout_p: Any) -> float:
+def _check_p(dropout_p: Any, where: str = "scaled_dot_product_attention") -> float:
     if isinstance(dropout_p, bool) or not isinstance(dropout_p, (int, float, np.floating)) or \
             not 0.0 <= dropout_p < 1.0:
-        raise ValueError(f"scaled_dot_product_attention: dropout_p is {dropout_p!r}; expected a "
+        raise ValueError(f"{where}: dropout_p is {dropout_p!r}; expected a "
                          "probability in [0, 1)")
     return float(dropout_p)
 
@@ -270,3 +281,41 @@ def scaled_dot_product_attention(q: Any, k: Any, v: Any, attn_mask: Any = None,
     if k_drop is not None:
         w = dropout(w, p_drop, k_drop)
     return matmul_any(w, v)
+
+
+def qkv_attention(qkv: Var, dropout_p: float = 0.0, is_causal: bool = False,
+                  scale: float | None = None, key: Any = None) -> Var:
+    """Self-attention of a packed ``qkv`` (B, T, 3, H, D) -> (B, T, H, D) as one fused op,
+    bitwise ``scaled_dot_product_attention`` of its q, k, v (the module doc); ``dropout_p`` > 0
+    needs ``key`` (a ``gtape.rng.Key`` or key Var), ``scale`` None is 1/sqrt(D)."""
+    if not isinstance(qkv, Var):
+        raise TypeError(f"qkv_attention: qkv is {describe(qkv)}; expected a Var of a Tape, "
+                        "(B, T, 3, H, D)")
+    if len(qkv.shape) != 5 or qkv.shape[2] != 3:
+        raise ValueError(f"qkv_attention: qkv has shape {qkv.shape}; expected (B, T, 3, H, D) "
+                         "(q, k and v packed along dim 2)")
+    if np.dtype(qkv.dtype).kind != "f":
+        raise TypeError(f"qkv_attention: qkv has dtype {np.dtype(qkv.dtype).name}; expected "
+                        "the tape's float dtype")
+    p_drop = _check_p(dropout_p, "qkv_attention")
+    k_drop = _check_key(p_drop, key, "qkv_attention")
+    if scale is None:
+        scale = 1.0 / math.sqrt(qkv.shape[-1]) if qkv.shape[-1] else 1.0
+    elif isinstance(scale, bool) or not isinstance(scale, (int, float, np.floating)) or \
+            not math.isfinite(scale):
+        raise ValueError(f"qkv_attention: scale is {scale!r}; expected a finite number or None "
+                         "(1/sqrt(D))")
+    tp = qkv.tape
+    if isinstance(k_drop, Var):
+        if k_drop.tape is not tp:
+            raise ValueError("qkv_attention: key is a Var of another tape than qkv")
+        kv, made = k_drop, False
+    elif k_drop is not None:
+        kv, made = key_input(tp, k_drop), False
+    else:  # no dropout: the kernels never read the key
+        kv, made = np.zeros(2, dtype=np.int64), True
+    out = ops.apply("qkv_attention", (qkv, kv), scale=float(scale), causal=bool(is_causal),
+                    p=p_drop)
+    if made:
+        _mark(out, 1, const_roles.CONSTANT)
+    return out

@@ -37,6 +37,8 @@ if TYPE_CHECKING:
 class TapeOps(gtensor.Backend):
     """A backend over the Vars of one tape: each op method records a node (``Tape._record``)."""
 
+    differentiates = True
+
     def __init__(self, tape: Tape) -> None:
         self.tape = tape
         self.name = f"tape({tape.backend.name})"
@@ -50,6 +52,10 @@ class TapeOps(gtensor.Backend):
     def is_array(self, x: Any) -> bool:
         """Vars of this tape."""
         return isinstance(x, Var) and x.tape is self.tape
+
+    def constant(self, x: Any, dtype: Any = None) -> Var:
+        """Host data as a const of the tape."""
+        return self.tape.const(x, dtype=dtype)
 
 
 def _walk(tp: Tape, loss: int) -> tuple[dict[int, Var], dict]:

@@ -468,6 +468,11 @@ def cos(x: FloatOperand) -> Var:
     float]"""
 
 
+def dropout(x: FloatOperand, key: IndexOperand, p) -> Var:
+    """X * 1/(1-p) where the element's uniform >= p, else +0.0 (mask from the key). [gtensor op
+    dropout: differentiable; result float]"""
+
+
 def amax(x: FloatOperand, axis=None, keepdims=False) -> Var:
     """Serial maximum fold (NaN propagates); gradient split evenly between tied maxima. [gtensor
     op amax: differentiable; result float]"""
@@ -483,14 +488,27 @@ def prod(x: FloatOperand, axis=None, keepdims=False) -> Var:
     result float]"""
 
 
+def qkv_attention(qkv: FloatOperand, key: IndexOperand, scale, causal=False, p=0.0) -> Var:
+    """Self-attention of a packed qkv (B, T, 3, H, D) -> (B, T, H, D): scores, scale, causal
+    mask, softmax, dropout and the value product fused, in the composite's order (inner: the
+    products' contract). [gtensor op qkv_attention: differentiable; result float]"""
+
+
+def qkv_attention_grad(
+    g: FloatOperand,
+    qkv: FloatOperand,
+    key: IndexOperand,
+    scale,
+    causal=False,
+    p=0.0,
+) -> Var:
+    """Qkv_attention's backward: the gradient of qkv (B, T, 3, H, D), the composite's backward
+    in its order, fused. [gtensor op qkv_attention_grad: not differentiable; result float]"""
+
+
 def adaptive_avg_pool2d_grad(g: FloatOperand, size) -> Var:
     """Adaptive_avg_pool2d's backward: g / count summed over the windows row-major. [gtensor op
     adaptive_avg_pool2d_grad: differentiable; result float]"""
-
-
-def dropout(x: FloatOperand, key: IndexOperand, p) -> Var:
-    """X * 1/(1-p) where the element's uniform >= p, else +0.0 (mask from the key). [gtensor op
-    dropout: differentiable; result float]"""
 
 
 def softplus(x: FloatOperand) -> Var:

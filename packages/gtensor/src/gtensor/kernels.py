@@ -96,6 +96,8 @@ class Param:
 #   conv    conv2d and its two gradients: per output a serial chain over its taps (ops.conv;
 #           k_<op>_<sfx> plain, k_<op>_fma_<sfx> the fma contract)
 #   pool    max / avg pooling and their gradients: windows in a defined order (ops.pool)
+#   attention  qkv_attention and its gradient: per (b, h) block the composite attention's
+#           steps in its order (ops.attention; k_<op>_<sfx> plain, k_<op>_fma_<sfx> fma)
 #   update  an in-place optimizer update (gtensor.ops.updates): every non-const pointer is read and
 #           written at element i; several buffers written (fusion keeps it alone)
 #   other   anything else
@@ -120,6 +122,7 @@ class Kind(Enum):
     RANDOM = "random"
     CONV = "conv"
     POOL = "pool"
+    ATTENTION = "attention"
     OTHER = "other"
 
 

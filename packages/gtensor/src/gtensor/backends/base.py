@@ -17,6 +17,9 @@ class Backend:
 
     name = "?"
     runs_kernels = False  # True for the kernel backends (sim, cpu, cuda, a Recorder over one)
+    # True for a backend that records its ops to differentiate them again (gtape's TapeOps): a
+    # backward rule whose fused op has no rule of its own then spells it op by op
+    differentiates = False
 
     # ---------------------------------------------------------------- arrays
     def asarray(self, x: Any, dtype: Any = None) -> Any:
@@ -38,6 +41,11 @@ class Backend:
     def is_array(self, x: Any) -> bool:
         """Whether ``x`` is an array of this backend."""
         raise NotImplementedError
+
+    def constant(self, x: Any, dtype: Any = None) -> Any:
+        """Host data ``x`` as an array of this backend, for a backward rule (a recording
+        backend records a constant)."""
+        return self.asarray(x, dtype)
 
     def _prepare(self, x: Any) -> Any:
         """Make a checked input ready for execution (e.g. C-contiguous)."""

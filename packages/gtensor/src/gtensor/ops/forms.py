@@ -122,6 +122,8 @@ SCATTER = Opaque("scatter", "each slot sums g over every position whose id names
 INDEX = Opaque("index", "int64 / bool results without arithmetic (argmax, index_weight): "
                "generated kernels compute the step's float type")
 CONV = Opaque("conv", "each output a serial chain over its taps, tiled by the conv kernels")
+ATTENTION = Opaque("attention", "per (b, h) block whole rows of scores, softmax and products: "
+                   "the attention kernels' own schedule")
 POOL = Opaque("pool", "each output a window in a defined order, windows overlapping rows")
 RANDOM = Opaque("random", "Philox words of an int64 key per element: the draws keep the op's "
                 "launch")

@@ -1,0 +1,589 @@
+"""qkv_attention: self-attention of a packed qkv, fused -- scores, mask, softmax, dropout and
+the value product in one kernel -- and its backward qkv_attention_grad, also one kernel.
+
+``qkv`` is (B, T, 3, H, D) (nanoGPT's ``c_attn`` output viewed as (B, T, 3, H, D), flash
+attention's packed layout), ``key`` a Philox key (2,) int64; the result is (B, T, H, D). The
+definition is the composite ``gtape.scaled_dot_product_attention`` writes, per (b, h), with
+q = qkv[b, :, 0, h], k = qkv[b, :, 1, h], v = qkv[b, :, 2, h] (T x D each), S = T::
+
+    s = matmul(q, k^T)                    # each score one serial chain over D (``inner``)
+    s = s * scale                         # muls: scale rounded once to the dtype
+    s = where(j <= i, s, -inf)            # causal only (torch's top-left is_causal)
+    y = softmax(s, axis=-1)               # exp(s - rowmax) / serial row sum (ops.softmax)
+    w = dropout(y, p, key)                # p > 0 only: the mask of the (B, H, T, T) weights,
+                                          # element ((b*H + h)*T + i)*T + j (ops.dropout)
+    out[b, :, h] = matmul(w, v)           # serial chains over j (``inner``)
+
+``qkv_attention_grad(g, qkv, key)`` (g (B, T, H, D)) is the composite's backward, the gradient
+of qkv through the split into q, k and v::
+
+    gw = g @ v^T;  dv = w^T @ g           # serial chains over D, over i
+    dy = dropout(gw, p, key)              # the same mask (p > 0 only)
+    dz = softmax_grad(dy, y)              # y * (dy - serial sum(dy * y))
+    dz = where(j <= i, dz, +0.0)          # causal only
+    ds = dz * scale
+    dq = ds @ k;  dk = ds^T @ q           # serial chains over j, over i
+    dqkv[b, :, c, h] = d{q,k,v} + (+0.0)  # the tape's sum with the other slices' zeros
+
+(the last step turns a -0.0 into +0.0, as the composite's gradient of qkv does). The numpy
+references are the composite itself, written with the other ops' references. The per-element
+CUDA kernels (also the ``sim`` ones) recompute a row's scores where they need them; the cpu
+kernels run one (b, h) block at a time on a thread, its products with the matmul kernel's own
+tiles (``inner.cpu_product``) and the row steps in the composite's order.
+"""
+
+from __future__ import annotations
+
+from string import Template
+
+import numpy as np
+
+from .. import dtypes
+from ..dtypes import FloatType, round_scalar
+from ..kernels import DeviceFn, Kernel, Kind, params
+from .elementwise import ADD, DIV, EXP, MAX, MUL, SUB, of
+from .forms import ATTENTION, BLOCK, FIRST_STAGE_LOOP, grid_for
+from .inner import (
+    DOT,
+    DOT_FMA,
+    FMA_INTRINSIC,
+    FMA_KERNELS,
+    INNER,
+    check_inner,
+    cpu_product,
+    serial_matmul,
+)
+from .random import PHILOX, check_p, threshold
+from .random import scale as drop_scale
+from .registry import Op, get, register
+from .softmax import exp_staged
+
+F, IDS = dtypes.FLOAT, dtypes.INT
+
+
+# --------------------------------------------------------------------------- shape rules
+def _check_attrs(op: str, attrs: dict) -> dict:
+    check_inner(op, attrs)
+    scale = attrs["scale"]
+    if isinstance(scale, bool) or not isinstance(scale, (int, float, np.floating)) or \
+            not np.isfinite(scale):
+        raise ValueError(f"{op}: scale is {scale!r}; expected a finite number")
+    causal = attrs.get("causal", False)
+    if type(causal) is not bool and not isinstance(causal, np.bool_):
+        raise TypeError(f"{op}: causal is {causal!r}; expected a bool")
+    return {"scale": float(scale), "causal": bool(causal), "p": check_p(op, attrs.get("p", 0.0)),
+            "inner": attrs.get("inner", "plain")}
+
+
+def _check_qkv(op: str, qkv: tuple, key: tuple) -> None:
+    if len(qkv) != 5 or qkv[2] != 3:
+        raise ValueError(f"{op}: qkv has shape {qkv}; expected (B, T, 3, H, D): q, k and v "
+                         "packed along dim 2")
+    if key != (2,):
+        raise ValueError(f"{op}: key has shape {key}; expected (2,) (a Philox key)")
+
+
+def _forward_infer(shapes_: tuple, attrs: dict) -> tuple[tuple, dict]:
+    qkv, key = shapes_
+    _check_qkv("qkv_attention", qkv, key)
+    b, t, _, h, d = qkv
+    return (b, t, h, d), _check_attrs("qkv_attention", attrs)
+
+
+def _grad_infer(shapes_: tuple, attrs: dict) -> tuple[tuple, dict]:
+    g, qkv, key = shapes_
+    _check_qkv("qkv_attention_grad", qkv, key)
+    b, t, _, h, d = qkv
+    if g != (b, t, h, d):
+        raise ValueError(f"qkv_attention_grad: g has shape {g} and qkv {qkv}; expected g "
+                         f"{(b, t, h, d)}")
+    return qkv, _check_attrs("qkv_attention_grad", attrs)
+
+
+# --------------------------------------------------------------------------- references
+def _heads(qkv: np.ndarray) -> tuple[np.ndarray, ...]:
+    """q, k, v as (B, H, T, D) copies (exact)."""
+    return tuple(np.ascontiguousarray(qkv[:, :, c].transpose(0, 2, 1, 3)) for c in range(3))
+
+
+def _causal(t: int) -> np.ndarray:
+    return np.tril(np.ones((t, t), dtype=bool))
+
+
+def _weights(q, k, scale, causal, inner) -> np.ndarray:
+    """softmax(where(causal, (q @ k^T) * scale, -inf)): (B, H, T, T)."""
+    ft = of(q)
+    s = serial_matmul(q, np.swapaxes(k, -1, -2), inner)
+    s = MUL[ft].eval(s, round_scalar(scale, q.dtype))
+    if causal:
+        s = np.where(_causal(s.shape[-1]), s, q.dtype.type(-np.inf))
+    return get("softmax").reference(s, axis=3)
+
+
+def _drop(x: np.ndarray, key: np.ndarray, p: float) -> np.ndarray:
+    return get("dropout").reference(x, key, p=p) if p > 0 else x
+
+
+def _forward_ref(qkv, key, *, scale, causal, p, inner="plain"):
+    q, k, v = _heads(qkv)
+    w = _drop(_weights(q, k, scale, causal, inner), key, p)
+    return np.ascontiguousarray(serial_matmul(w, v, inner).transpose(0, 2, 1, 3))
+
+
+def _grad_ref(g, qkv, key, *, scale, causal, p, inner="plain"):
+    ft = of(qkv)
+    q, k, v = _heads(qkv)
+    y = _weights(q, k, scale, causal, inner)
+    w = _drop(y, key, p)
+    gh = np.ascontiguousarray(g.transpose(0, 2, 1, 3))
+    dy = _drop(serial_matmul(gh, np.swapaxes(v, -1, -2), inner), key, p)
+    dv = serial_matmul(np.swapaxes(w, -1, -2), gh, inner)
+    dz = get("softmax_grad").reference(dy, y, axis=3)
+    if causal:
+        dz = np.where(_causal(dz.shape[-1]), dz, qkv.dtype.type(0.0))
+    ds = MUL[ft].eval(dz, round_scalar(scale, qkv.dtype))
+    dq = serial_matmul(ds, k, inner)
+    dk = serial_matmul(np.swapaxes(ds, -1, -2), q, inner)
+    out = np.stack([z.transpose(0, 2, 1, 3) for z in (dq, dk, dv)], axis=2)
+    return ADD[ft].eval(out, qkv.dtype.type(0.0))
+
+
+# --------------------------------------------------------------------------- CUDA kernels
+# A row's steps, written once per dtype and contract (the score's chain is the contract's).
+# at(b, i, c, h): the offset of q (c 0), k (1) or v (2) of token i, head h in qkv.
+_ROW = Template("""\
+__device__ __forceinline__ long long gt_attn_at(long long b, long long i, long long c,
+                                                long long h, long long L, long long H,
+                                                long long D)
+{
+    return ((b * L + i) * 3 + c) * H * D + h * D;
+}
+// Whether weight (i, j) of (b, h) survives dropout: element ((b*H + h)*L + i)*L + j's word.
+__device__ __forceinline__ bool gt_attn_keep(const long long* key, long long b, long long h,
+                                             long long i, long long j, long long L,
+                                             long long H, long long thr)
+{
+    return (long long)(gt_philox_word(key, ((b * H + h) * L + i) * L + j) >> 11) >= thr;
+}
+""")
+_ROW_FT = Template("""\
+// Score (i, j) of (b, h): the chain over D, times scale; -inf where the causal mask hides it.
+__device__ __forceinline__ $T ${P}score(const $T* qkv, long long b, long long i, long long j,
+                                        long long h, long long L, long long H, long long D,
+                                        $T sc, long long causal)
+{
+    if (causal && j > i) return $NEGINF;
+    return $MUL($DOT(qkv + gt_attn_at(b, i, 0, h, L, H, D), 1,
+                     qkv + gt_attn_at(b, j, 1, h, L, H, D), 1, D), sc);
+}
+// Row i's max and the serial sum of its shifted exponentials (softmax's).
+__device__ __forceinline__ void ${P}stats(const $T* qkv, long long b, long long i, long long h,
+                                          long long L, long long H, long long D, $T sc,
+                                          long long causal, $T* m, $T* s)
+{
+    $T mx = ${P}score(qkv, b, i, 0, h, L, H, D, sc, causal);
+    for (long long j = 1; j < L; ++j)
+        mx = $MAX(mx, ${P}score(qkv, b, i, j, h, L, H, D, sc, causal));
+    $T sum = $EXP($SUB(${P}score(qkv, b, i, 0, h, L, H, D, sc, causal), mx));
+    for (long long j = 1; j < L; ++j)
+        sum = $ADD(sum, $EXP($SUB(${P}score(qkv, b, i, j, h, L, H, D, sc, causal), mx)));
+    *m = mx;
+    *s = sum;
+}
+// Weight (i, j) after softmax (y) and after dropout (w).
+__device__ __forceinline__ $T ${P}y(const $T* qkv, long long b, long long i, long long j,
+                                    long long h, long long L, long long H, long long D, $T sc,
+                                    long long causal, $T m, $T s)
+{
+    return $DIV($EXP($SUB(${P}score(qkv, b, i, j, h, L, H, D, sc, causal), m)), s);
+}
+__device__ __forceinline__ $T ${P}w(const $T* qkv, const long long* key, long long b,
+                                    long long i, long long j, long long h, long long L,
+                                    long long H, long long D, $T sc, long long causal, $T m,
+                                    $T s, long long thr, $T dsc, long long drop)
+{
+    const $T y = ${P}y(qkv, b, i, j, h, L, H, D, sc, causal, m, s);
+    if (!drop) return y;
+    return gt_attn_keep(key, b, h, i, j, L, H, thr) ? $MUL(y, dsc) : ($T)0;
+}
+// The gradient reaching y (i, j): g_i . v_j (a chain over D), through dropout's mask.
+__device__ __forceinline__ $T ${P}dy(const $T* g, const $T* qkv, const long long* key,
+                                     long long b, long long i, long long j, long long h,
+                                     long long L, long long H, long long D, long long thr,
+                                     $T dsc, long long drop)
+{
+    const $T gw = $DOT(g + ((b * L + i) * H + h) * D, 1,
+                       qkv + gt_attn_at(b, j, 2, h, L, H, D), 1, D);
+    if (!drop) return gw;
+    return gt_attn_keep(key, b, h, i, j, L, H, thr) ? $MUL(gw, dsc) : ($T)0;
+}
+// softmax_grad's serial sum of row i: dy_0 * y_0, then + dy_j * y_j.
+__device__ __forceinline__ $T ${P}rowd(const $T* g, const $T* qkv, const long long* key,
+                                       long long b, long long i, long long h, long long L,
+                                       long long H, long long D, $T sc, long long causal, $T m,
+                                       $T s, long long thr, $T dsc, long long drop)
+{
+    $T d = ($T)0;
+    for (long long j = 0; j < L; ++j) {
+        const $T t = $MUL(${P}dy(g, qkv, key, b, i, j, h, L, H, D, thr, dsc, drop),
+                          ${P}y(qkv, b, i, j, h, L, H, D, sc, causal, m, s));
+        d = j == 0 ? t : $ADD(d, t);
+    }
+    return d;
+}
+// The score gradient (i, j): y * (dy - d), +0.0 where masked, times scale.
+__device__ __forceinline__ $T ${P}ds(const $T* g, const $T* qkv, const long long* key,
+                                     long long b, long long i, long long j, long long h,
+                                     long long L, long long H, long long D, $T sc,
+                                     long long causal, $T m, $T s, $T d, long long thr, $T dsc,
+                                     long long drop)
+{
+    const $T z = causal && j > i ? ($T)0
+        : $MUL(${P}y(qkv, b, i, j, h, L, H, D, sc, causal, m, s),
+               $SUB(${P}dy(g, qkv, key, b, i, j, h, L, H, D, thr, dsc, drop), d));
+    return $MUL(z, sc);
+}
+""")
+ROW = DeviceFn("gt_attn_at", _ROW.substitute(), (PHILOX,))
+
+# one chain step over index u (0 first) of a * b into acc, per contract
+_STEP = {"plain": "acc = u == 0 ? $MUL(a, bv) : $ADD(acc, $MUL(a, bv));",
+         "fma": "acc = $FMA(a, bv, acc);"}
+
+_FORWARD = """\
+    const long long n = B * L * H * D;
+    const long long step = (long long)gridDim.x * blockDim.x;
+    for (long long o = (long long)blockIdx.x * blockDim.x + threadIdx.x; o < n; o += step) {
+        const long long e = o % D, h = (o / D) % H, i = (o / (D * H)) % L, b = o / (D * H * L);
+        $T m, s;
+        ${P}stats(qkv, b, i, h, L, H, D, sc, causal, &m, &s);
+        $T acc = ($T)0;
+        for (long long u = 0; u < L; ++u) {
+            const $T a = ${P}w(qkv, key, b, i, u, h, L, H, D, sc, causal, m, s, thr, dsc, drop);
+            const $T bv = qkv[gt_attn_at(b, u, 2, h, L, H, D) + e];
+            $STEP
+        }
+        y[o] = acc;
+    }"""
+
+_GRAD = """\
+    const long long n = B * L * 3 * H * D;
+    const long long step = (long long)gridDim.x * blockDim.x;
+    for (long long o = (long long)blockIdx.x * blockDim.x + threadIdx.x; o < n; o += step) {
+        const long long e = o % D, h = (o / D) % H, c = (o / (D * H)) % 3,
+                        t = (o / (D * H * 3)) % L, b = o / (D * H * 3 * L);
+        $T acc = ($T)0;
+        if (c == 0) {  // dq[t, e]: the chain over j of ds(t, j) * k[j, e]
+            $T m, s;
+            ${P}stats(qkv, b, t, h, L, H, D, sc, causal, &m, &s);
+            const $T d = ${P}rowd(g, qkv, key, b, t, h, L, H, D, sc, causal, m, s, thr, dsc,
+                                  drop);
+            for (long long u = 0; u < L; ++u) {
+                const $T a = ${P}ds(g, qkv, key, b, t, u, h, L, H, D, sc, causal, m, s, d, thr,
+                                    dsc, drop);
+                const $T bv = qkv[gt_attn_at(b, u, 1, h, L, H, D) + e];
+                $STEP
+            }
+        } else {  // dk[t, e] (ds(i, t) * q[i, e]) or dv[t, e] (w(i, t) * g[i, e]), over i
+            for (long long u = 0; u < L; ++u) {
+                $T m, s, a, bv;
+                ${P}stats(qkv, b, u, h, L, H, D, sc, causal, &m, &s);
+                if (c == 1) {
+                    const $T d = ${P}rowd(g, qkv, key, b, u, h, L, H, D, sc, causal, m, s, thr,
+                                          dsc, drop);
+                    a = ${P}ds(g, qkv, key, b, u, t, h, L, H, D, sc, causal, m, s, d, thr, dsc,
+                               drop);
+                    bv = qkv[gt_attn_at(b, u, 0, h, L, H, D) + e];
+                } else {
+                    a = ${P}w(qkv, key, b, u, t, h, L, H, D, sc, causal, m, s, thr, dsc, drop);
+                    bv = g[((b * L + u) * H + h) * D + e];
+                }
+                $STEP
+            }
+        }
+        y[o] = $ADD(acc, ($T)0);  // the tape's sum with the other slices' +0.0
+    }"""
+
+
+# --------------------------------------------------------------------------- cpu kernels
+# One (b, h) block at a time per thread: q, k, v (and g) gathered into contiguous scratch
+# (exact copies), the products by the matmul kernel's tiles on the calling thread, the row
+# steps over whole rows in the composite's order.
+_CPU_SCRATCH = """\
+    auto scratch = [](int slot, long long n) -> T* {
+        static thread_local std::vector<T> bufs[13];
+        std::vector<T>& b = bufs[slot];
+        if ((long long)b.size() < n) b.resize((size_t)n);
+        return b.data();
+    };
+    auto words = [](long long n) -> unsigned long long* {
+        static thread_local std::vector<unsigned long long> buf;
+        if ((long long)buf.size() < n) buf.resize((size_t)n);
+        return buf.data();
+    };
+"""
+# gather (b, h)'s q, k, v; the scores (sr), the softmax rows (yw), the Philox words of the
+# dropout mask (wd, kept for the backward's mask) and the weights after dropout (w). The
+# shifted scores of the whole tile take exp's first stage as one loop (zr; rows of a causal
+# tile are short); a causal row's masked scores are -inf, which cannot change its max, and
+# each masked weight is the one value exp(-inf - max) (+0.0, or NaN with a NaN max), added to
+# the row's sum in its place (the stage computes exp(+0.0) there, overwritten).
+_CPU_WEIGHTS = """\
+            const long long b = bh / H, h = bh % H;
+            for (long long i = 0; i < L; ++i)
+                for (int c = 0; c < 3; ++c) {
+                    const T* src = qkv + ((b * L + i) * 3 + c) * H * D + h * D;
+                    T* dst = (c == 0 ? q : c == 1 ? k : v) + i * D;
+                    for (long long e = 0; e < D; ++e) dst[e] = src[e];
+                }
+            product(q, k, sr, 1, L, D, L, 0, 1, true);  // scores: q @ k^T
+            for (long long i = 0; i < L; ++i) {
+                T* xr = sr + i * L;
+                T* zrow = zr + i * L;
+                const long long R = causal ? i + 1 : L;
+                for (long long j = 0; j < R; ++j) xr[j] = $MUL(xr[j], sc);
+                T m = xr[0];
+                for (long long j = 1; j < R; ++j) m = $MAX(m, xr[j]);
+                mx[i] = m;
+                for (long long j = 0; j < R; ++j) zrow[j] = $SUB(xr[j], m);
+                for (long long j = R; j < L; ++j) zrow[j] = (T)0;
+            }
+            {
+                const long long R = L * L;
+""" + exp_staged("yw[r] = $EXP_FIRST(zr[r], gt_bad);", " " * 16) + """\
+            }
+            for (long long i = 0; i < L; ++i) {
+                T* yr = yw + i * L;
+                if (causal && i + 1 < L) {
+                    const T em = $EXP($SUB($NEGINF, mx[i]));
+                    for (long long j = i + 1; j < L; ++j) yr[j] = em;
+                }
+                T s = yr[0];
+                for (long long j = 1; j < L; ++j) s = $ADD(s, yr[j]);
+                for (long long j = 0; j < L; ++j) yr[j] = $DIV(yr[j], s);
+            }
+            T* w = yw;
+            const long long off = (bh * L * L) & 3;  // the tile's first word in its block
+            if (drop) {  // the tile's Philox words, 8 blocks side by side, then the mask
+                w = scratch(4, L * L);
+                const long long b0 = (bh * L * L) >> 2, nb = (off + L * L + 3) >> 2;
+                for (long long c = 0; c < nb; c += 8) {
+                    unsigned long long counters[8];
+                    for (int j = 0; j < 8; ++j)
+                        counters[j] = (unsigned long long)(b0 + c + j) + 1ULL;
+                    gt_philox_lanes(key, counters, 0ULL, 8,
+                                    reinterpret_cast<unsigned long long (*)[4]>(wd + 4 * c));
+                }
+#pragma GCC ivdep
+                for (long long u = 0; u < L * L; ++u)
+                    w[u] = (long long)(wd[off + u] >> 11) >= thr ? $MUL(yw[u], dsc) : (T)0;
+            }
+"""
+_CPU_FORWARD = Template("""\
+    typedef $T T;
+$PRODUCT$SCRATCH
+    gtcpu::parallel_for(B * H, L * L * (2 * D + 64), [=](long long lo, long long hi) {
+        T* q = scratch(0, L * D);
+        T* k = scratch(1, L * D);
+        T* v = scratch(2, L * D);
+        T* yw = scratch(3, L * L);
+        T* ob = scratch(5, L * D);
+        T* sr = scratch(10, L * L);
+        T* zr = scratch(11, L * L);
+        T* mx = scratch(12, L);
+        unsigned long long* wd = words(4 * ((L * L + 3) / 4 + 9));
+        for (long long bh = lo; bh < hi; ++bh) {
+$WEIGHTS
+            product(w, v, ob, 1, L, L, D, 0, 0, true);  // out = w @ v
+            for (long long i = 0; i < L; ++i) {
+                T* dst = y + ((b * L + i) * H + h) * D;
+                for (long long e = 0; e < D; ++e) dst[e] = ob[i * D + e];
+            }
+        }
+    });""")
+_CPU_GRAD = Template("""\
+    typedef $T T;
+$PRODUCT$SCRATCH
+    gtcpu::parallel_for(B * H, L * L * (6 * D + 96), [=](long long lo, long long hi) {
+        T* q = scratch(0, L * D);
+        T* k = scratch(1, L * D);
+        T* v = scratch(2, L * D);
+        T* yw = scratch(3, L * L);
+        T* gb = scratch(5, L * D);
+        T* sr = scratch(10, L * L);
+        T* dy = scratch(6, L * L);
+        T* dq = scratch(7, L * D);
+        T* dk = scratch(8, L * D);
+        T* dv = scratch(9, L * D);
+        T* zr = scratch(11, L * L);
+        T* mx = scratch(12, L);
+        unsigned long long* wd = words(4 * ((L * L + 3) / 4 + 9));
+        for (long long bh = lo; bh < hi; ++bh) {
+$WEIGHTS
+            for (long long i = 0; i < L; ++i) {
+                const T* src = g + ((b * L + i) * H + h) * D;
+                for (long long e = 0; e < D; ++e) gb[i * D + e] = src[e];
+            }
+            product(gb, v, dy, 1, L, D, L, 0, 1, true);  // g @ v^T
+            product(w, gb, dv, 1, L, L, D, 1, 0, true);  // w^T @ g
+            if (drop)
+#pragma GCC ivdep
+                for (long long u = 0; u < L * L; ++u)
+                    dy[u] = (long long)(wd[off + u] >> 11) >= thr ? $MUL(dy[u], dsc) : (T)0;
+            for (long long i = 0; i < L; ++i) {  // softmax_grad, the mask, the scale
+                T* dr = dy + i * L;
+                const T* yr = yw + i * L;
+                T d = $MUL(dr[0], yr[0]);
+                for (long long j = 1; j < L; ++j) d = $ADD(d, $MUL(dr[j], yr[j]));
+                for (long long j = 0; j < L; ++j) dr[j] = $MUL(yr[j], $SUB(dr[j], d));
+                if (causal)
+                    for (long long j = i + 1; j < L; ++j) dr[j] = (T)0;
+                for (long long j = 0; j < L; ++j) dr[j] = $MUL(dr[j], sc);
+            }
+            product(dy, k, dq, 1, L, L, D, 0, 0, true);  // ds @ k
+            product(dy, q, dk, 1, L, L, D, 1, 0, true);  // ds^T @ q
+            for (long long i = 0; i < L; ++i)
+                for (int c = 0; c < 3; ++c) {
+                    const T* src = (c == 0 ? dq : c == 1 ? dk : dv) + i * D;
+                    T* dst = y + ((b * L + i) * 3 + c) * H * D + h * D;
+                    for (long long e = 0; e < D; ++e) dst[e] = $ADD(src[e], (T)0);
+                }
+        }
+    });""")
+
+_SIGS = {"qkv_attention": "const $T* qkv, const long long* key, $T* y, long long B, long long L, "
+                          "long long H, long long D, $T sc, long long causal, long long thr, "
+                          "$T dsc, long long drop",
+         "qkv_attention_grad": "const $T* g, const $T* qkv, const long long* key, $T* y, "
+                               "long long B, long long L, long long H, long long D, $T sc, "
+                               "long long causal, long long thr, $T dsc, long long drop"}
+
+
+def kernel_base(op: str, inner: str) -> str:
+    """The base name of ``op``'s kernel of contract ``inner`` (its KernelSet key)."""
+    return op if inner == "plain" else f"{op}_{inner}"
+
+
+FMA_KERNELS.update(ft.kernel(kernel_base(op, "fma")) for op in _SIGS for ft in dtypes.FLOATS)
+
+
+def _fns(ft: FloatType, inner: str) -> dict[str, str]:
+    dot = (DOT if inner == "plain" else DOT_FMA)[ft]
+    return {"T": ft.ctype, "P": f"gt_attn_{inner}_{ft.suffix}_", "DOT": dot.name,
+            "MUL": MUL[ft].cname, "ADD": ADD[ft].cname, "SUB": SUB[ft].cname,
+            "DIV": DIV[ft].cname, "EXP": EXP[ft].cname, "MAX": MAX[ft].cname,
+            "FMA": FMA_INTRINSIC[ft], "NEGINF": ft.literal(-np.inf),
+            "EXP_FIRST": EXP[ft].first_cname, "FIRST_STAGE": FIRST_STAGE_LOOP}
+
+
+def _row_fn(ft: FloatType, inner: str) -> DeviceFn:
+    f = _fns(ft, inner)
+    dot = (DOT if inner == "plain" else DOT_FMA)[ft]
+    return DeviceFn(f"{f['P']}score", _ROW_FT.substitute(f),
+                    (ROW, dot, MUL[ft], ADD[ft], SUB[ft], DIV[ft], EXP[ft], MAX[ft]))
+
+
+_ROW_FNS = {(ft, inner): _row_fn(ft, inner) for ft in dtypes.FLOATS for inner in INNER}
+
+
+def _kernels(op: str, cpu: bool):
+    def kernels(ft: FloatType) -> list[Kernel]:
+        out = []
+        for inner in INNER:
+            f = _fns(ft, inner)
+            sig = Template(_SIGS[op]).substitute(T=ft.ctype)
+            calls = (PHILOX, ROW, _ROW_FNS[ft, inner], MUL[ft], ADD[ft], SUB[ft], DIV[ft],
+                     EXP[ft], MAX[ft])
+            if cpu:
+                weights = Template(_CPU_WEIGHTS).substitute(f)
+                body = (_CPU_FORWARD if op == "qkv_attention" else _CPU_GRAD).substitute(
+                    f, PRODUCT=cpu_product(inner), SCRATCH=_CPU_SCRATCH, WEIGHTS=weights)
+            else:
+                text = _FORWARD if op == "qkv_attention" else _GRAD
+                body = Template(text.replace("$STEP", _STEP[inner])).substitute(f)
+            out.append(Kernel(ft.kernel(kernel_base(op, inner)), params(sig), body,
+                              Kind.ATTENTION, calls, ATTENTION))
+        return out
+
+    return kernels
+
+
+def _scalars(dt: np.dtype, scale: float, causal: bool, p: float) -> tuple:
+    """The kernels' trailing scalars: scale (rounded to dt), causal, dropout's threshold and
+    scale, and whether it drops."""
+    return (round_scalar(scale, dt), int(causal), threshold(p) if p > 0 else 0,
+            drop_scale(p, dt), int(p > 0))
+
+
+def _forward_launch(rt, ks, ins, out, *, scale, causal, p, inner="plain"):
+    qkv, key = ins
+    if out.size:
+        b, t, _, h, d = qkv.shape
+        rt.launch(ks[kernel_base("qkv_attention", inner)], grid_for(out.size), BLOCK,
+                  (qkv, key, out, b, t, h, d, *_scalars(out.dtype, scale, causal, p)))
+
+
+def _grad_launch(rt, ks, ins, out, *, scale, causal, p, inner="plain"):
+    g, qkv, key = ins
+    if out.size:
+        b, t, _, h, d = qkv.shape
+        rt.launch(ks[kernel_base("qkv_attention_grad", inner)], grid_for(out.size), BLOCK,
+                  (g, qkv, key, out, b, t, h, d, *_scalars(out.dtype, scale, causal, p)))
+
+
+def composite_grad(be, g, qkv, key, scale: float, causal: bool, p: float, inner: str):
+    """qkv_attention_grad spelled op by op on ``be`` (the module doc's composite: slices,
+    batched products, softmax_grad, ...): the same operations on the same values, so the same
+    bits as the fused kernel, and differentiable where ``be`` records (a higher order)."""
+    b, t, _, h, d = qkv.shape
+    n, dt = b * h, qkv.dtype
+
+    def heads(x, c=None):  # (B, T, [3,] H, D) -> (B*H, T, D) of part c
+        if c is not None:
+            x = be.slice(qkv, 2, c, c + 1)
+        return be.reshape(be.transpose(be.reshape(x, (b, t, h, d)), (0, 2, 1, 3)), (n, t, d))
+
+    q, k, v, gh = heads(qkv, 0), heads(qkv, 1), heads(qkv, 2), heads(g)
+    mask = be.constant(_causal(t), "bool") if causal else None
+    s = be.muls(be.bmm(q, k, inner=inner, tb=True), scale)
+    if causal:
+        s = be.where(mask, s, be.fill((), -np.inf, dt))
+    y = be.softmax(s, -1)
+    w = be.dropout(y, key, p) if p > 0 else y
+    dy = be.bmm(gh, v, inner=inner, tb=True)
+    dv = be.bmm(w, gh, inner=inner, ta=True)
+    if p > 0:
+        dy = be.dropout(dy, key, p)
+    dz = be.softmax_grad(dy, y, -1)
+    if causal:
+        dz = be.where(mask, dz, be.fill((), 0.0, dt))
+    ds = be.muls(dz, scale)
+    dq, dk = be.bmm(ds, k, inner=inner), be.bmm(ds, q, inner=inner, ta=True)
+    parts = [be.reshape(be.transpose(be.reshape(z, (b, h, t, d)), (0, 2, 1, 3)),
+                        (b, t, 1, h, d)) for z in (dq, dk, dv)]
+    return be.adds(be.concat(parts, 2), 0.0)
+
+
+def _forward_vjp(be, g, ins, out, needs, scale, causal, p, inner="plain"):
+    # qkv_attention_grad has no rule of its own: a recording backend (a higher order) takes
+    # the composite, op by op (the same bits)
+    if not needs[0]:
+        return None, None
+    qkv, key = ins
+    if be.differentiates:
+        return composite_grad(be, g, qkv, key, scale, causal, p, inner), None
+    return be.qkv_attention_grad(g, qkv, key, scale=scale, causal=causal, p=p, inner=inner), None
+
+
+_DEFAULTS = {"causal": False, "p": 0.0, "inner": "plain"}
+register(Op("qkv_attention", ("qkv", "key"), ("scale", "causal", "p", "inner"), _forward_infer,
+            _forward_ref, _kernels("qkv_attention", False), _forward_launch, _forward_vjp,
+            "self-attention of a packed qkv (B, T, 3, H, D) -> (B, T, H, D): scores, scale, "
+            "causal mask, softmax, dropout and the value product fused, in the composite's "
+            "order (inner: the products' contract)", dict(_DEFAULTS),
+            cpu=_kernels("qkv_attention", True), types=(F, IDS)))
+register(Op("qkv_attention_grad", ("g", "qkv", "key"), ("scale", "causal", "p", "inner"),
+            _grad_infer, _grad_ref, _kernels("qkv_attention_grad", False), _grad_launch, None,
+            "qkv_attention's backward: the gradient of qkv (B, T, 3, H, D), the composite's "
+            "backward in its order, fused", dict(_DEFAULTS),
+            cpu=_kernels("qkv_attention_grad", True), types=(F, F, IDS)))
