@@ -1,5 +1,6 @@
 """Rung 9's GPT as a gverify task: its steps are the rung's (eager engine), it resumes
-bit-identically on another engine, and a dispute over it names the cheated attention (the fused qkv_attention op)."""
+bit-identically on another engine, and a dispute over it names the cheated attention (the
+fused qkv_attention op)."""
 
 from __future__ import annotations
 
