@@ -189,3 +189,42 @@ def test_a_unit_calling_a_first_stage_kernel_gets_its_flags():
     add = registry.get("add").kernel_set(dtypes.F64, cpu=True).kernels[0]
     _, _, _, flags = cpu_codegen._unit(add.source().replace('extern "C" ', "static ", 1))
     assert flags == cpurt.CXX_FLAGS
+
+
+def test_fused_maps_run_the_first_stage_and_fall_back_on_undecided_lanes():
+    """A fused elementwise loop over exp runs exp's first stage (as the per-node kernel does):
+    on inputs the stage flags and gets wrong (results near and in the subnormal range), the
+    fused step equals the per-node replay node for node; the unit holds the stage's loop."""
+    from gtensor import dtypes
+    from gtensor.ops.elementwise import EXP
+    from gtensor.ops.forms import FIRST_STAGE_LOOP
+
+    x0 = np.linspace(-745.0, -700.0, 4099)
+    value, bad = EXP[dtypes.F64].first_numpy(x0)
+    wrong = bad & ~bits_equal_each(value, EXP[dtypes.F64].numpy(x0))
+    assert wrong.sum() >= 10  # the stage's value is wrong on these lanes: the fallback decides
+
+    def graph(tp):
+        w = tp.param(np.ones((1, x0.size)))
+        x = tp.const(x0[None, :])
+        return w, x, g.sum(g.exp(w * x) * x)
+
+    with g.Tape("numpy") as ref:  # the definition
+        w, _, loss = graph(ref)
+        ref.backward(loss)
+        want = (loss.numpy(), ref.grad(w))
+    tp = g.Tape("cpu")
+    w, x, loss = graph(tp)
+    prog = capture(tp, loss, backend="cpu")
+    fp = fuse(prog)
+    assert FIRST_STAGE_LOOP in fp.fused("forward").module.source
+    assert_fused_first_is_per_node(prog, fp, x, x0[None, :])
+    fp.forward()
+    fp.backward()
+    for a, b in zip(want, (fp.value_at(loss.index), fp.grad_at(w.index))):
+        assert bits_equal(np.asarray(a), np.asarray(b)), first_difference(a, b)
+
+
+def bits_equal_each(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Element by element: the same bits."""
+    return a.view(np.uint64) == b.view(np.uint64)

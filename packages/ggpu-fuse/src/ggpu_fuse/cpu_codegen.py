@@ -40,14 +40,14 @@ from gtensor.cuda_source import device_text_for
 from gtensor.dtypes import CTYPES, FLOATS
 from gtensor.kernels import Kernel
 from gtensor.ops import REGISTRY
-from gtensor.ops.forms import Copy, Product, Reduce
+from gtensor.ops.forms import FIRST_STAGE_LOOP, Copy, Map, Product, Reduce
 from gtensor.ops.registry import UPDATES
 from gtensor.recording import Launch
 from gtensor.runtime import cache, toolchain
 from gtensor.runtime import cpu as cpurt
 
 from .analysis import Info, address
-from .codegen import _ctype_of, _lit, _row_copy_tables, _statement
+from .codegen import _ctype_of, _fn, _lit, _row_copy_tables, _statement
 from .planner import Segment
 
 ROW_BLOCK = 8  # rows of a row segment one thread computes together
@@ -287,10 +287,29 @@ def _affine(info: Info) -> tuple[list[int], dict[str, tuple[int, list[int]]], tu
     return info.form.affine(geom, names)
 
 
+def _staged(info: Info, v: dict[str, str], lo: str, hi: str, indent: str) -> str | None:
+    """Iterations [lo, hi) of a map of a correctly rounded function as the per-node cpu
+    kernel runs them (``Map.staged_range``: its first stage over blocks, then the function
+    where a lane is undecided), or None for any other launch."""
+    k = info.launch.kernel
+    fn = k.calls[0] if k.calls else None
+    if not isinstance(info.form, Map) or not getattr(fn, "first_stage", None):
+        return None
+    a = info.args
+    extra = tuple(_lit(a[e], next(p.ctype for p in k.params if p.name == e))
+                  for e in info.form.extra)
+    return (f"{indent}{FIRST_STAGE_LOOP}\n"
+            + info.form.staged_range(_fn(info), fn.first_cname, v["x"], v["y"], lo, hi, extra,
+                                     _ctype_of(info), indent))
+
+
 def _range_loop(info: Info, v: dict[str, str], lo: str, hi: str, indent: str) -> str:
     """Iterations [lo, hi) of the launch: a zip or copy of rank <= 2 as rows of its innermost
     dimension (unit-stride or broadcast inner loops the compiler vectorizes; the same element
     offsets as the geometry decode), anything else as its statement in a loop."""
+    staged = _staged(info, v, lo, hi, indent)
+    if staged is not None:
+        return staged
     aff = _affine(info)
     if aff is None:
         return (f"{indent}for (long long i = {lo}; i < {hi}; ++i) {{\n"

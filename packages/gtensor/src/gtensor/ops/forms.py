@@ -195,24 +195,35 @@ class Map(Form):
             return (f"    gtcpu::parallel_for(n, {cost}, [=](long long lo, long long hi) {{\n"
                     f"        for (long long i = lo; i < hi; ++i) y[i] = "
                     f"{self._call(fn, 'x[i]', self.extra)};\n    }});")
-        staged = self._call(first, "xb[j]", (*self.extra, "gt_bad"))
         return "\n".join([
             f"    {FIRST_STAGE_LOOP}",
             f"    gtcpu::parallel_for(n, {cost}, [=](long long lo, long long hi) {{",
-            f"        for (long long b = lo; b < hi; b += {FIRST_BLOCK}) {{",
-            f"            const int m = (int)(hi - b < {FIRST_BLOCK} ? hi - b : {FIRST_BLOCK});",
-            f"            const {ctype}* __restrict xb = x + b;",
-            f"            {ctype} v[{FIRST_BLOCK}];",
-            f"            bool bad[{FIRST_BLOCK}];",
-            "            for (int j = 0; j < m; ++j) {",
-            "                bool gt_bad = false;",
-            f"                v[j] = {staged};",
-            "                bad[j] = gt_bad;",
-            "            }",
-            "            for (int j = 0; j < m; ++j)",
-            f"                y[b + j] = bad[j] ? {self._call(fn, 'x[b + j]', self.extra)} : v[j];",
-            "        }",
+            self.staged_range(fn, first, "x", "y", "lo", "hi", self.extra, ctype, " " * 8),
             "    });"])
+
+    def staged_range(self, fn: str, first: str, x: str, y: str, lo: str, hi: str,
+                     extra: tuple[str, ...], ctype: str, indent: str) -> str:
+        """The loop over iterations [lo, hi) of ``y[i] = fn(x[i], *extra)`` by fn's first
+        stage ``first``: blocks of FIRST_BLOCK elements, the stage over the block as one
+        vectorized loop, then fn itself for the lanes the stage left undecided (each
+        element's x is read before its y is written, so y may be x). The per-node cpu kernel
+        and the fused cpu step (ggpu-fuse) both write it."""
+        staged = self._call(first, "xb[j]", (*extra, "gt_bad"))
+        lines = [
+            f"for (long long b = {lo}; b < {hi}; b += {FIRST_BLOCK}) {{",
+            f"    const int m = (int)({hi} - b < {FIRST_BLOCK} ? {hi} - b : {FIRST_BLOCK});",
+            f"    const {ctype}* __restrict xb = {x} + b;",
+            f"    {ctype} v[{FIRST_BLOCK}];",
+            f"    bool bad[{FIRST_BLOCK}];",
+            "    for (int j = 0; j < m; ++j) {",
+            "        bool gt_bad = false;",
+            f"        v[j] = {staged};",
+            "        bad[j] = gt_bad;",
+            "    }",
+            "    for (int j = 0; j < m; ++j)",
+            f"        {y}[b + j] = bad[j] ? {self._call(fn, f'{x}[b + j]', extra)} : v[j];",
+            "}"]
+        return "\n".join(indent + line for line in lines)
 
     def index_maps(self, args: dict) -> Access:
         """Iteration i writes y[i] and reads x[i]."""
