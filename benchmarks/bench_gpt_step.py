@@ -5,7 +5,8 @@ weights, exact-GELU MLP, tied head, dropout 0.1; AdamW with decay / no-decay gro
 global clipping at 1.0) at rung 9's default size (``small``: block 32, 2 layers, 4 heads,
 n_embd 48, batch 16) and 4x wider (n_embd 192), on one fixed batch of the plays. Engines: our
 tape on the ``cpu`` backend (the exact compiled kernels), the same step captured once and
-replayed on cpu (ggpu-replay: one native call a step), and the same model written in torch.nn
+replayed on cpu (ggpu-replay: one native call a step), that program fused (ggpu-fuse: each
+phase one compiled function), and the same model written in torch.nn
 (``F.scaled_dot_product_attention(is_causal=True)``, ``nn.GELU()``, the tied head, the same
 groups and clipping; torch.optim.AdamW, no schedule), eager and under ``torch.compile`` (the
 module compiled, the optimizer eager; where it runs), each at 1 and 2 threads (ours:
@@ -64,7 +65,7 @@ def ours(engine: str, width: int, dtype: str, threads: int) -> tuple:
     model = M.GPT(tp, cfg)
     t0 = time.perf_counter()
     steps = gpt.TapeSteps(tp, model, run) if engine == "tape" else \
-        gpt.ReplaySteps(tp, model, run, x, y)
+        gpt.ReplaySteps(tp, model, run, x, y, fused=engine == "fused")
     built = time.perf_counter() - t0
 
     def step() -> float:
@@ -151,7 +152,8 @@ def engines(width: int, dtype: str, compile_: bool) -> tuple[dict, dict]:
     """({engine name: step}, {engine name: build / first-call seconds}) of one config."""
     steps, built = {}, {}
     for t in THREADS:
-        for e, label in (("tape", "our tape, cpu"), ("replay", "our step captured, cpu")):
+        for e, label in (("tape", "our tape, cpu"), ("replay", "our step captured, cpu"),
+                         ("fused", "our step fused, cpu")):
             steps[f"{label}, {t}t"], built[f"{label}, {t}t"] = ours(e, width, dtype, t)
         steps[f"torch eager, {t}t"], built[f"torch eager, {t}t"] = torch_step(width, dtype, t,
                                                                               False)
@@ -215,8 +217,9 @@ def _report(args: argparse.Namespace, sections: list, torch_version: str) -> str
 Forward + backward + AdamW (decay / no-decay groups, torch's global clipping at 1.0) of
 `gdemos.gpt_model`'s character GPT (block 32, 2 pre-norm layers, 4 heads, dropout 0.1, exact
 GELU, tied head) at rung 9's default width (n_embd 48) and 4x wider (192), batch 16, one fixed
-batch of the plays. Ours: the eager tape and the captured step (ggpu-replay), cpu backend,
-AdamW with rung 9's warmup-cosine schedule; torch: the same model in torch.nn (SDPA causal,
+batch of the plays. Ours: the eager tape, the captured step (ggpu-replay) and that step fused
+(ggpu-fuse: each phase one compiled function), cpu backend, AdamW with rung 9's warmup-cosine
+schedule; torch: the same model in torch.nn (SDPA causal,
 `nn.GELU()`), torch.optim.AdamW without a schedule, eager and with the module under
 `torch.compile`. Threads: ours `GTENSOR_CPU_THREADS`, torch `set_num_threads`, set before
 every step. The engines of one config and dtype take turns in blocks of 5 steps after
@@ -234,7 +237,8 @@ Command (from the repository root, with torch installed):
 Machine: {platform.machine()}, {os.cpu_count()} CPUs, {platform.python_implementation()}
 {platform.python_version()}, numpy {np.__version__}, torch {torch_version}; load average when
 the run ended {load}. "build": seconds to build our engine (the captured step: recording,
-capture and its native compile, with the kernel cache as this run found it) or torch's first
+capture and its native compile; the fused one also its fusion; with the kernel cache as this
+run found it) or torch's first
 step (torch.compile's compile).
 """]
     for size, width, n, cols in sections:

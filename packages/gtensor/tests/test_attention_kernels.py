@@ -51,6 +51,27 @@ def test_flagged_exp_lanes_equal_numpy(be, monkeypatch, dtype, threads):
                                                            testing.first_difference(got, want))
 
 
+@pytest.mark.skipif(testing.backend_name() in ("numpy", "cpu"),
+                    reason="the CUDA kernels' shared-memory rows: run with GRAD_TEST_BACKEND=sim "
+                           "or cuda (the cpu kernels hold no such cache)")
+def test_rows_past_the_cuda_backwards_cache_equal_numpy(be):
+    """The CUDA backward holds each row's softmax values in shared memory for the first
+    ROWS_CACHED rows and computes them again past it: T = ROWS_CACHED + 6 equals numpy."""
+    from gtensor.ops.attention import ROWS_CACHED
+
+    ref = gtensor.backend("numpy")
+    t = ROWS_CACHED + 6
+    rng = np.random.default_rng(1)
+    ins = (rng.standard_normal((1, t, 1, 1)), rng.standard_normal((1, t, 3, 1, 1)),
+           np.array([5, 7], np.int64))
+    attrs = {"scale": 0.7, "causal": True, "p": 0.1}
+    want = ref.to_numpy(ref.apply("qkv_attention_grad", [ref.asarray(a, a.dtype) for a in ins],
+                                  **attrs))
+    got = be.to_numpy(be.apply("qkv_attention_grad", [be.asarray(a, a.dtype) for a in ins],
+                               **attrs))
+    assert testing.bits_equal(got, want), testing.first_difference(got, want)
+
+
 def test_the_cpu_kernels_stage_exp_and_the_cuda_kernels_do_not():
     for ft in gtensor.dtypes.FLOATS:
         for name in ("qkv_attention", "qkv_attention_grad"):

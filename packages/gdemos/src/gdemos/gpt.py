@@ -216,10 +216,11 @@ class TapeSteps:
 
 class ReplaySteps:
     """The captured engine: the step recorded once, then per step ``advance_keys`` (every
-    dropout layer's next key, as the eager forward draws it), the batch and its labels."""
+    dropout layer's next key, as the eager forward draws it), the batch and its labels;
+    ``fused``: the captured program fused (``ggpu_fuse.fuse``)."""
 
     def __init__(self, tp: g.Tape, model: M.GPT, run: GPTRun, x: np.ndarray,
-                 y: np.ndarray) -> None:
+                 y: np.ndarray, fused: bool = False) -> None:
         from ggpu_replay import capture
 
         self.tp, self.model = tp, model
@@ -230,6 +231,10 @@ class ReplaySteps:
         for d, c in zip(drops, calls):  # recording the step is not a step
             d.calls = c
         self.prog = capture(tp, loss, backend=run.backend, model=model)
+        if fused:  # ggpu-fuse: each phase one compiled function (cpu), bitwise the replay
+            from ggpu_fuse import fuse
+
+            self.prog = fuse(self.prog)
         tp.reset_to(mark)
         self.opt = self.prog.adamw(groups(model), lr=run.lr, betas=run.betas,
                                    weight_decay=run.weight_decay)

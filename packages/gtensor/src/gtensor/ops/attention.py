@@ -26,10 +26,14 @@ of qkv through the split into q, k and v::
     dqkv[b, :, c, h] = d{q,k,v} + (+0.0)  # the tape's sum with the other slices' zeros
 
 (the last step turns a -0.0 into +0.0, as the composite's gradient of qkv does). The numpy
-references are the composite itself, written with the other ops' references. The per-element
-CUDA kernels (also the ``sim`` ones) recompute a row's scores where they need them; the cpu
-kernels run one (b, h) block at a time on a thread, its products with the matmul kernel's own
-tiles (``inner.cpu_product``) and the row steps in the composite's order.
+references are the composite itself, written with the other ops' references. The CUDA kernels
+(also the ``sim`` ones): the forward a thread per row (its max and sum, then its outputs'
+chains, the weights recomputed from the scores as they are used); the backward a block per
+(b, h), each row's max, sum and softmax_grad sum held in shared memory (the first
+``ROWS_CACHED`` rows; later ones computed again where used), dq by rows, dk and dv by columns.
+The cpu kernels run one (b, h) block at a time on a thread, its products with the matmul
+kernel's own tiles (``inner.cpu_product``) and the row steps in the composite's order; the
+backward recomputes the forward's weights (no (B, H, T, T) array is kept between the two).
 """
 
 from __future__ import annotations
@@ -42,7 +46,7 @@ from .. import dtypes
 from ..dtypes import FloatType, round_scalar
 from ..kernels import DeviceFn, Kernel, Kind, params
 from .elementwise import ADD, DIV, EXP, MAX, MUL, SUB, of
-from .forms import ATTENTION, BLOCK, FIRST_STAGE_LOOP, grid_for
+from .forms import ATTENTION, BLOCK, FIRST_STAGE_LOOP, MAX_GRID, ROW_THREADS, grid_for
 from .inner import (
     DOT,
     DOT_FMA,
@@ -231,6 +235,22 @@ __device__ __forceinline__ $T ${P}rowd(const $T* g, const $T* qkv, const long lo
     }
     return d;
 }
+// Row i's max, sum and d: from the block's shared values (rows < $CACHED), else computed.
+__device__ __forceinline__ void ${P}row(const $T* st, const $T* g, const $T* qkv,
+                                        const long long* key, long long b, long long i,
+                                        long long h, long long L, long long H, long long D,
+                                        $T sc, long long causal, long long thr, $T dsc,
+                                        long long drop, $T* m, $T* s, $T* d)
+{
+    if (i < $CACHED) {
+        *m = st[i];
+        *s = st[$CACHED + i];
+        *d = st[2 * $CACHED + i];
+        return;
+    }
+    ${P}stats(qkv, b, i, h, L, H, D, sc, causal, m, s);
+    *d = ${P}rowd(g, qkv, key, b, i, h, L, H, D, sc, causal, *m, *s, thr, dsc, drop);
+}
 // The score gradient (i, j): y * (dy - d), +0.0 where masked, times scale.
 __device__ __forceinline__ $T ${P}ds(const $T* g, const $T* qkv, const long long* key,
                                      long long b, long long i, long long j, long long h,
@@ -246,62 +266,90 @@ __device__ __forceinline__ $T ${P}ds(const $T* g, const $T* qkv, const long long
 """)
 ROW = DeviceFn("gt_attn_at", _ROW.substitute(), (PHILOX,))
 
-# one chain step over index u (0 first) of a * b into acc, per contract
-_STEP = {"plain": "acc = u == 0 ? $MUL(a, bv) : $ADD(acc, $MUL(a, bv));",
-         "fma": "acc = $FMA(a, bv, acc);"}
+# One chain step over index u (0 first) of a * bv into the output element o[e] (each output
+# is one thread's, its chain in order), per contract.
+_STEP = {"plain": "o[e] = u == 0 ? $MUL(a, bv) : $ADD(o[e], $MUL(a, bv));",
+         "fma": "o[e] = $FMA(a, bv, u == 0 ? ($T)0 : o[e]);"}
+ROWS_CACHED = 1024  # the backward's per-row softmax values held in shared memory (more: again)
 
+# One thread per row (b, h, i): its max and sum, then the chain over u of its weights times
+# v's rows, into its D outputs.
 _FORWARD = """\
-    const long long n = B * L * H * D;
+    const long long n = B * H * L;
     const long long step = (long long)gridDim.x * blockDim.x;
-    for (long long o = (long long)blockIdx.x * blockDim.x + threadIdx.x; o < n; o += step) {
-        const long long e = o % D, h = (o / D) % H, i = (o / (D * H)) % L, b = o / (D * H * L);
+    for (long long r = (long long)blockIdx.x * blockDim.x + threadIdx.x; r < n; r += step) {
+        const long long i = r % L, h = (r / L) % H, b = r / (L * H);
         $T m, s;
         ${P}stats(qkv, b, i, h, L, H, D, sc, causal, &m, &s);
-        $T acc = ($T)0;
+        $T* o = y + ((b * L + i) * H + h) * D;
         for (long long u = 0; u < L; ++u) {
             const $T a = ${P}w(qkv, key, b, i, u, h, L, H, D, sc, causal, m, s, thr, dsc, drop);
-            const $T bv = qkv[gt_attn_at(b, u, 2, h, L, H, D) + e];
-            $STEP
+            const $T* vr = qkv + gt_attn_at(b, u, 2, h, L, H, D);
+            for (long long e = 0; e < D; ++e) {
+                const $T bv = vr[e];
+                $STEP
+            }
         }
-        y[o] = acc;
     }"""
 
+# One block per (b, h): each thread its rows' softmax values (max, sum, softmax_grad's d), held
+# in shared memory; then dq by rows (chains over j) and dk, dv by columns (chains over i), a
+# thread's rows and columns the same indices; then each of its outputs + 0.0.
 _GRAD = """\
-    const long long n = B * L * 3 * H * D;
-    const long long step = (long long)gridDim.x * blockDim.x;
-    for (long long o = (long long)blockIdx.x * blockDim.x + threadIdx.x; o < n; o += step) {
-        const long long e = o % D, h = (o / D) % H, c = (o / (D * H)) % 3,
-                        t = (o / (D * H * 3)) % L, b = o / (D * H * 3 * L);
-        $T acc = ($T)0;
-        if (c == 0) {  // dq[t, e]: the chain over j of ds(t, j) * k[j, e]
+    __shared__ $T st[3 * $CACHED];
+    const long long t = threadIdx.x, nt = blockDim.x;
+    for (long long bh = blockIdx.x; bh < B * H; bh += gridDim.x) {
+        const long long b = bh / H, h = bh % H;
+        for (long long i = t; i < L && i < $CACHED; i += nt) {
             $T m, s;
-            ${P}stats(qkv, b, t, h, L, H, D, sc, causal, &m, &s);
-            const $T d = ${P}rowd(g, qkv, key, b, t, h, L, H, D, sc, causal, m, s, thr, dsc,
-                                  drop);
+            ${P}stats(qkv, b, i, h, L, H, D, sc, causal, &m, &s);
+            st[i] = m;
+            st[$CACHED + i] = s;
+            st[2 * $CACHED + i] = ${P}rowd(g, qkv, key, b, i, h, L, H, D, sc, causal, m, s, thr,
+                                           dsc, drop);
+        }
+        __syncthreads();
+        for (long long i = t; i < L; i += nt) {  // dq[i]: the chain over j of ds(i, j) * k[j]
+            $T m, s, d;
+            ${P}row(st, g, qkv, key, b, i, h, L, H, D, sc, causal, thr, dsc, drop, &m, &s, &d);
+            $T* o = y + gt_attn_at(b, i, 0, h, L, H, D);
             for (long long u = 0; u < L; ++u) {
-                const $T a = ${P}ds(g, qkv, key, b, t, u, h, L, H, D, sc, causal, m, s, d, thr,
+                const $T a = ${P}ds(g, qkv, key, b, i, u, h, L, H, D, sc, causal, m, s, d, thr,
                                     dsc, drop);
-                const $T bv = qkv[gt_attn_at(b, u, 1, h, L, H, D) + e];
-                $STEP
-            }
-        } else {  // dk[t, e] (ds(i, t) * q[i, e]) or dv[t, e] (w(i, t) * g[i, e]), over i
-            for (long long u = 0; u < L; ++u) {
-                $T m, s, a, bv;
-                ${P}stats(qkv, b, u, h, L, H, D, sc, causal, &m, &s);
-                if (c == 1) {
-                    const $T d = ${P}rowd(g, qkv, key, b, u, h, L, H, D, sc, causal, m, s, thr,
-                                          dsc, drop);
-                    a = ${P}ds(g, qkv, key, b, u, t, h, L, H, D, sc, causal, m, s, d, thr, dsc,
-                               drop);
-                    bv = qkv[gt_attn_at(b, u, 0, h, L, H, D) + e];
-                } else {
-                    a = ${P}w(qkv, key, b, u, t, h, L, H, D, sc, causal, m, s, thr, dsc, drop);
-                    bv = g[((b * L + u) * H + h) * D + e];
+                const $T* kr = qkv + gt_attn_at(b, u, 1, h, L, H, D);
+                for (long long e = 0; e < D; ++e) {
+                    const $T bv = kr[e];
+                    $STEP
                 }
-                $STEP
             }
         }
-        y[o] = $ADD(acc, ($T)0);  // the tape's sum with the other slices' +0.0
+        for (long long j = t; j < L; j += nt) {  // dk[j], dv[j]: chains over i
+            for (long long u = 0; u < L; ++u) {
+                $T m, s, d;
+                ${P}row(st, g, qkv, key, b, u, h, L, H, D, sc, causal, thr, dsc, drop, &m, &s,
+                        &d);
+                const $T* qr = qkv + gt_attn_at(b, u, 0, h, L, H, D);
+                const $T* gr = g + ((b * L + u) * H + h) * D;
+                $T a = ${P}ds(g, qkv, key, b, u, j, h, L, H, D, sc, causal, m, s, d, thr, dsc,
+                              drop);
+                $T* o = y + gt_attn_at(b, j, 1, h, L, H, D);
+                for (long long e = 0; e < D; ++e) {
+                    const $T bv = qr[e];
+                    $STEP
+                }
+                a = ${P}w(qkv, key, b, u, j, h, L, H, D, sc, causal, m, s, thr, dsc, drop);
+                o = y + gt_attn_at(b, j, 2, h, L, H, D);
+                for (long long e = 0; e < D; ++e) {
+                    const $T bv = gr[e];
+                    $STEP
+                }
+            }
+            for (long long c = 0; c < 3; ++c) {  // the tape's sum with the other slices' +0.0
+                $T* o = y + gt_attn_at(b, j, c, h, L, H, D);
+                for (long long e = 0; e < D; ++e) o[e] = $ADD(o[e], ($T)0);
+            }
+        }
+        __syncthreads();
     }"""
 
 
@@ -426,10 +474,11 @@ $WEIGHTS
             }
             product(gb, v, dy, 1, L, D, L, 0, 1, true);  // g @ v^T
             product(w, gb, dv, 1, L, L, D, 1, 0, true);  // w^T @ g
-            if (drop)
+            if (drop) {  // dropout's backward: the forward's mask, from the kept words
 #pragma GCC ivdep
                 for (long long u = 0; u < L * L; ++u)
                     dy[u] = (long long)(wd[off + u] >> 11) >= thr ? $MUL(dy[u], dsc) : (T)0;
+            }
             for (long long i = 0; i < L; ++i) {  // softmax_grad, the mask, the scale
                 T* dr = dy + i * L;
                 const T* yr = yw + i * L;
@@ -473,7 +522,8 @@ def _fns(ft: FloatType, inner: str) -> dict[str, str]:
             "MUL": MUL[ft].cname, "ADD": ADD[ft].cname, "SUB": SUB[ft].cname,
             "DIV": DIV[ft].cname, "EXP": EXP[ft].cname, "MAX": MAX[ft].cname,
             "FMA": FMA_INTRINSIC[ft], "NEGINF": ft.literal(-np.inf),
-            "EXP_FIRST": EXP[ft].first_cname, "FIRST_STAGE": FIRST_STAGE_LOOP}
+            "EXP_FIRST": EXP[ft].first_cname, "FIRST_STAGE": FIRST_STAGE_LOOP,
+            "CACHED": str(ROWS_CACHED)}
 
 
 def _row_fn(ft: FloatType, inner: str) -> DeviceFn:
@@ -516,18 +566,23 @@ def _scalars(dt: np.dtype, scale: float, causal: bool, p: float) -> tuple:
 
 
 def _forward_launch(rt, ks, ins, out, *, scale, causal, p, inner="plain"):
+    # a thread per row (b, h, i) (the cpu kernel: a (b, h) block per task)
     qkv, key = ins
     if out.size:
         b, t, _, h, d = qkv.shape
-        rt.launch(ks[kernel_base("qkv_attention", inner)], grid_for(out.size), BLOCK,
+        rt.launch(ks[kernel_base("qkv_attention", inner)], grid_for(b * h * t), BLOCK,
                   (qkv, key, out, b, t, h, d, *_scalars(out.dtype, scale, causal, p)))
 
 
 def _grad_launch(rt, ks, ins, out, *, scale, causal, p, inner="plain"):
+    # a block per (b, h), a thread per row of it (the cpu kernel: a (b, h) block per task)
     g, qkv, key = ins
     if out.size:
         b, t, _, h, d = qkv.shape
-        rt.launch(ks[kernel_base("qkv_attention_grad", inner)], grid_for(out.size), BLOCK,
+        nt = 1
+        while nt < min(t, ROW_THREADS):
+            nt *= 2
+        rt.launch(ks[kernel_base("qkv_attention_grad", inner)], min(b * h, MAX_GRID), nt,
                   (g, qkv, key, out, b, t, h, d, *_scalars(out.dtype, scale, causal, p)))
 
 
