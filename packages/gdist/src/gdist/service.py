@@ -26,7 +26,7 @@ from typing import Any
 from distributed.diagnostics.plugin import WorkerPlugin
 from distributed.protocol import to_serialize
 
-from . import allreduce, messages
+from . import allreduce, heap, messages
 from .replica import Replica
 
 _RUNS: dict[str, Replica] = {}
@@ -136,11 +136,13 @@ class Service(WorkerPlugin):
     idempotent = True  # registered once per cluster, whatever the number of trainers
 
     def setup(self, worker: Any) -> None:
-        """Install the ``gdist`` handler on ``worker``."""
+        """Install the ``gdist`` handler on ``worker`` (and keep freed arrays for reuse:
+        ``gdist.heap``)."""
         global _EXEC
         self.worker = worker
         worker.handlers["gdist"] = self.gdist
         if _EXEC is None:
+            heap.keep_freed_memory()
             _EXEC = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="gdist")
 
     async def gdist(self, call: str = "", run: str = "", payload: Any = None) -> Any:
