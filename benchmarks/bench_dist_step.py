@@ -138,7 +138,8 @@ def cost_model(client, hidden: int, results: dict) -> tuple[list[str], dict]:
              f"{terms['driver_rtt'] * 1e3:.2f} ms |",
              f"| L, worker-worker latency (half an empty round trip) | "
              f"{terms['latency'] * 1e3:.2f} ms |",
-             f"| B, worker-worker throughput ({p / 1e3:,.0f} kB messages, localhost) | "
+             f"| B, worker-worker throughput ({terms['payload_bytes'] / 2**20:,.0f} MiB "
+             "messages, localhost) | "
              f"{terms['bandwidth'] / 1e9:.2f} GB/s |",
              f"| F, addition throughput (numpy, f64) | {terms['add'] / 1e9:.2f} GB/s |"]
     models = {}

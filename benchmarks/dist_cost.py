@@ -46,9 +46,14 @@ def add_rate(nbytes: int = 8 << 20, reps: int = 20) -> float:
     return nbytes / statistics.median(ts)
 
 
+BANDWIDTH_BYTES = 16 << 20  # the bandwidth probe's smallest payload: far above the RTT's noise
+
+
 def probe(replicas: Any, nbytes: int, n: int = 40) -> dict[str, float]:
     """Round trips measured through gdist's service: driver to worker (empty), worker to
-    worker (empty, and carrying ``nbytes``): seconds (medians) and the bandwidth they imply."""
+    worker (empty, and carrying max(``nbytes``, BANDWIDTH_BYTES)): seconds (medians) and the
+    bandwidth they imply (the payload over the difference of the two medians; NaN when the
+    payload's round trip is not the longer, a difference the probe cannot resolve)."""
     a, b = replicas.addresses[0], replicas.addresses[-1]
 
     async def driver() -> list[float]:
@@ -59,12 +64,15 @@ def probe(replicas: Any, nbytes: int, n: int = 40) -> dict[str, float]:
             out.append(time.perf_counter() - t0)
         return out
 
+    size = max(nbytes, BANDWIDTH_BYTES)
     r_d = statistics.median(replicas.sync(driver))
     empty = statistics.median(replicas.sync(replicas.call, a, "ping", to=b, n=n))
-    full = statistics.median(replicas.sync(replicas.call, a, "ping", to=b, n=n // 4,
-                                           payload=np.zeros(nbytes // 8)))
+    full = statistics.median(replicas.sync(replicas.call, a, "ping", to=b, n=max(n // 4, 5),
+                                           payload=np.zeros(size // 8)))
     return {"driver_rtt": r_d, "worker_rtt": empty, "worker_rtt_payload": full,
-            "bandwidth": nbytes / max(full - empty, 1e-9), "latency": empty / 2}
+            "payload_bytes": size,
+            "bandwidth": size / (full - empty) if full > empty else float("nan"),
+            "latency": empty / 2}
 
 
 def predictions(terms: dict[str, float], models: dict[str, dict], workers=(8, 64, 512),
