@@ -55,6 +55,7 @@ from .inner import (
     INNER,
     check_inner,
     cpu_product,
+    cpu_scratch,
     serial_matmul,
 )
 from .random import PHILOX, check_p, threshold
@@ -357,18 +358,23 @@ _GRAD = """\
 # One (b, h) block at a time per thread: q, k, v (and g) gathered into contiguous scratch
 # (exact copies), the products by the matmul kernel's tiles on the calling thread, the row
 # steps over whole rows in the composite's order.
-_CPU_SCRATCH = """\
-    auto scratch = [](int slot, long long n) -> T* {
-        static thread_local std::vector<T> bufs[13];
-        std::vector<T>& b = bufs[slot];
-        if ((long long)b.size() < n) b.resize((size_t)n);
-        return b.data();
-    };
+_CPU_SCRATCH = cpu_scratch(13) + """\
     auto words = [](long long n) -> unsigned long long* {
         static thread_local std::vector<unsigned long long> buf;
         if ((long long)buf.size() < n) buf.resize((size_t)n);
         return buf.data();
     };
+"""
+# a thread's tile buffers (what $WEIGHTS fills), both kernels
+_CPU_TILE = """\
+        T* q = scratch(0, L * D);
+        T* k = scratch(1, L * D);
+        T* v = scratch(2, L * D);
+        T* yw = scratch(3, L * L);
+        T* sr = scratch(10, L * L);
+        T* zr = scratch(11, L * L);
+        T* mx = scratch(12, L);
+        unsigned long long* wd = words(4 * ((L * L + 3) / 4 + 9));
 """
 # gather (b, h)'s q, k, v; the scores (sr), the softmax rows (yw), the Philox words of the
 # dropout mask (wd, kept for the backward's mask) and the weights after dropout (w). The
@@ -431,15 +437,7 @@ _CPU_FORWARD = Template("""\
     typedef $T T;
 $PRODUCT$SCRATCH
     gtcpu::parallel_for(B * H, L * L * (2 * D + 64), [=](long long lo, long long hi) {
-        T* q = scratch(0, L * D);
-        T* k = scratch(1, L * D);
-        T* v = scratch(2, L * D);
-        T* yw = scratch(3, L * L);
-        T* ob = scratch(5, L * D);
-        T* sr = scratch(10, L * L);
-        T* zr = scratch(11, L * L);
-        T* mx = scratch(12, L);
-        unsigned long long* wd = words(4 * ((L * L + 3) / 4 + 9));
+$TILE        T* ob = scratch(5, L * D);
         for (long long bh = lo; bh < hi; ++bh) {
 $WEIGHTS
             product(w, v, ob, 1, L, L, D, 0, 0, true);  // out = w @ v
@@ -453,19 +451,11 @@ _CPU_GRAD = Template("""\
     typedef $T T;
 $PRODUCT$SCRATCH
     gtcpu::parallel_for(B * H, L * L * (6 * D + 96), [=](long long lo, long long hi) {
-        T* q = scratch(0, L * D);
-        T* k = scratch(1, L * D);
-        T* v = scratch(2, L * D);
-        T* yw = scratch(3, L * L);
-        T* gb = scratch(5, L * D);
-        T* sr = scratch(10, L * L);
+$TILE        T* gb = scratch(5, L * D);
         T* dy = scratch(6, L * L);
         T* dq = scratch(7, L * D);
         T* dk = scratch(8, L * D);
         T* dv = scratch(9, L * D);
-        T* zr = scratch(11, L * L);
-        T* mx = scratch(12, L);
-        unsigned long long* wd = words(4 * ((L * L + 3) / 4 + 9));
         for (long long bh = lo; bh < hi; ++bh) {
 $WEIGHTS
             for (long long i = 0; i < L; ++i) {
@@ -547,7 +537,8 @@ def _kernels(op: str, cpu: bool):
             if cpu:
                 weights = Template(_CPU_WEIGHTS).substitute(f)
                 body = (_CPU_FORWARD if op == "qkv_attention" else _CPU_GRAD).substitute(
-                    f, PRODUCT=cpu_product(inner), SCRATCH=_CPU_SCRATCH, WEIGHTS=weights)
+                    f, PRODUCT=cpu_product(inner), SCRATCH=_CPU_SCRATCH, TILE=_CPU_TILE,
+                    WEIGHTS=weights)
             else:
                 text = _FORWARD if op == "qkv_attention" else _GRAD
                 body = Template(text.replace("$STEP", _STEP[inner])).substitute(f)

@@ -45,7 +45,15 @@ from .. import dtypes
 from ..kernels import Kernel, Kind, params
 from .elementwise import ADD, MUL
 from .forms import BLOCK, CONV, grid_for
-from .inner import FMA_INTRINSIC, FMA_KERNELS, INNER, check_inner, cpu_product, serial_matmul
+from .inner import (
+    FMA_INTRINSIC,
+    FMA_KERNELS,
+    INNER,
+    check_inner,
+    cpu_product,
+    cpu_scratch,
+    serial_matmul,
+)
 from .registry import Op, register
 
 ONE = (1, 1)
@@ -417,14 +425,7 @@ _IM2COL = """\
 # scratch(slot, n): n values of one of the calling thread's buffers, kept between calls (grown
 # when short): a fresh allocation of a few MB is new pages every call, whose first touches
 # cost as much as a small conv's copies
-_SCRATCH = """\
-    auto scratch = [](int slot, long long n) -> T* {
-        static thread_local std::vector<T> bufs[4];
-        std::vector<T>& b = bufs[slot];
-        if ((long long)b.size() < n) b.resize((size_t)n);
-        return b.data();
-    };
-"""
+_SCRATCH = cpu_scratch(4)
 _CHUNKS = """\
     const long long CHUNK_COLS = 512;
     const long long threads = gtcpu::thread_count(), spread = (N + threads - 1) / threads;

@@ -142,6 +142,18 @@ def cpu_product(inner: str) -> str:
             + inner_text + "    };\n")
 
 
+def cpu_scratch(slots: int) -> str:
+    """C++ text defining ``scratch(slot, n)`` inside a cpu kernel (of element type ``T``): a
+    thread's reusable buffer number ``slot`` (< ``slots``) of at least ``n`` elements (the
+    conv and attention kernels' panels and tiles; kept between calls)."""
+    return ("    auto scratch = [](int slot, long long n) -> T* {\n"
+            f"        static thread_local std::vector<T> bufs[{slots}];\n"
+            "        std::vector<T>& b = bufs[slot];\n"
+            "        if ((long long)b.size() < n) b.resize((size_t)n);\n"
+            "        return b.data();\n"
+            "    };\n")
+
+
 def serial_matmul(a: np.ndarray, b: np.ndarray, inner: str = "plain") -> np.ndarray:
     """(..., m, k) @ (..., k, n) with the serial inner-product order; the numpy definition.
 
