@@ -158,3 +158,15 @@ def test_uniform_f32_is_the_top_24_bits(be):
     u = be.to_numpy(be.rng_uniform(be.asarray(k, dtype=np.int64), shape=(200,), dtype="float32"))
     w = philox.words((9, 10), 200)
     assert u.tobytes() == np.array([(int(v) >> 40) / 2**24 for v in w], np.float32).tobytes()
+
+
+def test_dropout_every_length_across_the_lane_groups(be):
+    """Lengths 1..140 (partial and whole groups of the cpu kernels' 16 blocks side by side):
+    the numpy definition's mask and scale, bit for bit."""
+    ref = __import__("gtensor").backend("numpy")
+    k = np.array([0x0123456789ABCDEF, -99], dtype=np.int64)
+    for n in range(1, 141):
+        x = np.arange(1, n + 1, dtype=np.float64)
+        want = ref.to_numpy(ref.dropout(ref.asarray(x), ref.asarray(k, dtype=np.int64), p=0.25))
+        got = be.to_numpy(be.dropout(be.asarray(x), be.asarray(k, dtype=np.int64), p=0.25))
+        assert bits_equal(want, got), f"n={n}: {first_difference(want, got)}"

@@ -374,7 +374,7 @@ _CPU_TILE = """\
         T* sr = scratch(10, L * L);
         T* zr = scratch(11, L * L);
         T* mx = scratch(12, L);
-        unsigned long long* wd = words(4 * ((L * L + 3) / 4 + 9));
+        unsigned long long* wd = words(4 * ((L * L + 3) / 4 + 17));
 """
 # gather (b, h)'s q, k, v; the scores (sr), the softmax rows (yw), the Philox words of the
 # dropout mask (wd, kept for the backward's mask) and the weights after dropout (w). The
@@ -418,14 +418,14 @@ _CPU_WEIGHTS = """\
             }
             T* w = yw;
             const long long off = (bh * L * L) & 3;  // the tile's first word in its block
-            if (drop) {  // the tile's Philox words, 8 blocks side by side, then the mask
+            if (drop) {  // the tile's Philox words, 16 blocks side by side, then the mask
                 w = scratch(4, L * L);
                 const long long b0 = (bh * L * L) >> 2, nb = (off + L * L + 3) >> 2;
-                for (long long c = 0; c < nb; c += 8) {
-                    unsigned long long counters[8];
-                    for (int j = 0; j < 8; ++j)
+                for (long long c = 0; c < nb; c += 16) {
+                    unsigned long long counters[16];
+                    for (int j = 0; j < 16; ++j)
                         counters[j] = (unsigned long long)(b0 + c + j) + 1ULL;
-                    gt_philox_lanes(key, counters, 0ULL, 8,
+                    gt_philox_lanes(key, counters, 0ULL, 16,
                                     reinterpret_cast<unsigned long long (*)[4]>(wd + 4 * c));
                 }
 #pragma GCC ivdep
