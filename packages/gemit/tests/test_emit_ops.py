@@ -70,6 +70,7 @@ CASES = {
     "adds": ([_n(3)], [_n(3)], lambda w, x: g.sum(g.adds(w, 1.5) * x)),
     "muls": ([_n(3)], [_n(3)], lambda w, x: g.sum(g.muls(w, -0.75) * x)),
     "matmul": ([_n(3, 4), _n(4)], [_n(2, 3)], lambda w, b, x: g.sum(g.tanh(x @ w + b))),
+    "matmul_folded": ([_n(3, 4)], [_n(2, 2, 4)], lambda w, x: g.sum(g.tanh(g.linear(x, w)))),
     "bmm": ([_n(2, 3, 2)], [_n(2, 2, 3)], lambda w, x: g.sum(g.bmm(x, w) * g.bmm(x, w))),
     "copy": ([_n(3)], [_n(3)], lambda w, x: g.sum(g.copy(w) * x)),
     "transpose": ([_n(2, 3)], [_n(3, 2)], lambda w, x: g.sum(g.transpose(w) * x)),

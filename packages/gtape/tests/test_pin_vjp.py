@@ -154,6 +154,14 @@ ROWS = [
         lambda i, y, G, dt: [np.broadcast_to(G, S)]),
     Row("matmul", g.matmul, ((3, 5), (5, 2)), lambda i, y, G, dt: [
         loop_matmul(G, i[1].T.copy()), loop_matmul(i[0].T.copy(), G)]),
+    # (..., m, k) @ (k, n) and linear's (..., k) @ w^T: the leading axes fold into rows; the
+    # weight's gradient one chain over every folded row
+    Row("matmul_folded", g.matmul, ((2, 3, 5), (5, 2)), lambda i, y, G, dt: [
+        loop_matmul(G.reshape(6, 2), i[1].T.copy()).reshape(2, 3, 5),
+        loop_matmul(i[0].reshape(6, 5).T.copy(), G.reshape(6, 2))]),
+    Row("linear_3d", lambda x, w: g.linear(x, w), ((2, 3, 5), (4, 5)), lambda i, y, G, dt: [
+        loop_matmul(G.reshape(6, 4), i[1]).reshape(2, 3, 5),
+        loop_matmul(G.reshape(6, 4).T.copy(), i[0].reshape(6, 5))]),
     Row("bmm", g.bmm, ((2, 3, 4), (2, 4, 2)), lambda i, y, G, dt: [
         loop_matmul(G, i[1].transpose(0, 2, 1).copy()),
         loop_matmul(i[0].transpose(0, 2, 1).copy(), G)]),

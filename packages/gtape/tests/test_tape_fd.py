@@ -47,6 +47,8 @@ ROWS = [
     Row("sum_to_lead", lambda x: g.sum_to(x, (3, 1)), ((2, 3, 4),)),
     Row("broadcast_to", lambda x: g.broadcast_to(x, (3, 4)), ((4,),)),
     Row("matmul", g.matmul, ((3, 4), (4, 2))),
+    Row("matmul_folded", g.matmul, ((2, 3, 4), (4, 2))),
+    Row("linear_3d", lambda x, w: g.linear(x, w), ((2, 3, 4), (5, 4))),
     Row("bmm", g.bmm, ((2, 3, 4), (2, 4, 2))),
     Row("transpose_2d", g.transpose, ((3, 4),)),
     Row("transpose_perm", lambda x: g.transpose(x, (2, 0, 1)), ((2, 3, 4),)),

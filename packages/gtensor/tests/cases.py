@@ -87,6 +87,14 @@ def _cases() -> list[Case]:
                              ("matmul", (3, 5), (2, 5), False, True),
                              ("matmul", (13, 2), (3, 13), True, True),
                              ("matmul", (0, 3), (2, 0), True, True),
+                             # leading axes folded into rows: a (..., m, k) @ op(b), and
+                             # fold(a)^T @ fold(b) (a linear layer's weight gradient)
+                             ("matmul", (2, 3, 5), (5, 4), False, False),
+                             ("matmul", (2, 1, 3, 5), (4, 5), False, True),
+                             ("matmul", (2, 3, 5), (2, 3, 4), True, False),
+                             ("matmul", (3, 5), (1, 3, 4), True, False),
+                             ("matmul", (0, 3, 5), (0, 4), True, False),
+                             ("matmul", (2, 0, 5), (5, 4), False, False),
                              ("bmm", (2, 4, 3), (2, 4, 5), True, False),
                              ("bmm", (3, 1, 7), (3, 2, 7), False, True),
                              ("bmm", (2, 4, 3), (2, 5, 4), True, True)]:

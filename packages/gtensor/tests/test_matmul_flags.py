@@ -119,6 +119,12 @@ def test_flagged_vjps_match_explicit_transposes(be):
     ("bmm", (2, 4, 3), (2, 5, 4), {"ta": True},
      r"bmm: inner dimensions differ: a\^T \(2, 3, 4\) .* @ b \(2, 5, 4\)"),
     ("matmul", (3,), (3, 5), {"ta": True}, r"matmul: expected 2-D operands"),
+    ("matmul", (2, 3, 4), (2, 4, 5), {}, r"matmul: expected 2-D operands, or a of rank >= 3"),
+    ("matmul", (2, 3, 4), (2, 3, 5), {"ta": True, "tb": True}, r"got a \(2, 3, 4\) and b"),
+    ("matmul", (2, 3, 4), (5, 3), {},
+     r"inner dimensions differ: fold\(a\) \(6, 4\) \(a \(2, 3, 4\)\) @ b \(5, 3\)"),
+    ("matmul", (2, 3, 4), (5, 3, 2), {"ta": True},
+     r"fold\(a\)\^T \(4, 6\) \(a \(2, 3, 4\), ta=True\) @ fold\(b\) \(15, 2\)"),
 ])
 def test_flagged_shape_errors(be, op, a, b, attrs, match):
     """Shape errors name the op, the operand as read (op(x)) and what is accepted."""

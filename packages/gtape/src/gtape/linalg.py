@@ -6,9 +6,10 @@ Every output element is still one serial inner product in ascending k under the 
 contract (``plain`` or ``fma``); the composition only decides which rows meet which columns:
 
 * both operands 2-D: the ``matmul`` op; both 3-D with equal batch sizes: the ``bmm`` op;
-* ``a`` of rank >= 3 and ``b`` 1-D or 2-D: ``a``'s leading dims fold into rows (``reshape`` to
-  (P*m, k)), one ``matmul``, reshaped back -- so the gradient of ``b`` is ONE inner product over
-  all leading positions in row-major order (as a 2-D product over the rows);
+* ``a`` of rank >= 3 and ``b`` 2-D (or 1-D): ``a``'s leading dims fold into rows, one ``matmul``
+  (the op reads a (..., m, k) as the (P*m, k) it is in memory: no reshape copy) -- so the
+  gradient of ``b`` is ONE inner product over all leading positions in row-major order (as a
+  2-D product over the rows); with ``ta`` a's batch of transposes is copied first;
 * otherwise the batch dims broadcast (numpy's rule): each operand is ``broadcast_to`` the batch
   shape where it differs, both are reshaped to 3-D, one ``bmm``, reshaped back. A broadcast
   operand's gradient is then the serial sum (``sum_to``, row-major over the broadcast batch
@@ -75,11 +76,11 @@ def matmul_any(a: Any, b: Any, ta: bool = False, tb: bool = False) -> Var:
         out = y.shape[:-2] + (() if len(sa) == 1 else y.shape[-2:-1]) + (
             () if len(sb) == 1 else y.shape[-1:])
         return ops.reshape(y, out)
-    if len(sb) == 2:  # a's leading dims fold into rows: one 2-D product
-        lead, m = oa[:-2], oa[-2]
-        a2 = ops.transpose(a, (*range(len(sa) - 2), len(sa) - 1, len(sa) - 2)) if ta else a
-        y = ops.apply("matmul", (ops.reshape(a2, (-1, k_a)), b), ta=False, tb=tb)
-        return ops.reshape(y, (*lead, m, ob[-1]))
+    if len(sb) == 2 and not ta:  # a's leading dims fold into rows: one 2-D product, in place
+        return ops.apply("matmul", (a, b), ta=False, tb=tb)
+    if len(sb) == 2:  # a read transposed: its batch of transposes copied, then folded
+        a2 = ops.transpose(a, (*range(len(sa) - 2), len(sa) - 1, len(sa) - 2))
+        return ops.apply("matmul", (a2, b), ta=False, tb=tb)
     try:
         batch = broadcast("matmul", oa[:-2], ob[:-2])
     except ValueError:
@@ -103,9 +104,10 @@ def _batched(x: Any, shape: tuple[int, ...], batch: tuple[int, ...], p: int) -> 
 
 def linear(x: Any, weight: Any, bias: Any = None) -> Var:
     """torch's ``F.linear``: ``x @ weight.T + bias`` for x of shape (..., in), weight
-    (out, in), bias (out,) or None. The leading dims of x fold into rows (one serial matmul:
-    the weight gradient is one inner product over every leading position, row-major), the
-    bias is one broadcast add, and the result is reshaped to (..., out)."""
+    (out, in), bias (out,) or None. The leading dims of x fold into rows (one serial matmul
+    reading x in place and the weight transposed in place, ``tb``: the same bits as
+    ``x.reshape(-1, in) @ transpose(weight)``, reshaped back; the weight gradient is one inner
+    product over every leading position, row-major), then the bias is one broadcast add."""
     sx, sw = _shape(x), _shape(weight)
     if len(sw) != 2:
         raise ValueError(f"linear: weight has shape {sw}; expected (out_features, in_features)")
@@ -117,8 +119,8 @@ def linear(x: Any, weight: Any, bias: Any = None) -> Var:
     if not isinstance(x, Var) and not isinstance(weight, Var):
         raise TypeError(f"linear: expected x or weight to be a Var of a Tape, got "
                         f"{describe(x)} and {describe(weight)}")
-    x2 = x if len(sx) == 2 else ops.reshape(x, (-1, sw[1]))
-    y = ops.matmul(x2, ops.transpose(weight))
+    x2 = ops.reshape(x, (1, sw[1])) if len(sx) == 1 else x
+    y = ops.apply("matmul", (x2, weight), tb=True)  # (..., in) @ weight^T, read in place
     if bias is not None:
         y = ops.add(y, bias)
-    return y if len(sx) == 2 else ops.reshape(y, (*sx[:-1], sw[0]))
+    return ops.reshape(y, (sw[0],)) if len(sx) == 1 else y

@@ -149,9 +149,9 @@ class Linear(Module):
         return [self.weight] + ([self.bias] if self.bias is not None else [])
 
     def forward(self, x: Any) -> Var:
-        """x @ weight.T + bias (``transpose`` then the serial ``matmul``: each output's inner
-        product in ascending k, the same bits as x @ W for W = weight.T). ``x`` of shape
-        (..., in): the leading dims are flattened into rows and restored (``reshape``)."""
+        """x @ weight.T + bias (``g.linear``: one serial ``matmul`` reading the weight
+        transposed in place, each output's inner product in ascending k, the same bits as
+        x @ W for W = weight.T). ``x`` of shape (..., in): its leading dims fold into rows."""
         return linear(x, self.weight, self.bias)
 
     def __repr__(self) -> str:
