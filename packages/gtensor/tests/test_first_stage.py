@@ -195,3 +195,53 @@ def _kernel(name):
                 if k.name == name:
                     return k
     raise KeyError(name)
+
+
+@cache
+def _gelu_inputs(dtype):
+    """(gate inputs, grad inputs): float64 lanes whose stage (erf's inside gelu_gate, exp's
+    inside gelu_gate_grad) is flagged and wrong, among lanes it decides."""
+    ft = gtensor.dtypes.F64 if dtype == np.float64 else gtensor.dtypes.F32
+    with np.errstate(all="ignore"):
+        e = _parity_inputs("erf", dtype)
+        gate = np.concatenate([e / dtype(E.SQRT1_2), e]).astype(dtype)
+        ex = _parity_inputs("exp", dtype)
+        grad = np.concatenate([np.sqrt(np.abs(ex)) / dtype(E.SQRT1_2),
+                               np.linspace(30, 40, 4001)]).astype(dtype)
+    out = []
+    for x, fn, args in ((gate, E.GELU_GATE[ft], lambda x: (x,)),
+                        (grad, E.GELU_GATE_GRAD[ft], lambda x: (np.full_like(x, 0.75), x))):
+        value, bad = fn.first_numpy(*args(x))
+        wrong = bad & ~_same(value, fn.numpy(*args(x)))
+        assert dtype == np.float32 or wrong.sum() >= 4
+        n = 5 * FIRST_BLOCK + 77
+        placed = np.resize(x[~bad], n).astype(dtype)
+        if wrong.any():
+            spots = [0, FIRST_BLOCK - 1, FIRST_BLOCK, 2 * FIRST_BLOCK - 1, n // 2, n - 1]
+            placed[spots] = np.resize(x[wrong], len(spots))
+            run = x[wrong][:64]
+            placed[3 * FIRST_BLOCK: 3 * FIRST_BLOCK + len(run)] = run
+        out.append(placed)
+    return tuple(out)
+
+
+@pytest.mark.parametrize("threads", ["1", "3"])
+@pytest.mark.parametrize("dtype", DTYPES, ids=IDS.get)
+def test_gelu_gate_and_its_grad_stage_equal_numpy(be, dtype, threads, monkeypatch):
+    """gelu_gate (a map calling erf) and gelu_gate_grad (a two-input zip calling exp) run the
+    callee's stage over blocks on cpu: equal to numpy with flagged, wrongly staged lanes at
+    block edges, in contiguous rows and in broadcast ones (g a row broadcast over x's)."""
+    monkeypatch.setenv("GTENSOR_CPU_THREADS", threads)
+    ref = gtensor.backend("numpy")
+    gate, grad = _gelu_inputs(dtype)
+    want = ref.to_numpy(ref.gelu_gate(gate))
+    got = be.to_numpy(be.gelu_gate(be.asarray(gate)))
+    assert _same(got, want).all(), gate[~_same(got, want)][:4]
+    g = np.random.default_rng(5).normal(size=grad.shape).astype(dtype)
+    for gs, xs in ((g, grad), (g[:77].reshape(1, 77), grad[:77 * 17].reshape(17, 77))):
+        want = ref.to_numpy(ref.gelu_gate_grad(gs, xs))
+        got = be.to_numpy(be.gelu_gate_grad(be.asarray(gs), be.asarray(xs)))
+        assert _same(got, want).all(), xs[~_same(got, want)][:4]
+    (k,) = registry.get("gelu_gate_grad").kernel_set(
+        gtensor.dtypes.F64 if dtype == np.float64 else gtensor.dtypes.F32, cpu=True).kernels
+    assert FIRST_STAGE_LOOP in k.source()

@@ -2,6 +2,8 @@
 once (so every engine lands on the same bits and the backward passes are derived):
 
 * ``gelu(x)`` (exact, torch's default)::   (x * 0.5) * (1 + erf(x * M_SQRT1_2))
+  (the gate ``1 + erf(x * M_SQRT1_2)`` is one gtensor op, ``gelu_gate``: the same roundings in
+  one pass; its backward ``gelu_gate_grad`` is erf's and the scale's rules in one pass)
 * ``gelu(x, approximate="tanh")``::        x3 = (x * x) * x
                                            inner = BETA * (x + KAPPA * x3)
                                            (x * 0.5) * (1 + tanh(inner))
@@ -65,7 +67,7 @@ def gelu(x: Var, approximate: str = "none") -> Var:
         x3 = ops.mul(ops.mul(x, x), x)
         inner = ops.muls(ops.add(x, ops.muls(x3, GELU_KAPPA)), GELU_BETA)
         return ops.mul(half, ops.adds(ops.tanh(inner), 1.0))
-    return ops.mul(half, ops.adds(ops.erf(ops.muls(x, M_SQRT1_2)), 1.0))
+    return ops.mul(half, ops.apply("gelu_gate", (x,)))  # 1 + erf(x * M_SQRT1_2), one op
 
 
 def silu(x: Var) -> Var:

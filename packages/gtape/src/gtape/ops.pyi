@@ -468,6 +468,16 @@ def cos(x: FloatOperand) -> Var:
     float]"""
 
 
+def gelu_gate(x: FloatOperand) -> Var:
+    """1 + erf(x * M_SQRT1_2) (GELU's gate; erf correctly rounded, the scale and the add each
+    rounded once). [gtensor op gelu_gate: differentiable; result float]"""
+
+
+def gelu_gate_grad(g: FloatOperand, x: FloatOperand) -> Var:
+    """(g * (exp(-(u * u)) * 2/sqrt(pi))) * M_SQRT1_2 with u = x * M_SQRT1_2 (gelu_gate's
+    backward). [gtensor op gelu_gate_grad: differentiable; result float]"""
+
+
 def dropout(x: FloatOperand, key: IndexOperand, p) -> Var:
     """X * 1/(1-p) where the element's uniform >= p, else +0.0 (mask from the key). [gtensor op
     dropout: differentiable; result float]"""

@@ -16,7 +16,7 @@ from ..kernels import Kernel, Kind
 from ..scalar import crerf, crexp, crhyp, crlog, crtrig
 from ..scalar.dsl import ScalarFn, scalar_fn
 from .checks import ANY, AWAY0, POS, Checks, binary_checks, unary_checks
-from .forms import BLOCK, ELEMENT_COST, MAP, SCALAR, ZIP2, Map, grid_for, split_cost
+from .forms import BLOCK, ELEMENT_COST, MAP, SCALAR, ZIP2, Map, Zip, grid_for, split_cost
 from .registry import Op, register
 
 of = dtypes.of  # an array's FloatType (the references pick their scalar function by it)
@@ -59,6 +59,15 @@ EXPM1 = {F64: crexp.EXPM1_F64, F32: crexp.EXPM1_F32}
 SIN = {F64: crtrig.SIN_F64, F32: crtrig.SIN_F32}
 COS = {F64: crtrig.COS_F64, F32: crtrig.COS_F32}
 TWO_OVER_SQRTPI = 1.1283791670955126  # 2/sqrt(pi) rounded to float64 (0x1.20dd750429b6dp+0)
+SQRT1_2 = 0.7071067811865476  # 1/sqrt(2) rounded to float64 (C's M_SQRT1_2, torch's GELU's)
+# GELU's gate 1 + erf(x / sqrt 2) (twice the normal CDF; gtape's exact gelu is
+# (x * 0.5) * gelu_gate(x)): the scale and the add of the composite muls -> erf -> adds, each
+# rounded once in the dtype (the constant rounded once to it), in one pass
+GELU_GATE = pair("gelu_gate", 1, lambda m, x: m.call(ERF, x * SQRT1_2) + 1.0)
+# its backward, the composite's chain: u = x * SQRT1_2 (the forward's scale, recomputed),
+# (g * (exp(-(u * u)) * 2/sqrt(pi))) * SQRT1_2 (erf's rule, then the scale's)
+GELU_GATE_GRAD = pair("gelu_gate_grad", 2, lambda m, g, x: (
+    g * (m.call(EXP, -((x * SQRT1_2) * (x * SQRT1_2))) * TWO_OVER_SQRTPI)) * SQRT1_2)
 
 # --------------------------------------------------------------------------- kernels
 def _cpu_kernels(cuda: Callable[[FloatType], list[Kernel]],
@@ -73,10 +82,10 @@ def _cpu_kernels(cuda: Callable[[FloatType], list[Kernel]],
 
 
 def _cpu_body(k: Kernel, fn: ScalarFn, ft: FloatType) -> str:
-    """The cpu body of kernel ``k`` over ``fn``: a map of a function with a first stage
-    runs the stage over blocks (``Map.cpu_body``)."""
+    """The cpu body of kernel ``k`` over ``fn``: a map or a two-input zip of a function with
+    a first stage runs the stage over blocks (``Map.cpu_body``, ``Zip.cpu_body``)."""
     cost = split_cost(k.calls, ELEMENT_COST)
-    if isinstance(k.form, Map) and fn.first_stage:
+    if isinstance(k.form, (Map, Zip)) and fn.first_stage:
         return k.form.cpu_body(fn.cname, ft.ctype, cost, first=fn.first_cname)
     return k.form.cpu_body(fn.cname, ft.ctype, cost)
 
@@ -220,6 +229,22 @@ def _erf_vjp(be, g, ins, out, needs):
     return (be.mul(g, be.muls(be.exp(be.neg(be.mul(x, x))), TWO_OVER_SQRTPI)),)
 
 
+def _gelu_gate_grad_vjp(be, g, ins, out, needs):
+    # out = (a * (exp(-(u * u)) * K)) * c with u = x * c: d/da = gelu_gate_grad(g, x);
+    # d/dx = gelu_gate_grad(g * a, x) * ((u * -2) * c)
+    a, x = ins
+    return (be.gelu_gate_grad(g, x) if needs[0] else None,
+            be.mul(be.gelu_gate_grad(be.mul(g, a), x),
+                   be.muls(be.muls(be.muls(x, SQRT1_2), -2.0), SQRT1_2)) if needs[1] else None)
+
+
+def _gate_slope(T, q, x):
+    """The pin of gelu_gate's rule at one element: (q * (exp(-(u * u)) * K)) * c."""
+    c = T(SQRT1_2)
+    u = x * c
+    return (q * (ref(EXP, -(u * u)) * T(TWO_OVER_SQRTPI))) * c
+
+
 def _div_vjp(be, g, ins, out, needs):
     ga = be.div(g, ins[1])
     return ga if needs[0] else None, be.neg(be.mul(ga, out)) if needs[1] else None
@@ -300,6 +325,19 @@ unary("sin", SIN, lambda be, g, ins, out, needs: (be.mul(g, be.cos(ins[0])),),
 unary("cos", COS, lambda be, g, ins, out, needs: (be.mul(g, be.neg(be.sin(ins[0]))),),
       "cosine, correctly rounded over the whole domain",
       checks=unary_checks(lambda T, q, x, y: (q * -ref(SIN, x),), lambda t, x: t.cos(x)))
+unary("gelu_gate", GELU_GATE, lambda be, g, ins, out, needs: (be.gelu_gate_grad(g, ins[0]),),
+      "1 + erf(x * M_SQRT1_2) (GELU's gate; erf correctly rounded, the scale and the add "
+      "each rounded once)",
+      checks=unary_checks(lambda T, q, x, y: (_gate_slope(T, q, x),),
+                          lambda t, x: t.erf(x * SQRT1_2) + 1.0))
+binary("gelu_gate_grad", GELU_GATE_GRAD, _gelu_gate_grad_vjp,
+       "(g * (exp(-(u * u)) * 2/sqrt(pi))) * M_SQRT1_2 with u = x * M_SQRT1_2 (gelu_gate's "
+       "backward)", ("g", "x"),
+       checks=binary_checks(
+           lambda T, q, g, x, y: (_gate_slope(T, q, x), _gate_slope(T, q * g, x) * (
+               (x * T(SQRT1_2)) * T(-2.0) * T(SQRT1_2))),
+           lambda t, g, x: (g * (t.exp(-((x * SQRT1_2) * (x * SQRT1_2))) * TWO_OVER_SQRTPI))
+           * SQRT1_2))
 binary("relu_grad", RELU_GRAD, _relu_grad_vjp, "g where x > 0 else 0 (relu's backward)",
        ("g", "x"))
 binary("sigmoid_grad", SIGMOID_GRAD, _sigmoid_grad_vjp,

@@ -605,14 +605,19 @@ class Zip(Form):
             f"        y[i] = {self._call(fn, self.names)};",
             "    }"])
 
-    def cpu_body(self, fn: str, ctype: str | None = None, cost: int = ELEMENT_COST) -> str:
+    def cpu_body(self, fn: str, ctype: str | None = None, cost: int = ELEMENT_COST,
+                 first: str | None = None) -> str:
         """The cpu kernel body. Two float inputs (``ctype`` given): innermost rows split
         across threads, contiguous and broadcast rows as loops the compiler vectorizes (lanes
-        are independent outputs); otherwise each output decoded as in CUDA. Each element
-        weighs ``cost`` in the thread split (``split_cost``)."""
+        are independent outputs); with ``first`` (fn's first stage) contiguous rows run it
+        over blocks, then fn on the undecided lanes; otherwise each output decoded as in
+        CUDA. Each element weighs ``cost`` in the thread split (``split_cost``)."""
         if self.n == 2 and ctype is not None:
             a, b = self.names
-            return _CPU_ROWS2.replace("$T", ctype).replace("$FN", fn) \
+            text = _CPU_ROWS2 if first is None else \
+                (f"    {FIRST_STAGE_LOOP}\n" + _CPU_ROWS2_STAGED).replace(
+                    "$FIRST", first).replace("$BLOCK", str(FIRST_BLOCK))
+            return text.replace("$T", ctype).replace("$FN", fn) \
                 .replace("$A", a).replace("$B", b).replace("$COST", str(cost))
         return "\n".join([
             "    const int rank = (int)geom[0];",
@@ -714,6 +719,39 @@ _CPU_ROWS2 = """\
         } else if (ia == 0 && ib == 1) {
             const $T av = ar[0];
             for (long long j = 0; j < len; ++j) yr[j] = $FN(av, br[j]);
+        } else {
+            for (long long j = 0; j < len; ++j) yr[j] = $FN(ar[j * ia], br[j * ib]);
+        }
+    });"""
+
+# the same with a first stage (``$FIRST``, ``ScalarFn.first_stage``): a contiguous row runs in
+# blocks of FIRST_BLOCK, the stage over the block as one vectorized loop, then the function
+# itself for the lanes the stage left undecided (Map.staged_range's loop, two inputs); each
+# element's inputs are read before its output is written, so y may be a or b; broadcast rows
+# call the function per element
+_CPU_ROWS2_STAGED = """\
+    const int rank = (int)geom[0];
+    gtcpu::rows2(rank, geom + 1, geom + 1 + rank, 0, geom + 1 + 2 * rank, 0, $COST,
+                 [=](long long at, long long oa, long long ob, long long len, long long ia,
+                     long long ib) {
+        $T* yr = y + at;
+        const $T* ar = $A + oa;
+        const $T* br = $B + ob;
+        if (ia == 1 && ib == 1) {
+            for (long long b0 = 0; b0 < len; b0 += $BLOCK) {
+                const int m = (int)(len - b0 < $BLOCK ? len - b0 : $BLOCK);
+                const $T* __restrict ab = ar + b0;
+                const $T* __restrict bb = br + b0;
+                $T v[$BLOCK];
+                bool bad[$BLOCK];
+                for (int j = 0; j < m; ++j) {
+                    bool gt_bad = false;
+                    v[j] = $FIRST(ab[j], bb[j], gt_bad);
+                    bad[j] = gt_bad;
+                }
+                for (int j = 0; j < m; ++j)
+                    yr[b0 + j] = bad[j] ? $FN(ar[b0 + j], br[b0 + j]) : v[j];
+            }
         } else {
             for (long long j = 0; j < len; ++j) yr[j] = $FN(ar[j * ia], br[j * ib]);
         }
