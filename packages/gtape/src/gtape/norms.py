@@ -11,6 +11,10 @@ normalised axes in row-major order, then ``/`` their element count):
       var = mean(d * d)             r = 1 / sqrt(var + eps)
       y   = (d * r) * w + b         (w, b of the normalised shape: skipped when None)
 
+  over the last axis recorded as ``mean``, ``ln_normalize`` (the rest of the row in that order,
+  one gtensor op; its backward one op too, the composite's bits), the weight's ``mul`` and the
+  bias's ``add``;
+
 * ``group_norm(x, G, w, b, eps)`` (torch's ``GroupNorm``): x (N, C, *) seen as (N, G, M),
   M = C/G times the spatial size, ``layer_norm`` over that last axis (so the serial sums run
   over (c, *) of the group in row-major order), then ``y * w + b`` per channel.
@@ -143,8 +147,12 @@ def layer_norm(x: Var, *args: Any, **kwargs: Any) -> Var:
             normalized_axes("layer_norm", shape):
         raise ValueError(f"layer_norm: normalized_shape is {shape!r} but x has shape "
                          f"{tuple(x.shape)}; expected its last {k} axes")
-    axis = -1 if k == 1 else tuple(range(-k, 0))
-    return layer_norm_with(_OPS, x, weight, bias, float(eps), axis)
+    if k == 1:  # the last axis: the mean, then the rows' op (the composite's bits)
+        mu = ops.mean(x, axis=-1, keepdims=True)
+        y = ops.apply("ln_normalize", (x, mu), eps=float(eps))
+        y = y if weight is None else ops.mul(y, weight)
+        return y if bias is None else ops.add(y, bias)
+    return layer_norm_with(_OPS, x, weight, bias, float(eps), tuple(range(-k, 0)))
 
 
 def group_norm(x: Var, num_groups: int, weight: Any = None, bias: Any = None,

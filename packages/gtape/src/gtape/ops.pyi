@@ -521,6 +521,17 @@ def adaptive_avg_pool2d_grad(g: FloatOperand, size) -> Var:
     adaptive_avg_pool2d_grad: differentiable; result float]"""
 
 
+def ln_normalize(x: FloatOperand, mu: FloatOperand, eps=1e-05) -> Var:
+    """(x - mu) * (1 / sqrt(mean((x - mu)^2) + eps)) along the last axis (layer_norm's rows
+    after the mean; serial sums, each operation rounded once). [gtensor op ln_normalize:
+    differentiable; result float]"""
+
+
+def ln_normalize_grad(g: FloatOperand, x: FloatOperand, mu: FloatOperand, eps=1e-05) -> Var:
+    """Ln_normalize's backward: the layer_norm composite's gradient of x - mu for an upstream g
+    (module doc's order). [gtensor op ln_normalize_grad: not differentiable; result float]"""
+
+
 def softplus(x: FloatOperand) -> Var:
     """Log1p(exp(x)), x itself where x > 20 (torch's Softplus with beta 1). [gtensor op
     softplus: differentiable; result float]"""
