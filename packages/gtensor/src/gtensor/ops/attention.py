@@ -390,10 +390,11 @@ _CPU_TILE = """\
 """
 # gather (b, h)'s q, k, v; the scores (sr), the softmax rows (yw), the Philox words of the
 # dropout mask (wd, kept for the backward's mask) and the weights after dropout (w). The
-# shifted scores of the whole tile take exp's first stage as one loop (zr; rows of a causal
-# tile are short); a causal row's masked scores are -inf, which cannot change its max, and
-# each masked weight is the one value exp(-inf - max) (+0.0, or NaN with a NaN max), added to
-# the row's sum in its place (the stage computes exp(+0.0) there, overwritten).
+# shifted scores of the whole tile take exp's first stage as one loop (zr; a causal tile's
+# rows packed, the lower triangle's L (L + 1) / 2 entries alone: the exps of the masked half
+# are not computed, the results written to sr, then unpacked into yw); a causal row's masked
+# scores are -inf, which cannot change its max, and each masked weight is the one value
+# exp(-inf - max) (+0.0, or NaN with a NaN max), added to the row's sum in its place.
 _CPU_WEIGHTS = """\
             const long long b = bh / H, h = bh % H;
             for (long long i = 0; i < L; ++i)
@@ -405,18 +406,21 @@ _CPU_WEIGHTS = """\
             product(q, k, sr, 1, L, D, L, 0, 1, true);  // scores: q @ k^T
             for (long long i = 0; i < L; ++i) {
                 T* xr = sr + i * L;
-                T* zrow = zr + i * L;
+                T* zrow = zr + (causal ? i * (i + 1) / 2 : i * L);
                 const long long R = causal ? i + 1 : L;
                 for (long long j = 0; j < R; ++j) xr[j] = $MUL(xr[j], sc);
                 T m = xr[0];
                 for (long long j = 1; j < R; ++j) m = $MAX(m, xr[j]);
                 mx[i] = m;
                 for (long long j = 0; j < R; ++j) zrow[j] = $SUB(xr[j], m);
-                for (long long j = R; j < L; ++j) zrow[j] = (T)0;
             }
             {
-                const long long R = L * L;
-""" + exp_staged("yw[r] = $EXP_FIRST(zr[r], gt_bad);", " " * 16) + """\
+                const long long R = causal ? L * (L + 1) / 2 : L * L;
+                T* ez = causal ? sr : yw;
+""" + exp_staged("ez[r] = $EXP_FIRST(zr[r], gt_bad);", " " * 16) + """\
+                if (causal)
+                    for (long long i = 0; i < L; ++i)
+                        for (long long j = 0; j <= i; ++j) yw[i * L + j] = sr[i * (i + 1) / 2 + j];
             }
             for (long long i = 0; i < L; ++i) {
                 T* yr = yw + i * L;
