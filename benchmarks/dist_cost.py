@@ -7,7 +7,8 @@ One step on W replicas, k microbatches in contiguous blocks, P the gradient's by
          + (k / W - 1) * P / F                the additions inside a replica's block
          + ceil(log2 W) * (L + P / B + P / F) the tree's cross-replica levels (one message, one
                                               addition each)
-         + ceil(log2 W) * (L + P / B)         the root down the binomial tree
+         + ceil(log2 (W / 2)) * (L + P / B)   the root down the binomial tree (the top level's
+                                              two replicas both add the root)
          + t_opt                              each replica's optimizer step (in parallel)
 
 R_d: a driver-to-worker round trip; t_g: one microbatch's forward and backward; F: addition
@@ -30,9 +31,10 @@ def step_time(w: int, k: int, p: float, t_g: float, t_opt: float, lat: float, bw
               add: float, r_d: float) -> float:
     """T(W) in seconds (see the module docstring)."""
     levels = math.ceil(math.log2(w)) if w > 1 else 0
+    down = math.ceil(math.log2(w / 2)) if w > 2 else 0
     per = max(math.ceil(k / w), 1)
     return (r_d + per * t_g + (per - 1) * p / add + levels * (lat + p / bw + p / add)
-            + levels * (lat + p / bw) + t_opt)
+            + down * (lat + p / bw) + t_opt)
 
 
 def add_rate(nbytes: int = 8 << 20, reps: int = 20) -> float:

@@ -114,6 +114,24 @@ def test_bitwise_equal_to_local(client, reference, bname, name, dtype) -> None:
     t.close()
 
 
+def test_two_replicas_both_add_the_root(client, reference, bname) -> None:
+    """On two replicas the root's children swap and both replicas add the root (no root
+    message; the same addition, the same bits): k additions a step in all (the tree's k - 1,
+    the root twice), each replica bitwise Local at every step (digests compared each step)."""
+    two(client)
+    k = 6  # contiguous holders [0, 0, 0, 1, 1, 1]: the root's children on replicas 0 and 1
+    before = client.run(gdist.worker_stats)
+    t, batches = trainer(gdist.DataParallel, "mlp", bname, "float64", client=client,
+                         check_every=1)
+    for step, (got, want) in enumerate(zip(run(t, batches), reference["mlp", "float64"])):
+        assert got == want, f"step {step}: differs from Local"
+    after = client.run(gdist.worker_stats)
+    adds = {w: after[w]["adds"] - before[w]["adds"] for w in after}
+    assert sum(adds.values()) == STEPS * k, adds
+    assert all(v >= STEPS for v in adds.values()), adds  # each replica added the root
+    t.close()
+
+
 def gpt_run(client, bname: str, combo: str, steps: int) -> None:
     """The tiny GPT (dropout in three modules, AdamW with groups, torch's clip, cosine with
     warmup) on the cluster, step by step bitwise Local; the replicas capture their step on

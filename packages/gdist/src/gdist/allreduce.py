@@ -4,8 +4,11 @@ Written against two callbacks, so the same code runs under any transport: ``send
 value)`` hands a value to the replica of that rank, ``wait(node)`` blocks until the value of
 ``node`` sent to this replica arrives (or raises: an abort, a timeout). The tree is the fixed
 pairwise tree over microbatch index (``gdist.tree``); a node is added by the owner of its left
-child, so each right child whose owner differs travels once, to its parent's owner; the root's
-owner sends the root down a binomial tree over the replicas, and every replica applies it.
+child, so each right child whose owner differs travels once, to its parent's owner. At the
+root the two children's owners swap their values when they differ and both add the root (the
+same addition of the same operands: the same bits), so on two replicas the root travels
+nowhere; the root's owner and that twin send it down a binomial tree over the other replicas,
+and every replica applies it.
 """
 
 from __future__ import annotations
@@ -50,28 +53,43 @@ def share(rep: Replica, plan: Plan, me: int, parts: Mapping[int, Any], send: Sen
     "seconds" splits the share's time: leaves, tree additions, waiting, the apply."""
     k = plan.k
     owner, parent, root = tree.owners(k, plan.holders), tree.parents(k), tree.root(k)
+    nodes = tree.plan(k)
+    # the root's children: when another replica owns the right one, its owner (the twin)
+    # also receives the left one and adds the root itself -- the same addition of the same
+    # operands, so the same bits -- and the root travels to neither of the two
+    rl, rr = nodes[-1][1:] if nodes else (root, root)
+    twin = owner[rr] if owner[rr] != owner[rl] else None
     vals: dict[int, Any] = {}
     clock = Clock()
 
     def keep(node: int, value: Any) -> None:  # a value this replica made: kept or sent
         if node != root and owner[parent[node]] != me:
             send(node, owner[parent[node]], value)
+            if node == rr and me == twin:
+                vals[node] = value
         else:
             vals[node] = value
+            if node == rl and twin is not None:
+                send(node, twin, value)
 
     leaves(rep, plan, me, parts, keep)
     clock.lap("leaves")
-    for node, left, right in tree.plan(k):
+    for node, left, right in nodes:
         if owner[node] == me:
             a = vals.pop(left)
             b = vals.pop(right) if owner[right] == me else clock.timed("wait", wait, right)
             keep(node, clock.timed("adds", rep.add, a, b))
+    if me == twin:
+        a = clock.timed("wait", wait, rl)
+        vals[root] = clock.timed("adds", rep.add, a, vals.pop(rr))
     faults.hit("reduce", plan.step)
-    ranks = [owner[root]] + [r for r in range(len(plan.addresses)) if r != owner[root]]
+    first = [owner[root]] + ([twin] if twin is not None else [])
+    ranks = first + [r for r in range(len(plan.addresses)) if r not in first]
     pos = ranks.index(me)
-    value = vals.pop(root) if pos == 0 else clock.timed("wait", wait, "root")
+    value = vals.pop(root) if pos < len(first) else clock.timed("wait", wait, "root")
     for c in tree.broadcast_children(pos, len(ranks)):
-        send("root", ranks[c], value)
+        if c >= len(first):  # the twin (position 1) has the root already
+            send("root", ranks[c], value)
     clock.lap()
     out: dict[str, Any] = {"loss": rep.apply(value, k, plan.lrs)}
     clock.lap("apply")
