@@ -1,20 +1,21 @@
 """gdist's training step: Local against DataParallel on 1 and 2 workers, and torch DDP (gloo).
 
 Two models (``dist_models``): the digits MLP 64-1024-10 of ``gdemos dp`` (batch 96 = 4
-microbatches of 24, Adam, L2, clipping) and a char GPT of rung 9's size (batch 16 sequences =
-4 microbatches of 4, dropout, AdamW with groups, torch's clipping); float64 and float32; cpu
+microbatches of 24, Adam, L2, clipping) and a char GPT of rung 9's size (batch 16 sequences = 4
+microbatches of 4, dropout, AdamW with groups, torch's clipping); float64 and float32; cpu
 backend, every step captured (``capture=True``), data resident (``load_data``: a step sends 96
 or 16 row indices). Engines (``dist_engines``), every process with ONE compute thread
-(GTENSOR_CPU_THREADS=1, torch.set_num_threads(1)): ``Local``; ``DataParallel`` on a
-LocalCluster with 1 worker and with 2 workers; torch in one process; torch DDP with gloo over 2
-processes (each half of every batch). Each run makes every engine afresh, warms it up, then the
-engines take turns in blocks of ``--block`` timed steps until each has ``--steps``
-(``_timing``'s scheme: the machine's load hits all of them alike); ``--runs`` runs; we report
-each engine's median over runs of its per-run median, and the median (lowest, highest) over
-runs of the per-run ratios. The gdist engines must end every run on one sha256 (checked). The
-load average (``os.getloadavg``) is recorded at each run's start and end. Then the cost
-model's terms are measured (``dist_cost``) and its predictions printed, and the 1-worker
-step is split into replica compute and the rest (where the overhead goes), with a profile.
+(GTENSOR_CPU_THREADS=1, torch.set_num_threads(1), the BLAS pools at 1): ``Local``;
+``DataParallel`` on a LocalCluster with 1 worker and with 2 workers; torch in one process;
+torch DDP with gloo over 2 processes (each half of every batch). Each run makes every engine
+afresh, warms it up, then the engines take turns in blocks of ``--block`` timed steps until
+each has ``--steps`` (``_timing``'s scheme: the machine's load hits all of them alike);
+``--runs`` runs; we report each engine's median over runs of its per-run median, and the median
+(lowest, highest) over runs of the per-run ratios. The gdist engines must end every run on one
+sha256 (checked). The load average (``os.getloadavg``) is recorded at each run's start and end.
+Then the cost model's terms are measured (``dist_cost``) and its predictions printed, and the
+1-worker step is split into replica compute and the rest (where the overhead goes), with a
+profile.
 
     python benchmarks/bench_dist_step.py --runs 3 --steps 30
 
@@ -28,6 +29,11 @@ import os
 
 os.environ["GTENSOR_CPU_THREADS"] = "1"  # before gtensor is imported: one compute thread
 os.environ["OMP_NUM_THREADS"] = "1"
+# numpy's and torch's BLAS pools too: left at the core count, their idle threads spin after
+# each call and took the cores from the other engines (a 2-worker GPT step 53 -> 42 ms, torch
+# DDP's 78 -> 63, with these set; 2026-12-05, the 2-core host)
+os.environ["OPENBLAS_NUM_THREADS"] = "1"
+os.environ["MKL_NUM_THREADS"] = "1"
 
 import argparse  # noqa: E402
 import logging  # noqa: E402
@@ -50,7 +56,8 @@ from dist_engines import Ours, TorchDDP, TorchOne  # noqa: E402
 
 LOCAL, DP1, DP2, T1, DDP = ("Local", "DataParallel, 1 worker", "DataParallel, 2 workers",
                             "torch, 1 process", "torch DDP (gloo), 2 processes")
-WORKER_ENV = {"GTENSOR_CPU_THREADS": "1", "OMP_NUM_THREADS": "1"}
+WORKER_ENV = {"GTENSOR_CPU_THREADS": "1", "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1",
+              "MKL_NUM_THREADS": "1"}
 
 
 def trainer(cls, model: str, dtype: str, hidden: int, **kw):
