@@ -702,8 +702,9 @@ class Product(Form):
                 f"  {v['c']}[{i}] = {calls[0]}({ar}, {ast}, {bc}, {bst}, {k}); }}")
 
 
-# two float inputs on the cpu: gtcpu::rows2 walks the innermost rows of the broadcast shape
-_CPU_ROWS2 = """\
+# two float inputs on the cpu: gtcpu::rows2 walks the innermost rows of the broadcast shape;
+# $CONTIGUOUS is a contiguous row's loop (both inputs' strides 1)
+_CPU_ROWS2_WALK = """\
     const int rank = (int)geom[0];
     gtcpu::rows2(rank, geom + 1, geom + 1 + rank, 0, geom + 1 + 2 * rank, 0, $COST,
                  [=](long long at, long long oa, long long ob, long long len, long long ia,
@@ -712,7 +713,7 @@ _CPU_ROWS2 = """\
         const $T* ar = $A + oa;
         const $T* br = $B + ob;
         if (ia == 1 && ib == 1) {
-            for (long long j = 0; j < len; ++j) yr[j] = $FN(ar[j], br[j]);
+$CONTIGUOUS
         } else if (ia == 1 && ib == 0) {
             const $T bv = br[0];
             for (long long j = 0; j < len; ++j) yr[j] = $FN(ar[j], bv);
@@ -723,21 +724,14 @@ _CPU_ROWS2 = """\
             for (long long j = 0; j < len; ++j) yr[j] = $FN(ar[j * ia], br[j * ib]);
         }
     });"""
-
+_CPU_ROWS2 = _CPU_ROWS2_WALK.replace(
+    "$CONTIGUOUS", "            for (long long j = 0; j < len; ++j) yr[j] = $FN(ar[j], br[j]);")
 # the same with a first stage (``$FIRST``, ``ScalarFn.first_stage``): a contiguous row runs in
 # blocks of FIRST_BLOCK, the stage over the block as one vectorized loop, then the function
 # itself for the lanes the stage left undecided (Map.staged_range's loop, two inputs); each
 # element's inputs are read before its output is written, so y may be a or b; broadcast rows
 # call the function per element
-_CPU_ROWS2_STAGED = """\
-    const int rank = (int)geom[0];
-    gtcpu::rows2(rank, geom + 1, geom + 1 + rank, 0, geom + 1 + 2 * rank, 0, $COST,
-                 [=](long long at, long long oa, long long ob, long long len, long long ia,
-                     long long ib) {
-        $T* yr = y + at;
-        const $T* ar = $A + oa;
-        const $T* br = $B + ob;
-        if (ia == 1 && ib == 1) {
+_CPU_ROWS2_STAGED = _CPU_ROWS2_WALK.replace("$CONTIGUOUS", """\
             for (long long b0 = 0; b0 < len; b0 += $BLOCK) {
                 const int m = (int)(len - b0 < $BLOCK ? len - b0 : $BLOCK);
                 const $T* __restrict ab = ar + b0;
@@ -751,11 +745,7 @@ _CPU_ROWS2_STAGED = """\
                 }
                 for (int j = 0; j < m; ++j)
                     yr[b0 + j] = bad[j] ? $FN(ar[b0 + j], br[b0 + j]) : v[j];
-            }
-        } else {
-            for (long long j = 0; j < len; ++j) yr[j] = $FN(ar[j * ia], br[j * ib]);
-        }
-    });"""
+            }""")
 
 ZIP2 = Zip(("a", "b"))  # the binary elementwise ops' form
 

@@ -207,7 +207,7 @@ def _grad_reference(g: np.ndarray, x: np.ndarray, mu: np.ndarray, *, eps: float)
 # --------------------------------------------------------------------------- launches, rules
 def _scalars(dt: np.dtype, c: int, eps: float) -> tuple:
     """eps, C and 1 / C as the kernels take them (each rounded once to the dtype)."""
-    ft = dtypes.of(np.zeros(0, dt))
+    ft = dtypes.float_type(dt)
     return (round_scalar(eps, dt), ft.scalar(c), round_scalar(1.0 / c, dt) if c else dt.type(0))
 
 
