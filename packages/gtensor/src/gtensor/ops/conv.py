@@ -388,8 +388,10 @@ _IM2COL = """\
         typedef typename gtcpu::Vec<T, 16 / sizeof(T)>::type V2;
         long long i = 0;
         if (st == 1)
-            for (; i + (long long)(16 / sizeof(T)) <= n; i += 16 / sizeof(T))
+            for (; i + (long long)(16 / sizeof(T)) <= n; i += 16 / sizeof(T)) {
                 gtcpu::vstore(o + i, gtcpu::vload<V2>(s + i));
+                asm("" ::: "memory");
+            }
         for (; i < n; ++i) {
             o[i] = s[i * st];
             asm("" ::: "memory");
