@@ -95,6 +95,9 @@ CASES = {
                       lambda w, x, y: g.sum(g.softmax(w * x, axis=0) * y)),
     "mse": ([_n(2, 3)], [_n(2, 3), _n(2, 3)], lambda w, x, t: g.mse(w * x, t)),
     "relu_grad": ([_n(4)], [_n(4), _n(4)], lambda w, a, b: g.sum(w * g.relu_grad(a, b))),
+    "bn_sum_squares": ([_n(1, 3, 1)], [_n(2, 3, 2)],
+                       lambda w, x: g.sum(w * g.ops.apply("bn_sum_squares", (
+                           x, g.mean(x, axis=(0, 2), keepdims=True))))),
     "sigmoid_grad": ([_n(4)], [_n(4), _n(4)],
                      lambda w, a, b: g.sum(w * g.sigmoid_grad(a, g.sigmoid(b)))),
     "tanh_grad": ([_n(4)], [_n(4), _n(4)],

@@ -15,7 +15,8 @@ from gtensor.dtypes import FLOATS
 NON_DIFFERENTIABLE = {"fill", "adam_m", "adam_v", "adam_p", "sgd_p", "greater", "greater_equal",
                       "less", "less_equal", "equal", "not_equal", "argmax", "index_weight",
                       "rng_bits", "rng_uniform", "rng_normal", "rng_fold", "add_int",
-                      "qkv_attention_grad", "ln_normalize_grad"}
+                      "qkv_attention_grad", "ln_normalize_grad", "bn_normalize_grad",
+                      "bn_sum_squares"}
 EXPECTED_OPS = set(gtensor.REGISTRY)  # every op is checked below; none is listed by hand
 
 

@@ -109,20 +109,19 @@ def batch_norm(x: Var, running_mean: Var | None = None, running_var: Var | None 
     if batch and n <= 1:
         raise ValueError(f"{where}: expected more than 1 value per channel when training, got "
                          f"input of shape {shape} (torch's rule)")
-    if batch:
+    if batch:  # the mean, then the channels' op (the composite's bits: gtensor's batchnorm)
         mu = ops.mean(x, axis=axes, keepdims=True)
-        d = ops.sub(x, mu)
-        ss = ops.sum(ops.mul(d, d), axis=axes, keepdims=True)
-        var = ops.div(ss, float(n))
+        y = ops.apply("bn_normalize", (x, mu), eps=float(eps))
     else:
         d = ops.sub(x, ops.reshape(tp.state_var(running_mean), chan))
         var = ops.reshape(tp.state_var(running_var), chan)
-    y = ops.mul(d, ops.div(1.0, ops.sqrt(ops.adds(var, float(eps)))))
+        y = ops.mul(d, ops.div(1.0, ops.sqrt(ops.adds(var, float(eps)))))
     if weight is not None:
         y = ops.mul(y, _per_channel(weight, chan))
     if bias is not None:
         y = ops.add(y, _per_channel(bias, chan))
-    if training and running_mean is not None:
+    if training and running_mean is not None:  # ss for the running variance alone
+        ss = ops.apply("bn_sum_squares", (x, mu))
         _update(tp, running_mean, running_var, num_batches_tracked, mu, ss, n, momentum)
     elif training and num_batches_tracked is not None:
         tp.update_state(num_batches_tracked, ops.adds(tp.state_var(num_batches_tracked), 1.0))

@@ -149,7 +149,8 @@ def _kernels(name: str, cpu: bool):
 
 
 # --------------------------------------------------------------------------- shapes
-def _check_eps(op: str, eps) -> float:
+def check_eps(op: str, eps) -> float:
+    """eps as a float, or ValueError naming the op: a finite real number >= 0."""
     if isinstance(eps, bool) or not isinstance(eps, (int, float, np.integer, np.floating)) or \
             not np.isfinite(eps) or eps < 0:
         raise ValueError(f"{op}: eps is {eps!r}; expected a finite real number >= 0")
@@ -167,7 +168,7 @@ def _infer(op: str, nin: int):
                              "means, the last axis kept as 1)")
         if nin == 3 and tuple(shapes_[0]) != tuple(x):
             raise ValueError(f"{op}: g has shape {shapes_[0]}; expected x's shape {x}")
-        return tuple(x), {"eps": _check_eps(op, attrs.get("eps", 1e-5))}
+        return tuple(x), {"eps": check_eps(op, attrs.get("eps", 1e-5))}
 
     return infer
 

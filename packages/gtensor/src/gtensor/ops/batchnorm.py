@@ -1,0 +1,433 @@
+"""bn_normalize: batch normalisation's channels as one op, its backward, and the channels'
+sums of squares.
+
+The whole op in one file: the numpy references (written with the other ops' references), the
+CUDA and cpu kernels, the launch and the backward rule. It is gtape's ``batch_norm`` composite
+in training (batch statistics) after the mean, bit for bit. x has shape (N, C, *S) (N
+examples, C channels, S the positions: (), (L,) or (H, W)); a channel's n = N * prod(S) values
+are taken in row-major order over (N, *S), and mu (the ``mean`` op's over those axes, kept as
+size-1 axes: shape (1, C, 1, ...)) is its mean::
+
+    d   = x - mu
+    ss  = d_0 * d_0 + d_1 * d_1 + ... + d_{n-1} * d_{n-1}     (a serial sum, first value first)
+    var = ss / n                   (n rounded once to the dtype)
+    sd  = sqrt(var + eps)          (eps rounded once to the dtype; sqrt correctly rounded)
+    r   = 1 / sd
+    y   = d * r
+
+every operation one IEEE operation in the dtype. ``bn_sum_squares(x, mu)`` is ss alone, shaped
+as mu (what the running variance's update reads; no gradient). ``bn_normalize_grad(g, x, mu)``
+is the composite's gradient of d for an upstream g of y, in the order the tape's backward
+computes it (recomputing d, ss, sd and r from x and mu)::
+
+    gr  = g_0 * d_0 + g_1 * d_1 + ...          (mul's rule for r, then sum_to: a serial sum)
+    ga  = gr / sd;  gsd = -(ga * r)            (div's rule for 1 / sd)
+    gve = gsd / (sd + sd)                      (sqrt's rule; adds passes it to var)
+    gss = gve / n                              (div's rule for ss / n)
+    gd  = ((g * r) + (gss * d)) + (gss * d)    (d's contributions in the tape's arrival order:
+                                                y's product, then d * d's two inputs)
+
+The backward rule of ``bn_normalize`` returns gd for x and -gd for mu (``sub``'s rule; the
+tape reduces it to mu's shape with ``sum_to``), so x's contributions arrive as the composite's
+do: this op's, then the mean's. Under a differentiating backend (``create_graph``) the rule
+records the same computation op by op instead (``composite_grad``: the same bits,
+differentiable again); ``bn_normalize_grad`` itself has no rule. ``layernorm.py`` is the same
+computation over rows of the last axis (its var a mean: the gradient's 1 / n a product there).
+
+Kernels: a channel's statistics are one thread's serial chains (a device block's thread 0; on
+the cpu, channels split across threads and CH_LANES channels' chains side by side, each chain
+in its own order), then its elements in parallel.
+"""
+
+from __future__ import annotations
+
+import re
+from math import prod
+from string import Template
+
+import numpy as np
+
+from .. import dtypes
+from ..dtypes import FloatType, round_scalar
+from ..kernels import Kernel, Kind, params
+from .checks import ANY, Checks
+from .elementwise import ADD, DIV, MUL, NEG, SQRT, SUB, of
+from .forms import MAX_ROW_BLOCKS, ROW_ELEMENT_COST, ROW_THREADS, Opaque, split_cost
+from .layernorm import check_eps
+from .reduce import serial_sum
+from .registry import Op, register
+
+CHANNELS = Opaque("channels", "per channel serial sums over the batch and positions, the "
+                  "channel's values C * S apart: the batch-norm kernels' own walk")
+
+# Channels c0 .. c0 + G - 1 (G a compile-time constant): ss[k], each chain over (n, s) in
+# row-major order, first value first
+_SUMSQ = """\
+    $T m[G], ss[G];
+    for (int k = 0; k < G; ++k) {
+        m[k] = mu[c0 + k];
+        const $T d = $SUB(x[(c0 + k) * S], m[k]);
+        ss[k] = $MUL(d, d);
+    }
+    for (long long n0 = 0; n0 < N; ++n0) {
+        const $T* xn = x + (n0 * C + c0) * S;
+        for (long long q = n0 == 0 ? 1 : 0; q < S; ++q)
+            for (int k = 0; k < G; ++k) {
+                const $T d = $SUB(xn[k * S + q], m[k]);
+                ss[k] = $ADD(ss[k], $MUL(d, d));
+            }
+    }
+"""
+# then sd and r
+_STATS = _SUMSQ + """\
+    $T sd[G], rr[G];
+    for (int k = 0; k < G; ++k) {
+        sd[k] = $SQRT($ADD($DIV(ss[k], n), eps));
+        rr[k] = $DIV(($T)1, sd[k]);
+    }
+"""
+# the backward's scalars after the statistics: gr's serial chains, then gss
+_GRAD_STATS = """\
+    $T gr[G], gss[G];
+    for (int k = 0; k < G; ++k) gr[k] = $MUL(g[(c0 + k) * S], $SUB(x[(c0 + k) * S], m[k]));
+    for (long long n0 = 0; n0 < N; ++n0) {
+        const $T* xn = x + (n0 * C + c0) * S;
+        const $T* gn = g + (n0 * C + c0) * S;
+        for (long long q = n0 == 0 ? 1 : 0; q < S; ++q)
+            for (int k = 0; k < G; ++k)
+                gr[k] = $ADD(gr[k], $MUL(gn[k * S + q], $SUB(xn[k * S + q], m[k])));
+    }
+    for (int k = 0; k < G; ++k)
+        gss[k] = $DIV($DIV($NEG($MUL($DIV(gr[k], sd[k]), rr[k])), $ADD(sd[k], sd[k])), n);
+"""
+# one element e of channel k: the forward's y, the backward's out
+_Y = "y[e] = $MUL($SUB(x[e], m[k]), rr[k]);"
+_GD = ("{ const $T d = $SUB(x[e], m[k]); "
+       "out[e] = $ADD($ADD($MUL(g[e], rr[k]), $MUL(gss[k], d)), $MUL(gss[k], d)); }")
+
+# CUDA / sim: a block per channel (grid-stride), thread 0 its statistics (G = 1), then the
+# block's threads over its elements
+_CUDA = Template("""\
+$SHARED    const int t = threadIdx.x, nt = blockDim.x;
+    const long long NS = N * S;
+    for (long long c0 = blockIdx.x; c0 < C; c0 += gridDim.x) {
+        if (t == 0) {
+$STATS$PUBLISH        }
+        __syncthreads();
+$READ        for (long long j = t; j < NS; j += nt) {
+            const long long e = (j / S * C + c0) * S + j % S;
+            $ELEMENT
+        }
+        __syncthreads();
+    }""")
+# the sums of squares: thread 0 alone
+_CUDA_SUMSQ = Template("""\
+    const int t = threadIdx.x;
+    for (long long c0 = blockIdx.x; c0 < C; c0 += gridDim.x) {
+        if (t == 0 && N * S == 0) {  // no values: +0.0
+            y[c0] = ($T)0;
+        } else if (t == 0) {
+$STATS            y[c0] = ss[0];
+        }
+    }""")
+
+CH_LANES = 8  # channels whose chains a cpu thread runs side by side
+# cpu: channels split across threads; each thread's channels CH_LANES at a time (then 4, 2, 1)
+_CPU = Template("""\
+    gtcpu::parallel_for(C, N * S * $COST, [=](long long lo, long long hi) {
+        auto channels = [&](long long c0, auto lanes) {
+            constexpr int G = decltype(lanes)::value;
+$STATS$ELEMENTS        };
+        long long c = lo;
+        for (; c + $L <= hi; c += $L) channels(c, std::integral_constant<int, $L>{});
+        for (; c + 4 <= hi; c += 4) channels(c, std::integral_constant<int, 4>{});
+        for (; c + 2 <= hi; c += 2) channels(c, std::integral_constant<int, 2>{});
+        for (; c < hi; ++c) channels(c, std::integral_constant<int, 1>{});
+    });""")
+_CPU_ELEMENTS = """\
+    for (long long n0 = 0; n0 < N; ++n0)
+        for (int k = 0; k < G; ++k) {
+            const long long e0 = (n0 * C + c0 + k) * S;
+            for (long long e = e0; e < e0 + S; ++e) $ELEMENT
+        }
+"""
+_CPU_SUMSQ_OUT = "    for (int k = 0; k < G; ++k) y[c0 + k] = ss[k];\n"
+_CPU_SUMSQ_EMPTY = """\
+    if (N * S == 0) {  // no values: +0.0
+        for (long long c = 0; c < C; ++c) y[c] = ($T)0;
+        return;
+    }
+"""
+
+_GEOM = "long long N, long long C, long long S"
+_SIGS = {"bn_normalize": f"const $T* x, const $T* mu, $T* y, {_GEOM}, $T eps, $T n",
+         "bn_normalize_grad": f"const $T* g, const $T* x, const $T* mu, $T* out, {_GEOM}, "
+                              "$T eps, $T n",
+         "bn_sum_squares": f"const $T* x, const $T* mu, $T* y, {_GEOM}"}
+_CALLS = {"bn_normalize": (SUB, MUL, ADD, DIV, SQRT),
+          "bn_normalize_grad": (SUB, MUL, ADD, DIV, SQRT, NEG),
+          "bn_sum_squares": (SUB, MUL, ADD)}
+
+
+def _indent(text: str, by: int) -> str:
+    return "".join(" " * by + line if line.strip() else line
+                   for line in text.splitlines(keepends=True))
+
+
+def _one_lane(text: str) -> str:
+    """A statistics text for one channel (G = 1 written out: the device text stays C99, which
+    gemit's emitted functions compile as)."""
+    return re.sub(r"\bG\b", "1", text)
+
+
+def _texts(name: str) -> tuple[str, str]:
+    """(statistics, element statement) of an op's kernels, before the dtype's names."""
+    if name == "bn_sum_squares":
+        return _SUMSQ, ""
+    if name == "bn_normalize":
+        return _STATS, _Y
+    return _STATS + _GRAD_STATS, _GD
+
+
+def _kernels(name: str, cpu: bool):
+    def kernels(ft: FloatType) -> list[Kernel]:
+        f = {"T": ft.ctype, "SUB": SUB[ft].cname, "MUL": MUL[ft].cname, "ADD": ADD[ft].cname,
+             "DIV": DIV[ft].cname, "SQRT": SQRT[ft].cname, "NEG": NEG[ft].cname}
+        sig = params(Template(_SIGS[name]).substitute(T=ft.ctype))
+        calls = tuple(c[ft] for c in _CALLS[name])
+        stats, element = _texts(name)
+        if cpu:
+            out = _CPU_SUMSQ_OUT if name == "bn_sum_squares" else \
+                _CPU_ELEMENTS.replace("$ELEMENT", element)
+            body = _CPU.safe_substitute(STATS=_indent(stats, 8), ELEMENTS=_indent(out, 8),
+                                   COST=str(split_cost(calls, ROW_ELEMENT_COST)),
+                                   L=str(CH_LANES))
+            if name == "bn_sum_squares":
+                body = _CPU_SUMSQ_EMPTY + body
+        elif name == "bn_sum_squares":
+            body = _CUDA_SUMSQ.safe_substitute(STATS=_indent(_one_lane(stats), 8))
+        else:
+            grad = name == "bn_normalize_grad"
+            shared = f"    __shared__ {ft.ctype} rr_s;\n" + \
+                (f"    __shared__ {ft.ctype} gss_s;\n" if grad else "")
+            publish = " " * 12 + "rr_s = rr[0];\n" + (" " * 12 + "gss_s = gss[0];\n"
+                                                     if grad else "")
+            read = " " * 8 + "const $T m[1] = {mu[c0]}, rr[1] = {rr_s};\n" + \
+                (" " * 8 + "const $T gss[1] = {gss_s};\n" if grad else "") + \
+                " " * 8 + "const int k = 0;\n"
+            body = _CUDA.safe_substitute(SHARED=shared, STATS=_indent(_one_lane(stats), 8),
+                                         PUBLISH=publish,
+                                    READ=read, ELEMENT=element)
+        body = Template(body).substitute(f)
+        return [Kernel(ft.kernel(name), sig, body, Kind.ROWS, calls, CHANNELS)]
+
+    return kernels
+
+
+# --------------------------------------------------------------------------- shapes
+def geometry(shape: tuple) -> tuple[int, int, int]:
+    """(N, C, S) of x's shape (N, C, *S)."""
+    return shape[0], shape[1], prod(shape[2:])
+
+
+def stat_shape(shape: tuple) -> tuple:
+    """The shape of a channel statistic of x: (1, C, 1, ...)."""
+    return (1, shape[1]) + (1,) * (len(shape) - 2)
+
+
+def _check_x(op: str, x: tuple, mu: tuple) -> None:
+    if len(x) < 2:
+        raise ValueError(f"{op}: x has shape {x}; expected (N, C, *positions) (at least two "
+                         "axes, the channels second)")
+    if tuple(mu) != stat_shape(x):
+        raise ValueError(f"{op}: mu has shape {mu}; expected {stat_shape(x)} (x {x}'s channel "
+                         "means over the batch and positions, those axes kept as 1)")
+
+
+def _infer(op: str, nin: int):
+    def infer(shapes_: tuple, attrs: dict) -> tuple[tuple, dict]:
+        x, mu = tuple(shapes_[nin - 2]), tuple(shapes_[nin - 1])
+        _check_x(op, x, mu)
+        if nin == 3 and tuple(shapes_[0]) != x:
+            raise ValueError(f"{op}: g has shape {shapes_[0]}; expected x's shape {x}")
+        return x, {"eps": check_eps(op, attrs.get("eps", 1e-5))}
+
+    return infer
+
+
+def _sumsq_infer(shapes_: tuple, attrs: dict) -> tuple[tuple, dict]:
+    x, mu = tuple(shapes_[0]), tuple(shapes_[1])
+    _check_x("bn_sum_squares", x, mu)
+    return mu, {}
+
+
+# --------------------------------------------------------------------------- references
+def _axes(ndim: int) -> tuple[int, ...]:
+    return (0,) + tuple(range(2, ndim))
+
+
+def _sumsq(x: np.ndarray, mu: np.ndarray) -> tuple:
+    """(d, ss) by the other ops' references: ss a serial sum over (N, *S), shaped as mu."""
+    ft = of(x)
+    d = SUB[ft].numpy(x, mu)
+    return d, serial_sum(MUL[ft].numpy(d, d), _axes(x.ndim)).reshape(mu.shape)
+
+
+def _stats(x: np.ndarray, mu: np.ndarray, eps: float) -> tuple:
+    """(d, sd, r, n) of every channel, by the other ops' references in the module doc's order."""
+    ft, dt = of(x), x.dtype
+    d, ss = _sumsq(x, mu)
+    nn, _, s = geometry(x.shape)
+    n = ft.scalar(nn * s)
+    sd = SQRT[ft].numpy(ADD[ft].numpy(DIV[ft].numpy(ss, n), round_scalar(eps, dt)))
+    return d, sd, DIV[ft].numpy(dt.type(1.0), sd), n
+
+
+def _reference(x: np.ndarray, mu: np.ndarray, *, eps: float) -> np.ndarray:
+    if not x.size:
+        return x.copy()
+    d, _, r, _ = _stats(x, mu, eps)
+    return MUL[of(x)].numpy(d, r)
+
+
+def _sumsq_reference(x: np.ndarray, mu: np.ndarray) -> np.ndarray:
+    if not x.size:
+        return np.zeros(mu.shape, x.dtype)
+    return _sumsq(x, mu)[1]
+
+
+def _grad_reference(g: np.ndarray, x: np.ndarray, mu: np.ndarray, *, eps: float) -> np.ndarray:
+    if not x.size:
+        return x.copy()
+    ft = of(x)
+    d, sd, r, n = _stats(x, mu, eps)
+    gr = serial_sum(MUL[ft].numpy(g, d), _axes(x.ndim)).reshape(mu.shape)
+    gsd = NEG[ft].numpy(MUL[ft].numpy(DIV[ft].numpy(gr, sd), r))
+    gss = DIV[ft].numpy(DIV[ft].numpy(gsd, ADD[ft].numpy(sd, sd)), n)
+    q = MUL[ft].numpy(gss, d)
+    return ADD[ft].numpy(ADD[ft].numpy(MUL[ft].numpy(g, r), q), q)
+
+
+# --------------------------------------------------------------------------- launches, rules
+def _launch_channels(rt, kernel: Kernel, arrays: tuple, x, scalars: tuple) -> None:
+    """A block per channel of ``x`` (threads over its values), the geometry then ``scalars``
+    (nothing to launch without channels)."""
+    nn, c, s = geometry(tuple(x.shape))
+    if c == 0:
+        return
+    nt = 1
+    while nt < min(nn * s, ROW_THREADS):
+        nt *= 2
+    rt.launch(kernel, min(c, MAX_ROW_BLOCKS), nt, (*arrays, nn, c, s, *scalars))
+
+
+def _scalars(x, eps: float) -> tuple:
+    """eps and n as the kernels take them (each rounded once to the dtype)."""
+    dt = np.dtype(x.dtype)
+    nn, _, s = geometry(tuple(x.shape))
+    return round_scalar(eps, dt), dtypes.float_type(dt).scalar(nn * s)
+
+
+def _launch(rt, ks, ins, out, *, eps):
+    x, mu = ins
+    if x.size:
+        _launch_channels(rt, ks.only, (x, mu, out), x, _scalars(x, eps))
+
+
+def _grad_launch(rt, ks, ins, out, *, eps):
+    g, x, mu = ins
+    if x.size:
+        _launch_channels(rt, ks.only, (g, x, mu, out), x, _scalars(x, eps))
+
+
+def _sumsq_launch(rt, ks, ins, out):
+    x, mu = ins
+    _launch_channels(rt, ks.only, (x, mu, out), x, ())
+
+
+def composite_grad(be, g, x, mu, eps: float):
+    """The module doc's backward as recorded ops (differentiable again), the same bits as
+    ``bn_normalize_grad``."""
+    shape = tuple(x.shape)
+    nn, _, s = geometry(shape)
+    n = be.constant(np.asarray(nn * s, x.dtype))
+    d = be.sub(x, mu)
+    sd = be.sqrt(be.adds(be.div(be.sum(be.mul(d, d), _axes(len(shape)), True), n), eps))
+    r = be.div(be.constant(np.asarray(1.0, x.dtype)), sd)
+    gr = be.sum_to(be.mul(g, d), tuple(r.shape))
+    gsd = be.neg(be.mul(be.div(gr, sd), r))
+    gss = be.broadcast_to(be.div(be.div(gsd, be.add(sd, sd)), n), shape)
+    return be.add(be.add(be.mul(g, r), be.mul(gss, d)), be.mul(gss, d))
+
+
+def _vjp(be, g, ins, out, needs, *, eps):
+    x, mu = ins
+    gd = composite_grad(be, g, x, mu, eps) if be.differentiates else \
+        be.bn_normalize_grad(g, x, mu, eps=eps)
+    return (gd if needs[0] else None, be.neg(gd) if needs[1] else None)
+
+
+def _pin(ins: list, y, G) -> list:
+    """The backward of the module doc evaluated channel by channel on numpy scalars (one IEEE
+    rounding per operation), independently of the rule: [d x, d mu] at eps = PIN_EPS."""
+    x, mu = ins
+    T = np.float64 if x.dtype == np.float64 else np.float32
+    gx = np.empty(x.shape, x.dtype)
+    gmu = np.empty(mu.shape, mu.dtype)
+    nn, c, s = geometry(x.shape)
+    xs, gs = x.reshape(nn, c, s), G.reshape(nn, c, s)
+    gxs = gx.reshape(nn, c, s)
+    eps, n = T(PIN_EPS), T(nn * s)
+    with np.errstate(all="ignore"):
+        for ch in range(c):
+            m = T(mu.reshape(-1)[ch])
+            xv = [T(xs[i, ch, q]) for i in range(nn) for q in range(s)]
+            gv = [T(gs[i, ch, q]) for i in range(nn) for q in range(s)]
+            d = [v - m for v in xv]
+            ss = d[0] * d[0]
+            for v in d[1:]:
+                ss = ss + v * v
+            sd = T(np.sqrt(ss / n + eps))
+            r = T(1.0) / sd
+            gr = gv[0] * d[0]
+            for j in range(1, len(d)):
+                gr = gr + gv[j] * d[j]
+            gss = (-((gr / sd) * r) / (sd + sd)) / n
+            out = [(gv[j] * r + gss * d[j]) + gss * d[j] for j in range(len(d))]
+            gxs[:, ch, :] = np.asarray(out, x.dtype).reshape(nn, s)
+            t = -out[0]
+            for v in out[1:]:
+                t = t + -v
+            gmu.reshape(-1)[ch] = t
+    return [gx, gmu]
+
+
+def _twin(t, x, mu, eps):
+    """torch's value of bn_normalize: the normalisation by the biased variance."""
+    dims = (0,) + tuple(range(2, x.dim()))
+    return (x - mu) / t.sqrt(((x - mu) * (x - mu)).mean(dims, keepdim=True) + eps)
+
+
+PIN_EPS = 1e-5
+X_SHAPES = ((2, 3), (3, 2, 5), (2, 3, 2, 3), (1, 1), (4, 1), (1, 2, 1, 1), (2, 9, 4),
+            (0, 3), (2, 0, 3), (2, 3, 0))
+register(Op("bn_normalize", ("x", "mu"), ("eps",), _infer("bn_normalize", 2), _reference,
+            _kernels("bn_normalize", False), _launch, _vjp,
+            "(x - mu) * (1 / sqrt(sum((x - mu)^2) / n + eps)) per channel of x (N, C, *S) "
+            "(batch_norm's training statistics after the mean; serial sums over (N, *S), each "
+            "operation rounded once)",
+            {"eps": 1e-5}, cpu=_kernels("bn_normalize", True),
+            checks=Checks(tuple(((s, stat_shape(s)), {"eps": e}) for s in X_SHAPES
+                                for e in (1e-5, 0.0)),
+                          (((3, 2, 5), (1, 2, 1)), {"eps": PIN_EPS}), (ANY, ANY), _pin,
+                          _twin)))
+register(Op("bn_normalize_grad", ("g", "x", "mu"), ("eps",), _infer("bn_normalize_grad", 3),
+            _grad_reference, _kernels("bn_normalize_grad", False), _grad_launch, None,
+            "bn_normalize's backward: the batch_norm composite's gradient of x - mu for an "
+            "upstream g (module doc's order)", {"eps": 1e-5},
+            cpu=_kernels("bn_normalize_grad", True)))
+register(Op("bn_sum_squares", ("x", "mu"), (), _sumsq_infer, _sumsq_reference,
+            _kernels("bn_sum_squares", False), _sumsq_launch, None,
+            "sum((x - mu)^2) per channel of x (N, C, *S), a serial sum over (N, *S) (the "
+            "running variance's input in batch_norm; no gradient)",
+            cpu=_kernels("bn_sum_squares", True)))
