@@ -61,42 +61,41 @@ CHANNELS = Opaque("channels", "per channel serial sums over the batch and positi
                   "channel's values C * S apart: the batch-norm kernels' own walk")
 
 # Channels c0 .. c0 + G - 1 (G a compile-time constant): ss[k], each chain over (n, s) in
-# row-major order, first value first
-_SUMSQ = """\
-    $T m[G], ss[G];
+# row-major order, first value first; the backward's gr[k] (sum of g * d) in the same pass,
+# its own chains in the same order ($GR_* empty in the forward)
+_CHAINS = Template("""\
+    $$T m[G], ss[G]$GR_DECL;
     for (int k = 0; k < G; ++k) {
         m[k] = mu[c0 + k];
-        const $T d = $SUB(x[(c0 + k) * S], m[k]);
-        ss[k] = $MUL(d, d);
+        const $$T d = $$SUB(x[(c0 + k) * S], m[k]);
+        ss[k] = $$MUL(d, d);$GR_FIRST
     }
     for (long long n0 = 0; n0 < N; ++n0) {
-        const $T* xn = x + (n0 * C + c0) * S;
+        const $$T* xn = x + (n0 * C + c0) * S;$GR_ROW
         for (long long q = n0 == 0 ? 1 : 0; q < S; ++q)
             for (int k = 0; k < G; ++k) {
-                const $T d = $SUB(xn[k * S + q], m[k]);
-                ss[k] = $ADD(ss[k], $MUL(d, d));
+                const $$T d = $$SUB(xn[k * S + q], m[k]);
+                ss[k] = $$ADD(ss[k], $$MUL(d, d));$GR_STEP
             }
     }
-"""
+""")
+_SUMSQ = _CHAINS.substitute(GR_DECL="", GR_FIRST="", GR_ROW="", GR_STEP="")
+_GR_CHAINS = _CHAINS.substitute(
+    GR_DECL=", gr[G]", GR_FIRST="\n        gr[k] = $MUL(g[(c0 + k) * S], d);",
+    GR_ROW="\n        const $T* gn = g + (n0 * C + c0) * S;",
+    GR_STEP="\n                gr[k] = $ADD(gr[k], $MUL(gn[k * S + q], d));")
 # then sd and r
-_STATS = _SUMSQ + """\
+_SD = """\
     $T sd[G], rr[G];
     for (int k = 0; k < G; ++k) {
         sd[k] = $SQRT($ADD($DIV(ss[k], n), eps));
         rr[k] = $DIV(($T)1, sd[k]);
     }
 """
-# the backward's scalars after the statistics: gr's serial chains, then gss
-_GRAD_STATS = """\
-    $T gr[G], gss[G];
-    for (int k = 0; k < G; ++k) gr[k] = $MUL(g[(c0 + k) * S], $SUB(x[(c0 + k) * S], m[k]));
-    for (long long n0 = 0; n0 < N; ++n0) {
-        const $T* xn = x + (n0 * C + c0) * S;
-        const $T* gn = g + (n0 * C + c0) * S;
-        for (long long q = n0 == 0 ? 1 : 0; q < S; ++q)
-            for (int k = 0; k < G; ++k)
-                gr[k] = $ADD(gr[k], $MUL(gn[k * S + q], $SUB(xn[k * S + q], m[k])));
-    }
+_STATS = _SUMSQ + _SD
+# the backward's: the chains, sd and r, then gss
+_GRAD_STATS = _GR_CHAINS + _SD + """\
+    $T gss[G];
     for (int k = 0; k < G; ++k)
         gss[k] = $DIV($DIV($NEG($MUL($DIV(gr[k], sd[k]), rr[k])), $ADD(sd[k], sd[k])), n);
 """
@@ -186,7 +185,7 @@ def _texts(name: str) -> tuple[str, str]:
         return _SUMSQ, ""
     if name == "bn_normalize":
         return _STATS, _Y
-    return _STATS + _GRAD_STATS, _GD
+    return _GRAD_STATS, _GD
 
 
 def _kernels(name: str, cpu: bool):

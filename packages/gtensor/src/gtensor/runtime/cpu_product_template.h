@@ -250,10 +250,11 @@
     // (1024x200x512 ta: rows stay split). Otherwise they split the rows. Either way each
     // output is computed whole by one thread.
     // A multiply-add counts as 64 / L units of the split threshold (gtcpu::PARALLEL_WORK, set
-    // for maps: about a unit per element): 8 in f64, 4 in f32, so a product is split from
-    // 512 K f64 / 1 M f32 multiply-adds on (2 threads: 200x6x1024, 200x1024x6 and
-    // 1024x200x6 ta 1.2-2.0x as fast, 100^3 f64 1.3-1.5x; at 16 / 8 units, 64^3 and
-    // 200x64x32 f64 ran 0.8-1.2x: too close to call).
+    // for maps: about a unit per element): 8 in f64, 4 in f32 (AVX-512), so a product is split
+    // from 16 K f64 / 32 K f32 multiply-adds (cpu_runtime.h's DEFAULT_PARALLEL_WORK: since the
+    // pool's workers spin between launches, 64^3 and 200x64x32 f64 run 1.2x / 1.4x as fast
+    // split; under the sleeping pool's 4 M threshold they ran 0.8-1.2x, and products split
+    // from 512 K f64 multiply-adds).
     const long long panels = (n + PW - 1) / PW, unit = 64 / L;
     if (batch == 1 && (panels >= (rows + 7) / 8 ||
                        (panels >= 4 * gtcpu::thread_count() && (tb || !packa || n >= m))))

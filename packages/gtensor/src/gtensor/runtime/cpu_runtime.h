@@ -168,8 +168,13 @@ static bool host_prefers_tall_tiles() {
 typedef void (*PartFn)(void* ctx, long long p);
 struct Shared {
     // Work (in multiply-adds or element operations) below which a launch stays on one thread:
-    // waking a worker costs microseconds, far more on a loaded machine. Tests lower it
+    // a split costs a few microseconds while the pool's workers still spin from the last
+    // launch (a step's launches come microseconds apart), tens when they sleep. Tests lower it
     // (gtcpu_set_parallel_work) so that every kernel's split is exercised on small arrays.
+    // 1 << 17 (a map splits from 32 K elements, a float64 product from 16 K multiply-adds),
+    // measured A/B against 1 << 22 on 2 threads: rung 8b's ResNet step -8% (f64) / -19% (f32),
+    // rung 9's GPT step replayed -12% / -14%, its tape -8%; 64^3 / 200x64x32 f64 products
+    // 14 / 20 -> 12 / 14 us, 32x64x64 9 -> 9.3 us.
     long long parallel_work;
     // TILES_BY_HOST, or a form forced for tests (gtcpu_set_matmul_tiles) so that both forms'
     // branches run on any host
@@ -179,7 +184,7 @@ struct Shared {
     int machine_threads;
     void (*run)(long long parts, int threads, PartFn fn, void* ctx);
 };
-constexpr long long DEFAULT_PARALLEL_WORK = 1LL << 22;
+constexpr long long DEFAULT_PARALLEL_WORK = 1LL << 17;
 #ifdef GTCPU_SHARD
 // the runtime library's state, set by gtcpu_bind (the shard's launchers) before any launch
 static Shared* SHARED = nullptr;
