@@ -382,16 +382,31 @@ _IM2COL = """\
     // +0.0): no bounds test per element, and no library call per row (at 4x4 and 8x8 images
     // a memcpy call per row costs more than the copy)
     const long long Hp = H + 2 * ph, Wp = W + 2 * pw;
-    // o[0..n) = s[0, st, 2 st, ..]: 16-byte vector moves when st is 1, then one value at a
-    // time (the empty asm keeps the compiler from turning the loops into memcpy calls)
+    // o[0..n) = s[0, st, 2 st, ..]: when st is 1 native-width vector moves, then one move
+    // each of 32 and 16 bytes where they fit (a row of 8x8 images' 8 values: one move), then
+    // one value at a time (the empty asm keeps the compiler from turning the loops into
+    // memcpy calls: a call per row cost more than the row)
     auto copy_row = [](T* __restrict__ o, const T* __restrict__ s, long long n, long long st) {
-        typedef typename gtcpu::Vec<T, 16 / sizeof(T)>::type V2;
+        constexpr long long LW = gtcpu::VEC_BYTES / sizeof(T), L4 = 32 / sizeof(T),
+                            L2 = 16 / sizeof(T);
+        typedef typename gtcpu::Vec<T, LW>::type VW;
+        typedef typename gtcpu::Vec<T, L4>::type V4;
+        typedef typename gtcpu::Vec<T, L2>::type V2;
         long long i = 0;
-        if (st == 1)
-            for (; i + (long long)(16 / sizeof(T)) <= n; i += 16 / sizeof(T)) {
-                gtcpu::vstore(o + i, gtcpu::vload<V2>(s + i));
+        if (st == 1) {
+            for (; i + LW <= n; i += LW) {
+                gtcpu::vstore(o + i, gtcpu::vload<VW>(s + i));
                 asm("" ::: "memory");
             }
+            if (L4 < LW && i + L4 <= n) {
+                gtcpu::vstore(o + i, gtcpu::vload<V4>(s + i));
+                i += L4;
+            }
+            if (L2 < L4 && i + L2 <= n) {
+                gtcpu::vstore(o + i, gtcpu::vload<V2>(s + i));
+                i += L2;
+            }
+        }
         for (; i < n; ++i) {
             o[i] = s[i * st];
             asm("" ::: "memory");

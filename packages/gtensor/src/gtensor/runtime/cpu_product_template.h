@@ -260,6 +260,11 @@
                        (panels >= 4 * gtcpu::thread_count() && (tb || !packa || n >= m))))
         $SPLIT(panels, unit * k * PW * rows,
                [=](long long lo, long long hi) { block(0, rows, lo, hi); });
+    else if (tb && rows < 16 * gtcpu::thread_count())
+        // under tb split rows would each gather all of b (k x n) for fewer than two 8-row
+        // tiles of products (the conv weight gradient of 1 -> 16 channels at 8x8, 32 images:
+        // 9 rows, k = 2048: 51 us on one thread, 74-214 us on two)
+        block(0, rows, 0, panels);
     else
         $SPLIT(rows, unit * k * n,
                [=](long long lo, long long hi) { block(lo, hi, 0, panels); });
