@@ -53,12 +53,13 @@ RESNET_WHERE = """
 The exact conv kernels run the matmul kernel's own product on im2col panels (small images in
 chunks; `benchmarks/results/cpu_conv.md`), keeping each output's serial sum over (c, kh, kw) and
 each weight gradient's over (n, oy, ox); BatchNorm's batch mean and biased variance are serial
-sums over (n, h, w) in row-major order (docs/semantics.md). torch's oneDNN kernels reassociate
+sums over (n, h, w) in row-major order, the rest of each channel one op each way
+(`bn_normalize`, `bn_normalize_grad`; docs/semantics.md). torch's oneDNN kernels reassociate
 freely. Where the captured step's time goes (each launch of the replayed step timed alone,
-float64, 2 threads, measured once on 2026-12-04): about 80% in the conv kernels (the forward at
-8x8 with 16 channels 14-15 G multiply-adds/s since a panel of b whose rows share L1 sets is
-copied, 11 before; the weight gradients 8-10, their im2col rows 16 KB apart), the rest
-BatchNorm's elementwise passes, the reductions, the copies and the step's host side.
+float64, 2 threads, 2026-12-05): about 70% in the conv kernels (the forward and input gradient
+21-27 G multiply-adds/s at 8x8 and 4x4, the weight gradients 20-24, the strided 3x3 one 11:
+its im2col copies one value at a time), then the elementwise passes around BatchNorm and ReLU
+(add, mul, copies: ~15%), BatchNorm's ops (~7%) and the reductions.
 Issue 41's target for this step is <= 0.6x torch eager on 2 threads: $VERDICT.
 """
 
