@@ -113,6 +113,31 @@ def test_conv_geometries_against_the_loops(be, dtype, inner, geom, data):
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=["f64", "f32"])
+def test_stride_two_rows_bitwise(be, dtype):
+    """Stride-2 im2col rows (the cpu kernels copy them four values at a time by a shuffle of
+    two loads, reading one value past the last they use): 3x3 pad 1 and 1x1 pad 0 convs on
+    widths giving 4 to 9 output columns (whole groups of four and tails), the last load at
+    the end of the padded image's buffer; all three ops bitwise the loop oracles, -0.0 kept."""
+    rng = np.random.default_rng(21)
+    for width in (7, 8, 9, 12, 15, 16, 17):
+        for (kh, kw), pad in (((3, 3), 1), ((1, 1), 0)):
+            x = rng.standard_normal((3, 2, 5, width)).astype(dtype)
+            x[0, 0, 0, 0] = -0.0
+            w = rng.standard_normal((3, 2, kh, kw)).astype(dtype)
+            at = {"stride": 2, "padding": pad}
+            y = _run(be, "conv2d", [x, w], **at)
+            assert y.shape[3] >= 4
+            assert bits_equal(cl.loop_conv2d(x, w, 2, pad, "plain"), y), (width, kh)
+            gy = rng.standard_normal(y.shape).astype(dtype)
+            got = _run(be, "conv2d_grad_weight", [gy, x], kernel=(kh, kw), **at)
+            want = cl.loop_conv2d_grad_weight(gy, x, 2, pad, (kh, kw), "plain")
+            assert bits_equal(want, got), (width, kh)
+            got = _run(be, "conv2d_grad_input", [gy, w], size=(5, width), **at)
+            want = cl.loop_conv2d_grad_input(gy, w, 2, pad, (5, width), "plain")
+            assert bits_equal(want, got), (width, kh)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=["f64", "f32"])
 def test_contracts_differ_where_they_must(be, dtype):
     """One output, taps w = [-1, v], x = [1, v] with v = 1 + 2^-(p//2+2): plain rounds v*v
     before adding -1 (the 2^-2(p//2+2) bit is lost), fma keeps it; so in the weight gradient

@@ -381,11 +381,12 @@ _IM2COL = """\
     // the group's channels copied once into a buffer of (H + 2 ph) x (W + 2 pw), borders
     // +0.0): no bounds test per element, and no library call per row (at 4x4 and 8x8 images
     // a memcpy call per row costs more than the copy)
-    const long long Hp = H + 2 * ph, Wp = W + 2 * pw;
+    const long long Hp = H + 2 * ph, Wp = W + 2 * pw, XP_SLACK = 8;
     // o[0..n) = s[0, st, 2 st, ..]: when st is 1 native-width vector moves, then one move
-    // each of 32 and 16 bytes where they fit (a row of 8x8 images' 8 values: one move), then
-    // one value at a time (the empty asm keeps the compiler from turning the loops into
-    // memcpy calls: a call per row cost more than the row)
+    // each of 32 and 16 bytes where they fit (a row of 8x8 images' 8 values: one move); when
+    // st is 2 four values at a time by a shuffle of two loads (xp has XP_SLACK values after
+    // its end for the last one); then one value at a time (the empty asm keeps the compiler
+    // from turning the loops into memcpy calls: a call per row cost more than the row)
     auto copy_row = [](T* __restrict__ o, const T* __restrict__ s, long long n, long long st) {
         constexpr long long LW = gtcpu::VEC_BYTES / sizeof(T), L4 = 32 / sizeof(T),
                             L2 = 16 / sizeof(T);
@@ -405,6 +406,17 @@ _IM2COL = """\
             if (L2 < L4 && i + L2 <= n) {
                 gtcpu::vstore(o + i, gtcpu::vload<V2>(s + i));
                 i += L2;
+            }
+        }
+        if (st == 2) {  // 4 values from 8 consecutive ones (the even lanes of two loads)
+            typedef typename gtcpu::Vec<T, 4>::type V;
+            typedef typename std::conditional<sizeof(T) == 8, long long, int>::type I;
+            typedef I M __attribute__((vector_size(4 * sizeof(T))));
+            const M even = {0, 2, 4, 6};
+            for (; i + 4 <= n; i += 4) {  // reads s[2 i + 7]: one past the last value used
+                const V lo = gtcpu::vload<V>(s + 2 * i), hi = gtcpu::vload<V>(s + 2 * i + 4);
+                gtcpu::vstore(o + i, __builtin_shuffle(lo, hi, even));
+                asm("" ::: "memory");
             }
         }
         for (; i < n; ++i) {
@@ -461,7 +473,7 @@ $IM2COL$PRODUCT$SCRATCH$CHUNKS
     auto run = [=](long long lo, long long hi) {
         T* cols = scratch(0, K * NB * P);
         T* yb = scratch(1, Og * NB * P);
-        T* xp = scratch(2, Cg * Hp * Wp);
+        T* xp = scratch(2, Cg * Hp * Wp + XP_SLACK);
         for (long long ch = lo; ch < hi; ++ch) {
             const long long n0 = ch * NB, nb = n0 + NB <= N ? NB : N - n0, Q = nb * P;
             for (long long gi = 0; gi < G; ++gi) {
@@ -501,8 +513,9 @@ $IM2COL$PRODUCT$SCRATCH
     T* gm = scratch(1, Og * Q);
     T* dwt = scratch(3, K * Og);
     for (long long gi = 0; gi < G; ++gi) {
-        gtcpu::parallel_for(N, P * K + Og * P, [=](long long lo, long long hi) {
-            T* xp = scratch(2, Cg * Hp * Wp);
+        // an image's copies weigh 4 units a value (a map's element: gtensor.ops.forms.ELEMENT_COST)
+        gtcpu::parallel_for(N, 4 * (P * K + Og * P), [=](long long lo, long long hi) {
+            T* xp = scratch(2, Cg * Hp * Wp + XP_SLACK);
             for (long long nn = lo; nn < hi; ++nn) {
                 im2col(x + (nn * C + gi * Cg) * H * W, cols + nn * P, Q, xp);
                 for (long long q = 0; q < Og; ++q)
