@@ -40,6 +40,13 @@ class Program:
         self._whole: dict[int, Any] = {}  # id(dopt) -> the whole step, built for that optimizer
         self._backwards = 0  # backward replays (a device optimizer refuses stale gradients)
         self._fresh = InputClock(self, model)  # the inputs by kind and name; their refreshes
+        # input node -> the captured nodes that read it through an op with an input check
+        # (set_input runs those checks on fresh data; listed once: the nodes are fixed)
+        self._checked_readers: dict[int, list] = {}
+        for n in tr.nodes:
+            if not isinstance(n.op, gtape.Leaf) and n.op.check is not None:
+                for j in dict.fromkeys(n.inputs):
+                    self._checked_readers.setdefault(j, []).append(n)
 
     # ---------------------------------------------------------------- description
     @property
@@ -208,9 +215,7 @@ class Program:
                              f"got data of shape {tuple(host.shape)}")
         host = host.astype(dtype)
         values = self._tr.values
-        for n in self._tr.nodes:
-            if isinstance(n.op, gtape.Leaf) or n.op.check is None or i not in n.inputs:
-                continue
+        for n in self._checked_readers.get(i, ()):
             ins = [host if j == i else values[j] for j in n.inputs]
             try:  # the op's own check: what the eager call refuses, with its message
                 n.op.check(ins, n.attrs)

@@ -484,8 +484,8 @@ $IM2COL$PRODUCT$SCRATCH$CHUNKS
                 if (nb > 1)
                     for (long long u = 0; u < nb; ++u)
                         for (long long q = 0; q < Og; ++q)
-                            std::memcpy(y + ((n0 + u) * O + gi * Og + q) * P, yb + q * Q + u * P,
-                                        (size_t)P * sizeof(T));
+                            copy_row(y + ((n0 + u) * O + gi * Og + q) * P, yb + q * Q + u * P,
+                                     P, 1);
             }
         }
     };
@@ -519,8 +519,7 @@ $IM2COL$PRODUCT$SCRATCH
             for (long long nn = lo; nn < hi; ++nn) {
                 im2col(x + (nn * C + gi * Cg) * H * W, cols + nn * P, Q, xp);
                 for (long long q = 0; q < Og; ++q)
-                    std::memcpy(gm + q * Q + nn * P, g + (nn * O + gi * Og + q) * P,
-                                (size_t)P * sizeof(T));
+                    copy_row(gm + q * Q + nn * P, g + (nn * O + gi * Og + q) * P, P, 1);
             }
         });
         product(cols, gm, dwt, 1, K, Q, Og, 0, 1, false);
