@@ -56,10 +56,10 @@ each weight gradient's over (n, oy, ox); BatchNorm's batch mean and biased varia
 sums over (n, h, w) in row-major order, the rest of each channel one op each way
 (`bn_normalize`, `bn_normalize_grad`; docs/semantics.md). torch's oneDNN kernels reassociate
 freely. Where the captured step's time goes (each launch of the replayed step timed alone,
-float64, 2 threads, 2026-12-05): about 70% in the conv kernels (the forward and input gradient
-21-27 G multiply-adds/s at 8x8 and 4x4, the weight gradients 20-24, the strided 3x3 one 11:
-its im2col copies one value at a time), then the elementwise passes around BatchNorm and ReLU
-(add, mul, copies: ~15%), BatchNorm's ops (~7%) and the reductions.
+float64, 2 threads, 2026-12-05): about 70% in the conv kernels (forward, input and weight
+gradients 20-27 G multiply-adds/s at 8x8 and 4x4 on 2 threads, the exact matmul's own rate;
+float32 31-38), then the elementwise passes around BatchNorm and ReLU (add, mul, copies: ~15%),
+BatchNorm's ops (~7%) and the reductions.
 Issue 41's target for this step is <= 0.6x torch eager on 2 threads: $VERDICT.
 """
 
