@@ -109,9 +109,9 @@ def batch_norm(x: Var, running_mean: Var | None = None, running_var: Var | None 
     if batch and n <= 1:
         raise ValueError(f"{where}: expected more than 1 value per channel when training, got "
                          f"input of shape {shape} (torch's rule)")
-    if batch:  # the mean, then the channels' op (the composite's bits: gtensor's batchnorm)
-        mu = ops.mean(x, axis=axes, keepdims=True)
-        y = ops.apply("bn_normalize", (x, mu), eps=float(eps))
+    if batch:  # one op, the batch statistics included (the composite's bits: gtensor's
+        # batchnorm); the running statistics read the mean op's mu and bn_sum_squares' ss
+        y = ops.apply("bn_normalize", (x,), eps=float(eps))
     else:
         d = ops.sub(x, ops.reshape(tp.state_var(running_mean), chan))
         var = ops.reshape(tp.state_var(running_var), chan)
@@ -120,7 +120,8 @@ def batch_norm(x: Var, running_mean: Var | None = None, running_var: Var | None 
         y = ops.mul(y, _per_channel(weight, chan))
     if bias is not None:
         y = ops.add(y, _per_channel(bias, chan))
-    if training and running_mean is not None:  # ss for the running variance alone
+    if training and running_mean is not None:  # mu and ss for the running statistics alone
+        mu = ops.mean(x, axis=axes, keepdims=True)
         ss = ops.apply("bn_sum_squares", (x, mu))
         _update(tp, running_mean, running_var, num_batches_tracked, mu, ss, n, momentum)
     elif training and num_batches_tracked is not None:

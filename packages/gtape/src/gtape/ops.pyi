@@ -532,21 +532,21 @@ def ln_normalize_grad(g: FloatOperand, x: FloatOperand, mu: FloatOperand, eps=1e
     (module doc's order). [gtensor op ln_normalize_grad: not differentiable; result float]"""
 
 
-def bn_normalize(x: FloatOperand, mu: FloatOperand, eps=1e-05) -> Var:
-    """(x - mu) * (1 / sqrt(sum((x - mu)^2) / n + eps)) per channel of x (N, C, *S)
-    (batch_norm's training statistics after the mean; serial sums over (N, *S), each operation
+def bn_normalize(x: FloatOperand, eps=1e-05) -> Var:
+    """(x - mu) * (1 / sqrt(sum((x - mu)^2) / n + eps)) per channel of x (N, C, *S), mu the
+    channel's mean (batch_norm's training statistics; serial sums over (N, *S), each operation
     rounded once). [gtensor op bn_normalize: differentiable; result float]"""
 
 
-def bn_normalize_grad(g: FloatOperand, x: FloatOperand, mu: FloatOperand, eps=1e-05) -> Var:
-    """Bn_normalize's backward: the batch_norm composite's gradient of x - mu for an upstream g
+def bn_normalize_grad(g: FloatOperand, x: FloatOperand, eps=1e-05) -> Var:
+    """Bn_normalize's backward: the batch_norm composite's gradient of x for an upstream g
     (module doc's order). [gtensor op bn_normalize_grad: not differentiable; result float]"""
 
 
 def bn_sum_squares(x: FloatOperand, mu: FloatOperand) -> Var:
     """Sum((x - mu)^2) per channel of x (N, C, *S), a serial sum over (N, *S) (the running
-    variance's input in batch_norm; no gradient). [gtensor op bn_sum_squares: not
-    differentiable; result float]"""
+    variance's input in batch_norm, mu the mean op's; no gradient). [gtensor op bn_sum_squares:
+    not differentiable; result float]"""
 
 
 def softplus(x: FloatOperand) -> Var:

@@ -1,24 +1,25 @@
-"""bn_normalize: batch normalisation's channels as one op, its backward, and the channels'
-sums of squares.
+"""bn_normalize: batch normalisation's channels (their batch statistics included) as one op,
+its backward, and the channels' sums of squares.
 
 The whole op in one file: the numpy references (written with the other ops' references), the
 CUDA and cpu kernels, the launch and the backward rule. It is gtape's ``batch_norm`` composite
-in training (batch statistics) after the mean, bit for bit. x has shape (N, C, *S) (N
-examples, C channels, S the positions: (), (L,) or (H, W)); a channel's n = N * prod(S) values
-are taken in row-major order over (N, *S), and mu (the ``mean`` op's over those axes, kept as
-size-1 axes: shape (1, C, 1, ...)) is its mean::
+in training (batch statistics), bit for bit. x has shape (N, C, *S) (N examples, C channels,
+S the positions: (), (L,) or (H, W)); a channel's n = N * prod(S) values are taken in
+row-major order over (N, *S)::
 
+    mu  = (x_0 + x_1 + ... + x_{n-1}) / n     (the ``mean`` op's: a serial sum, first value
+                                               first, / n once; n rounded once to the dtype)
     d   = x - mu
     ss  = d_0 * d_0 + d_1 * d_1 + ... + d_{n-1} * d_{n-1}     (a serial sum, first value first)
-    var = ss / n                   (n rounded once to the dtype)
+    var = ss / n
     sd  = sqrt(var + eps)          (eps rounded once to the dtype; sqrt correctly rounded)
     r   = 1 / sd
     y   = d * r
 
-every operation one IEEE operation in the dtype. ``bn_sum_squares(x, mu)`` is ss alone, shaped
-as mu (what the running variance's update reads; no gradient). ``bn_normalize_grad(g, x, mu)``
-is the composite's gradient of d for an upstream g of y, in the order the tape's backward
-computes it (recomputing d, ss, sd and r from x and mu)::
+every operation one IEEE operation in the dtype. ``bn_sum_squares(x, mu)`` is ss alone for a
+given mu (the ``mean`` op's), shaped as mu (what the running variance's update reads; no
+gradient). ``bn_normalize_grad(g, x)`` is the composite's gradient of x for an upstream g of
+y, in the order the tape's backward computes it (recomputing mu, d, ss, sd and r from x)::
 
     gr  = g_0 * d_0 + g_1 * d_1 + ...          (mul's rule for r, then sum_to: a serial sum)
     ga  = gr / sd;  gsd = -(ga * r)            (div's rule for 1 / sd)
@@ -26,17 +27,18 @@ computes it (recomputing d, ss, sd and r from x and mu)::
     gss = gve / n                              (div's rule for ss / n)
     gd  = ((g * r) + (gss * d)) + (gss * d)    (d's contributions in the tape's arrival order:
                                                 y's product, then d * d's two inputs)
+    gmu = (-gd_0) + (-gd_1) + ...              (sub's rule for mu, then sum_to: a serial sum)
+    gx  = gd + gmu * (1 / n)                   (x's two contributions in arrival order: d's,
+                                                then the mean's rule, 1 / n rounded once)
 
-The backward rule of ``bn_normalize`` returns gd for x and -gd for mu (``sub``'s rule; the
-tape reduces it to mu's shape with ``sum_to``), so x's contributions arrive as the composite's
-do: this op's, then the mean's. Under a differentiating backend (``create_graph``) the rule
-records the same computation op by op instead (``composite_grad``: the same bits,
-differentiable again); ``bn_normalize_grad`` itself has no rule. ``layernorm.py`` is the same
-computation over rows of the last axis (its var a mean: the gradient's 1 / n a product there).
+Under a differentiating backend (``create_graph``) the rule records the same computation op by
+op instead (``composite_grad``: the same bits, differentiable again); ``bn_normalize_grad``
+itself has no rule. ``layernorm.py`` is the same computation over rows of the last axis after
+a separate ``mean`` (its var a mean: the gradient's 1 / n a product there).
 
 Kernels: a channel's statistics are one thread's serial chains (a device block's thread 0; on
 the cpu, channels split across threads and CH_LANES channels' chains side by side, each chain
-in its own order), then its elements in parallel.
+in its own order), its elements in parallel.
 """
 
 from __future__ import annotations
@@ -60,13 +62,23 @@ from .registry import Op, register
 CHANNELS = Opaque("channels", "per channel serial sums over the batch and positions, the "
                   "channel's values C * S apart: the batch-norm kernels' own walk")
 
-# Channels c0 .. c0 + G - 1 (G a compile-time constant): ss[k], each chain over (n, s) in
-# row-major order, first value first; the backward's gr[k] (sum of g * d) in the same pass,
-# its own chains in the same order ($GR_* empty in the forward)
+# Channels c0 .. c0 + G - 1 (G a compile-time constant): m[k] ($MEAN: read from mu, or the
+# mean's serial chain), then ss[k], each chain over (n, s) in row-major order, first value
+# first; the backward's gr[k] (sum of g * d) in ss's pass, its own chains in the same order
+# ($GR_* empty in the forward)
+_MU_IN = "    for (int k = 0; k < G; ++k) m[k] = mu[c0 + k];\n"
+_MU_CHAIN = """\
+    for (int k = 0; k < G; ++k) m[k] = x[(c0 + k) * S];
+    for (long long n0 = 0; n0 < N; ++n0) {
+        const $T* xn = x + (n0 * C + c0) * S;
+        for (long long q = n0 == 0 ? 1 : 0; q < S; ++q)
+            for (int k = 0; k < G; ++k) m[k] = $ADD(m[k], xn[k * S + q]);
+    }
+    for (int k = 0; k < G; ++k) m[k] = $DIV(m[k], n);
+"""
 _CHAINS = Template("""\
     $$T m[G], ss[G]$GR_DECL;
-    for (int k = 0; k < G; ++k) {
-        m[k] = mu[c0 + k];
+$MEAN    for (int k = 0; k < G; ++k) {
         const $$T d = $$SUB(x[(c0 + k) * S], m[k]);
         ss[k] = $$MUL(d, d);$GR_FIRST
     }
@@ -79,9 +91,10 @@ _CHAINS = Template("""\
             }
     }
 """)
-_SUMSQ = _CHAINS.substitute(GR_DECL="", GR_FIRST="", GR_ROW="", GR_STEP="")
+_NO_GR = {"GR_DECL": "", "GR_FIRST": "", "GR_ROW": "", "GR_STEP": ""}
+_SUMSQ = _CHAINS.substitute(MEAN=_MU_IN, **_NO_GR)
 _GR_CHAINS = _CHAINS.substitute(
-    GR_DECL=", gr[G]", GR_FIRST="\n        gr[k] = $MUL(g[(c0 + k) * S], d);",
+    MEAN=_MU_CHAIN, GR_DECL=", gr[G]", GR_FIRST="\n        gr[k] = $MUL(g[(c0 + k) * S], d);",
     GR_ROW="\n        const $T* gn = g + (n0 * C + c0) * S;",
     GR_STEP="\n                gr[k] = $ADD(gr[k], $MUL(gn[k * S + q], d));")
 # then sd and r
@@ -92,20 +105,34 @@ _SD = """\
         rr[k] = $DIV(($T)1, sd[k]);
     }
 """
-_STATS = _SUMSQ + _SD
+_STATS = _CHAINS.substitute(MEAN=_MU_CHAIN, **_NO_GR) + _SD
 # the backward's: the chains, sd and r, then gss
 _GRAD_STATS = _GR_CHAINS + _SD + """\
     $T gss[G];
     for (int k = 0; k < G; ++k)
         gss[k] = $DIV($DIV($NEG($MUL($DIV(gr[k], sd[k]), rr[k])), $ADD(sd[k], sd[k])), n);
 """
+# the backward's mean rule after gd is in out: gmu[k], the serial sum of -gd over (n, s)
+# (first value first), times 1 / n
+_GMU_CHAIN = """\
+    $T gmu[G];
+    for (int k = 0; k < G; ++k) gmu[k] = $NEG(out[(c0 + k) * S]);
+    for (long long n0 = 0; n0 < N; ++n0) {
+        const $T* on = out + (n0 * C + c0) * S;
+        for (long long q = n0 == 0 ? 1 : 0; q < S; ++q)
+            for (int k = 0; k < G; ++k) gmu[k] = $ADD(gmu[k], $NEG(on[k * S + q]));
+    }
+    for (int k = 0; k < G; ++k) gmu[k] = $MUL(gmu[k], inv_n);
+"""
 # one element e of channel k: the forward's y, the backward's out
 _Y = "y[e] = $MUL($SUB(x[e], m[k]), rr[k]);"
 _GD = ("{ const $T d = $SUB(x[e], m[k]); "
        "out[e] = $ADD($ADD($MUL(g[e], rr[k]), $MUL(gss[k], d)), $MUL(gss[k], d)); }")
+_GX = "out[e] = $ADD(out[e], gmu[k]);"
 
 # CUDA / sim: a block per channel (grid-stride), thread 0 its statistics (G = 1), then the
-# block's threads over its elements
+# block's threads over its elements ($AFTER: the backward's mean rule, thread 0's chain over
+# the written gd, then a second pass)
 _CUDA = Template("""\
 $SHARED    const int t = threadIdx.x, nt = blockDim.x;
     const long long NS = N * S;
@@ -118,7 +145,21 @@ $READ        for (long long j = t; j < NS; j += nt) {
             $ELEMENT
         }
         __syncthreads();
-    }""")
+$AFTER    }""")
+_CUDA_GMU = Template("""\
+        if (t == 0) {
+$GMU            gmu_s = gmu[0];
+        }
+        __syncthreads();
+        {
+            const $$T gmu[1] = {gmu_s};
+            for (long long j = t; j < NS; j += nt) {
+                const long long e = (j / S * C + c0) * S + j % S;
+                $$GX
+            }
+        }
+        __syncthreads();
+""")
 # the sums of squares: thread 0 alone
 _CUDA_SUMSQ = Template("""\
     const int t = threadIdx.x;
@@ -159,9 +200,9 @@ _CPU_SUMSQ_EMPTY = """\
 """
 
 _GEOM = "long long N, long long C, long long S"
-_SIGS = {"bn_normalize": f"const $T* x, const $T* mu, $T* y, {_GEOM}, $T eps, $T n",
-         "bn_normalize_grad": f"const $T* g, const $T* x, const $T* mu, $T* out, {_GEOM}, "
-                              "$T eps, $T n",
+_SIGS = {"bn_normalize": f"const $T* x, $T* y, {_GEOM}, $T eps, $T n",
+         "bn_normalize_grad": f"const $T* g, const $T* x, $T* out, {_GEOM}, $T eps, $T n, "
+                              "$T inv_n",
          "bn_sum_squares": f"const $T* x, const $T* mu, $T* y, {_GEOM}"}
 _CALLS = {"bn_normalize": (SUB, MUL, ADD, DIV, SQRT),
           "bn_normalize_grad": (SUB, MUL, ADD, DIV, SQRT, NEG),
@@ -195,28 +236,34 @@ def _kernels(name: str, cpu: bool):
         sig = params(Template(_SIGS[name]).substitute(T=ft.ctype))
         calls = tuple(c[ft] for c in _CALLS[name])
         stats, element = _texts(name)
+        grad = name == "bn_normalize_grad"
         if cpu:
-            out = _CPU_SUMSQ_OUT if name == "bn_sum_squares" else \
-                _CPU_ELEMENTS.replace("$ELEMENT", element)
+            if name == "bn_sum_squares":
+                out = _CPU_SUMSQ_OUT
+            else:
+                out = _CPU_ELEMENTS.replace("$ELEMENT", element)
+                if grad:
+                    out += _GMU_CHAIN + _CPU_ELEMENTS.replace("$ELEMENT", _GX)
             body = _CPU.safe_substitute(STATS=_indent(stats, 8), ELEMENTS=_indent(out, 8),
-                                   COST=str(split_cost(calls, ROW_ELEMENT_COST)),
-                                   L=str(CH_LANES))
+                                        COST=str(split_cost(calls, ROW_ELEMENT_COST)),
+                                        L=str(CH_LANES))
             if name == "bn_sum_squares":
                 body = _CPU_SUMSQ_EMPTY + body
         elif name == "bn_sum_squares":
             body = _CUDA_SUMSQ.safe_substitute(STATS=_indent(_one_lane(stats), 8))
         else:
-            grad = name == "bn_normalize_grad"
-            shared = f"    __shared__ {ft.ctype} rr_s;\n" + \
-                (f"    __shared__ {ft.ctype} gss_s;\n" if grad else "")
-            publish = " " * 12 + "rr_s = rr[0];\n" + (" " * 12 + "gss_s = gss[0];\n"
-                                                     if grad else "")
-            read = " " * 8 + "const $T m[1] = {mu[c0]}, rr[1] = {rr_s};\n" + \
+            shared = "".join(f"    __shared__ {ft.ctype} {v}_s;\n"
+                             for v in ("m", "rr") + (("gss", "gmu") if grad else ()))
+            publish = "".join(" " * 12 + f"{v}_s = {v}[0];\n"
+                              for v in ("m", "rr") + (("gss",) if grad else ()))
+            read = " " * 8 + "const $T m[1] = {m_s}, rr[1] = {rr_s};\n" + \
                 (" " * 8 + "const $T gss[1] = {gss_s};\n" if grad else "") + \
                 " " * 8 + "const int k = 0;\n"
+            after = _CUDA_GMU.substitute(GMU=_indent(_one_lane(_GMU_CHAIN), 8)).replace(
+                "$GX", _GX) if grad else ""
             body = _CUDA.safe_substitute(SHARED=shared, STATS=_indent(_one_lane(stats), 8),
-                                         PUBLISH=publish,
-                                    READ=read, ELEMENT=element)
+                                         PUBLISH=publish, READ=read, ELEMENT=element,
+                                         AFTER=after)
         body = Template(body).substitute(f)
         return [Kernel(ft.kernel(name), sig, body, Kind.ROWS, calls, CHANNELS)]
 
@@ -234,20 +281,17 @@ def stat_shape(shape: tuple) -> tuple:
     return (1, shape[1]) + (1,) * (len(shape) - 2)
 
 
-def _check_x(op: str, x: tuple, mu: tuple) -> None:
+def _check_x(op: str, x: tuple) -> None:
     if len(x) < 2:
         raise ValueError(f"{op}: x has shape {x}; expected (N, C, *positions) (at least two "
                          "axes, the channels second)")
-    if tuple(mu) != stat_shape(x):
-        raise ValueError(f"{op}: mu has shape {mu}; expected {stat_shape(x)} (x {x}'s channel "
-                         "means over the batch and positions, those axes kept as 1)")
 
 
 def _infer(op: str, nin: int):
     def infer(shapes_: tuple, attrs: dict) -> tuple[tuple, dict]:
-        x, mu = tuple(shapes_[nin - 2]), tuple(shapes_[nin - 1])
-        _check_x(op, x, mu)
-        if nin == 3 and tuple(shapes_[0]) != x:
+        x = tuple(shapes_[nin - 1])
+        _check_x(op, x)
+        if nin == 2 and tuple(shapes_[0]) != x:
             raise ValueError(f"{op}: g has shape {shapes_[0]}; expected x's shape {x}")
         return x, {"eps": check_eps(op, attrs.get("eps", 1e-5))}
 
@@ -256,13 +300,23 @@ def _infer(op: str, nin: int):
 
 def _sumsq_infer(shapes_: tuple, attrs: dict) -> tuple[tuple, dict]:
     x, mu = tuple(shapes_[0]), tuple(shapes_[1])
-    _check_x("bn_sum_squares", x, mu)
+    _check_x("bn_sum_squares", x)
+    if mu != stat_shape(x):
+        raise ValueError(f"bn_sum_squares: mu has shape {mu}; expected {stat_shape(x)} (x "
+                         f"{x}'s channel means over the batch and positions, those axes kept "
+                         "as 1)")
     return mu, {}
 
 
 # --------------------------------------------------------------------------- references
 def _axes(ndim: int) -> tuple[int, ...]:
     return (0,) + tuple(range(2, ndim))
+
+
+def _count(x) -> int:
+    """n: the values of a channel, N * prod(S)."""
+    nn, _, s = geometry(tuple(x.shape))
+    return nn * s
 
 
 def _sumsq(x: np.ndarray, mu: np.ndarray) -> tuple:
@@ -272,20 +326,20 @@ def _sumsq(x: np.ndarray, mu: np.ndarray) -> tuple:
     return d, serial_sum(MUL[ft].numpy(d, d), _axes(x.ndim)).reshape(mu.shape)
 
 
-def _stats(x: np.ndarray, mu: np.ndarray, eps: float) -> tuple:
+def _stats(x: np.ndarray, eps: float) -> tuple:
     """(d, sd, r, n) of every channel, by the other ops' references in the module doc's order."""
     ft, dt = of(x), x.dtype
+    n = ft.scalar(_count(x))
+    mu = DIV[ft].numpy(serial_sum(x, _axes(x.ndim)).reshape(stat_shape(x.shape)), n)
     d, ss = _sumsq(x, mu)
-    nn, _, s = geometry(x.shape)
-    n = ft.scalar(nn * s)
     sd = SQRT[ft].numpy(ADD[ft].numpy(DIV[ft].numpy(ss, n), round_scalar(eps, dt)))
     return d, sd, DIV[ft].numpy(dt.type(1.0), sd), n
 
 
-def _reference(x: np.ndarray, mu: np.ndarray, *, eps: float) -> np.ndarray:
+def _reference(x: np.ndarray, *, eps: float) -> np.ndarray:
     if not x.size:
         return x.copy()
-    d, _, r, _ = _stats(x, mu, eps)
+    d, _, r, _ = _stats(x, eps)
     return MUL[of(x)].numpy(d, r)
 
 
@@ -295,16 +349,19 @@ def _sumsq_reference(x: np.ndarray, mu: np.ndarray) -> np.ndarray:
     return _sumsq(x, mu)[1]
 
 
-def _grad_reference(g: np.ndarray, x: np.ndarray, mu: np.ndarray, *, eps: float) -> np.ndarray:
+def _grad_reference(g: np.ndarray, x: np.ndarray, *, eps: float) -> np.ndarray:
     if not x.size:
         return x.copy()
-    ft = of(x)
-    d, sd, r, n = _stats(x, mu, eps)
-    gr = serial_sum(MUL[ft].numpy(g, d), _axes(x.ndim)).reshape(mu.shape)
+    ft, dt = of(x), x.dtype
+    d, sd, r, n = _stats(x, eps)
+    stat = stat_shape(x.shape)
+    gr = serial_sum(MUL[ft].numpy(g, d), _axes(x.ndim)).reshape(stat)
     gsd = NEG[ft].numpy(MUL[ft].numpy(DIV[ft].numpy(gr, sd), r))
     gss = DIV[ft].numpy(DIV[ft].numpy(gsd, ADD[ft].numpy(sd, sd)), n)
     q = MUL[ft].numpy(gss, d)
-    return ADD[ft].numpy(ADD[ft].numpy(MUL[ft].numpy(g, r), q), q)
+    gd = ADD[ft].numpy(ADD[ft].numpy(MUL[ft].numpy(g, r), q), q)
+    gmu = serial_sum(NEG[ft].numpy(gd), _axes(x.ndim)).reshape(stat)
+    return ADD[ft].numpy(gd, MUL[ft].numpy(gmu, round_scalar(1.0 / _count(x), dt)))
 
 
 # --------------------------------------------------------------------------- launches, rules
@@ -321,22 +378,23 @@ def _launch_channels(rt, kernel: Kernel, arrays: tuple, x, scalars: tuple) -> No
 
 
 def _scalars(x, eps: float) -> tuple:
-    """eps and n as the kernels take them (each rounded once to the dtype)."""
+    """eps, n and 1 / n as the kernels take them (each rounded once to the dtype)."""
     dt = np.dtype(x.dtype)
-    nn, _, s = geometry(tuple(x.shape))
-    return round_scalar(eps, dt), dtypes.float_type(dt).scalar(nn * s)
+    n = _count(x)
+    return (round_scalar(eps, dt), dtypes.float_type(dt).scalar(n),
+            round_scalar(1.0 / n, dt) if n else dt.type(0))
 
 
 def _launch(rt, ks, ins, out, *, eps):
-    x, mu = ins
+    (x,) = ins
     if x.size:
-        _launch_channels(rt, ks.only, (x, mu, out), x, _scalars(x, eps))
+        _launch_channels(rt, ks.only, (x, out), x, _scalars(x, eps)[:2])
 
 
 def _grad_launch(rt, ks, ins, out, *, eps):
-    g, x, mu = ins
+    g, x = ins
     if x.size:
-        _launch_channels(rt, ks.only, (g, x, mu, out), x, _scalars(x, eps))
+        _launch_channels(rt, ks.only, (g, x, out), x, _scalars(x, eps))
 
 
 def _sumsq_launch(rt, ks, ins, out):
@@ -344,44 +402,49 @@ def _sumsq_launch(rt, ks, ins, out):
     _launch_channels(rt, ks.only, (x, mu, out), x, ())
 
 
-def composite_grad(be, g, x, mu, eps: float):
+def composite_grad(be, g, x, eps: float):
     """The module doc's backward as recorded ops (differentiable again), the same bits as
     ``bn_normalize_grad``."""
     shape = tuple(x.shape)
-    nn, _, s = geometry(shape)
-    n = be.constant(np.asarray(nn * s, x.dtype))
+    count = _count(x)
+    n = be.constant(np.asarray(count, x.dtype))
+    axes = _axes(len(shape))
+    mu = be.mean(x, axes, True)
     d = be.sub(x, mu)
-    sd = be.sqrt(be.adds(be.div(be.sum(be.mul(d, d), _axes(len(shape)), True), n), eps))
+    sd = be.sqrt(be.adds(be.div(be.sum(be.mul(d, d), axes, True), n), eps))
     r = be.div(be.constant(np.asarray(1.0, x.dtype)), sd)
     gr = be.sum_to(be.mul(g, d), tuple(r.shape))
     gsd = be.neg(be.mul(be.div(gr, sd), r))
     gss = be.broadcast_to(be.div(be.div(gsd, be.add(sd, sd)), n), shape)
-    return be.add(be.add(be.mul(g, r), be.mul(gss, d)), be.mul(gss, d))
+    gd = be.add(be.add(be.mul(g, r), be.mul(gss, d)), be.mul(gss, d))
+    gmu = be.sum_to(be.neg(gd), tuple(mu.shape))
+    return be.add(gd, be.broadcast_to(be.muls(gmu, 1.0 / count), shape))
 
 
 def _vjp(be, g, ins, out, needs, *, eps):
-    x, mu = ins
-    gd = composite_grad(be, g, x, mu, eps) if be.differentiates else \
-        be.bn_normalize_grad(g, x, mu, eps=eps)
-    return (gd if needs[0] else None, be.neg(gd) if needs[1] else None)
+    (x,) = ins
+    return (composite_grad(be, g, x, eps) if be.differentiates else
+            be.bn_normalize_grad(g, x, eps=eps),)
 
 
 def _pin(ins: list, y, G) -> list:
     """The backward of the module doc evaluated channel by channel on numpy scalars (one IEEE
-    rounding per operation), independently of the rule: [d x, d mu] at eps = PIN_EPS."""
-    x, mu = ins
+    rounding per operation), independently of the rule: [d x] at eps = PIN_EPS."""
+    (x,) = ins
     T = np.float64 if x.dtype == np.float64 else np.float32
     gx = np.empty(x.shape, x.dtype)
-    gmu = np.empty(mu.shape, mu.dtype)
     nn, c, s = geometry(x.shape)
     xs, gs = x.reshape(nn, c, s), G.reshape(nn, c, s)
     gxs = gx.reshape(nn, c, s)
-    eps, n = T(PIN_EPS), T(nn * s)
+    eps, n, inv_n = T(PIN_EPS), T(nn * s), T(1.0 / (nn * s))
     with np.errstate(all="ignore"):
         for ch in range(c):
-            m = T(mu.reshape(-1)[ch])
             xv = [T(xs[i, ch, q]) for i in range(nn) for q in range(s)]
             gv = [T(gs[i, ch, q]) for i in range(nn) for q in range(s)]
+            m = xv[0]
+            for v in xv[1:]:
+                m = m + v
+            m = m / n
             d = [v - m for v in xv]
             ss = d[0] * d[0]
             for v in d[1:]:
@@ -392,41 +455,39 @@ def _pin(ins: list, y, G) -> list:
             for j in range(1, len(d)):
                 gr = gr + gv[j] * d[j]
             gss = (-((gr / sd) * r) / (sd + sd)) / n
-            out = [(gv[j] * r + gss * d[j]) + gss * d[j] for j in range(len(d))]
-            gxs[:, ch, :] = np.asarray(out, x.dtype).reshape(nn, s)
-            t = -out[0]
-            for v in out[1:]:
-                t = t + -v
-            gmu.reshape(-1)[ch] = t
-    return [gx, gmu]
+            gd = [(gv[j] * r + gss * d[j]) + gss * d[j] for j in range(len(d))]
+            gmu = -gd[0]
+            for v in gd[1:]:
+                gmu = gmu + -v
+            t = gmu * inv_n
+            gxs[:, ch, :] = np.asarray([v + t for v in gd], x.dtype).reshape(nn, s)
+    return [gx]
 
 
-def _twin(t, x, mu, eps):
-    """torch's value of bn_normalize: the normalisation by the biased variance."""
-    dims = (0,) + tuple(range(2, x.dim()))
-    return (x - mu) / t.sqrt(((x - mu) * (x - mu)).mean(dims, keepdim=True) + eps)
+def _twin(t, x, eps):
+    """torch's value of bn_normalize: batch normalisation by the batch's mean and biased
+    variance (F.batch_norm in training, no affine, no running statistics)."""
+    return t.nn.functional.batch_norm(x, None, None, training=True, eps=eps)
 
 
 PIN_EPS = 1e-5
 X_SHAPES = ((2, 3), (3, 2, 5), (2, 3, 2, 3), (1, 1), (4, 1), (1, 2, 1, 1), (2, 9, 4),
             (0, 3), (2, 0, 3), (2, 3, 0))
-register(Op("bn_normalize", ("x", "mu"), ("eps",), _infer("bn_normalize", 2), _reference,
+register(Op("bn_normalize", ("x",), ("eps",), _infer("bn_normalize", 1), _reference,
             _kernels("bn_normalize", False), _launch, _vjp,
-            "(x - mu) * (1 / sqrt(sum((x - mu)^2) / n + eps)) per channel of x (N, C, *S) "
-            "(batch_norm's training statistics after the mean; serial sums over (N, *S), each "
-            "operation rounded once)",
+            "(x - mu) * (1 / sqrt(sum((x - mu)^2) / n + eps)) per channel of x (N, C, *S), mu "
+            "the channel's mean (batch_norm's training statistics; serial sums over (N, *S), "
+            "each operation rounded once)",
             {"eps": 1e-5}, cpu=_kernels("bn_normalize", True),
-            checks=Checks(tuple(((s, stat_shape(s)), {"eps": e}) for s in X_SHAPES
-                                for e in (1e-5, 0.0)),
-                          (((3, 2, 5), (1, 2, 1)), {"eps": PIN_EPS}), (ANY, ANY), _pin,
-                          _twin)))
-register(Op("bn_normalize_grad", ("g", "x", "mu"), ("eps",), _infer("bn_normalize_grad", 3),
+            checks=Checks(tuple(((s,), {"eps": e}) for s in X_SHAPES for e in (1e-5, 0.0)),
+                          (((3, 2, 5),), {"eps": PIN_EPS}), (ANY,), _pin, _twin)))
+register(Op("bn_normalize_grad", ("g", "x"), ("eps",), _infer("bn_normalize_grad", 2),
             _grad_reference, _kernels("bn_normalize_grad", False), _grad_launch, None,
-            "bn_normalize's backward: the batch_norm composite's gradient of x - mu for an "
-            "upstream g (module doc's order)", {"eps": 1e-5},
+            "bn_normalize's backward: the batch_norm composite's gradient of x for an upstream "
+            "g (module doc's order)", {"eps": 1e-5},
             cpu=_kernels("bn_normalize_grad", True)))
 register(Op("bn_sum_squares", ("x", "mu"), (), _sumsq_infer, _sumsq_reference,
             _kernels("bn_sum_squares", False), _sumsq_launch, None,
             "sum((x - mu)^2) per channel of x (N, C, *S), a serial sum over (N, *S) (the "
-            "running variance's input in batch_norm; no gradient)",
+            "running variance's input in batch_norm, mu the mean op's; no gradient)",
             cpu=_kernels("bn_sum_squares", True)))
