@@ -54,12 +54,12 @@ The exact conv kernels run the matmul kernel's own product on im2col panels (sma
 chunks; `benchmarks/results/cpu_conv.md`), keeping each output's serial sum over (c, kh, kw) and
 each weight gradient's over (n, oy, ox); BatchNorm's batch mean and biased variance are serial
 sums over (n, h, w) in row-major order, each BatchNorm one op each way, its statistics and
-the mean's gradient included (`bn_normalize`, `bn_normalize_grad`; docs/semantics.md). torch's oneDNN kernels reassociate
-freely. Where the captured step's time goes (each launch of the replayed step timed alone,
-float64, 2 threads, 2026-12-05): about 70% in the conv kernels (forward, input and weight
-gradients 20-27 G multiply-adds/s at 8x8 and 4x4 on 2 threads, the exact matmul's own rate;
-float32 31-38), then the elementwise passes around BatchNorm and ReLU (add, mul, copies: ~15%),
-BatchNorm's ops (~7%) and the reductions.
+the mean's gradient included (`bn_normalize`, `bn_normalize_grad`; docs/semantics.md).
+torch's oneDNN kernels reassociate freely. Where the captured step's time goes (each launch
+of the replayed step timed alone, float64, 2 threads, 2026-12-05): about 70% in the conv
+kernels (forward, input and weight gradients 20-27 G multiply-adds/s at 8x8 and 4x4 on 2
+threads, the exact matmul's own rate; float32 31-38), then the elementwise passes around
+BatchNorm and ReLU (add, mul, copies: ~15%), BatchNorm's ops (~7%) and the reductions.
 Issue 41's target for this step is <= 0.6x torch eager on 2 threads: $VERDICT.
 """
 
