@@ -44,7 +44,7 @@ import numpy as np
 from .. import dtypes
 from ..kernels import Kernel, Kind, params
 from .elementwise import ADD, MUL
-from .forms import BLOCK, CONV, grid_for
+from .forms import BLOCK, CONV, ELEMENT_COST, grid_for
 from .inner import (
     FMA_INTRINSIC,
     FMA_KERNELS,
@@ -513,8 +513,8 @@ $IM2COL$PRODUCT$SCRATCH
     T* gm = scratch(1, Og * Q);
     T* dwt = scratch(3, K * Og);
     for (long long gi = 0; gi < G; ++gi) {
-        // an image's copies weigh 4 units a value (a map's element: gtensor.ops.forms.ELEMENT_COST)
-        gtcpu::parallel_for(N, 4 * (P * K + Og * P), [=](long long lo, long long hi) {
+        // an image's copies weigh a map element's units a value (forms.ELEMENT_COST)
+        gtcpu::parallel_for(N, $COPY_COST * (P * K + Og * P), [=](long long lo, long long hi) {
             T* xp = scratch(2, Cg * Hp * Wp + XP_SLACK);
             for (long long nn = lo; nn < hi; ++nn) {
                 im2col(x + (nn * C + gi * Cg) * H * W, cols + nn * P, Q, xp);
@@ -630,7 +630,8 @@ def _kernels(spec: tuple, cpu: bool):
             init, step = _STEPS[name][inner]
             if cpu:
                 body = cpu_body.substitute(T=t, IM2COL=_IM2COL, PRODUCT=cpu_product(inner),
-                                          CHUNKS=_CHUNKS, SCRATCH=_SCRATCH)
+                                          CHUNKS=_CHUNKS, SCRATCH=_SCRATCH,
+                                          COPY_COST=str(ELEMENT_COST))
             else:
                 text = _GRID.replace("$ONE", one.replace("$INIT", init).replace("$STEP", step))
                 body = Template(text).substitute(T=t, MUL=MUL[ft].cname, ADD=ADD[ft].cname,

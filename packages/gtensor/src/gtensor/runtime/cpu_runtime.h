@@ -172,7 +172,8 @@ struct Shared {
     // launch (a step's launches come microseconds apart), tens when they sleep. Tests lower it
     // (gtcpu_set_parallel_work) so that every kernel's split is exercised on small arrays.
     // 1 << 17 (a map splits from 32 K elements, a float64 product from 16 K multiply-adds),
-    // measured A/B against 1 << 22 on 2 threads: rung 8b's ResNet step -8% (f64) / -19% (f32),
+    // measured A/B against 1 << 22 on 2 threads: rung 8b's ResNet step -8 / -20% (f64, two
+    // runs) and -19 / -20% (f32),
     // rung 9's GPT step replayed -12% / -14%, its tape -8%; 64^3 / 200x64x32 f64 products
     // 14 / 20 -> 12 / 14 us, 32x64x64 9 -> 9.3 us.
     long long parallel_work;
