@@ -616,3 +616,30 @@ def test_whole_windows_run_the_generic_reduction(be, op, attrs, shape, kernel):
         o = attrs["output_size"]
         want = cl.loop_adaptive_avg_pool2d(x, (o, o) if isinstance(o, int) else o)
     assert bits_equal(want, got), first_difference(want, got)
+
+
+@pytest.mark.parametrize("inner", ["plain", "fma"])
+@pytest.mark.parametrize("dtype", DTYPES, ids=["f64", "f32"])
+def test_weight_gradient_keeps_zero_signs_and_nans(be, dtype, inner):
+    """The weight gradient over a position count whose row bytes are a multiple of 512 (2
+    images of 8x8: the cpu kernel closes each chain with (-0.0) * (+0.0) terms there): a
+    plain gradient that is exactly -0.0 stays -0.0 (a closing +0.0 term would make it +0.0), NaN
+    and inf pass as the loop oracle's, on 1, 2 and 3 cpu threads; a 6x6 pair (no closing
+    terms) alike."""
+    rng = np.random.default_rng(5)
+    for hw in (8, 6):
+        x = np.abs(rng.standard_normal((2, 2, hw, hw))).astype(dtype)
+        gy = np.full((2, 3, hw, hw), -0.0, dtype)  # every product -0.0: every sum -0.0
+        gy[1, 1] = rng.standard_normal((hw, hw)).astype(dtype)  # output channel 1: values
+        gy[0, 2, 3, 3] = np.nan
+        gy[1, 2, 0, 0] = np.inf
+        at = {"stride": 1, "padding": 1, "kernel": (3, 3), "inner": inner}
+        want = cl.loop_conv2d_grad_weight(gy, x, 1, 1, (3, 3), inner)
+        # the all -0.0 channel: -0.0 under plain (the first product starts the chain), +0.0
+        # under fma (its chain starts at +0.0)
+        assert not np.any(want[0]) and np.all(np.signbit(want[0]) == (inner == "plain"))
+        with cpu_thread_runs(be, threads=("1", "2", "3")) as runs:
+            for threads in runs:
+                got = _run(be, "conv2d_grad_weight", [gy, x], **at)
+                assert bits_equal(want, got), f"{hw}x{hw} threads={threads}: " \
+                                              f"{first_difference(want, got)}"

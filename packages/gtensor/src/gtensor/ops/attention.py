@@ -403,7 +403,7 @@ _CPU_WEIGHTS = """\
                     T* dst = (c == 0 ? q : c == 1 ? k : v) + i * D;
                     for (long long e = 0; e < D; ++e) dst[e] = src[e];
                 }
-            product(q, k, sr, 1, L, D, L, 0, 1, true);  // scores: q @ k^T
+            product(q, k, sr, 1, L, D, L, 0, 1, true, gtcpu::NoPack{});  // scores: q @ k^T
             for (long long i = 0; i < L; ++i) {
                 T* xr = sr + i * L;
                 T* zrow = zr + (causal ? i * (i + 1) / 2 : i * L);
@@ -454,7 +454,7 @@ $PRODUCT$SCRATCH
 $TILE        T* ob = scratch(5, L * D);
         for (long long bh = lo; bh < hi; ++bh) {
 $WEIGHTS
-            product(w, v, ob, 1, L, L, D, 0, 0, true);  // out = w @ v
+            product(w, v, ob, 1, L, L, D, 0, 0, true, gtcpu::NoPack{});  // out = w @ v
             for (long long i = 0; i < L; ++i) {
                 T* dst = y + ((b * L + i) * H + h) * D;
                 for (long long e = 0; e < D; ++e) dst[e] = ob[i * D + e];
@@ -476,8 +476,8 @@ $WEIGHTS
                 const T* src = g + ((b * L + i) * H + h) * D;
                 for (long long e = 0; e < D; ++e) gb[i * D + e] = src[e];
             }
-            product(gb, v, dy, 1, L, D, L, 0, 1, true);  // g @ v^T
-            product(w, gb, dv, 1, L, L, D, 1, 0, true);  // w^T @ g
+            product(gb, v, dy, 1, L, D, L, 0, 1, true, gtcpu::NoPack{});  // g @ v^T
+            product(w, gb, dv, 1, L, L, D, 1, 0, true, gtcpu::NoPack{});  // w^T @ g
             if (drop) {  // dropout's backward: the forward's mask, from the kept words
                 dropout_mask(dy, dy, wd + off, L * L);
             }
@@ -491,8 +491,8 @@ $WEIGHTS
                     for (long long j = i + 1; j < L; ++j) dr[j] = (T)0;
                 for (long long j = 0; j < L; ++j) dr[j] = $MUL(dr[j], sc);
             }
-            product(dy, k, dq, 1, L, L, D, 0, 0, true);  // ds @ k
-            product(dy, q, dk, 1, L, L, D, 1, 0, true);  // ds^T @ q
+            product(dy, k, dq, 1, L, L, D, 0, 0, true, gtcpu::NoPack{});  // ds @ k
+            product(dy, q, dk, 1, L, L, D, 1, 0, true, gtcpu::NoPack{});  // ds^T @ q
             for (long long i = 0; i < L; ++i)
                 for (int c = 0; c < 3; ++c) {
                     const T* src = (c == 0 ? dq : c == 1 ? dk : dv) + i * D;

@@ -373,20 +373,15 @@ _STEPS = {
 """)},
 }
 
-# cpu: each image's group is copied once into an im2col panel (padded +0.0), then the
-# products below run every output's chain in the defined order.
-_IM2COL = """\
-    // out[k * ks + p] of one image's group (xn: its first channel), for the taps k = (c, i, j)
-    // and positions p = (oy, ox): xp[c, oy*sh + i*dh, ox*sw + j*dw] of the padded image (xp:
-    // the group's channels copied once into a buffer of (H + 2 ph) x (W + 2 pw), borders
-    // +0.0): no bounds test per element, and no library call per row (at 4x4 and 8x8 images
-    // a memcpy call per row costs more than the copy)
-    const long long Hp = H + 2 * ph, Wp = W + 2 * pw, XP_SLACK = 8;
+# cpu: each image's group is copied once into a padded buffer (+0.0 borders), its im2col
+# rows made from it, then the products below run every output's chain in the defined order.
+_COPY_ROW = """\
     // o[0..n) = s[0, st, 2 st, ..]: when st is 1 native-width vector moves, then one move
     // each of 32 and 16 bytes where they fit (a row of 8x8 images' 8 values: one move); when
     // st is 2 four values at a time by a shuffle of two loads (xp has XP_SLACK values after
-    // its end for the last one); then one value at a time (the empty asm keeps the compiler
-    // from turning the loops into memcpy calls: a call per row cost more than the row)
+    // its end for the last one); then one value at a time (the empty asm on the index keeps
+    // the compiler from turning the loops into memcpy calls, a call per row costing more than
+    // the row, without the memory barrier that made every row reload the kernel's geometry)
     auto copy_row = [](T* __restrict__ o, const T* __restrict__ s, long long n, long long st) {
         constexpr long long LW = gtcpu::VEC_BYTES / sizeof(T), L4 = 32 / sizeof(T),
                             L2 = 16 / sizeof(T);
@@ -397,7 +392,7 @@ _IM2COL = """\
         if (st == 1) {
             for (; i + LW <= n; i += LW) {
                 gtcpu::vstore(o + i, gtcpu::vload<VW>(s + i));
-                asm("" ::: "memory");
+                asm("" : "+r"(i));
             }
             if (L4 < LW && i + L4 <= n) {
                 gtcpu::vstore(o + i, gtcpu::vload<V4>(s + i));
@@ -416,29 +411,83 @@ _IM2COL = """\
             for (; i + 4 <= n; i += 4) {  // reads s[2 i + 7]: one past the last value used
                 const V lo = gtcpu::vload<V>(s + 2 * i), hi = gtcpu::vload<V>(s + 2 * i + 4);
                 gtcpu::vstore(o + i, __builtin_shuffle(lo, hi, even));
-                asm("" ::: "memory");
+                asm("" : "+r"(i));
             }
         }
         for (; i < n; ++i) {
             o[i] = s[i * st];
-            asm("" ::: "memory");
+            asm("" : "+r"(i));
         }
     };
-    auto im2col = [=](const T* __restrict__ xn, T* __restrict__ out, long long ks,
-                      T* __restrict__ xp) {
+"""
+_IM2COL = """\
+    // The im2col matrix's rows: for tap k = (c, i, j) and position p = (oy, ox) of one image's
+    // group, xp[c, oy*sh + i*dh, ox*sw + j*dw] of the padded image (xp: the group's channels
+    // copied once into a buffer of (H + 2 ph) x (W + 2 pw), borders +0.0): no bounds test per
+    // element, and no library call per row (at 4x4 and 8x8 images a memcpy call per row costs
+    // more than the copy)
+    const long long Hp = H + 2 * ph, Wp = W + 2 * pw, XP_SLACK = 8;
+    // xp = the group's channels of one image (xn), padded with +0.0
+    auto pad_image = [=](const T* __restrict__ xn, T* __restrict__ xp) {
         for (long long q = 0; q < Cg * Hp * Wp; ++q) xp[q] = (T)0;
         for (long long c = 0; c < Cg; ++c)
             for (long long yy = 0; yy < H; ++yy)
                 copy_row(xp + (c * Hp + yy + ph) * Wp + pw, xn + (c * H + yy) * W, W, 1);
-        long long k = 0;
+    };
+    // tap (c, i, j)'s rows of one padded image xp: out[oy * OW + ox] = xp[c, oy*sh + i*dh,
+    // ox*sw + j*dw], a row one move of B bytes (by_width), or copy_row when B is 0
+    auto tap_image = [=](auto bytes_, T* __restrict__ out, const T* __restrict__ xp,
+                         long long c, long long i, long long j) {
+        constexpr int B = decltype(bytes_)::value;
+        const T* src = xp + (c * Hp + i * dil_h) * Wp + j * dil_w;
+        for (long long oy = 0; oy < OH; ++oy)
+            if constexpr (B > 0) {
+                typedef typename gtcpu::Vec<T, B / sizeof(T)>::type V;
+                gtcpu::vstore(out + oy * OW, gtcpu::vload<V>(src + oy * sh * Wp));
+            } else {
+                copy_row(out + oy * OW, src + oy * sh * Wp, OW, sw);
+            }
+    };
+"""
+# The forward's product takes b's panels from ``pack_cols`` (the product's ``pack`` hook): a
+# panel's PANEL_W columns of the chunk's im2col matrix, made from the padded images when the
+# product first uses it, into a buffer that stays in L1 (the whole im2col matrix of a chunk,
+# written first and read back, went through L2: its copies cost as much as the product).
+# xps: the chunk's padded images, XPS values apart.
+_PACK_COLS = """\
+    constexpr long long PANEL_W = 2 * gtcpu::VEC_BYTES / sizeof(T);  // the product's PW
+    // the taps' rows of one run of `bytes` bytes (stride 1, one vector move per tap), or of
+    // len values at stride sw (copy_row): o[kk * PANEL_W ..] from s + the tap's offset
+    auto tap_rows = [=](auto bytes_, T* __restrict__ o, const T* __restrict__ s,
+                        long long len) {
+        constexpr int B = decltype(bytes_)::value;
+        long long kk = 0;
         for (long long c = 0; c < Cg; ++c)
-            for (long long i = 0; i < KH; ++i)
-                for (long long j = 0; j < KW; ++j, ++k) {
-                    T* ok = out + k * ks;
-                    const T* src = xp + (c * Hp + i * dil_h) * Wp + j * dil_w;
-                    for (long long oy = 0; oy < OH; ++oy)
-                        copy_row(ok + oy * OW, src + oy * sh * Wp, OW, sw);
+            for (long long i = 0; i < KH; ++i) {
+                const T* sr = s + (c * Hp + i * dil_h) * Wp;
+                for (long long j = 0; j < KW; ++j, ++kk) {
+                    if constexpr (B > 0) {
+                        typedef typename gtcpu::Vec<T, B / sizeof(T)>::type V;
+                        gtcpu::vstore(o + kk * PANEL_W, gtcpu::vload<V>(sr + j * dil_w));
+                    } else {
+                        copy_row(o + kk * PANEL_W, sr + j * dil_w, len, sw);
+                    }
                 }
+            }
+    };
+    const long long XPS = Cg * Hp * Wp + XP_SLACK;
+    auto pack_cols = [=](const T* xps, T* __restrict__ panel, long long j0, long long w) {
+        for (long long jj = 0, q = j0; jj < w;) {  // runs of one (image, output row)
+            const long long u = q / P, ox = q % P % OW, oy = q % P / OW;
+            const long long len = OW - ox < w - jj ? OW - ox : w - jj;
+            const T* s = xps + u * XPS + oy * sh * Wp + ox * sw;
+            by_width(len, sw, [&](auto bytes_) { tap_rows(bytes_, panel + jj, s, len); });
+            jj += len;
+            q += len;
+        }
+        if (w < PANEL_W)
+            for (long long kk = 0; kk < K; ++kk)
+                for (long long jj = w; jj < PANEL_W; ++jj) panel[kk * PANEL_W + jj] = (T)0;
     };
 """
 # The products run by ``product`` (``inner.cpu_product``): the cpu matmul kernel's own body --
@@ -455,6 +504,22 @@ _IM2COL = """\
 # when short): a fresh allocation of a few MB is new pages every call, whose first touches
 # cost as much as a small conv's copies
 _SCRATCH = cpu_scratch(4)
+# f(Int<B>{}): B the bytes of a run of len values at stride st when st is 1 and one vector
+# move of 16, 32 or 64 bytes holds it exactly (8x8 and 4x4 images' rows: constant-size
+# moves and adds, no loop), else B = 0 (the caller's general loop)
+_BY_WIDTH = """\
+    auto by_width = [](long long len, long long st, auto f) {
+        const long long bytes = st == 1 ? len * (long long)sizeof(T) : 0;
+        if (bytes == 64)
+            f(gtcpu::Int<64>{});
+        else if (bytes == 32)
+            f(gtcpu::Int<32>{});
+        else if (bytes == 16)
+            f(gtcpu::Int<16>{});
+        else
+            f(gtcpu::Int<0>{});
+    };
+"""
 _CHUNKS = """\
     const long long CHUNK_COLS = 512;
     const long long threads = gtcpu::thread_count(), spread = (N + threads - 1) / threads;
@@ -466,21 +531,23 @@ _CHUNKS = """\
 _CPU_CONV = Template(_DECODE + """\
     typedef $T T;
     const long long P = OH * OW, K = Cg * KH * KW;
-$IM2COL$PRODUCT$SCRATCH$CHUNKS
-    // per chunk and group: cols (K x Q), Q = nb * P, the chunk's im2col panels side by side;
-    // yb (Og x Q) = w[group] (Og x K) @ cols, copied into y[n, group] (one image: the
-    // product writes y directly)
+$ROWS$IM2COL$PACK_COLS$PRODUCT$SCRATCH$CHUNKS
+    // per chunk and group: the chunk's images padded (xps); yb (Og x Q) = w[group] (Og x K)
+    // @ cols (K x Q, Q = nb * P: the chunk's im2col matrices side by side, made a panel at
+    // a time by pack_cols), copied into y[n, group] (one image: the product writes y)
     auto run = [=](long long lo, long long hi) {
-        T* cols = scratch(0, K * NB * P);
         T* yb = scratch(1, Og * NB * P);
-        T* xp = scratch(2, Cg * Hp * Wp + XP_SLACK);
+        T* xps = scratch(2, NB * XPS);
         for (long long ch = lo; ch < hi; ++ch) {
             const long long n0 = ch * NB, nb = n0 + NB <= N ? NB : N - n0, Q = nb * P;
             for (long long gi = 0; gi < G; ++gi) {
                 for (long long u = 0; u < nb; ++u)
-                    im2col(x + ((n0 + u) * C + gi * Cg) * H * W, cols + u * P, Q, xp);
+                    pad_image(x + ((n0 + u) * C + gi * Cg) * H * W, xps + u * XPS);
                 T* dst = nb == 1 ? y + (n0 * O + gi * Og) * P : yb;
-                product(w + gi * Og * K, cols, dst, 1, Og, K, Q, 0, 0, outer);
+                auto pack = [=](T* panel, long long j0, long long w) {
+                    pack_cols(xps, panel, j0, w);
+                };
+                product(w + gi * Og * K, nullptr, dst, 1, Og, K, Q, 0, 0, outer, pack);
                 if (nb > 1)
                     for (long long u = 0; u < nb; ++u)
                         for (long long q = 0; q < Og; ++q)
@@ -496,33 +563,66 @@ $IM2COL$PRODUCT$SCRATCH$CHUNKS
 _CPU_GRAD_WEIGHT = Template(_DECODE + """\
     typedef $T T;
     const long long P = OH * OW, K = Cg * KH * KW, Q = N * P;
-$IM2COL$PRODUCT$SCRATCH
+$ROWS$IM2COL$PRODUCT$SCRATCH
     if (Q == 0) {
         for (long long e = 0; e < n; ++e) y[e] = (T)0;
         return;
     }
-    // one group at a time (the buffers are the calling thread's; each image's im2col runs on
-    // the thread its part went to, with that thread's xp): cols[k][q] over every position
-    // q = (nn, p) and gm[o][q] = g[nn, group's o, p] (exact copies), then dw[group]^T
-    // (K x Og) = cols (K x Q) @ gm^T (Q x Og), gm read transposed by the product (tb: its
-    // few rows gathered into panels; measured faster than gm @ cols^T, whose few long rows
-    // of a are 4 KB-multiples apart at the usual Q), and copied out transposed: each
-    // weight's chain over the positions (n, oy, ox) in row-major order (a product of two
-    // numbers is one rounding whichever comes first, as is a fused multiply-add)
-    T* cols = scratch(0, K * Q);
-    T* gm = scratch(1, Og * Q);
+    // One group at a time. First, per image (across threads): its channels padded (xps, the
+    // calling thread's buffer, XPS values an image) and g's rows transposed into gt[q][o] =
+    // g[nn, group's o, p] (q = (nn, p)). Then each thread its share of the taps t0..t1: their
+    // rows of the im2col matrix over every position (cols[t][q], in the thread's own buffer:
+    // written and read in its L2, where rows written by the other thread came through L3)
+    // and dw[group]^T's rows (t1 - t0 x Og) = cols @ gt (Q x Og), one product whose one panel
+    // its pack hook makes from gt (where tb gathered g's rows in every thread); dw^T copied
+    // out transposed. Each weight's chain over the positions (n, oy, ox) in row-major order (a
+    // product of two numbers is one rounding whichever comes first, as is a fused
+    // multiply-add). The rows of cols and gt are QS = Q + Z long: a row of Q values whose
+    // bytes are a multiple of 512 (8 images of 8x8, 32 of 4x4) would put a tile's rows of cols
+    // in a few sets of the 8-way L1, evicting each other every few k-steps, so such rows get a
+    // cache line more: Z terms closing every chain with (-0.0) * (+0.0) (cols' -0.0, gt's
+    // +0.0), and x + (-0.0) is x for every x (-0.0, +0.0 and NaN included), as is
+    // fma(-0.0, +0.0, x): each chain's value is its Q terms' to the bit.
+    constexpr long long PANEL_W = 2 * gtcpu::VEC_BYTES / sizeof(T);  // the product's PW
+    const long long Z = (Q * (long long)sizeof(T)) % 512 == 0 ? 64 / (long long)sizeof(T) : 0;
+    const long long QS = Q + Z, XPS = Cg * Hp * Wp + XP_SLACK;
+    // a multiply-add weighs as in the product (64 / its lanes units)
+    const long long UNIT = 64 / (gtcpu::VEC_BYTES / (long long)sizeof(T));
+    T* xps = scratch(2, N * XPS);
+    T* gt = scratch(1, QS * Og);
     T* dwt = scratch(3, K * Og);
+    for (long long q = Q * Og; q < QS * Og; ++q) gt[q] = (T)0;
     for (long long gi = 0; gi < G; ++gi) {
         // an image's copies weigh a map element's units a value (forms.ELEMENT_COST)
-        gtcpu::parallel_for(N, $COPY_COST * (P * K + Og * P), [=](long long lo, long long hi) {
-            T* xp = scratch(2, Cg * Hp * Wp + XP_SLACK);
+        gtcpu::parallel_for(N, $COPY_COST * (Cg * Hp * Wp + Og * P),
+                            [=](long long lo, long long hi) {
             for (long long nn = lo; nn < hi; ++nn) {
-                im2col(x + (nn * C + gi * Cg) * H * W, cols + nn * P, Q, xp);
-                for (long long q = 0; q < Og; ++q)
-                    copy_row(gm + q * Q + nn * P, g + (nn * O + gi * Og + q) * P, P, 1);
+                pad_image(x + (nn * C + gi * Cg) * H * W, xps + nn * XPS);
+                const T* gn = g + (nn * O + gi * Og) * P;
+                for (long long p = 0; p < P; ++p)
+                    for (long long o = 0; o < Og; ++o) gt[(nn * P + p) * Og + o] = gn[o * P + p];
             }
         });
-        product(cols, gm, dwt, 1, K, Q, Og, 0, 1, false);
+        // gt's one panel (Og <= PANEL_W: the conv's few output channels), or its panels
+        auto pack = [=](T* __restrict__ panel, long long j0, long long w) {
+            for (long long q = 0; q < QS; ++q) {
+                copy_row(panel + q * PANEL_W, gt + q * Og + j0, w, 1);
+                for (long long o = w; o < PANEL_W; ++o) panel[q * PANEL_W + o] = (T)0;
+            }
+        };
+        gtcpu::parallel_for(K, Q * $COPY_COST + QS * Og * UNIT, [=](long long t0, long long t1) {
+            T* cols = scratch(0, (t1 - t0) * QS);
+            by_width(OW, sw, [&](auto bytes_) {
+                for (long long t = t0; t < t1; ++t) {
+                    T* ct = cols + (t - t0) * QS;
+                    for (long long q = Q; q < QS; ++q) ct[q] = (T)-0.0;
+                    for (long long nn = 0; nn < N; ++nn)
+                        tap_image(bytes_, ct + nn * P, xps + nn * XPS, t / (KH * KW),
+                                  t / KW % KH, t % KW);
+                }
+            });
+            product(cols, nullptr, dwt + t0 * Og, 1, t1 - t0, QS, Og, 0, 0, true, pack);
+        });
         for (long long q = 0; q < Og; ++q)
             for (long long k = 0; k < K; ++k) y[(gi * Og + q) * K + k] = dwt[k * Og + q];
     }
@@ -530,7 +630,7 @@ $IM2COL$PRODUCT$SCRATCH
 _CPU_GRAD_INPUT = Template(_DECODE + """\
     typedef $T T;
     const long long P = OH * OW, K = Cg * KH * KW;
-$PRODUCT$SCRATCH$CHUNKS
+$ROWS$PRODUCT$SCRATCH$CHUNKS
     const long long Hp = H + 2 * ph, Wp = W + 2 * pw;
     // reached[yy * W + xx]: some tap (i, j) and position (oy, ox) read x[.., yy, xx] (the
     // same for every channel and image)
@@ -546,6 +646,8 @@ $PRODUCT$SCRATCH$CHUNKS
                     if (xx >= 0 && xx < W) reached[yy * W + xx] = 1;
                 }
             }
+    bool every = true;  // every position reached: the interior copied as it is
+    for (long long q = 0; q < H * W; ++q) every = every && reached[q];
     // per chunk and group: gb (Og x Q), Q = nb * P, the chunk's g[n, group] side by side
     // (one image: g itself), t (K x Q) = w[group]^T (K x Og) @ gb: serial over o; then
     // col2im per image from its columns of t
@@ -564,7 +666,7 @@ $PRODUCT$SCRATCH$CHUNKS
                                         (size_t)P * sizeof(T));
                     src = gb;
                 }
-                product(w + gi * Og * K, src, t, 1, K, Og, Q, 1, 0, outer);
+                product(w + gi * Og * K, src, t, 1, K, Og, Q, 1, 0, outer, gtcpu::NoPack{});
                 for (long long u = 0; u < nb; ++u) {
                     // col2im into the padded image dp ((H + 2 ph) x (W + 2 pw) per channel),
                     // every element starting at -0.0 (the exact identity of +: -0.0 + v is
@@ -579,12 +681,21 @@ $PRODUCT$SCRATCH$CHUNKS
                             for (long long j = 0; j < KW; ++j, ++k) {
                                 T* dst = dp + (c * Hp + i * dil_h) * Wp + j * dil_w;
                                 const T* tk = tu + k * Q;
-                                for (long long oy = 0; oy < OH; ++oy) {
-                                    T* dr = dst + oy * sh * Wp;
-                                    const T* tr = tk + oy * OW;
-                                    for (long long ox = 0; ox < OW; ++ox)
-                                        dr[ox * sw] = dr[ox * sw] + tr[ox];
-                                }
+                                by_width(OW, sw, [&](auto bytes_) {
+                                    constexpr int B = decltype(bytes_)::value;
+                                    for (long long oy = 0; oy < OH; ++oy) {
+                                        T* dr = dst + oy * sh * Wp;
+                                        const T* tr = tk + oy * OW;
+                                        if constexpr (B > 0) {  // lane by lane the same adds
+                                            typedef typename gtcpu::Vec<T, B / sizeof(T)>::type V;
+                                            gtcpu::vstore(dr, gtcpu::vload<V>(dr) +
+                                                                  gtcpu::vload<V>(tr));
+                                        } else {
+                                            for (long long ox = 0; ox < OW; ++ox)
+                                                dr[ox * sw] = dr[ox * sw] + tr[ox];
+                                        }
+                                    }
+                                });
                             }
                     T* dx = y + ((n0 + u) * C + gi * Cg) * H * W;
                     for (long long c = 0; c < Cg; ++c)
@@ -592,8 +703,11 @@ $PRODUCT$SCRATCH$CHUNKS
                             const T* src = dp + (c * Hp + yy + ph) * Wp + pw;
                             const char* rr = reached + yy * W;
                             T* dst = dx + (c * H + yy) * W;
-                            for (long long xx = 0; xx < W; ++xx)
-                                dst[xx] = rr[xx] ? src[xx] : (T)0;
+                            if (every)
+                                copy_row(dst, src, W, 1);
+                            else
+                                for (long long xx = 0; xx < W; ++xx)
+                                    dst[xx] = rr[xx] ? src[xx] : (T)0;
                         }
                 }
             }
@@ -629,7 +743,9 @@ def _kernels(spec: tuple, cpu: bool):
         for inner in INNER:
             init, step = _STEPS[name][inner]
             if cpu:
-                body = cpu_body.substitute(T=t, IM2COL=_IM2COL, PRODUCT=cpu_product(inner),
+                body = cpu_body.substitute(T=t, IM2COL=_IM2COL, ROWS=_COPY_ROW + _BY_WIDTH,
+                                          PACK_COLS=_PACK_COLS,
+                                          PRODUCT=cpu_product(inner),
                                           CHUNKS=_CHUNKS, SCRATCH=_SCRATCH,
                                           COPY_COST=str(ELEMENT_COST))
             else:

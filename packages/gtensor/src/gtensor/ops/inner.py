@@ -121,18 +121,20 @@ def cpu_body(inner: str, split: str) -> str:
 
 
 def cpu_product(inner: str) -> str:
-    """C++ text defining ``product(a, b, c, batch, m, k, n, ta, tb, serial)`` inside a cpu
-    kernel (of element type ``T``): the cpu matmul kernel's own body (its tiles, packing,
+    """C++ text defining ``product(a, b, c, batch, m, k, n, ta, tb, serial, pack)`` inside a
+    cpu kernel (of element type ``T``): the cpu matmul kernel's own body (its tiles, packing,
     blocking and thread split: each output's chain over k ascending under contract
-    ``inner``), so a kernel built on products of slices (the conv ops' per-image im2col
-    products) runs at the matmul's speed with the matmul's bits. ``serial`` keeps it on the
-    calling thread (a caller already splitting work across threads)."""
+    ``inner``), so a kernel built on products of slices (the conv ops' im2col products) runs
+    at the matmul's speed with the matmul's bits. ``serial`` keeps it on the calling thread
+    (a caller already splitting work across threads); ``pack`` is ``gtcpu::NoPack{}`` (b's
+    panels copied from b) or a callable ``pack(pw, j0, w)`` that writes op(b)'s panel of
+    columns j0 .. j0 + w itself (the conv forward's im2col, a panel at a time)."""
     body = cpu_body(inner, "split")
     inner_text = "".join(("    " + line if line.strip() else line) + "\n"
                          for line in body.splitlines())
     return ("    auto product = [=](const T* a, const T* b, T* c, long long batch, long long m,\n"
             "                       long long k, long long n, long long ta, long long tb,\n"
-            "                       bool serial) {\n"
+            "                       bool serial, auto pack) {\n"
             "        auto split = [serial](long long count, long long cost, auto f) {\n"
             "            if (serial)\n"
             "                f(0LL, count);\n"

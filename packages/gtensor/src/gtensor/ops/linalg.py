@@ -72,7 +72,8 @@ FMA_KERNELS.update(ft.kernel(kernel_base("fma")) for ft in FLOATS)
 def _cpu_kernels(ft: FloatType) -> list[Kernel]:
     out = []
     for inner, k in zip(INNER, _kernels(ft)):
-        body = f"    typedef {ft.ctype} T;\n" + cpu_body(inner, "gtcpu::parallel_for")
+        body = (f"    typedef {ft.ctype} T;\n    const gtcpu::NoPack pack{{}};\n"
+                + cpu_body(inner, "gtcpu::parallel_for"))
         out.append(Kernel(k.name, k.params, body, form=k.form))
     return out
 

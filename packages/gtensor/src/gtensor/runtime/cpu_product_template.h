@@ -6,6 +6,11 @@
     // (gtcpu::tall_tiles; the fused contract's tiles are 8 x 2 on every core). Tiles only
     // group independent outputs: no bit depends on this.
     const bool tall = $TALL && gtcpu::tall_tiles();
+    // pack: gtcpu::NoPack, or a callable pack(pw, j0, w) writing op(b)'s panel of columns j0 ..
+    // j0 + w into pw (pw[kk * PW + j], every kk < k, zero past w; the conv ops' im2col made
+    // panel by panel, in L1): b is then never read
+    constexpr bool custom = !std::is_same<typename std::decay<decltype(pack)>::type,
+                                          gtcpu::NoPack>::value;
     // k runs in blocks of KC (a 32 KB slice of the panel stays in L1 across row tiles; 16 KB
     // with tall tiles, whose 14 rows of a take as much again); an output's accumulator goes to
     // c between blocks and comes back exactly, so its chain over k is the same one (k
@@ -13,7 +18,7 @@
     const long long KC = (tall ? 16384 : 32768) / (PW * (long long)sizeof(T));
     // b's copied panels made in one pass over b's rows when b is large (read in order, not
     // a panel's k-steps n values apart: a new page every few k-steps)
-    const bool rowpack = !tb && k * n * (long long)sizeof(T) > 262144;
+    const bool rowpack = !custom && !tb && k * n * (long long)sizeof(T) > 262144;
     // rows in blocks of MC (a multiple of 8): a block's rows of a (512 KB) stay in L2 while
     // every panel of b passes (each panel is packed once per block)
     const long long MC = 8 * (((524288 / (k * (long long)sizeof(T) + 1)) + 7) / 8);
@@ -137,11 +142,13 @@
         const long long g = row_bytes & -row_bytes;  // its largest power-of-two divisor
         const bool spread = k * (g < 4096 ? g : 4096) <= 8 * 4096;
         auto direct = [=](long long w) {
-            return !tb && w % L == 0 && spread &&
+            return !custom && !tb && w % L == 0 && spread &&
                    (m <= 16 || (m <= 32 && k * n * (long long)sizeof(T) <= 262144));
         };
         static thread_local std::vector<T> packed;
-        T* pks = aligned(packed, (size_t)((p1 - p0) * k * PW));
+        // a caller's panels used by one row block alone: one slot, refilled (stays in L1)
+        const bool one_slot = custom && batch == 1 && hi - lo <= MC;
+        T* pks = aligned(packed, (size_t)((one_slot ? 1 : p1 - p0) * k * PW));
         static thread_local std::vector<T> apacked;  // under ta: one row block of op(a)
         T* pa = packa ? aligned(apacked, (size_t)(MC * k)) : nullptr;
         for (long long s0 = lo; s0 < hi;) {  // the rows of one batch at a time
@@ -178,14 +185,16 @@
                 }
                 for (long long p = p0; p < p1 && p * PW < n; ++p) {
                     const long long j0 = p * PW, j1 = j0 + PW < n ? j0 + PW : n, w = j1 - j0;
-                    T* pw = pks + (p - p0) * k * PW;
+                    T* pw = pks + (one_slot ? 0 : (p - p0) * k * PW);
                     // few rows (m <= 16, or m <= 32 with b[bi] in L2: at most 4 row tiles use
                     // a panel): a panel of whole vectors is read in place (row stride n), its
                     // copy would cost as much as the loads it saves
                     const bool dir = direct(w);
                     const T* pk = dir ? b + bi * k * n + j0 : pw;
                     const long long bs = dir ? n : PW;  // the panel's row stride
-                    if (rb == s0 && !tb && !dir && !rowpack) {  // first use: an exact copy of
+                    if constexpr (custom) {
+                        if (rb == s0) pack(pw, j0, w);  // first use: the caller's panel
+                    } else if (rb == s0 && !tb && !dir && !rowpack) {  // first use: an exact copy of
                         // b[bi][:, j0:j1], zero-padded to PW columns
                         const T* bb = b + bi * k * n + j0;
                         if (w == PW)  // a constant size: inlined vector moves

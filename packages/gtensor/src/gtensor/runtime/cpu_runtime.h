@@ -79,6 +79,11 @@ static __forceinline__ void vstore(S* p, V v) {
 }
 template <int N>
 using Int = std::integral_constant<int, N>;
+// the cpu product's default panel source (cpu_product_template.h's `pack`): b's own columns
+struct NoPack {
+    template <class... A>
+    void operator()(A...) const {}
+};
 
 // ---- first stages (gtensor.scalar.dsl: <f>_first) ------------------------------------------
 // A correctly rounded function's first stage runs its fast path for a block of elements as
