@@ -50,16 +50,20 @@ removes the Python part. The exact kernels keep each output's serial sum over (c
 each weight gradient's serial sum over (n, oy, ox); torch's oneDNN kernels reassociate freely.
 """
 RESNET_WHERE = """
-The exact conv kernels run the matmul kernel's own product on im2col panels (small images in
-chunks; `benchmarks/results/cpu_conv.md`), keeping each output's serial sum over (c, kh, kw) and
-each weight gradient's over (n, oy, ox); BatchNorm's batch mean and biased variance are serial
-sums over (n, h, w) in row-major order, each BatchNorm one op each way, its statistics and
-the mean's gradient included (`bn_normalize`, `bn_normalize_grad`; docs/semantics.md).
+The exact conv kernels run the matmul kernel's own product on im2col matrices (small images in
+chunks; the forward's made a panel at a time by the product's pack hook, the weight gradient's
+taps split across threads; docs/semantics.md), keeping each output's serial sum over
+(c, kh, kw) and each weight gradient's over (n, oy, ox); BatchNorm's batch mean and biased
+variance are serial sums over (n, h, w) in row-major order, each BatchNorm one op each way,
+its statistics and the mean's gradient included (`bn_normalize`, `bn_normalize_grad`).
 torch's oneDNN kernels reassociate freely. Where the captured step's time goes (each launch
-of the replayed step timed alone, float64, 2 threads, 2026-12-05): about 70% in the conv
-kernels (forward, input and weight gradients 20-27 G multiply-adds/s at 8x8 and 4x4 on 2
-threads, the exact matmul's own rate; float32 31-38), then the elementwise passes around
-BatchNorm and ReLU (add, mul, copies: ~15%), BatchNorm's ops (~7%) and the reductions.
+of the replayed step timed alone, float32, 2 threads, 2026-12-05): about 65% in the conv
+kernels, then BatchNorm's ops (~13%), the elementwise passes around BatchNorm and ReLU (add,
+mul, copies: ~11%) and the reductions (~5%). Against the exact matmul of the same
+multiply-adds and shape, interleaved in one process (float32, 2 threads), the 3x3 stride-1
+convs take 1.05-1.3x its time forward, 1.3-1.7x as input gradient and 1.6-1.9x as weight
+gradient (before the pack hook and the split taps: 1.8-2.2x, 1.8-2.1x, 2.4-2.7x); the strided
+16->32 ones 1.7-1.8x / 2.0-2.2x / 2.2-2.3x, the 1x1 stride-2 projection 2-4x (short products).
 Issue 41's target for this step is <= 0.6x torch eager on 2 threads: $VERDICT.
 """
 
