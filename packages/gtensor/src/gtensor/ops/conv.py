@@ -582,7 +582,7 @@ $ROWS$IM2COL$PRODUCT$SCRATCH
     // in a few sets of the 8-way L1, evicting each other every few k-steps, so such rows get a
     // cache line more: Z terms closing every chain with (-0.0) * (+0.0) (cols' -0.0, gt's
     // +0.0), and x + (-0.0) is x for every x (-0.0, +0.0 and NaN included), as is
-    // fma(-0.0, +0.0, x): each chain's value is its Q terms' to the bit.
+    // a fused multiply-add of -0.0, +0.0 and x: each chain's value is its Q terms' to the bit.
     constexpr long long PANEL_W = 2 * gtcpu::VEC_BYTES / sizeof(T);  // the product's PW
     const long long Z = (Q * (long long)sizeof(T)) % 512 == 0 ? 64 / (long long)sizeof(T) : 0;
     const long long QS = Q + Z, XPS = Cg * Hp * Wp + XP_SLACK;
