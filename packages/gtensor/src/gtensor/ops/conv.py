@@ -631,7 +631,7 @@ _CPU_GRAD_INPUT = Template(_DECODE + """\
     typedef $T T;
     const long long P = OH * OW, K = Cg * KH * KW;
 $ROWS$PRODUCT$SCRATCH$CHUNKS
-    const long long Hp = H + 2 * ph, Wp = W + 2 * pw;
+    const long long Hp = H + 2 * ph, Wp = W + 2 * pw, DPS = Cg * Hp * Wp;
     // reached[yy * W + xx]: some tap (i, j) and position (oy, ox) read x[.., yy, xx] (the
     // same for every channel and image)
     char* reached = new char[H * W];
@@ -654,7 +654,7 @@ $ROWS$PRODUCT$SCRATCH$CHUNKS
     auto run = [=](long long lo, long long hi) {
         T* t = scratch(0, K * NB * P);
         T* gb = scratch(1, Og * NB * P);
-        T* dp = scratch(2, Cg * Hp * Wp);
+        T* dp = scratch(2, NB * DPS);
         for (long long ch = lo; ch < hi; ++ch) {
             const long long n0 = ch * NB, nb = n0 + NB <= N ? NB : N - n0, Q = nb * P;
             for (long long gi = 0; gi < G; ++gi) {
@@ -667,40 +667,52 @@ $ROWS$PRODUCT$SCRATCH$CHUNKS
                     src = gb;
                 }
                 product(w + gi * Og * K, src, t, 1, K, Og, Q, 1, 0, outer, gtcpu::NoPack{});
-                for (long long u = 0; u < nb; ++u) {
-                    // col2im into the padded image dp ((H + 2 ph) x (W + 2 pw) per channel),
-                    // every element starting at -0.0 (the exact identity of +: -0.0 + v is
-                    // v for every v, -0.0 included, so the sum equals the one the first
-                    // reaching tap starts): taps (c, i, j) in row-major order, each adding
-                    // its row of t; then the interior copied out, +0.0 where no tap reaches
-                    const T* tu = t + u * P;
-                    for (long long q = 0; q < Cg * Hp * Wp; ++q) dp[q] = (T)-0.0;
-                    long long k = 0;
-                    for (long long c = 0; c < Cg; ++c)
-                        for (long long i = 0; i < KH; ++i)
-                            for (long long j = 0; j < KW; ++j, ++k) {
-                                T* dst = dp + (c * Hp + i * dil_h) * Wp + j * dil_w;
-                                const T* tk = tu + k * Q;
-                                by_width(OW, sw, [&](auto bytes_) {
-                                    constexpr int B = decltype(bytes_)::value;
-                                    for (long long oy = 0; oy < OH; ++oy) {
-                                        T* dr = dst + oy * sh * Wp;
-                                        const T* tr = tk + oy * OW;
-                                        if constexpr (B > 0) {  // lane by lane the same adds
-                                            typedef typename gtcpu::Vec<T, B / sizeof(T)>::type V;
-                                            gtcpu::vstore(dr, gtcpu::vload<V>(dr) +
-                                                                  gtcpu::vload<V>(tr));
-                                        } else {
-                                            for (long long ox = 0; ox < OW; ++ox)
-                                                dr[ox * sw] = dr[ox * sw] + tr[ox];
-                                        }
-                                    }
-                                });
+                // col2im into the padded images dp (one per image of the chunk, (H + 2 ph) x
+                // (W + 2 pw) per channel, DPS values apart), every element starting at -0.0 (the
+                // exact identity of +: -0.0 + v is v for every v, -0.0 included, so the sum
+                // equals the one the first reaching tap starts): taps (c, i, j) in row-major
+                // order, each adding its row of t into every image (an image's rows between a
+                // tap's and the next's, whose rows overlap them shifted: a read of a row just
+                // written shifted waits for the write to retire); then the interiors copied
+                // out, +0.0 where no tap reaches
+                for (long long q = 0; q < nb * DPS; ++q) dp[q] = (T)-0.0;
+                by_width(OW, sw, [&](auto bytes_) {
+                    constexpr int B = decltype(bytes_)::value;
+                    // tap k = (c, i, j)'s rows of t added into image u's dp
+                    auto tap = [&](long long u, long long k, long long c, long long i,
+                                   long long j) {
+                        T* dst = dp + u * DPS + (c * Hp + i * dil_h) * Wp + j * dil_w;
+                        const T* tk = t + u * P + k * Q;
+                        for (long long oy = 0; oy < OH; ++oy) {
+                            T* dr = dst + oy * sh * Wp;
+                            const T* tr = tk + oy * OW;
+                            if constexpr (B > 0) {  // lane by lane the same adds
+                                typedef typename gtcpu::Vec<T, B / sizeof(T)>::type V;
+                                gtcpu::vstore(dr, gtcpu::vload<V>(dr) + gtcpu::vload<V>(tr));
+                            } else {
+                                for (long long ox = 0; ox < OW; ++ox)
+                                    dr[ox * sw] = dr[ox * sw] + tr[ox];
                             }
+                        }
+                    };
+                    // whole rows by vectors: the images inside the taps (the shifted rows far
+                    // apart); else one image at a time (its dp stays in L1)
+                    for (long long u = 0; u < (B > 0 ? 1 : nb); ++u) {
+                        long long k = 0;
+                        for (long long c = 0; c < Cg; ++c)
+                            for (long long i = 0; i < KH; ++i)
+                                for (long long j = 0; j < KW; ++j, ++k)
+                                    if (B > 0)
+                                        for (long long v = 0; v < nb; ++v) tap(v, k, c, i, j);
+                                    else
+                                        tap(u, k, c, i, j);
+                    }
+                });
+                for (long long u = 0; u < nb; ++u) {
                     T* dx = y + ((n0 + u) * C + gi * Cg) * H * W;
                     for (long long c = 0; c < Cg; ++c)
                         for (long long yy = 0; yy < H; ++yy) {
-                            const T* src = dp + (c * Hp + yy + ph) * Wp + pw;
+                            const T* src = dp + u * DPS + (c * Hp + yy + ph) * Wp + pw;
                             const char* rr = reached + yy * W;
                             T* dst = dx + (c * H + yy) * W;
                             if (every)
