@@ -435,18 +435,12 @@ _IM2COL = """\
                 copy_row(xp + (c * Hp + yy + ph) * Wp + pw, xn + (c * H + yy) * W, W, 1);
     };
     // tap (c, i, j)'s rows of one padded image xp: out[oy * OW + ox] = xp[c, oy*sh + i*dh,
-    // ox*sw + j*dw], a row one move of B bytes (by_width), or copy_row when B is 0
+    // ox*sw + j*dw], a row by row_move
     auto tap_image = [=](auto bytes_, T* __restrict__ out, const T* __restrict__ xp,
                          long long c, long long i, long long j) {
-        constexpr int B = decltype(bytes_)::value;
         const T* src = xp + (c * Hp + i * dil_h) * Wp + j * dil_w;
         for (long long oy = 0; oy < OH; ++oy)
-            if constexpr (B > 0) {
-                typedef typename gtcpu::Vec<T, B / sizeof(T)>::type V;
-                gtcpu::vstore(out + oy * OW, gtcpu::vload<V>(src + oy * sh * Wp));
-            } else {
-                copy_row(out + oy * OW, src + oy * sh * Wp, OW, sw);
-            }
+            row_move(bytes_, out + oy * OW, src + oy * sh * Wp, OW, sw);
     };
 """
 # The forward's product takes b's panels from ``pack_cols`` (the product's ``pack`` hook): a
@@ -456,23 +450,16 @@ _IM2COL = """\
 # xps: the chunk's padded images, XPS values apart.
 _PACK_COLS = """\
     constexpr long long PANEL_W = 2 * gtcpu::VEC_BYTES / sizeof(T);  // the product's PW
-    // the taps' rows of one run of `bytes` bytes (stride 1, one vector move per tap), or of
-    // len values at stride sw (copy_row): o[kk * PANEL_W ..] from s + the tap's offset
+    // every tap's copy of one run of len values at stride sw (row_move: by_width's B):
+    // o[kk * PANEL_W ..] from s + the tap's offset
     auto tap_rows = [=](auto bytes_, T* __restrict__ o, const T* __restrict__ s,
                         long long len) {
-        constexpr int B = decltype(bytes_)::value;
         long long kk = 0;
         for (long long c = 0; c < Cg; ++c)
             for (long long i = 0; i < KH; ++i) {
                 const T* sr = s + (c * Hp + i * dil_h) * Wp;
-                for (long long j = 0; j < KW; ++j, ++kk) {
-                    if constexpr (B > 0) {
-                        typedef typename gtcpu::Vec<T, B / sizeof(T)>::type V;
-                        gtcpu::vstore(o + kk * PANEL_W, gtcpu::vload<V>(sr + j * dil_w));
-                    } else {
-                        copy_row(o + kk * PANEL_W, sr + j * dil_w, len, sw);
-                    }
-                }
+                for (long long j = 0; j < KW; ++j, ++kk)
+                    row_move(bytes_, o + kk * PANEL_W, sr + j * dil_w, len, sw);
             }
     };
     const long long XPS = Cg * Hp * Wp + XP_SLACK;
@@ -506,7 +493,9 @@ _PACK_COLS = """\
 _SCRATCH = cpu_scratch(4)
 # f(Int<B>{}): B the bytes of a run of len values at stride st when st is 1 and one vector
 # move of 16, 32 or 64 bytes holds it exactly (8x8 and 4x4 images' rows: constant-size
-# moves and adds, no loop), else B = 0 (the caller's general loop)
+# moves and adds, no loop); B = -1 for 4 values at stride 2 (a stride-2 conv's 4x4 output
+# rows: one shuffle of two loads); else B = 0 (the caller's general loop). row_move(B, o, s,
+# len, st) copies such a run.
 _BY_WIDTH = """\
     auto by_width = [](long long len, long long st, auto f) {
         const long long bytes = st == 1 ? len * (long long)sizeof(T) : 0;
@@ -516,8 +505,26 @@ _BY_WIDTH = """\
             f(gtcpu::Int<32>{});
         else if (bytes == 16)
             f(gtcpu::Int<16>{});
+        else if (st == 2 && len == 4)
+            f(gtcpu::Int<-1>{});
         else
             f(gtcpu::Int<0>{});
+    };
+    auto row_move = [=](auto bytes_, T* __restrict__ o, const T* __restrict__ s, long long len,
+                        long long st) {
+        constexpr int B = decltype(bytes_)::value;
+        if constexpr (B > 0) {
+            typedef typename gtcpu::Vec<T, B / sizeof(T)>::type V;
+            gtcpu::vstore(o, gtcpu::vload<V>(s));
+        } else if constexpr (B == -1) {  // copy_row's stride-2 shuffle: reads s[7]
+            typedef typename gtcpu::Vec<T, 4>::type V;
+            typedef typename std::conditional<sizeof(T) == 8, long long, int>::type I;
+            typedef I M __attribute__((vector_size(4 * sizeof(T))));
+            const M even = {0, 2, 4, 6};
+            gtcpu::vstore(o, __builtin_shuffle(gtcpu::vload<V>(s), gtcpu::vload<V>(s + 4), even));
+        } else {
+            copy_row(o, s, len, st);
+        }
     };
 """
 _CHUNKS = """\
