@@ -248,6 +248,25 @@ _SCATTER = """\
                     for (long long i = h0; i < h1; ++i)
                         for (long long j = w0; j < w1; ++j) put(i * W + j, t);
 """
+# adaptive windows that tile the input (H % OH == W % OW == 0: global average pooling among
+# them) hold each element once: its gradient is its window's one term, written directly
+_CPU_TILES = """\
+    if (H % OH == 0 && W % OW == 0) {
+        const long long planes = n / (H * W), kh = H / OH, kw = W / OW;
+        gtcpu::parallel_for(planes, H * W, [=](long long lo, long long hi) {
+            for (long long pl = lo; pl < hi; ++pl)
+                for (long long oy = 0; oy < OH; ++oy)
+                    for (long long ox = 0; ox < OW; ++ox) {
+                        const $T t = $DIV(g[(pl * OH + oy) * OW + ox], ($T)(kh * kw));
+                        $T* dp = y + pl * H * W + oy * kh * W + ox * kw;
+                        for (long long i = 0; i < kh; ++i)
+                            for (long long j = 0; j < kw; ++j) dp[i * W + j] = t;
+                    }
+        });
+        return;
+    }
+"""
+_CPU_FIRST = {"adaptive_avg_pool2d_grad": _CPU_TILES}
 _CPU_WINDOW = {"avg_pool2d_grad": _indent(_WINDOW, 12) + _SCATTER,
                "adaptive_avg_pool2d_grad": _indent(_ADAPTIVE, 12) + _SCATTER}
 _ARRAYS = {"avg_pool2d": "const $T* x", "avg_pool2d_grad": "const $T* g",
@@ -263,7 +282,8 @@ def _kernels(name: str, cpu: bool):
         subs = {"T": ft.ctype, "ADD": ADD[ft].cname, "DIV": DIV[ft].cname,
                 "KNAME": ft.kernel(name)}
         return [pool_kernels(_ARRAYS[name], _BODIES[name], _CPU_WINDOW.get(name),
-                             (ADD[ft], DIV[ft]), cpu, subs), *(window(ft) if window else ())]
+                             (ADD[ft], DIV[ft]), cpu, subs, _CPU_FIRST.get(name, "")),
+                *(window(ft) if window else ())]
 
     return kernels
 

@@ -345,10 +345,11 @@ _ARRAYS = {"max_pool2d": "const $T* x", "max_pool2d_pick": "const $T* v, const $
 
 
 def pool_kernels(arrays: str, one: str, cpu_window: str | None, calls: tuple, cpu: bool,
-                 subs: dict) -> Kernel:
+                 subs: dict, cpu_first: str = "") -> Kernel:
     """A pool kernel named ``subs["KNAME"]`` of C type ``subs["T"]``: on CUDA a grid loop over
     outputs (``one`` starting with ``OUT``) or input elements (``IN``); on cpu planes of
-    outputs, or ``cpu_window`` scattered window by window."""
+    outputs, or ``cpu_window`` scattered window by window, after ``cpu_first`` (a cpu fast
+    path that returns where it applies)."""
     t = subs["T"]
     sig = params(Template(arrays).substitute(T=t) + f", {t}* y, " + GEOM)
     loop = CPU if cpu else GRID
@@ -358,7 +359,8 @@ def pool_kernels(arrays: str, one: str, cpu_window: str | None, calls: tuple, cp
         one = "".join("    " + line + "\n" for line in one.splitlines())
     if cpu and cpu_window is not None:
         loop = CPU_SCATTER.replace("$WINDOW", cpu_window)
-    body = Template(DECODE + loop.replace("$ONE", one)).substitute(subs)
+    body = Template(DECODE + (cpu_first if cpu else "") + loop.replace("$ONE", one)).substitute(
+        subs)
     return Kernel(subs["KNAME"], sig, body, Kind.POOL, calls, POOL)
 
 
