@@ -215,7 +215,8 @@ def test_batch_norm_op_is_the_recorded_composite_bitwise(bname, dtype, threads, 
         pytest.skip("threads: the cpu backend's split (the other backends have one row)")
     monkeypatch.setenv("GTENSOR_CPU_THREADS", threads)
     rng = np.random.default_rng(11)
-    shapes = [(5, c, 3, 2) for c in range(1, 12)] + [(6, 3), (3, 2, 4), (2, 9, 1, 1)]
+    shapes = [(5, c, 3, 2) for c in range(1, 12)] + [(6, 3), (3, 2, 4), (2, 9, 1, 1),
+                                                     (2, 8, 4, 5), (3, 17, 19), (9, 8)]
     for shape in shapes:
         for eps in (1e-5, 0.0):
             x = (rng.normal(size=shape) * 3 + 1).astype(dtype)

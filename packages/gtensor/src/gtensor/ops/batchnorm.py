@@ -93,10 +93,11 @@ $MEAN    for (int k = 0; k < G; ++k) {
 """)
 _NO_GR = {"GR_DECL": "", "GR_FIRST": "", "GR_ROW": "", "GR_STEP": ""}
 _SUMSQ = _CHAINS.substitute(MEAN=_MU_IN, **_NO_GR)
-_GR_CHAINS = _CHAINS.substitute(
-    MEAN=_MU_CHAIN, GR_DECL=", gr[G]", GR_FIRST="\n        gr[k] = $MUL(g[(c0 + k) * S], d);",
-    GR_ROW="\n        const $T* gn = g + (n0 * C + c0) * S;",
-    GR_STEP="\n                gr[k] = $ADD(gr[k], $MUL(gn[k * S + q], d));")
+_GR_CHAINS_SUBS = {
+    "GR_DECL": ", gr[G]", "GR_FIRST": "\n        gr[k] = $MUL(g[(c0 + k) * S], d);",
+    "GR_ROW": "\n        const $T* gn = g + (n0 * C + c0) * S;",
+    "GR_STEP": "\n                gr[k] = $ADD(gr[k], $MUL(gn[k * S + q], d));"}
+_GR_CHAINS = _CHAINS.substitute(MEAN=_MU_CHAIN, **_GR_CHAINS_SUBS)
 # then sd and r
 _SD = """\
     $T sd[G], rr[G];
@@ -107,11 +108,12 @@ _SD = """\
 """
 _STATS = _CHAINS.substitute(MEAN=_MU_CHAIN, **_NO_GR) + _SD
 # the backward's: the chains, sd and r, then gss
-_GRAD_STATS = _GR_CHAINS + _SD + """\
+_GRAD_GSS = """\
     $T gss[G];
     for (int k = 0; k < G; ++k)
         gss[k] = $DIV($DIV($NEG($MUL($DIV(gr[k], sd[k]), rr[k])), $ADD(sd[k], sd[k])), n);
 """
+_GRAD_STATS = _GR_CHAINS + _SD + _GRAD_GSS
 # the backward's mean rule after gd is in out: gmu[k], the serial sum of -gd over (n, s)
 # (first value first), times 1 / n
 _GMU_CHAIN = """\
@@ -172,6 +174,124 @@ $STATS            y[c0] = ss[0];
     }""")
 
 CH_LANES = 8  # channels whose chains a cpu thread runs side by side
+# cpu, CH_LANES channels: their chains as one vector of 8 lanes (each lane one channel's
+# chain, every step the scalar text's IEEE operation, lane by lane), the channels' values
+# read 8 positions at a time (8 loads, one a channel, then an 8 x 8 transpose: the scalar
+# text's 8 strided loads a step were its cost); positions left over one at a time
+_CPU_LANES = """\
+    typedef typename gtcpu::Vec<$T, 8>::type V8;
+    typedef typename std::conditional<sizeof($T) == 8, long long, int>::type I8;
+    typedef I8 M8 __attribute__((vector_size(8 * sizeof($T))));
+    // the 8 channels' values at position q (p: the first channel's, S apart)
+    auto gather8 = [=](const $T* p, long long q) {
+        V8 v;
+        for (int k = 0; k < 8; ++k) v[k] = p[k * S + q];
+        return v;
+    };
+    // w[j][k] = p[k * S + q + j]: positions q .. q + 7 of the 8 channels, transposed
+    auto block8 = [=](const $T* p, long long q, V8* w) {
+        V8 r[8], t[8], u[8];
+        for (int k = 0; k < 8; ++k) r[k] = gtcpu::vload<V8>(p + k * S + q);
+        const M8 lo = {0, 8, 1, 9, 4, 12, 5, 13}, hi = {2, 10, 3, 11, 6, 14, 7, 15};
+        const M8 lo2 = {0, 1, 8, 9, 4, 5, 12, 13}, hi2 = {2, 3, 10, 11, 6, 7, 14, 15};
+        const M8 lo4 = {0, 1, 2, 3, 8, 9, 10, 11}, hi4 = {4, 5, 6, 7, 12, 13, 14, 15};
+        for (int k = 0; k < 8; k += 2) {
+            t[k] = __builtin_shuffle(r[k], r[k + 1], lo);
+            t[k + 1] = __builtin_shuffle(r[k], r[k + 1], hi);
+        }
+        for (int k = 0; k < 8; k += 4) {
+            u[k] = __builtin_shuffle(t[k], t[k + 2], lo2);
+            u[k + 1] = __builtin_shuffle(t[k], t[k + 2], hi2);
+            u[k + 2] = __builtin_shuffle(t[k + 1], t[k + 3], lo2);
+            u[k + 3] = __builtin_shuffle(t[k + 1], t[k + 3], hi2);
+        }
+        for (int j = 0; j < 4; ++j) {
+            w[j] = __builtin_shuffle(u[j], u[j + 4], lo4);
+            w[j + 4] = __builtin_shuffle(u[j], u[j + 4], hi4);
+        }
+    };
+    // f(w) for every position of every image from (n0, q) = (0, 1) on, in order (p: x, g or
+    // out at channel c0), w the 8 channels' values there; walk8x2's f(w, w2) over two arrays
+    auto walk8 = [=](const $T* p, long long c0, auto f) {
+        for (long long n0 = 0; n0 < N; ++n0) {
+            const $T* pn = p + (n0 * C + c0) * S;
+            long long q = n0 == 0 ? 1 : 0;
+            for (; q + 8 <= S; q += 8) {
+                V8 w[8];
+                block8(pn, q, w);
+                for (int j = 0; j < 8; ++j) f(w[j]);
+            }
+            for (; q < S; ++q) f(gather8(pn, q));
+        }
+    };
+    auto walk8x2 = [=](const $T* p, const $T* p2, long long c0, auto f) {
+        for (long long n0 = 0; n0 < N; ++n0) {
+            const $T* pn = p + (n0 * C + c0) * S;
+            const $T* pn2 = p2 + (n0 * C + c0) * S;
+            long long q = n0 == 0 ? 1 : 0;
+            for (; q + 8 <= S; q += 8) {
+                V8 w[8], w2[8];
+                block8(pn, q, w);
+                block8(pn2, q, w2);
+                for (int j = 0; j < 8; ++j) f(w[j], w2[j]);
+            }
+            for (; q < S; ++q) f(gather8(pn, q), gather8(pn2, q));
+        }
+    };
+"""
+# the chains of ``_MU_CHAIN``, ``_CHAINS`` (ss, gr) and ``_GMU_CHAIN`` on 8 lanes
+_MU_CHAIN8 = """\
+    V8 mv = gather8(x + c0 * S, 0);
+    walk8(x, c0, [&](V8 w) { mv = mv + w; });
+    mv = mv / n;
+    for (int k = 0; k < 8; ++k) m[k] = mv[k];
+"""
+_SS_CHAIN8 = """\
+    {
+        V8 mv, sv;
+        for (int k = 0; k < 8; ++k) mv[k] = m[k];
+        const V8 d0 = gather8(x + c0 * S, 0) - mv;
+        sv = d0 * d0;
+        walk8(x, c0, [&](V8 w) {
+            const V8 d = w - mv;
+            sv = sv + d * d;
+        });
+        for (int k = 0; k < 8; ++k) ss[k] = sv[k];
+    }
+"""
+_SS_GR_CHAIN8 = """\
+    {
+        V8 mv, sv, gv;
+        for (int k = 0; k < 8; ++k) mv[k] = m[k];
+        const V8 d0 = gather8(x + c0 * S, 0) - mv;
+        sv = d0 * d0;
+        gv = gather8(g + c0 * S, 0) * d0;
+        walk8x2(x, g, c0, [&](V8 w, V8 w2) {
+            const V8 d = w - mv;
+            sv = sv + d * d;
+            gv = gv + w2 * d;
+        });
+        for (int k = 0; k < 8; ++k) {
+            ss[k] = sv[k];
+            gr[k] = gv[k];
+        }
+    }
+"""
+_GMU_CHAIN8 = """\
+    $T gmu[G];
+    {
+        V8 gv = -gather8(out + c0 * S, 0);
+        walk8(out, c0, [&](V8 w) { gv = gv + (-w); });
+        gv = gv * inv_n;
+        for (int k = 0; k < 8; ++k) gmu[k] = gv[k];
+    }
+"""
+
+
+def _eight(fast: str, scalar: str) -> str:
+    """``fast`` for 8 channels (G == 8), else ``scalar``: the same bits."""
+    return ("    if constexpr (G == 8) {\n" + _indent(fast, 4) + "    } else {\n"
+            + _indent(scalar, 4) + "    }\n")
 # cpu: channels split across threads; each thread's channels CH_LANES at a time (then 4, 2, 1)
 _CPU = Template("""\
     gtcpu::parallel_for(C, N * S * $COST, [=](long long lo, long long hi) {
@@ -229,6 +349,27 @@ def _texts(name: str) -> tuple[str, str]:
     return _GRAD_STATS, _GD
 
 
+def _cpu_chains(mean: str, grad: bool) -> str:
+    """``_CHAINS``' text for the cpu: mean and ss (and gr) on 8 lanes when G == 8."""
+    head, tail = _CHAINS.template.split("$MEAN")
+    subs = _GR_CHAINS_SUBS if grad else _NO_GR
+    head, tail = Template(head).substitute(subs), Template(tail).substitute(subs)
+    first = _eight(_MU_CHAIN8, _MU_CHAIN) if mean == _MU_CHAIN else mean
+    return head + first + _eight(_SS_GR_CHAIN8 if grad else _SS_CHAIN8, tail)
+
+
+def _cpu_texts(name: str) -> tuple[str, str]:
+    """(statistics, gmu chain) of an op's cpu kernel: the device texts' chains, 8 lanes at a
+    time where a thread runs 8 channels."""
+    if name == "bn_sum_squares":
+        return _cpu_chains(_MU_IN, False), ""
+    if name == "bn_normalize":
+        return _cpu_chains(_MU_CHAIN, False) + _SD, ""
+    gmu_scalar = _GMU_CHAIN.split("\n", 1)[1]  # after its declaration
+    gmu = "    $T gmu[G];\n" + _eight(_GMU_CHAIN8.split("\n", 1)[1], gmu_scalar)
+    return _cpu_chains(_MU_CHAIN, True) + _SD + _GRAD_GSS, gmu
+
+
 def _kernels(name: str, cpu: bool):
     def kernels(ft: FloatType) -> list[Kernel]:
         f = {"T": ft.ctype, "SUB": SUB[ft].cname, "MUL": MUL[ft].cname, "ADD": ADD[ft].cname,
@@ -238,15 +379,16 @@ def _kernels(name: str, cpu: bool):
         stats, element = _texts(name)
         grad = name == "bn_normalize_grad"
         if cpu:
+            stats, gmu = _cpu_texts(name)
             if name == "bn_sum_squares":
                 out = _CPU_SUMSQ_OUT
             else:
                 out = _CPU_ELEMENTS.replace("$ELEMENT", element)
                 if grad:
-                    out += _GMU_CHAIN + _CPU_ELEMENTS.replace("$ELEMENT", _GX)
-            body = _CPU.safe_substitute(STATS=_indent(stats, 8), ELEMENTS=_indent(out, 8),
-                                        COST=str(split_cost(calls, ROW_ELEMENT_COST)),
-                                        L=str(CH_LANES))
+                    out += gmu + _CPU_ELEMENTS.replace("$ELEMENT", _GX)
+            body = _CPU_LANES + _CPU.safe_substitute(
+                STATS=_indent(stats, 8), ELEMENTS=_indent(out, 8),
+                COST=str(split_cost(calls, ROW_ELEMENT_COST)), L=str(CH_LANES))
             if name == "bn_sum_squares":
                 body = _CPU_SUMSQ_EMPTY + body
         elif name == "bn_sum_squares":
@@ -471,8 +613,10 @@ def _twin(t, x, eps):
 
 
 PIN_EPS = 1e-5
+# (2, 8, 19), (3, 11, 4, 4): the cpu kernels' 8-lane chains over 8 positions at a time and
+# the rest one at a time
 X_SHAPES = ((2, 3), (3, 2, 5), (2, 3, 2, 3), (1, 1), (4, 1), (1, 2, 1, 1), (2, 9, 4),
-            (0, 3), (2, 0, 3), (2, 3, 0))
+            (0, 3), (2, 0, 3), (2, 3, 0), (2, 8, 19), (3, 11, 4, 4))
 register(Op("bn_normalize", ("x",), ("eps",), _infer("bn_normalize", 1), _reference,
             _kernels("bn_normalize", False), _launch, _vjp,
             "(x - mu) * (1 / sqrt(sum((x - mu)^2) / n + eps)) per channel of x (N, C, *S), mu "
