@@ -212,8 +212,10 @@ each output in its defined order (docs/semantics.md, "Convolution"), against the
 matmul of the same multiply-adds ((O, C*KH*KW) @ (C*KH*KW, N*H*W)), under the same
 inner-product contract and dtype. Since issue 41 the cpu conv kernels run the matmul kernel's
 own product (``gtensor.ops.inner.cpu_product``: its tiles, packed panels, k blocks) on
-im2col panels (per image; small images in chunks, one product per chunk), so the target is
-the matmul's rate (issue 41's bar: at least 70% of it at ResNet-like shapes). One thread
+im2col matrices (per image; small images in chunks, one product per chunk; the forward's made
+a panel at a time by the product's pack hook, the weight gradient's a share of the taps per
+thread), so the target is the matmul's rate (issue 41's bar: at least 70% of it at
+ResNet-like shapes). One thread
 (`GTENSOR_CPU_THREADS=1`); GMAC/s = multiply-adds / the calling thread's CPU seconds; in each
 of {args.rounds} rounds the four ops run {args.reps} calls each, one after another (the median
 call), and the table gives the median over rounds. The host is shared by several engineers'
