@@ -643,3 +643,25 @@ def test_weight_gradient_keeps_zero_signs_and_nans(be, dtype, inner):
                 got = _run(be, "conv2d_grad_weight", [gy, x], **at)
                 assert bits_equal(want, got), f"{hw}x{hw} threads={threads}: " \
                                               f"{first_difference(want, got)}"
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=["f64", "f32"])
+def test_weight_gradient_split_taps_bitwise(be, dtype):
+    """The cpu weight gradient (g transposed once, each thread a share of the taps against
+    it): 16 and 11 output channels (2 groups of 11: groups too) over 64 and 20 positions a
+    group's image, 36 and 27 taps, both contracts, bitwise the loop oracle on 1, 2 and 3
+    threads."""
+    rng = np.random.default_rng(8)
+    for (n, c, h, w), o, groups in (((3, 4, 8, 8), 16, 1), ((2, 6, 5, 4), 22, 2),
+                                     ((2, 3, 5, 4), 11, 1)):
+        x = rng.standard_normal((n, c, h, w)).astype(dtype)
+        gy = rng.standard_normal((n, o, h, w)).astype(dtype)
+        for inner in ("plain", "fma"):
+            at = {"stride": 1, "padding": 1, "kernel": (3, 3), "groups": groups,
+                  "inner": inner}
+            want = cl.loop_conv2d_grad_weight(gy, x, 1, 1, (3, 3), inner, groups=groups)
+            with cpu_thread_runs(be, threads=("1", "2", "3")) as runs:
+                for threads in runs:
+                    got = _run(be, "conv2d_grad_weight", [gy, x], **at)
+                    assert bits_equal(want, got), f"{o} {inner} threads={threads}: " \
+                                                  f"{first_difference(want, got)}"
