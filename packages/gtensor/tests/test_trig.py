@@ -135,3 +135,21 @@ def test_numpy_matches_compiled_c(fn):
     x = np.concatenate([sample(2000), rng.uniform(-2e6, 2e6, 2000),
                         np.array([0.0, -0.0, np.inf, -np.inf, np.nan])]).astype(dtype)
     testing.assert_sim_map_matches(T.ALL, fn, x)
+
+
+@pytest.mark.parametrize("fn", [T.SIN_F64, T.COS_F64], ids=lambda f: f.cname)
+def test_eval_float_is_the_numpy_bits(fn):
+    """``eval_float`` (one Python float, the schedules' host-side cosine) gives numpy's bits:
+    the pins' inputs, random ones over the whole domain, tiny ones, +-0.0 (rint's zero sign
+    matters there), the domain's edges, inf and NaN; a float32 function is refused."""
+    rng = np.random.default_rng(11)
+    xs = np.concatenate([PIN_INPUTS, rng.uniform(-2.0 ** 20, 2.0 ** 20, 500),
+                         rng.uniform(-4, 4, 500), rng.standard_normal(200) * 1e-9,
+                         [0.0, -0.0, -0.3, -0.5, 0.5, 2.0 ** 20, -2.0 ** 20, 2.0 ** 20 + 1,
+                          np.inf, -np.inf, np.nan, 5e-324, -5e-324]])
+    want = fn.numpy(xs)
+    got = np.array([fn.eval_float(float(v)) for v in xs])
+    assert testing.bits_equal(want, got), testing.first_difference(want, got)
+    assert np.array_equal(want.view(np.int64), got.view(np.int64))  # NaN payloads too
+    with pytest.raises(TypeError, match="eval_float: for float64"):
+        T.COS_F32.eval_float(0.5)

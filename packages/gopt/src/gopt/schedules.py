@@ -45,7 +45,7 @@ __all__ = ["Cosine", "Exponential", "Linear", "Schedule", "StepDecay", "cosine",
 
 def _cos(x: float) -> float:
     """cos(x) in float64 by gtensor's portable implementation (the same bits everywhere)."""
-    return float(COS_F64.eval(np.array(x, np.float64)))
+    return COS_F64.eval_float(x)
 
 
 def _count(where: str, name: str, x: Any, low: int) -> int:

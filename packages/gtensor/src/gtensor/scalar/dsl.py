@@ -32,6 +32,8 @@ Python float constants take the dtype of the value they meet, in both modes (NEP
 
 from __future__ import annotations
 
+import math
+
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -185,6 +187,47 @@ class _NumpyMath:
 
 
 NUMPY = _NumpyMath()
+
+
+class _FloatMath:
+    """Helpers of the scalar language for one Python float64 (``ScalarFn.eval_float``): each
+    operation the IEEE double one numpy applies (Python's float arithmetic is the C double's),
+    so a value is numpy's bits; the helpers a float64 elementwise function uses, others
+    absent (an AttributeError: the caller evaluates on numpy)."""
+
+    @staticmethod
+    def where(c: Any, a: Any, b: Any) -> Any:
+        """``a`` if ``c`` else ``b``."""
+        return a if c else b
+
+    @staticmethod
+    def isnan(x: float) -> bool:
+        """NaN test (``x != x``)."""
+        return x != x
+
+    @staticmethod
+    def rint(x: float) -> float:
+        """Round to nearest integer, ties to even (Python's round of a float), keeping the
+        sign of a zero result as numpy's rint does (-0.3 -> -0.0)."""
+        return math.copysign(float(round(x)), x) if math.isfinite(x) else x
+
+    @staticmethod
+    def floor(x: float) -> float:
+        """Round toward minus infinity (-0.0 stays -0.0)."""
+        return math.copysign(float(math.floor(x)), x) if math.isfinite(x) else x
+
+    @staticmethod
+    def fabs(x: float) -> float:
+        """Absolute value (clears the sign bit)."""
+        return math.fabs(x)
+
+    @staticmethod
+    def f2i(x: float) -> int:
+        """float64 to int, truncating (callers pass integral values)."""
+        return int(x)
+
+
+FLOAT = _FloatMath()
 
 
 class _NumpyFirst(_NumpyMath):
@@ -605,6 +648,20 @@ class ScalarFn:
             return tuple(np.asarray(v, dtype=NPTYPE[dt])
                          for v, dt in zip(self.body(NUMPY, *arrays), self.out_dt))
         return np.asarray(self.body(NUMPY, *arrays), dtype=NPTYPE[self.out_dt])
+
+    def eval_float(self, x: float) -> float:
+        """This float64 function of one float64 ``x`` as a Python float, the bits ``eval``
+        gives (host-side scalars, e.g. a learning-rate schedule's cosine: no numpy array per
+        operation); evaluated on numpy where the body needs a helper ``_FloatMath`` lacks or
+        a Python float operation raises (a division by zero, an int of inf)."""
+        if self.in_dts != (F64,) or self.out_dt != F64:
+            raise TypeError(f"{self.cname}.eval_float: for float64 -> float64 functions; this "
+                            f"one takes {self.in_dts} to {self.out_dt}")
+        try:
+            return float(self.body(FLOAT, float(x)))
+        except (AttributeError, ArithmeticError, ValueError):
+            with np.errstate(all="ignore"):
+                return float(self.eval(np.float64(x)))
 
     def device_source(self) -> str:
         """The CUDA ``__device__`` definition of this function."""
