@@ -33,7 +33,6 @@ Python float constants take the dtype of the value they meet, in both modes (NEP
 from __future__ import annotations
 
 import math
-
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cached_property
