@@ -56,10 +56,11 @@ taps split across threads; docs/semantics.md), keeping each output's serial sum 
 (c, kh, kw) and each weight gradient's over (n, oy, ox); BatchNorm's batch mean and biased
 variance are serial sums over (n, h, w) in row-major order, each BatchNorm one op each way,
 its statistics and the mean's gradient included (`bn_normalize`, `bn_normalize_grad`).
-torch's oneDNN kernels reassociate freely. Where the captured step's time goes (each launch
-of the replayed step timed alone, float32, 2 threads, 2026-12-05): about 65% in the conv
-kernels, then BatchNorm's ops (~13%), the elementwise passes around BatchNorm and ReLU (add,
-mul, copies: ~11%) and the reductions (~5%). Against the exact matmul of the same
+torch's oneDNN kernels reassociate freely. Where the captured step's time goes (its launches
+timed one by one in program order, float32, 2 threads, 2026-12-05, after the changes below):
+about 63% in the conv kernels, then the elementwise passes around BatchNorm and ReLU (mul,
+add, copies, relu: ~15%), BatchNorm's own ops (~12%; their 8-channel chains run as 8-lane
+vectors), the reductions (~5%) and Adam (~2%). Against the exact matmul of the same
 multiply-adds and shape, interleaved in one process (float32, 2 threads), the 3x3 stride-1
 convs take 1.05-1.3x its time forward, 1.3-1.7x as input gradient and 1.6-1.9x as weight
 gradient (before the pack hook and the split taps: 1.8-2.2x, 1.8-2.1x, 2.4-2.7x); the strided
