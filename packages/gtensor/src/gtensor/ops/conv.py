@@ -382,7 +382,15 @@ _COPY_ROW = """\
     // its end for the last one); then one value at a time (the empty asm on the index keeps
     // the compiler from turning the loops into memcpy calls, a call per row costing more than
     // the row, without the memory barrier that made every row reload the kernel's geometry)
-    auto copy_row = [](T* __restrict__ o, const T* __restrict__ s, long long n, long long st) {
+    // o[0..4) = s[0, 2, 4, 6]: the even lanes of two 4-value loads (reads s[7])
+    auto even4 = [](T* __restrict__ o, const T* __restrict__ s) {
+        typedef typename gtcpu::Vec<T, 4>::type V;
+        typedef typename std::conditional<sizeof(T) == 8, long long, int>::type I;
+        typedef I M __attribute__((vector_size(4 * sizeof(T))));
+        const M even = {0, 2, 4, 6};
+        gtcpu::vstore(o, __builtin_shuffle(gtcpu::vload<V>(s), gtcpu::vload<V>(s + 4), even));
+    };
+    auto copy_row = [=](T* __restrict__ o, const T* __restrict__ s, long long n, long long st) {
         constexpr long long LW = gtcpu::VEC_BYTES / sizeof(T), L4 = 32 / sizeof(T),
                             L2 = 16 / sizeof(T);
         typedef typename gtcpu::Vec<T, LW>::type VW;
@@ -403,17 +411,11 @@ _COPY_ROW = """\
                 i += L2;
             }
         }
-        if (st == 2) {  // 4 values from 8 consecutive ones (the even lanes of two loads)
-            typedef typename gtcpu::Vec<T, 4>::type V;
-            typedef typename std::conditional<sizeof(T) == 8, long long, int>::type I;
-            typedef I M __attribute__((vector_size(4 * sizeof(T))));
-            const M even = {0, 2, 4, 6};
-            for (; i + 4 <= n; i += 4) {  // reads s[2 i + 7]: one past the last value used
-                const V lo = gtcpu::vload<V>(s + 2 * i), hi = gtcpu::vload<V>(s + 2 * i + 4);
-                gtcpu::vstore(o + i, __builtin_shuffle(lo, hi, even));
+        if (st == 2)  // reads s[2 i + 7]: one past the last value used
+            for (; i + 4 <= n; i += 4) {
+                even4(o + i, s + 2 * i);
                 asm("" : "+r"(i));
             }
-        }
         for (; i < n; ++i) {
             o[i] = s[i * st];
             asm("" : "+r"(i));
@@ -427,6 +429,7 @@ _IM2COL = """\
     // element, and no library call per row (at 4x4 and 8x8 images a memcpy call per row costs
     // more than the copy)
     const long long Hp = H + 2 * ph, Wp = W + 2 * pw, XP_SLACK = 8;
+    constexpr long long PANEL_W = 2 * gtcpu::VEC_BYTES / sizeof(T);  // the product's PW
     // xp = the group's channels of one image (xn), padded with +0.0
     auto pad_image = [=](const T* __restrict__ xn, T* __restrict__ xp) {
         for (long long q = 0; q < Cg * Hp * Wp; ++q) xp[q] = (T)0;
@@ -449,7 +452,6 @@ _IM2COL = """\
 # written first and read back, went through L2: its copies cost as much as the product).
 # xps: the chunk's padded images, XPS values apart.
 _PACK_COLS = """\
-    constexpr long long PANEL_W = 2 * gtcpu::VEC_BYTES / sizeof(T);  // the product's PW
     // every tap's copy of one run of len values at stride sw (row_move: by_width's B):
     // o[kk * PANEL_W ..] from s + the tap's offset
     auto tap_rows = [=](auto bytes_, T* __restrict__ o, const T* __restrict__ s,
@@ -516,12 +518,8 @@ _BY_WIDTH = """\
         if constexpr (B > 0) {
             typedef typename gtcpu::Vec<T, B / sizeof(T)>::type V;
             gtcpu::vstore(o, gtcpu::vload<V>(s));
-        } else if constexpr (B == -1) {  // copy_row's stride-2 shuffle: reads s[7]
-            typedef typename gtcpu::Vec<T, 4>::type V;
-            typedef typename std::conditional<sizeof(T) == 8, long long, int>::type I;
-            typedef I M __attribute__((vector_size(4 * sizeof(T))));
-            const M even = {0, 2, 4, 6};
-            gtcpu::vstore(o, __builtin_shuffle(gtcpu::vload<V>(s), gtcpu::vload<V>(s + 4), even));
+        } else if constexpr (B == -1) {
+            even4(o, s);
         } else {
             copy_row(o, s, len, st);
         }
@@ -590,7 +588,6 @@ $ROWS$IM2COL$PRODUCT$SCRATCH
     // cache line more: Z terms closing every chain with (-0.0) * (+0.0) (cols' -0.0, gt's
     // +0.0), and x + (-0.0) is x for every x (-0.0, +0.0 and NaN included), as is
     // a fused multiply-add of -0.0, +0.0 and x: each chain's value is its Q terms' to the bit.
-    constexpr long long PANEL_W = 2 * gtcpu::VEC_BYTES / sizeof(T);  // the product's PW
     const long long Z = (Q * (long long)sizeof(T)) % 512 == 0 ? 64 / (long long)sizeof(T) : 0;
     const long long QS = Q + Z, XPS = Cg * Hp * Wp + XP_SLACK;
     // a multiply-add weighs as in the product (64 / its lanes units)
