@@ -256,6 +256,9 @@ static __forceinline__ void offsets2(int dims, const long long* shape, const lon
 // the element offsets of that position in two strided views and their strides along the row.
 // Rows are split across threads; when there are fewer rows than threads (a contiguous array
 // collapses to one row), each row is cut into pieces, visited as rows of their own.
+// rows2 steps the coordinates of up to this many outer axes (more: each row decoded)
+constexpr int ROW_WALK_DIMS = 15;
+
 template <class F>
 static __forceinline__ void rows2(int rank, const long long* shape, const long long* s1,
                                   long long base1, const long long* s2, long long base2,
@@ -272,6 +275,31 @@ static __forceinline__ void rows2(int rank, const long long* shape, const long l
     const long long plen = (len + pieces - 1) / pieces;
     const long long step1 = s1[rank - 1], step2 = s2[rank - 1];
     parallel_for(nrows * pieces, plen * cost, [=](long long lo, long long hi) {
+        if (pieces == 1 && rank - 1 <= ROW_WALK_DIMS) {
+            // whole rows lo..hi: the first one's coordinates decoded, the next ones stepped
+            // (an odometer over shape[0..rank-1), no division a row)
+            const int dims = rank - 1;
+            long long c[ROW_WALK_DIMS + 1];
+            long long o1 = base1, o2 = base2, rest = lo;
+            for (int d = dims - 1; d >= 0; --d) {
+                c[d] = rest % shape[d];
+                rest /= shape[d];
+                o1 += c[d] * s1[d];
+                o2 += c[d] * s2[d];
+            }
+            for (long long r = lo; r < hi; ++r) {
+                f(r * len, o1, o2, len, step1, step2);
+                for (int d = dims - 1; d >= 0; --d) {
+                    o1 += s1[d];
+                    o2 += s2[d];
+                    if (++c[d] < shape[d]) break;
+                    o1 -= c[d] * s1[d];
+                    o2 -= c[d] * s2[d];
+                    c[d] = 0;
+                }
+            }
+            return;
+        }
         for (long long i = lo; i < hi; ++i) {
             const long long r = i / pieces, start = (i % pieces) * plen;
             if (start >= len) continue;
