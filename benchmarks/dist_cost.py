@@ -52,24 +52,16 @@ BANDWIDTH_BYTES = 16 << 20  # the bandwidth probe's smallest payload: far above 
 
 
 def probe(replicas: Any, nbytes: int, n: int = 40) -> dict[str, float]:
-    """Round trips measured through gdist's service: driver to worker (empty), worker to
-    worker (empty, and carrying max(``nbytes``, BANDWIDTH_BYTES)): seconds (medians) and the
-    bandwidth they imply (the payload over the difference of the two medians; NaN when the
-    payload's round trip is not the longer, a difference the probe cannot resolve)."""
+    """Round trips measured the way a step's messages travel (gdist's direct links on a
+    tcp:// cluster, ``Replicas.ping``): driver to worker (empty), worker to worker (empty,
+    and carrying max(``nbytes``, BANDWIDTH_BYTES)): seconds (medians) and the bandwidth they
+    imply (the payload over the difference of the two medians; NaN when the payload's round
+    trip is not the longer, a difference the probe cannot resolve)."""
     a, b = replicas.addresses[0], replicas.addresses[-1]
-
-    async def driver() -> list[float]:
-        out = []
-        for _ in range(n):
-            t0 = time.perf_counter()
-            await replicas.call(a, "ping")
-            out.append(time.perf_counter() - t0)
-        return out
-
     size = max(nbytes, BANDWIDTH_BYTES)
-    r_d = statistics.median(replicas.sync(driver))
-    empty = statistics.median(replicas.sync(replicas.call, a, "ping", to=b, n=n))
-    full = statistics.median(replicas.sync(replicas.call, a, "ping", to=b, n=max(n // 4, 5),
+    r_d = statistics.median(replicas.ping(a, n))
+    empty = statistics.median(replicas.ping(a, n, to=b))
+    full = statistics.median(replicas.ping(a, max(n // 4, 5), to=b,
                                            payload=np.zeros(size // 8)))
     return {"driver_rtt": r_d, "worker_rtt": empty, "worker_rtt_payload": full,
             "payload_bytes": size,

@@ -13,6 +13,8 @@ import logging
 import gdist
 import numpy as np
 import pytest
+from gdist import links
+from gdist.cluster import Replicas
 from gdist_models import (
     CASES,
     gpt_case,
@@ -221,6 +223,60 @@ def test_a_raising_loss_fn_surfaces_and_the_step_is_not_applied(client, bname) -
     t.close()
 
 
+def test_both_transports_give_the_local_bits(client, reference, bname, monkeypatch) -> None:
+    """A step's messages on direct links (tcp:// workers, the default) or on Dask's comms
+    (``transport="dask"``): the same bits as Local, each transport used as asked."""
+    two(client)
+    ops = []
+    real_send = links.Link.send
+    monkeypatch.setattr(links.Link, "send",
+                        lambda self, msg: ops.append(msg["op"]) or real_send(self, msg))
+    for transport, direct in (("dask", False), ("direct", True), ("auto", True)):
+        ops.clear()
+        t, batches = trainer(gdist.DataParallel, "mlp", bname, "float32", client=client,
+                             transport=transport, check_every=1)
+        assert t._replicas.direct is direct
+        for step, (got, want) in enumerate(zip(run(t, batches), reference["mlp", "float32"])):
+            assert got == want, f"transport {transport!r}, step {step}: differs from Local"
+        assert ops == (["step", "step"] * STEPS if direct else []), transport
+        t.close()
+
+
+def test_workers_without_links_keep_dasks_comms(client, bname, monkeypatch) -> None:
+    """Workers that offer no link (not tcp://: TLS, ...; here their replies stripped of it):
+    "auto" steps on Dask's comms with the Local bits, "direct" is refused naming them."""
+    two(client)
+    real = Replicas._build
+
+    async def linkless(self, addr, history_from=None):
+        got = await real(self, addr, history_from)
+        self.links[addr] = None
+        return got
+
+    monkeypatch.setattr(Replicas, "_build", linkless)
+    t, batches = trainer(gdist.DataParallel, "tanh", bname, "float64", client=client)
+    ref, _ = trainer(gdist.Local, "tanh", bname, "float64")
+    assert not t._replicas.direct
+    for b in batches:
+        assert t.step(b) == ref.step(b)
+    assert t.digest() == ref.digest()
+    t.close()
+    with pytest.raises(ValueError, match=r"transport='direct' needs tcp:// workers"):
+        trainer(gdist.DataParallel, "tanh", bname, "float64", client=client,
+                transport="direct")
+    with pytest.raises(ValueError, match=r"transport is 'udp'; expected one of"):
+        trainer(gdist.DataParallel, "tanh", bname, "float64", client=client, transport="udp")
+
+
+def test_workers_in_one_process_are_refused(bname) -> None:
+    """Two in-process workers would share one process's replica table: refused at start."""
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=False,
+                                  dashboard_address=None, silence_logs=logging.ERROR) as cl, \
+            distributed.Client(cl) as c:
+        with pytest.raises(ValueError, match=r"are one process \(pid \d+\); a replica needs"):
+            trainer(gdist.DataParallel, "tanh", bname, "float64", client=c)
+
+
 def test_bad_input_is_refused_before_anything_is_sent(client, bname, monkeypatch) -> None:
     two(client)
     init, batches = mlp_case()
@@ -234,6 +290,10 @@ def test_bad_input_is_refused_before_anything_is_sent(client, bname, monkeypatch
         return await real(addr, call, **payload)
 
     monkeypatch.setattr(t._replicas, "call", spy)
+    ops = []  # the driver's messages on the direct links
+    real_send = links.Link.send
+    monkeypatch.setattr(links.Link, "send",
+                        lambda self, msg: ops.append(msg["op"]) or real_send(self, msg))
     b = batches[1]
     for batch, msg in [({"x": b["x"][:21], "y": b["y"][:21]}, "B = 21 rows"),
                        ({"x": b["x"]}, r"missing \['y'\]"),
@@ -249,9 +309,10 @@ def test_bad_input_is_refused_before_anything_is_sent(client, bname, monkeypatch
     monkeypatch.setattr(nowhere._replicas, "call", spy)
     with pytest.raises(ValueError, match=r"placement\(0, workers\) returned 'tcp://127.0.0.1:1'"):
         nowhere.step(b)
-    assert sent == []
+    assert sent == [] and ops == []
     t.step(b)
-    assert sent == ["step", "step"]  # one request per replica: the rest is between them
+    # one request per replica, on its direct link (tcp:// workers): the rest is between them
+    assert sent == [] and ops == ["step", "step"]
     t.close()
     nowhere.close()
 

@@ -18,6 +18,8 @@ replica had applied it -- with another placement, which changes no bit.
 from __future__ import annotations
 
 import asyncio
+import pickle
+import selectors
 import time
 import uuid
 from collections.abc import Callable, Sequence
@@ -26,12 +28,13 @@ from typing import Any
 from distributed.core import ConnectionPool
 
 from . import identity as ident
-from . import messages, tree
+from . import links, messages, tree
 from .definition import Definition
 from .replica import add
 from .service import Plan, Service, StepAborted, UnknownRun
 
 TREE_ON = ("workers", "driver")
+TRANSPORTS = ("auto", "direct", "dask")
 
 
 class ReplicaMismatch(RuntimeError):
@@ -41,6 +44,17 @@ class ReplicaMismatch(RuntimeError):
 
 class WorkerRefused(RuntimeError):
     """A worker whose environment differs from the driver's (package sources, versions)."""
+
+
+def _reply(msg: dict) -> Any:
+    """A replica's answer on a link: its result, or the exception it raised."""
+    if "ok" in msg:
+        return msg["ok"]
+    try:
+        e = pickle.loads(msg["error"])
+    except Exception as bad:  # noqa: BLE001
+        e = RuntimeError(f"gdist: a replica failed and its exception cannot be read: {bad}")
+    return e if isinstance(e, BaseException) else RuntimeError(repr(e))
 
 
 def _lost(e: BaseException) -> bool:
@@ -53,11 +67,14 @@ class Replicas:
 
     def __init__(self, client: Any, defn: Definition, *, workers: Sequence[str] | None,
                  check_every: int, checkpoint_every: int, timeout: float,
-                 replace_wait: float, connect_timeout: float, data: dict | None = None
-                 ) -> None:
+                 replace_wait: float, connect_timeout: float, data: dict | None = None,
+                 transport: str = "auto") -> None:
         self.client, self.defn, self.blob = client, defn, defn.remote()
         self.connect_timeout = connect_timeout
+        self.transport = transport
         self._pool: ConnectionPool | None = None
+        self.links: dict[str, tuple[str, int] | None] = {}  # worker -> its link server
+        self._links = links.Links(connect_timeout)
         self.run = uuid.uuid4().hex[:16]
         self.check_every, self.checkpoint_every = check_every, checkpoint_every
         self.timeout, self.replace_wait = timeout, replace_wait
@@ -75,6 +92,16 @@ class Replicas:
         self._check_identities(addrs)
         self.addresses: list[str] = []
         built = self.sync(self._build_all, addrs)
+        pids: dict[int, str] = {}
+        for a, b in zip(addrs, built):
+            if b["pid"] in pids:  # one replica per process: they would share its state
+                self.addresses = addrs
+                self.close()
+                raise ValueError(f"gdist.DataParallel: the workers {pids[b['pid']]} and {a} "
+                                 f"are one process (pid {b['pid']}); a replica needs a process "
+                                 "of its own (LocalCluster(processes=True), or dask worker "
+                                 "processes)")
+            pids[b["pid"]] = a
         digests = {a: b["digest"] for a, b in zip(addrs, built)}
         if len(set(digests.values())) > 1:
             self.addresses = addrs
@@ -88,6 +115,10 @@ class Replicas:
                 "generator, not from global random state)")
         self.addresses = addrs
         self.params = built[0]["params"]
+        if transport == "direct" and not self.direct:
+            self.close()
+            raise ValueError("gdist.DataParallel: transport='direct' needs tcp:// workers "
+                             f"(direct links); the workers are {addrs}")
 
     # ---------------------------------------------------------------- plumbing
     def sync(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
@@ -105,6 +136,27 @@ class Replicas:
         return await self._pool(addr).gdist(call=call, run=self.run,
                                             payload=messages.wrap(payload))
 
+    def ping(self, addr: str, n: int, to: str | None = None, payload: Any = None
+             ) -> list[float]:
+        """Round-trip seconds on the way a step's messages travel (links when ``direct``,
+        else Dask's comms): ``n`` empty ones from the driver to the replica at ``addr``, or
+        with ``to``, ``n`` from that replica to the one at ``to`` carrying ``payload``."""
+        if not self.direct:
+            if to is not None:
+                return self.sync(self.call, addr, "ping", to=to, n=n, payload=payload)
+            return [self._timed(lambda: self.sync(self.call, addr, "ping")) for _ in range(n)]
+        link = self._links.get(self.links[addr])
+        if to is not None:
+            link.send({"op": "ping", "to": list(self.links[to]), "n": n, "payload": payload})
+            return list(link.recv()["times"])
+        return [self._timed(lambda: link.send({"op": "ping"}) or link.recv()) for _ in range(n)]
+
+    @staticmethod
+    def _timed(fn: Callable[[], Any]) -> float:
+        t0 = time.perf_counter()
+        fn()
+        return time.perf_counter() - t0
+
     def ask(self, what: str, *args: Any, rank: int = 0) -> Any:
         """A replica method's result (digest, values, state_dict, ...) from replica ``rank``."""
         return self.sync(self.call, self.addresses[rank], "do", what=what, args=args)
@@ -118,8 +170,14 @@ class Replicas:
 
         self.sync(all_)
 
+    @property
+    def direct(self) -> bool:
+        """Whether steps travel on direct links (every replica has one, transport allows)."""
+        return self.transport != "dask" and all(self.links.get(a) for a in self.addresses)
+
     def close(self) -> None:
         """Drop the replicas on their workers (best effort)."""
+        self._links.close()
 
         async def drop() -> None:
             await asyncio.gather(*(self.call(a, "drop") for a in self.addresses),
@@ -152,9 +210,12 @@ class Replicas:
         return await asyncio.gather(*(self._build(a) for a in addrs))
 
     async def _build(self, addr: str, history_from: str | None = None) -> dict:
-        return await self.call(addr, "build", definition=self.blob,
-                               checkpoint_every=self.checkpoint_every, data=self.data,
-                               history_from=history_from)
+        got = await self.call(addr, "build", definition=self.blob,
+                              checkpoint_every=self.checkpoint_every, data=self.data,
+                              history_from=history_from)
+        link = got.get("link")
+        self.links[addr] = None if link is None else (str(link[0]), int(link[1]))
+        return got
 
     # ---------------------------------------------------------------- steps
     def step(self, step: int, serial: int, parts: list[Any], lrs: Sequence[float] | None,
@@ -170,10 +231,13 @@ class Replicas:
         for _ in range(4):  # attempts: each recovery may lose another worker
             holders = self._holders(k, placement)
             self.tag += 1
+            direct = self.direct and tree_on == "workers"
             plan = Plan(step, self.tag, serial, k, tuple(holders), tuple(self.addresses),
                         tree_on, check, None if lrs is None else tuple(lrs), order_seed,
-                        self.timeout)
-            results = self.sync(self._attempt, plan, parts)
+                        self.timeout,
+                        tuple(self.links[a] for a in self.addresses) if direct else None)
+            results = (self._attempt_on_links(plan, parts) if direct
+                       else self.sync(self._attempt, plan, parts))
             errors = {r: e for r, e in results.items() if isinstance(e, BaseException)}
             lost = [r for r, e in errors.items() if _lost(e)]
             user = [e for e in errors.values()
@@ -238,13 +302,66 @@ class Replicas:
                 results[tasks[t]] = e if e is not None else t.result()
             if not aborted and any(isinstance(v, BaseException) for v in results.values()):
                 aborted = True
-                await asyncio.gather(*(self.call(plan.addresses[tasks[t]], "abort",
-                                                 step=plan.tag) for t in pending),
-                                     return_exceptions=True)
+                await self._abort(plan, [plan.addresses[tasks[t]] for t in pending])
         if plan.tree_on == "driver" and len(results) == n and not any(
                 isinstance(v, BaseException) for v in results.values()):
             return await self._driver_tree(plan, results)
         return results
+
+    def _attempt_on_links(self, plan: Plan, parts: list[Any]) -> dict[int, Any]:
+        """``_attempt`` over the direct links: every request sent, the replies read as they
+        come (a closed link: its worker lost); the first failure aborts the step on the
+        others (through Dask's comms, which reach a replica busy in its step)."""
+        n = len(plan.addresses)
+        mine: dict[int, dict[int, Any]] = {r: {} for r in range(n)}
+        for i, r in enumerate(plan.holders):
+            mine[r][i] = parts[i]
+        wire_plan = plan.plain()
+        results: dict[int, Any] = {}
+        waiting: dict[Any, tuple[int, Any]] = {}
+        for r, a in enumerate(plan.addresses):
+            try:
+                link = self._links.get(self.links[a])
+                link.send({"op": "step", "run": self.run, "plan": wire_plan, "me": r,
+                           "parts": mine[r]})
+                waiting[link.sock] = (r, link)
+            except OSError as e:
+                self._links.drop(self.links[a])
+                results[r] = e
+        deadline = time.monotonic() + plan.timeout + 60
+        aborted = False
+        with selectors.DefaultSelector() as sel:
+            for sock, (r, link) in waiting.items():
+                sel.register(sock, selectors.EVENT_READ, (r, link))
+            while len(results) < n:
+                if not aborted and any(isinstance(v, BaseException) for v in results.values()):
+                    # a failure: the others stop waiting on it
+                    aborted = True
+                    others = [plan.addresses[r] for r, _ in waiting.values() if r not in results]
+                    self.sync(self._abort, plan, others)
+                events = sel.select(timeout=max(0.0, deadline - time.monotonic()))
+                if not events:  # nothing came back in time: give up on the others
+                    for r, link in waiting.values():
+                        if r not in results:
+                            self._links.drop(link.address)  # a late reply must not stay
+                            results[r] = TimeoutError(
+                                f"gdist: step {plan.step}: no answer from "
+                                f"{plan.addresses[r]} within {plan.timeout + 60:.0f} s")
+                    break
+                for key, _ in events:
+                    r, link = key.data
+                    sel.unregister(key.fileobj)
+                    try:
+                        results[r] = _reply(link.recv())
+                    except OSError as e:
+                        self._links.drop(link.address)
+                        results[r] = e
+        return results
+
+    async def _abort(self, plan: Plan, addrs: list[str]) -> None:
+        """Abort ``plan``'s attempt on the replicas at ``addrs`` (failures ignored)."""
+        await asyncio.gather(*(self.call(a, "abort", step=plan.tag) for a in addrs),
+                             return_exceptions=True)
 
     async def _driver_tree(self, plan: Plan, results: dict[int, Any]) -> dict[int, Any]:
         """With the tree on the driver: add what the replicas left, send every one the root."""

@@ -19,6 +19,8 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import os
+import pickle
+import threading
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -26,12 +28,15 @@ from typing import Any
 from distributed.diagnostics.plugin import WorkerPlugin
 from distributed.protocol import to_serialize
 
-from . import allreduce, heap, messages
+from . import allreduce, heap, links, messages
 from .replica import Replica
 
 _RUNS: dict[str, Replica] = {}
 _BOXES: dict[str, Mailbox] = {}
 _EXEC: concurrent.futures.ThreadPoolExecutor | None = None  # the compute thread
+_COMPUTE = threading.Lock()  # one replica computation at a time (the executor's, a link's)
+_SERVER: links.Server | None = None  # this worker's link server (tcp:// workers)
+_PEERS = links.Links(timeout=30.0)  # links to the other replicas' servers
 
 
 def held() -> int:
@@ -48,52 +53,52 @@ class UnknownRun(RuntimeError):
 
 
 class Mailbox:
-    """Values sent to one replica during steps, keyed by (step, node); aborts per step."""
+    """Values sent to one replica during steps, keyed by (step, node); aborts per step.
+    Filled from the event loop (Dask's comms) or a link's thread, waited on by the step's."""
 
     def __init__(self) -> None:
-        self._futs: dict[tuple[int, Any], asyncio.Future] = {}
+        self._vals: dict[tuple[int, Any], Any] = {}
         self._aborted: set[int] = set()
-
-    def _fut(self, key: tuple[int, Any]) -> asyncio.Future:
-        fut = self._futs.get(key)
-        if fut is None:
-            fut = self._futs[key] = asyncio.get_running_loop().create_future()
-            if key[0] in self._aborted:
-                fut.set_exception(StepAborted(f"gdist: step {key[0]} was aborted"))
-        return fut
+        self._cv = threading.Condition()
 
     def put(self, step: int, node: Any, value: Any) -> None:
         """A value for (step, node) arrived."""
-        fut = self._fut((step, node))
-        if not fut.done():
-            fut.set_result(value)
+        with self._cv:
+            self._vals.setdefault((step, node), value)
+            self._cv.notify_all()
 
-    async def get(self, step: int, node: Any, timeout: float) -> Any:
-        """The value for (step, node), when it arrives (StepAborted, TimeoutError)."""
-        try:
-            return await asyncio.wait_for(asyncio.shield(self._fut((step, node))), timeout)
-        except TimeoutError:
-            raise TimeoutError(f"gdist: step {step}: no value for tree node {node} within "
-                               f"{timeout} s (its owner is stalled or lost)") from None
+    def wait(self, step: int, node: Any, timeout: float) -> Any:
+        """The value for (step, node), once it arrives (StepAborted when the driver aborts
+        the step first, TimeoutError after ``timeout`` seconds)."""
+        deadline = time.monotonic() + timeout
+        with self._cv:
+            while True:
+                if (step, node) in self._vals:
+                    return self._vals.pop((step, node))
+                if step in self._aborted:
+                    raise StepAborted(f"gdist: step {step} was aborted")
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise TimeoutError(f"gdist: step {step}: no value for tree node {node} "
+                                       f"within {timeout} s (its owner is stalled or lost)")
+                self._cv.wait(left)
 
     def aborted(self, step: int) -> bool:
         """Whether the driver aborted ``step``."""
-        return step in self._aborted
+        with self._cv:
+            return step in self._aborted
 
     def abort(self, step: int) -> None:
         """Fail every wait of ``step`` (present and future)."""
-        self._aborted.add(step)
-        for key, fut in self._futs.items():
-            if key[0] == step and not fut.done():
-                fut.set_exception(StepAborted(f"gdist: step {step} was aborted"))
+        with self._cv:
+            self._aborted.add(step)
+            self._cv.notify_all()
 
     def forget(self, before: int) -> None:
         """Drop values and aborts of steps before ``before``."""
-        for key in [k for k in self._futs if k[0] < before]:
-            fut = self._futs.pop(key)
-            if fut.done() and not fut.cancelled():
-                fut.exception()  # retrieved: no "never retrieved" warnings
-        self._aborted = {s for s in self._aborted if s >= before}
+        with self._cv:
+            self._vals = {k: v for k, v in self._vals.items() if k[0] >= before}
+            self._aborted = {s for s in self._aborted if s >= before}
 
 
 @dataclass(frozen=True)
@@ -111,12 +116,14 @@ class Plan:
     lrs: tuple[float, ...] | None  # per-group learning rates to set first (set_lr)
     order_seed: int | None  # shuffle the order a replica computes its leaves in (a test)
     timeout: float
+    links: tuple[tuple[str, int], ...] | None = None  # rank -> link address (None: Dask's)
 
     def plain(self) -> list:
         """The fields as plain data (``gdist.messages``: msgpack, not pickle)."""
         return [self.step, self.tag, self.serial, self.k, list(self.holders),
                 list(self.addresses), self.tree_on, self.check,
-                None if self.lrs is None else list(self.lrs), self.order_seed, self.timeout]
+                None if self.lrs is None else list(self.lrs), self.order_seed, self.timeout,
+                None if self.links is None else [list(a) for a in self.links]]
 
     @classmethod
     def of(cls, x: Plan | list | tuple) -> Plan:
@@ -124,9 +131,11 @@ class Plan:
         reads it back as)."""
         if isinstance(x, Plan):
             return x
-        step, tag, serial, k, holders, addresses, tree_on, check, lrs, order_seed, timeout = x
+        (step, tag, serial, k, holders, addresses, tree_on, check, lrs, order_seed, timeout,
+         links) = x
         return cls(step, tag, serial, k, tuple(holders), tuple(addresses), tree_on, check,
-                   None if lrs is None else tuple(lrs), order_seed, timeout)
+                   None if lrs is None else tuple(lrs), order_seed, timeout,
+                   None if links is None else tuple((str(h), int(p)) for h, p in links))
 
 
 class Service(WorkerPlugin):
@@ -136,14 +145,25 @@ class Service(WorkerPlugin):
     idempotent = True  # registered once per cluster, whatever the number of trainers
 
     def setup(self, worker: Any) -> None:
-        """Install the ``gdist`` handler on ``worker`` (and keep freed arrays for reuse:
-        ``gdist.heap``)."""
-        global _EXEC
+        """Install the ``gdist`` handler on ``worker``, open its link server (``tcp://``
+        workers: ``gdist.links``) and keep freed arrays for reuse (``gdist.heap``)."""
+        global _EXEC, _SERVER
         self.worker = worker
         worker.handlers["gdist"] = self.gdist
         if _EXEC is None:
             heap.keep_freed_memory()
             _EXEC = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="gdist")
+        host = links.tcp_host(getattr(worker, "address", None))
+        if _SERVER is None and host is not None:
+            _SERVER = links.Server(host, _on_link)
+
+    def teardown(self, worker: Any) -> None:
+        """Close the link server and the links to peers."""
+        global _SERVER
+        if _SERVER is not None:
+            _SERVER.close()
+            _SERVER = None
+        _PEERS.close()
 
     async def gdist(self, call: str = "", run: str = "", payload: Any = None) -> Any:
         """Dispatch one request of the driver or a peer replica."""
@@ -155,8 +175,14 @@ class Service(WorkerPlugin):
 
 
 async def _compute(fn: Any, *args: Any) -> Any:
-    """Run ``fn(*args)`` in the compute thread (the event loop keeps serving messages)."""
-    return await asyncio.get_running_loop().run_in_executor(_EXEC, fn, *args)
+    """Run ``fn(*args)`` in the compute thread (the event loop keeps serving messages), one
+    replica computation at a time (``_COMPUTE``, shared with the links' steps)."""
+    return await asyncio.get_running_loop().run_in_executor(_EXEC, _computing, fn, *args)
+
+
+def _computing(fn: Any, *args: Any) -> Any:
+    with _COMPUTE:
+        return fn(*args)
 
 
 def _replica(run: str) -> Replica:
@@ -190,7 +216,8 @@ async def _build(worker: Any, run: str, definition: bytes, checkpoint_every: int
     _BOXES[run] = Mailbox()
     return {"digest": await _compute(rep.digest), "steps": rep.steps,
             "params": [[n, list(v.shape)] for n, v in rep.store.vars.items()],
-            "pid": os.getpid()}
+            "pid": os.getpid(),
+            "link": None if _SERVER is None else list(_SERVER.address)}
 
 
 async def _history(worker: Any, run: str) -> Any:
@@ -278,8 +305,7 @@ async def _step(worker: Any, run: str, plan: Plan | list, me: int, parts: Any) -
         loop.call_soon_threadsafe(post, node, to, value)
 
     def wait(node: Any) -> Any:  # from the compute thread
-        return asyncio.run_coroutine_threadsafe(box.get(plan.tag, node, plan.timeout),
-                                                loop).result()
+        return box.wait(plan.tag, node, plan.timeout)
 
     try:
         if plan.tree_on == "driver":
@@ -287,6 +313,79 @@ async def _step(worker: Any, run: str, plan: Plan | list, me: int, parts: Any) -
         return await _compute(allreduce.share, rep, plan, me, parts, send, wait)
     finally:
         box.forget(plan.tag)
+
+
+def _on_link(msg: dict, reply: Any) -> None:
+    """A message on a link (``gdist.links``, the link's own thread): a peer's tree value
+    (into the mailbox), or the driver's step request, run here and answered on the link."""
+    op, run = msg.get("op"), msg.get("run")
+    if op == "deliver":
+        box = _BOXES.get(run)
+        if box is not None:
+            box.put(msg["step"], msg["node"], msg["value"])
+        return
+    if op == "ping":
+        reply({"times": _link_pings(msg.get("to"), int(msg.get("n", 0)), msg.get("payload"))})
+        return
+    if op != "step":
+        raise ValueError(f"gdist: unknown link message {op!r}")
+    try:
+        out: dict = {"ok": _step_on_link(run, Plan.of(msg["plan"]), msg["me"], msg["parts"])}
+    except Exception as e:  # noqa: BLE001 (the driver decides: lost worker, abort, user error)
+        out = {"error": _exception_bytes(e)}
+    reply(out)
+
+
+def _step_on_link(run: str, plan: Plan, me: int, parts: dict) -> dict:
+    """This replica's share of one step, run in the link's thread (the compute lock held):
+    values for peers sent on links to their servers, waits on the mailbox."""
+    rep, box = _replica(run), _BOXES[run]
+    if box.aborted(plan.tag):
+        raise StepAborted(f"gdist: step {plan.step} was aborted")
+    assert plan.links is not None
+
+    def send(node: Any, to: int, value: Any) -> None:
+        try:
+            _PEERS.send(plan.links[to], {"op": "deliver", "run": run, "step": plan.tag,
+                                         "node": node, "value": value})
+        except OSError:
+            pass  # a lost peer is the driver's to find
+
+    def wait(node: Any) -> Any:
+        return box.wait(plan.tag, node, plan.timeout)
+
+    try:
+        with _COMPUTE:
+            return allreduce.share(rep, plan, me, parts, send, wait)
+    finally:
+        box.forget(plan.tag)
+
+
+def _link_pings(to: Any, n: int, payload: Any) -> list[float]:
+    """Latency probe on links: ``n`` round trips to the link server at ``to`` carrying
+    ``payload`` (seconds each); none without ``to`` (the round trip from the caller)."""
+    out: list[float] = []
+    if to is None or n <= 0:
+        return out
+    link = links.Link((str(to[0]), int(to[1])), 30.0)
+    try:
+        for _ in range(n):
+            t0 = time.perf_counter()
+            link.send({"op": "ping", "payload": payload})
+            link.recv()
+            out.append(time.perf_counter() - t0)
+    finally:
+        link.close()
+    return out
+
+
+def _exception_bytes(e: BaseException) -> bytes:
+    """``e`` pickled for the driver (as Dask sends a task's exception), or a RuntimeError
+    with its text when it cannot be."""
+    try:
+        return pickle.dumps(e)
+    except Exception:  # noqa: BLE001
+        return pickle.dumps(RuntimeError(f"{type(e).__name__}: {e}"))
 
 
 def _retrieved(task: asyncio.Future) -> None:

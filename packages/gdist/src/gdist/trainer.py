@@ -316,6 +316,9 @@ class DataParallel(Trainer):
     addresses. Lost workers: ``checkpoint_every`` sets how often replicas checkpoint their
     state (in memory) for rebuilding one elsewhere; ``replace_wait`` how long a step waits for
     the cluster to bring a lost worker back before going on with fewer replicas.
+    ``transport``: how a step's messages travel: "auto" (direct TCP links, ``gdist.links``,
+    when every worker is ``tcp://``, else Dask's comms), "direct" (links, or refused), "dask"
+    (Dask's comms always; the same bits either way).
     """
 
     def __init__(self, loss_fn: Callable[..., Any], init_params: Any,
@@ -330,8 +333,9 @@ class DataParallel(Trainer):
                  clip_rule: str = "gopt", schedule: Callable[..., Any] | None = None,
                  workers: Sequence[str] | None = None, check_every: int = 10,
                  checkpoint_every: int = 10, timeout: float = 600.0,
-                 replace_wait: float = 30.0, connect_timeout: float = 30.0) -> None:
-        from .cluster import TREE_ON, Replicas
+                 replace_wait: float = 30.0, connect_timeout: float = 30.0,
+                 transport: str = "auto") -> None:
+        from .cluster import TRANSPORTS, TREE_ON, Replicas
 
         where = "gdist.DataParallel"
         own = isinstance(client, str)
@@ -344,6 +348,9 @@ class DataParallel(Trainer):
                             "function (microbatch index, worker addresses) -> address")
         if tree_on not in TREE_ON:
             raise ValueError(f"{where}: tree_on is {tree_on!r}; expected one of {TREE_ON}")
+        if transport not in TRANSPORTS:
+            raise ValueError(f"{where}: transport is {transport!r}; expected one of "
+                             f"{TRANSPORTS}")
         for name, v in (("check_every", check_every), ("checkpoint_every", checkpoint_every)):
             if isinstance(v, bool) or not isinstance(v, int) or v < 0:
                 raise ValueError(f"{where}: {name} is {v!r}; expected an int >= 0 (0: never)")
@@ -368,7 +375,7 @@ class DataParallel(Trainer):
         try:
             self._replicas = Replicas(client, defn, workers=workers, check_every=check_every,
                                       checkpoint_every=checkpoint_every, timeout=timeout,
-                                      replace_wait=replace_wait,
+                                      replace_wait=replace_wait, transport=transport,
                                       connect_timeout=min(connect_timeout, 30.0) or 30.0)
         except BaseException:
             if own:
