@@ -54,8 +54,10 @@ import gopt  # noqa: E402
 from _timing import profile  # noqa: E402
 from dist_engines import Ours, TorchDDP, TorchOne  # noqa: E402
 
-LOCAL, DP1, DP2, T1, DDP = ("Local", "DataParallel, 1 worker", "DataParallel, 2 workers",
-                            "torch, 1 process", "torch DDP (gloo), 2 processes")
+LOCAL, DP1, DP2, DP2D, T1, DDP = (
+    "Local", "DataParallel, 1 worker", "DataParallel, 2 workers",
+    "DataParallel, 2 workers, Dask's comms", "torch, 1 process", "torch DDP (gloo), 2 processes")
+COLUMNS = (LOCAL, DP1, DP2, DP2D, T1, DDP)
 WORKER_ENV = {"GTENSOR_CPU_THREADS": "1", "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1",
               "MKL_NUM_THREADS": "1"}
 
@@ -79,7 +81,9 @@ def engines(model: str, dtype: str, hidden: int, case, client, torch: bool) -> d
            DP1: Ours(trainer(gdist.DataParallel, model, dtype, hidden, client=client,
                              workers=ws[:1], check_every=0), case),
            DP2: Ours(trainer(gdist.DataParallel, model, dtype, hidden, client=client,
-                             workers=ws[:2], check_every=0), case)}
+                             workers=ws[:2], check_every=0), case),
+           DP2D: Ours(trainer(gdist.DataParallel, model, dtype, hidden, client=client,
+                              workers=ws[:2], check_every=0, transport="dask"), case)}
     if torch:
         out[T1] = TorchOne(model, dtype, hidden, case)
         out[DDP] = TorchDDP(model, dtype, hidden, case)
@@ -110,7 +114,7 @@ def one_run(model: str, dtype: str, hidden: int, case, client, args) -> dict:
 
 def _split(e: Ours, times: list[int]) -> dict[str, float]:
     """The 1-worker step's median split (ms): the replica's parts and what is left (the
-    request, the reply, the event loops and thread hops: the distributed path's overhead)."""
+    request, the reply, process wake-ups: the distributed path's overhead)."""
     parts = [next(iter(r.values())) for r in e.replica[-len(times):]]
     out = {k: statistics.median(p[k] for p in parts) * 1e3 for k in parts[0]}
     out["rest"] = statistics.median(t / 1e6 - sum(p.values()) * 1e3
@@ -231,24 +235,27 @@ def write(args, results: dict, cost: list[str], prof: str) -> None:
     import distributed
     import torch
 
-    lines = ["| model | dtype | " + " | ".join((LOCAL, DP1, DP2, T1, DDP)) + " | 1 worker's "
+    lines = ["| model | dtype | " + " | ".join(COLUMNS) + " | 1 worker's "
              "overhead (DP1 / Local) | 2 workers' speedup (Local / DP2) | DP2 vs DDP steps/s "
-             "(DDP / DP2) |", "|---|---|" + "---:|" * 8]
-    per_run = ["| model | dtype | run | " + " | ".join((LOCAL, DP1, DP2, T1, DDP)) +
-               " | load avg (start -> end) | sha256 |", "|---|---|---:|" + "---:|" * 5 + "---|---|"]
-    splits = ["| model | dtype | leaves | adds | wait | apply | rest (request, reply, loops) |",
+             "(DDP / DP2) | direct links vs Dask's comms (DP2 Dask / DP2) |",
+             "|---|---|" + "---:|" * (len(COLUMNS) + 4)]
+    per_run = ["| model | dtype | run | " + " | ".join(COLUMNS) +
+               " | load avg (start -> end) | sha256 |",
+               "|---|---|---:|" + "---:|" * len(COLUMNS) + "---|---|"]
+    splits = ["| model | dtype | leaves | adds | wait | apply | rest (request, reply, wake-ups) |",
               "|---|---|---:|---:|---:|---:|---:|"]
     for (model, dtype), runs in results.items():
         med = {n: statistics.median(r["ms"][n] for r in runs) for n in runs[0]["ms"]}
-        cells = [f"{med[n]:.1f} ms" if n in med else "-" for n in (LOCAL, DP1, DP2, T1, DDP)]
+        cells = [f"{med[n]:.1f} ms" if n in med else "-" for n in COLUMNS]
         name = dist_models.mlp_case(args.hidden, 1)[0].name if model == "mlp" else \
             dist_models.gpt_case(1).name
         lines.append(f"| {name} | {dtype} | " + " | ".join(cells) + f" | "
                      f"{fmt(ratio(runs, DP1, LOCAL))} | {fmt(ratio(runs, LOCAL, DP2))} | "
-                     f"{fmt(ratio(runs, DDP, DP2))} |")
+                     f"{fmt(ratio(runs, DDP, DP2)) if DDP in med else '-'} | "
+                     f"{fmt(ratio(runs, DP2D, DP2))} |")
         for i, r in enumerate(runs):
             per_run.append(f"| {name} | {dtype} | {i + 1} | " + " | ".join(
-                f"{r['ms'][n]:.1f}" if n in r["ms"] else "-" for n in (LOCAL, DP1, DP2, T1, DDP))
+                f"{r['ms'][n]:.1f}" if n in r["ms"] else "-" for n in COLUMNS)
                 + f" | {r['load'][0][0]:.2f} -> {r['load'][1][0]:.2f} | {r['digest'][:16]} |")
         sp = {k: statistics.median(r["split"][k] for r in runs) for k in runs[0]["split"]}
         splits.append(f"| {name} | {dtype} | " + " | ".join(

@@ -214,6 +214,7 @@ def test_a_raising_loss_fn_surfaces_and_the_step_is_not_applied(client, bname) -
         t.step(bad)
     note = " ".join(getattr(e.value, "__notes__", []))
     assert "microbatch 3 (rows 12:16)" in note and "not applied" in note
+    assert "the replica's traceback" in note and "in mlp_ce_boom" in note  # from the link
     assert bits(t.state_dict()) == before and t.steps == 1 and t.optimizer.t == 1
     ref = gdist.Local(mlp_ce, init, microbatch=4, backend=bname)
     for b in batches[:2]:

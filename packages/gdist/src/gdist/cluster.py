@@ -54,7 +54,11 @@ def _reply(msg: dict) -> Any:
         e = pickle.loads(msg["error"])
     except Exception as bad:  # noqa: BLE001
         e = RuntimeError(f"gdist: a replica failed and its exception cannot be read: {bad}")
-    return e if isinstance(e, BaseException) else RuntimeError(repr(e))
+    if not isinstance(e, BaseException):
+        e = RuntimeError(repr(e))
+    if msg.get("traceback"):
+        e.add_note("the replica's traceback:\n" + msg["traceback"].rstrip())
+    return e
 
 
 def _lost(e: BaseException) -> bool:

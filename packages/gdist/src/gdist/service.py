@@ -22,6 +22,7 @@ import os
 import pickle
 import threading
 import time
+import traceback
 from dataclasses import dataclass
 from typing import Any
 
@@ -332,7 +333,8 @@ def _on_link(msg: dict, reply: Any) -> None:
     try:
         out: dict = {"ok": _step_on_link(run, Plan.of(msg["plan"]), msg["me"], msg["parts"])}
     except Exception as e:  # noqa: BLE001 (the driver decides: lost worker, abort, user error)
-        out = {"error": _exception_bytes(e)}
+        out = {"error": _exception_bytes(e),
+               "traceback": "".join(traceback.format_exception(e))}
     reply(out)
 
 
