@@ -115,7 +115,8 @@ def test_cpu_kernels_run_the_stage_and_cuda_kernels_do_not(name, dtype):
     (k,) = op.kernel_set(ft, cpu=True).kernels
     source = cpurt.kernel_source(k)
     assert FIRST_STAGE_LOOP in k.source() and f"{fn.first_cname}(" in k.source()
-    assert cpurt.kernel_flags(source) == (*cpurt.CXX_FLAGS, *cpurt.FIRST_STAGE_FLAGS)
+    assert cpurt.kernel_flags(source) == (*cpurt.CXX_FLAGS, *cpurt.FIRST_STAGE_FLAGS,
+                                          *cpurt.gather_flags())
     (cuda,) = op.kernel_set(ft).kernels
     assert fn.first_cname not in cuda.source()
     text = fn.device_source()
@@ -185,6 +186,58 @@ def test_the_stage_loop_vectorizes(kernel, march, tmp_path):
     loop = stage  # the loop header above the flag (kernels.cpp numbers lines from 1)
     assert re.search(rf"kernels\.cpp:{loop}:\d+: optimized: loop vectorized", proc.stderr), \
         (loop, proc.stderr[-2000:])
+
+
+@pytest.mark.skipif(platform.machine() not in ("x86_64", "AMD64"),
+                    reason="x86 gathers (the compiler's assembly)")
+def test_the_gather_flags_make_the_stage_read_its_table_by_gathers(tmp_path):
+    """With GATHER_FLAGS the erf stage's table reads are vector gathers (AVX-512 build); the
+    default tuning emulates them by scalar loads (no gather). Compiled only, both ways."""
+    if "clang" in toolchain.compiler_identity(tuple(toolchain.compiler_command())).lower():
+        pytest.skip("GATHER_FLAGS are g++'s tuning names")
+    k = _kernel("k_erf_f64")
+    source = cpurt.kernel_source(k)
+    src = tmp_path / "unit.cpp"
+    src.write_text(cpurt.kernel_unit(source, [k]))
+    base = [f for f in (*cpurt.CXX_FLAGS, *cpurt.FIRST_STAGE_FLAGS)
+            if f not in ("-march=native", "-shared")]
+    gathers = {}
+    for name, extra in (("default", ()), ("gathers", cpurt.GATHER_FLAGS)):
+        out = tmp_path / f"{name}.s"
+        proc = subprocess.run([*toolchain.compiler_command(), *base, *extra,
+                               "-march=skylake-avx512", "-mtune=generic", "-S", str(src), "-o",
+                               str(out)], capture_output=True, text=True, check=False)
+        if proc.returncode != 0 and extra:
+            pytest.skip(f"this g++ does not take {extra}: {proc.stderr[-300:]}")
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        gathers[name] = len(re.findall(r"\bvgather\w+", out.read_text()))
+    assert gathers["default"] == 0 and gathers["gathers"] > 0, gathers
+
+
+def test_gathers_only_where_they_are_fast(monkeypatch):
+    """GATHER_FLAGS join a first-stage library's flags only on x86-64 with AVX-512 that the
+    kernel reports not affected by GDS (the microcode mitigation slows gathers) and a g++."""
+    x86 = "x86_64\nflags\t: fpu sse2 avx2 avx512f avx512dq\n"
+    cases = [("x86_64", x86, "Mitigation: Microcode\n", ()),
+             ("x86_64", x86.replace(" avx512f", ""), "Not affected\n", ()),
+             ("x86_64", x86, "", ()),  # no report (an older kernel)
+             ("aarch64", x86, "Not affected\n", ())]
+    takes = subprocess.run([*toolchain.compiler_command(), *cpurt.GATHER_FLAGS,
+                            "-fsyntax-only", "-x", "c++", "/dev/null"], capture_output=True,
+                           check=False)
+    gxx = "clang" not in toolchain.compiler_identity(
+        tuple(toolchain.compiler_command())).lower() and takes.returncode == 0
+    cases.append(("x86_64", x86, "Not affected\n", cpurt.GATHER_FLAGS if gxx else ()))
+    try:
+        for machine, ident, gds, want in cases:
+            cpurt.gather_flags.cache_clear()
+            monkeypatch.setattr(cpurt.platform, "machine", lambda m=machine: m)
+            monkeypatch.setattr(cpurt, "_host_identity", lambda i=ident: i)
+            monkeypatch.setattr(cpurt, "_read", lambda path, g=gds: g)
+            assert cpurt.gather_flags() == want, (machine, ident, gds)
+    finally:
+        monkeypatch.undo()
+        cpurt.gather_flags.cache_clear()
 
 
 def _kernel(name):
