@@ -65,11 +65,12 @@ CXX_FLAGS = (
 FIRST_STAGE_FLAGS = ("-fno-tree-pre", "-fno-trapping-math")
 # ... and, with g++ on an x86-64 host with AVX-512 that the kernel reports not affected by
 # GDS ("Downfall"), with its table reads as vector gathers: the tuning -march=native brings for
-# a CPU g++ 12 does not name ("generic") emulates a gather by scalar loads and inserts; with
-# gathers, 98 K float64 values on one thread of the 2-core test host: erf and gelu_gate
-# 1254 -> 649 / 1258 -> 621 us, exp 420 -> 327, tanh 606 -> 524, sin 545 -> 432 (the same
-# loads: instruction selection only, the same values). Parts with the GDS microcode
-# mitigation run gathers slowly, and pre-AVX-512 ones gain little: they keep the default.
+# a CPU g++ 12 does not name ("generic") emulates a gather by scalar loads and inserts. With
+# gathers, 98 K float64 values on one thread of the 2-core test host (a Xeon, Emerald
+# Rapids): erf and gelu_gate 1254 -> 649 / 1258 -> 621 us, exp 420 -> 327, tanh 606 -> 524,
+# sin 545 -> 432 (the same loads: instruction selection only, the same values). Parts with
+# the GDS microcode mitigation run gathers slowly, and pre-AVX-512 ones were not measured:
+# they keep the default.
 GATHER_FLAGS = ("-mtune-ctrl=use_gather_2parts,use_gather_4parts,use_gather",)
 GDS_STATUS = "/sys/devices/system/cpu/vulnerabilities/gather_data_sampling"
 HEADER_PATH = Path(__file__).with_name("cpu_runtime.h")
