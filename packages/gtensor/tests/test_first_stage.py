@@ -191,8 +191,8 @@ def test_the_stage_loop_vectorizes(kernel, march, tmp_path):
 @pytest.mark.skipif(platform.machine() not in ("x86_64", "AMD64"),
                     reason="x86 gathers (the compiler's assembly)")
 def test_the_gather_flags_make_the_stage_read_its_table_by_gathers(tmp_path):
-    """With GATHER_FLAGS the erf stage's table reads are vector gathers (AVX-512 build); the
-    default tuning emulates them by scalar loads (no gather). Compiled only, both ways."""
+    """With GATHER_FLAGS the erf stage's table reads are vector gathers (AVX-512 build; g++
+    12's generic tuning emulates them by scalar loads). Compiled only, both ways."""
     if "clang" in toolchain.compiler_identity(tuple(toolchain.compiler_command())).lower():
         pytest.skip("GATHER_FLAGS are g++'s tuning names")
     k = _kernel("k_erf_f64")
@@ -211,7 +211,9 @@ def test_the_gather_flags_make_the_stage_read_its_table_by_gathers(tmp_path):
             pytest.skip(f"this g++ does not take {extra}: {proc.stderr[-300:]}")
         assert proc.returncode == 0, proc.stderr[-2000:]
         gathers[name] = len(re.findall(r"\bvgather\w+", out.read_text()))
-    assert gathers["default"] == 0 and gathers["gathers"] > 0, gathers
+    # g++ 12's generic tuning emits none (another g++ may already: the flags then change
+    # nothing); with the flags the stage's table reads are gathers
+    assert gathers["gathers"] > 0 and gathers["gathers"] >= gathers["default"], gathers
 
 
 def test_gathers_only_where_they_are_fast(monkeypatch):
