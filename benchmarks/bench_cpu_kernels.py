@@ -41,6 +41,7 @@ ROOT = _paths.ROOT
 
 import gtensor  # noqa: E402
 import numpy as np  # noqa: E402
+from _machine import cpu_name  # noqa: E402
 
 MATMULS = [(128, 256, 704), (128, 704, 256), (128, 256, 4096), (512, 512, 512)]
 TRANSPOSES = [(256, 704), (704, 256), (256, 4096)]
@@ -232,7 +233,7 @@ Command (from the repository root):
 `uptime` before: `{before}`
 `uptime` after: `{after}`
 
-Machine: {platform.machine()}, {os.cpu_count()} CPUs, numpy {np.__version__}.
+Machine: {platform.machine()}, {cpu_name()}, {os.cpu_count()} CPUs, numpy {np.__version__}.
 
 {table}
 """
@@ -278,7 +279,7 @@ Command (from the repository root):
 `uptime` before: `{before}`
 `uptime` after: `{after}`
 
-Machine: {platform.machine()}, {os.cpu_count()} CPUs, numpy {np.__version__}.
+Machine: {platform.machine()}, {cpu_name()}, {os.cpu_count()} CPUs, numpy {np.__version__}.
 
 {table}
 """
@@ -314,7 +315,7 @@ Command (from the repository root):
 {cmd}
 ```
 
-Machine: {platform.machine()}, {platform.processor() or 'cpu'}, {os.cpu_count()} CPUs,
+Machine: {platform.machine()}, {cpu_name()}, {os.cpu_count()} CPUs,
 numpy {np.__version__}.
 
 {table}
@@ -383,7 +384,8 @@ Command (from the repository root):
 {cmd}
 ```
 
-Machine: {platform.machine()}, {os.cpu_count()} CPUs (load average at the end: {load}),
+Machine: {platform.machine()}, {cpu_name()}, {os.cpu_count()} CPUs
+(load average at the end: {load}),
 numpy {np.__version__}, torch {torch.__version__} (2 threads); our kernels use
 `$GTENSOR_CPU_THREADS` (default: every CPU).
 

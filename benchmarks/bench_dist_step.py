@@ -51,6 +51,7 @@ import dist_cost  # noqa: E402
 import dist_models  # noqa: E402
 import gdist  # noqa: E402
 import gopt  # noqa: E402
+from _machine import cpu_name  # noqa: E402
 from _timing import profile  # noqa: E402
 from dist_engines import Ours, TorchDDP, TorchOne  # noqa: E402
 
@@ -264,7 +265,8 @@ def write(args, results: dict, cost: list[str], prof: str) -> None:
     text = "\n".join([
         "# gdist: one data-parallel training step, Local vs DataParallel vs torch DDP", "",
         f"Command: `{cmd.strip()}`  ",
-        f"Machine: {platform.machine()}, {os.cpu_count()} CPUs shared with other jobs while "
+        f"Machine: {platform.machine()}, {cpu_name()}, {os.cpu_count()} CPUs shared with other "
+        "jobs while "
         f"measured (load averages below), Python {platform.python_version()}, numpy "
         f"{np.__version__}, dask.distributed {distributed.__version__}, torch "
         f"{torch.__version__}; every process one compute thread", "",

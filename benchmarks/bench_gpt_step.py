@@ -35,6 +35,7 @@ ROOT = _paths.ROOT
 
 import gtape as g  # noqa: E402
 import numpy as np  # noqa: E402
+from _machine import cpu_name  # noqa: E402
 from _timing import round_robin  # noqa: E402
 from gdemos import gpt  # noqa: E402
 from gdemos import gpt_model as M  # noqa: E402
@@ -234,7 +235,8 @@ Command (from the repository root, with torch installed):
 {cmd}
 ```
 
-Machine: {platform.machine()}, {os.cpu_count()} CPUs, {platform.python_implementation()}
+Machine: {platform.machine()}, {cpu_name()}, {os.cpu_count()} CPUs,
+{platform.python_implementation()}
 {platform.python_version()}, numpy {np.__version__}, torch {torch_version}; load average when
 the run ended {load}. "build": seconds to build our engine (the captured step: recording,
 capture and its native compile; the fused one also its fusion; with the kernel cache as this

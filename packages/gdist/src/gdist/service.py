@@ -287,13 +287,9 @@ async def _catch_up(worker: Any, run: str, source: str) -> dict:
 
 
 async def _step(worker: Any, run: str, plan: Plan | list, me: int, parts: Any) -> dict:
-    """This replica's share of one step (``gdist.allreduce``), run in the compute thread in
-    one piece: sends leave through the event loop as soon as a value is made, waits block
-    the compute thread until the event loop has the value (or the driver's abort)."""
-    rep, box = _replica(run), _BOXES[run]
+    """This replica's share of one step on Dask's comms (``_share``), run in the compute
+    thread in one piece: sends leave through the event loop as soon as a value is made."""
     plan, parts = Plan.of(plan), messages.decode_parts(parts)
-    if box.aborted(plan.tag):
-        raise StepAborted(f"gdist: step {plan.step} was aborted")
     loop = asyncio.get_running_loop()
 
     def post(node: Any, to: int, value: Any) -> None:  # on the event loop
@@ -305,13 +301,22 @@ async def _step(worker: Any, run: str, plan: Plan | list, me: int, parts: Any) -
     def send(node: Any, to: int, value: Any) -> None:  # from the compute thread
         loop.call_soon_threadsafe(post, node, to, value)
 
-    def wait(node: Any) -> Any:  # from the compute thread
-        return box.wait(plan.tag, node, plan.timeout)
+    return await _compute(_share, run, plan, me, parts, send)
 
+
+def _share(run: str, plan: Plan, me: int, parts: dict, send: allreduce.Send) -> dict:
+    """This replica's share of one step (``gdist.allreduce``; with the tree on the driver,
+    its partial sums), whichever transport brought it: ``send`` carries values to peers,
+    waits block on the mailbox until the value arrives (or the driver's abort); the mailbox
+    forgets the step after. Runs with the compute lock held."""
+    rep, box = _replica(run), _BOXES[run]
+    if box.aborted(plan.tag):
+        raise StepAborted(f"gdist: step {plan.step} was aborted")
     try:
         if plan.tree_on == "driver":
-            return {"leaves": await _compute(allreduce.partial, rep, plan, me, parts)}
-        return await _compute(allreduce.share, rep, plan, me, parts, send, wait)
+            return {"leaves": allreduce.partial(rep, plan, me, parts)}
+        return allreduce.share(rep, plan, me, parts, send,
+                               lambda node: box.wait(plan.tag, node, plan.timeout))
     finally:
         box.forget(plan.tag)
 
@@ -339,11 +344,8 @@ def _on_link(msg: dict, reply: Any) -> None:
 
 
 def _step_on_link(run: str, plan: Plan, me: int, parts: dict) -> dict:
-    """This replica's share of one step, run in the link's thread (the compute lock held):
-    values for peers sent on links to their servers, waits on the mailbox."""
-    rep, box = _replica(run), _BOXES[run]
-    if box.aborted(plan.tag):
-        raise StepAborted(f"gdist: step {plan.step} was aborted")
+    """This replica's share of one step (``_share``) in the link's thread: values for peers
+    sent on links to their servers."""
     assert plan.links is not None
 
     def send(node: Any, to: int, value: Any) -> None:
@@ -353,14 +355,8 @@ def _step_on_link(run: str, plan: Plan, me: int, parts: dict) -> dict:
         except OSError:
             pass  # a lost peer is the driver's to find
 
-    def wait(node: Any) -> Any:
-        return box.wait(plan.tag, node, plan.timeout)
-
-    try:
-        with _COMPUTE:
-            return allreduce.share(rep, plan, me, parts, send, wait)
-    finally:
-        box.forget(plan.tag)
+    with _COMPUTE:
+        return _share(run, plan, me, parts, send)
 
 
 def _link_pings(to: Any, n: int, payload: Any) -> list[float]:
