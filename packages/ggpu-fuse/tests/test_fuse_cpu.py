@@ -3,6 +3,8 @@ the tape, over many episodes, on random graph mixes, and with its loops split ac
 
 from __future__ import annotations
 
+import re
+
 import gtape as g
 import numpy as np
 import pytest
@@ -228,3 +230,68 @@ def test_fused_maps_run_the_first_stage_and_fall_back_on_undecided_lanes():
 def bits_equal_each(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """Element by element: the same bits."""
     return a.view(np.uint64) == b.view(np.uint64)
+
+
+@pytest.mark.default_plan
+def test_rank_4_broadcasts_and_copies_run_as_rows_bitwise():
+    """A per-channel affine on (N, C, H, W) (operands broadcast over N, H and W), a rank-3
+    transpose copy and a rank-4 slice: fused loops over innermost rows (the outer index's
+    digits decoded once a row, no per-element geometry decode), bitwise the per-node step."""
+    rng = np.random.default_rng(3)
+    tp = g.Tape("cpu")
+    w = tp.param(rng.normal(size=(1, 3, 1, 1)))
+    b = tp.param(rng.normal(size=(1, 3, 1, 5)))
+    x = tp.const(rng.normal(size=(4, 3, 2, 5)))
+    y = g.relu(x * w + b)
+    t = g.transpose(g.reshape(y, (4, 6, 5)), (1, 0, 2))  # a rank-3 strided copy
+    s = g.reshape(y, (4, 3, 2, 5))[:, 1:, :, 2:]
+    loss = g.sum(t * 1.5) + g.sum(s * s)
+    prog = capture(tp, loss, backend="cpu")
+    fp = fuse(prog)
+    src = fp.fused("forward").module.source
+    body = src[src.index('extern "C" int gtfuse_forward'):]
+    # each fused launch's text: from its comment to the next launch's
+    marks = [(m.start(), int(m.group(1))) for m in re.finditer(r"// k_\w+ \(launch (\d+)", body)]
+    text = {i: body[a:b] for (a, i), (b, _) in zip(marks, [*marks[1:], (len(body), -1)])}
+    ranked = [i for seg in fp.fused("forward").segments if seg.fused for i in seg.items
+              if i.name in ("k_mul_f64", "k_add_f64", "k_copy_f64")
+              and int(np.asarray(i.args["geom"]).ravel()[0]) >= 3]
+    assert len(ranked) >= 3, fp.plan  # the broadcasts and copies above run in fused loops
+    for i in ranked:  # rows of the innermost dimension: no element decodes its offsets
+        assert "rem %" not in text[i.index] and "const long long c1 = " in text[i.index], \
+            text[i.index]
+    assert_fused_first_is_per_node(prog, fp, x, rng.normal(size=(4, 3, 2, 5)))
+    for run in range(2):
+        fp.forward()
+        fp.backward()
+        prog.forward()
+        prog.backward()
+        for v in (w, b):
+            assert bits_equal(fp.grad(v), prog.grad(v)), (run, first_difference(
+                prog.grad(v), fp.grad(v)))
+
+
+def test_a_compiled_step_splits_work_on_the_runtimes_one_pool():
+    """The compiled step's library is bound to the cpu runtime's state (no pool of its own,
+    whose workers would spin beside the runtime's): its split threshold is the runtime's."""
+    import ctypes
+
+    from gtensor.runtime import cpu as cpurt
+
+    rng = np.random.default_rng(0)
+    tp = g.Tape("cpu")
+    w = tp.param(rng.normal(size=(8, 4)))
+    x = tp.const(rng.normal(size=(6, 8)))
+    fp = fuse(capture(tp, g.sum(g.relu(x @ w)), backend="cpu"))
+    fp.forward()
+    lib = fp.fused("forward").module.lib
+    runtime, _ = cpurt._runtime()
+    runtime.gtcpu_shared.restype = ctypes.c_void_p
+    lib.gtcpu_bound.restype = ctypes.c_void_p
+    assert lib.gtcpu_bound() == runtime.gtcpu_shared()
+    module = tp.backend.module
+    old = fp.fused("forward").module.set_parallel_work(4321)
+    try:
+        assert module.set_parallel_work(old) == 4321
+    finally:
+        module.set_parallel_work(old)

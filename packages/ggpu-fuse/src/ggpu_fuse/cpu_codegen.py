@@ -278,9 +278,9 @@ def _node_call(launch: Launch, ptrs: _Pointers) -> str:
 
 
 def _affine(info: Info) -> tuple[list[int], dict[str, tuple[int, list[int]]], tuple] | None:
-    """The launch's geometry as its form gives a rank <= 2 layout (``Form.affine``: a zip's
-    or a copy's), (dims, {array: (offset, strides)}, out), else None; ``out`` is (offset,
-    strides) of a copy's y, () for a zip's contiguous y."""
+    """The launch's geometry as its form gives a strided layout (``Form.affine``: a zip's or a
+    copy's), (dims, {array: (offset, strides)}, out), else None; ``out`` is (offset, strides)
+    of a copy's y, () for a zip's contiguous y."""
     names = tuple(p.name for p in info.launch.kernel.params
                   if p.is_pointer and p.is_const and not p.is_geometry)
     geom = {"geom": np.asarray(info.args.get("geom", ()), np.int64)}
@@ -303,10 +303,29 @@ def _staged(info: Info, v: dict[str, str], lo: str, hi: str, indent: str) -> str
                                      _ctype_of(info), indent))
 
 
+def _digits(outer: list[int], indent: str) -> str:
+    """Declarations of c0 .. c{r-1}, the digits of the row index q over the outer dims
+    ``outer`` (row-major: the last digit the fastest; c0 what is left)."""
+    if not outer:
+        return ""
+    lines = [f"{indent}    long long t = q;"]
+    for d in range(len(outer) - 1, 0, -1):
+        lines.append(f"{indent}    const long long c{d} = t % {outer[d]}LL; t /= {outer[d]}LL;")
+    lines.append(f"{indent}    const long long c0 = t;")
+    return "\n".join(lines) + "\n"
+
+
+def _offset(off: int, strides: list[int], j: str) -> str:
+    """The flat offset of element (c0, .., j) of an array at ``off`` with ``strides``."""
+    terms = [f"{off}LL"] + [f"c{d} * {st}LL" for d, st in enumerate(strides[:-1]) if st]
+    return " + ".join(terms + [f"{j} * {strides[-1]}LL"])
+
+
 def _range_loop(info: Info, v: dict[str, str], lo: str, hi: str, indent: str) -> str:
-    """Iterations [lo, hi) of the launch: a zip or copy of rank <= 2 as rows of its innermost
-    dimension (unit-stride or broadcast inner loops the compiler vectorizes; the same element
-    offsets as the geometry decode), anything else as its statement in a loop."""
+    """Iterations [lo, hi) of the launch: a zip or copy of any rank as rows of its innermost
+    dimension (unit-stride or broadcast inner loops the compiler vectorizes; the outer index's
+    digits decoded once a row: the same element offsets as the geometry decode), anything
+    else as its statement in a loop."""
     staged = _staged(info, v, lo, hi, indent)
     if staged is not None:
         return staged
@@ -318,25 +337,20 @@ def _range_loop(info: Info, v: dict[str, str], lo: str, hi: str, indent: str) ->
     inner = dims[-1]
     if inner == 0:
         return f"{indent}// no elements"
-
-    def s0(st: list[int]) -> int:  # the outer stride (0 for one dimension)
-        return st[0] if len(st) == 2 else 0
-
     if isinstance(info.form, Copy):
         (ioff, si), (ooff, so) = ins["x"], out
-        body = (f"{v['y']}[{ooff}LL + q * {s0(so)}LL + j * {so[-1]}LL] = "
-                f"{v['x']}[{ioff}LL + q * {s0(si)}LL + j * {si[-1]}LL];")
+        body = f"{v['y']}[{_offset(ooff, so, 'j')}] = {v['x']}[{_offset(ioff, si, 'j')}];"
     else:
         fn = info.launch.kernel.calls[0]
         fn = getattr(fn, "cname", None) or fn.name
-        args = ", ".join(f"{v[nm]}[q * {s0(st)}LL + j * {st[-1]}LL]"
-                         for nm, (_, st) in ins.items())
+        args = ", ".join(f"{v[nm]}[{_offset(off, st, 'j')}]" for nm, (off, st) in ins.items())
         body = f"{v['y']}[q * {inner}LL + j] = {fn}({args});"
     return (f"{indent}for (long long i = {lo}; i < {hi};) {{\n"
             f"{indent}    const long long q = i / {inner}LL, j0 = i % {inner}LL;\n"
             f"{indent}    const long long j1 = {inner}LL < j0 + ({hi} - i) ? {inner}LL : "
             f"j0 + ({hi} - i);\n"
-            f"{indent}    for (long long j = j0; j < j1; ++j) {body}\n"
+            + _digits(dims[:-1], indent)
+            + f"{indent}    for (long long j = j0; j < j1; ++j) {body}\n"
             f"{indent}    i += j1 - j0;\n{indent}}}")
 
 
@@ -476,10 +490,10 @@ _LOCK = threading.Lock()
 
 def translation_unit(body: str) -> str:
     """The cpu runtime header, the device functions ``body`` names, the matmul row helpers,
-    ``body``."""
+    ``body``: a library bound to the runtime's pool and settings (``cpurt.shard_unit``)."""
     helpers = _HELPERS.replace("$CONTRACTS", _FMA_CONTRACT if "gtfuse::Fma" in body else "")
-    return "\n".join([toolchain.header_text(cpurt.HEADER_PATH), _HEADER,
-                      device_text_for(helpers + body), helpers, body])
+    return cpurt.shard_unit("\n".join([_HEADER, device_text_for(helpers + body), helpers,
+                                       body]))
 
 
 def _unit(body: str) -> tuple[str, str, list[str], tuple[str, ...]]:
@@ -522,7 +536,9 @@ def load(body: str) -> ctypes.CDLL:
     key, tu, command, flags = _unit(body)
     with _LOCK:
         if key not in _LOADED:
-            _LOADED[key] = ctypes.CDLL(str(_library(key, tu, command, flags)))
+            lib = ctypes.CDLL(str(_library(key, tu, command, flags)))
+            cpurt.bind_library(lib)  # one pool: the per-node kernels' and every step's
+            _LOADED[key] = lib
         return _LOADED[key]
 
 

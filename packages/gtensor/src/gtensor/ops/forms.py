@@ -68,8 +68,9 @@ class Form:
       ``ta`` / ``tb`` flags), as {parameter: array};
     * ``row_aligned(param, rows, args, transposed)``: its own answer to whether iteration i
       reads ``param`` only within the row it writes (None: read it off ``index_maps``);
-    * ``affine(args, names)``: a rank <= 2 strided layout (dims, {input: (offset, strides)},
-      output (offset, strides) or ()) that a cpu loop can walk directly, or None.
+    * ``affine(args, names)``: its strided layout (dims, {input: (offset, strides)}, output
+      (offset, strides) or ()) that a cpu loop can walk directly (innermost rows, the outer
+      index's digits decoded once a row), or None.
     """
 
     fusable = True
@@ -91,7 +92,7 @@ class Form:
         return None
 
     def affine(self, args: dict, names: tuple[str, ...]) -> tuple | None:
-        """A rank <= 2 layout a cpu loop walks directly, or None."""
+        """A strided layout a cpu loop walks directly, or None."""
         return None
 
 
@@ -302,9 +303,9 @@ class Copy(Form):
         return Access(n, oo, {"x": oi})
 
     def affine(self, args: dict, names: tuple[str, ...]) -> tuple | None:
-        """(dims, {"x": (in offset, in strides)}, (out offset, out strides)) of rank 1 or 2."""
+        """(dims, {"x": (in offset, in strides)}, (out offset, out strides)), rank >= 1."""
         g = [int(v) for v in np.asarray(args.get("geom", ()), np.int64).ravel()]
-        if not g or not 1 <= g[0] <= 2 or len(g) != 3 + 3 * g[0]:
+        if not g or g[0] < 1 or len(g) != 3 + 3 * g[0]:
             return None
         rank = g[0]
         si, ioff = g[1 + rank:1 + 2 * rank], g[1 + 2 * rank]
@@ -652,9 +653,9 @@ class Zip(Form):
         return Access(n, np.arange(n), offs)
 
     def affine(self, args: dict, names: tuple[str, ...]) -> tuple | None:
-        """(dims, {input: (0, its strides)}, ()) of rank 1 or 2 (``names``: the inputs)."""
+        """(dims, {input: (0, its strides)}, ()), rank >= 1 (``names``: the inputs)."""
         g = [int(v) for v in np.asarray(args.get("geom", ()), np.int64).ravel()]
-        if not g or not 1 <= g[0] <= 2 or len(g) != 1 + g[0] * (1 + len(names)):
+        if not g or g[0] < 1 or len(g) != 1 + g[0] * (1 + len(names)):
             return None
         rank = g[0]
         return g[1:1 + rank], {nm: (0, g[1 + (k + 1) * rank:1 + (k + 2) * rank])

@@ -152,17 +152,21 @@ def runtime_unit() -> str:
             f"{toolchain.header_text(HEADER_PATH)}\n{toolchain.header_text(EXEC_PATH)}")
 
 
-def kernel_unit(source: str, kernels: Sequence[Kernel]) -> str:
-    """A kernel library: the header as kernels see it (``GTCPU_SHARD``: no pool of its own;
-    the intrinsics only with ``GTCPU_VFMA``, for kernels that call ``gtcpu::vfma``), ``source``
-    (the kernels and what they call), their launchers and ``gtcpu_bind``."""
+def shard_unit(source: str) -> str:
+    """A library bound to the runtime library's state (``GTCPU_SHARD``: no pool of its own,
+    ``bind_library`` points it at the runtime's pool and settings; the intrinsics only with
+    ``GTCPU_VFMA``, for sources that call ``gtcpu::vfma``): the header, ``source``,
+    ``gtcpu_bind``."""
     vfma = "#define GTCPU_VFMA\n" if "gtcpu::vfma" in source else ""
-    return ("#define GTCPU_SHARD\n" + vfma
-            + f"{toolchain.header_text(HEADER_PATH)}\n"
-            '#line 1 "kernels.cpp"\n'
-            f"{source}\n"
-            '#line 1 "launchers.cpp"\n'
-            + "".join(_launchers(k) for k in kernels) + _BIND)
+    return ("#define GTCPU_SHARD\n" + vfma + f"{toolchain.header_text(HEADER_PATH)}\n"
+            + source + _BIND)
+
+
+def kernel_unit(source: str, kernels: Sequence[Kernel]) -> str:
+    """A kernel library: ``shard_unit`` of ``source`` (the kernels and what they call) and
+    their launchers."""
+    return shard_unit('#line 1 "kernels.cpp"\n' f"{source}\n" '#line 1 "launchers.cpp"\n'
+                      + "".join(_launchers(k) for k in kernels))
 
 
 def kernel_flags(source: str) -> tuple[str, ...]:
@@ -272,6 +276,18 @@ def _runtime() -> tuple[ctypes.CDLL, Any]:
     return lib, run
 
 
+def bind_library(lib: ctypes.CDLL) -> None:
+    """Point a loaded ``shard_unit`` library at the runtime library's state: its kernels split
+    work on the process's one pool (a pool per library would leave one library's workers
+    spinning while another's run) and read the same settings."""
+    runtime, _ = _runtime()
+    lib.gtcpu_bind.argtypes = (ctypes.c_void_p, ctypes.c_longlong)
+    lib.gtcpu_bind.restype = ctypes.c_int
+    if lib.gtcpu_bind(runtime.gtcpu_shared(), runtime.gtcpu_shared_size()) != 0:
+        raise RuntimeError("cpu: a library and the runtime library disagree on their shared "
+                           "state (built from different headers)")
+
+
 class _KernelLibrary:
     """One loaded kernel library: bound to the runtime, its kernels in the call table."""
 
@@ -282,10 +298,7 @@ class _KernelLibrary:
         runtime, _ = _runtime()
         key = self.lib.gtensor_key
         with _LOAD_LOCK:
-            self.lib.gtcpu_bind.argtypes = (ctypes.c_void_p, ctypes.c_longlong)
-            if self.lib.gtcpu_bind(runtime.gtcpu_shared(), runtime.gtcpu_shared_size()) != 0:
-                raise RuntimeError("cpu: a kernel library and the runtime library disagree on "
-                                   "their shared state (built from different headers)")
+            bind_library(self.lib)
             self.slots: dict[str, int] = {}
             self.launchers: dict[str, Any] = {}
             for k in kernels:

@@ -1,6 +1,7 @@
-// cpu_pool.h - the thread pool behind cpu_runtime.h's parallel_for, and the state of a library
-// that owns one (the cpu runtime library, a ggpu-fuse step): included by cpu_runtime.h unless
-// GTCPU_SHARD (a kernel library, bound to the runtime library's state instead).
+// cpu_pool.h - the thread pool behind cpu_runtime.h's parallel_for, and the state of the
+// library that owns it (the cpu runtime library, one per process): included by cpu_runtime.h
+// unless GTCPU_SHARD (a kernel library or a ggpu-fuse step, bound to the runtime library's
+// state instead).
 //
 // A kernel never sees the pool: gtcpu::parallel_for calls SHARED->run with a plain function
 // pointer and its context, so kernel libraries compile without <thread> / <mutex> / <functional>.
