@@ -7,6 +7,8 @@ with the tape unchanged."""
 
 from __future__ import annotations
 
+import re
+
 import gtape as g
 import numpy as np
 import pytest
@@ -252,6 +254,47 @@ def test_batch_norm_op_is_the_recorded_composite_bitwise(bname, dtype, threads, 
                 assert same_bits(a, c), (shape, eps, ["y", "dx", "dw", "db"][i])
             assert same_bits(got[0][4], want_rm.astype(dtype)), (shape, eps)
             assert same_bits(got[0][5], want_rv.astype(dtype)), (shape, eps)
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+def test_batch_norm_affine_is_one_op_with_the_unfused_bits(bname, dtype):
+    """Training with weight and bias Vars of the tape records one ``bn_affine`` (backward:
+    ``bn_affine_grad``, ``bn_weight_grad``, the bias's ``sum_to``); host arrays as weight and
+    bias (or only a weight) record ``bn_normalize`` and the affine ops: the same y and
+    gradients of x either way, bit for bit (as the composite test above for the Vars' w and
+    b)."""
+    rng = np.random.default_rng(4)
+    x0 = rng.normal(size=(4, 3, 2, 5)).astype(dtype)
+    wv, bv = rng.normal(size=3).astype(dtype), rng.normal(size=3).astype(dtype)
+    up = rng.normal(size=x0.shape).astype(dtype)
+    got = {}
+    for how in ("vars", "arrays"):
+        with g.Tape(bname, dtype) as tp:
+            x = tp.param(x0)
+            w, b = (tp.param(wv), tp.param(bv)) if how == "vars" else (wv, bv)
+            y = g.batch_norm(x, None, None, w, b, True)
+            ops = [tp.var_at(i).op for i in range(len(tp))]
+            assert ("bn_affine" in ops) == (how == "vars"), ops
+            assert ("bn_normalize" in ops) == (how == "arrays"), ops
+            g.sum(y * tp.const(up)).backward()
+            got[how] = (host(tp, tp.value(y)), host(tp, tp.grad(x)))
+    for a, c in zip(got["vars"], got["arrays"]):
+        assert bits_equal(a, c)
+
+
+def test_bn_affine_refuses_per_channel_shapes_that_do_not_fit(bname):
+    """w or b not (C,): a ValueError naming the op, the argument, the shape and the one
+    expected; nothing recorded."""
+    with g.Tape(bname) as tp:
+        x = tp.param(np.ones((2, 3, 4)))
+        n = len(tp)
+        for w, b, bad in [(np.ones(2), np.ones(3), "w has shape (2,)"),
+                          (np.ones(3), np.ones((1, 3)), "b has shape (1, 3)")]:
+            with pytest.raises(ValueError, match=rf"bn_affine: {re.escape(bad)}; expected "
+                                                 r"\(3,\)"):
+                g.bn_affine(x, tp.param(w), tp.param(b))
+            n += 2  # the two params
+            assert len(tp) == n
 
 
 @pytest.mark.parametrize("dtype", ["float64", "float32"])

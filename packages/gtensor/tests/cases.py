@@ -301,8 +301,9 @@ def _random_cases() -> list[Case]:
     for s in [(7,), (3, 5), (2, 3, 4), (1, 1), (4, 1), (2, 13), (0, 3), (3, 0)]:
         for eps in (1e-5, 0.0):
             cases.append(Case("ln_normalize_grad", (s, s, (*s[:-1], 1)), {"eps": eps}))
-    # batch_norm's channels after the mean: the backward helper and the running variance's
-    # sums of squares (bn_normalize declares its rows)
+    # batch_norm's channels after the mean: the backward helpers (of x; with the affine, of x
+    # and of w) and the running variance's sums of squares (bn_normalize and bn_affine declare
+    # their rows)
     # (8 and 11 channels with 19 / 16 positions: the cpu kernels' 8-lane chains, 8 positions
     # at a time and the rest one at a time)
     for s in [(2, 3), (3, 2, 5), (2, 3, 2, 3), (1, 1), (4, 1), (2, 9, 4), (0, 3), (2, 0, 3),
@@ -310,6 +311,8 @@ def _random_cases() -> list[Case]:
         stat = (1, s[1]) + (1,) * (len(s) - 2)
         for eps in (1e-5, 0.0):
             cases.append(Case("bn_normalize_grad", (s, s), {"eps": eps}))
+            cases.append(Case("bn_affine_grad", (s, s, (s[1],)), {"eps": eps}))
+            cases.append(Case("bn_weight_grad", (s, s), {"eps": eps}))
         cases.append(Case("bn_sum_squares", (s, stat), {}))
     return cases
 

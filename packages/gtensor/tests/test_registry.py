@@ -16,7 +16,7 @@ NON_DIFFERENTIABLE = {"fill", "adam_m", "adam_v", "adam_p", "sgd_p", "greater", 
                       "less", "less_equal", "equal", "not_equal", "argmax", "index_weight",
                       "rng_bits", "rng_uniform", "rng_normal", "rng_fold", "add_int",
                       "qkv_attention_grad", "ln_normalize_grad", "bn_normalize_grad",
-                      "bn_sum_squares"}
+                      "bn_sum_squares", "bn_affine_grad", "bn_weight_grad"}
 EXPECTED_OPS = set(gtensor.REGISTRY)  # every op is checked below; none is listed by hand
 
 

@@ -23,7 +23,10 @@ channel run over its n = N*L (N*H*W) positions, each sum serial in row-major ord
 * evaluation with running statistics: ``y = ((x - running_mean) * (1 / sqrt(running_var +
   eps))) * w + b``.
 
-w and b (per channel) are skipped when None. The updates go through ``Tape.update_state``:
+w and b (per channel) are skipped when None. In training with both w and b Vars of the tape
+(the layers' params) the normalisation and the affine are one op, ``bn_affine`` (the same
+operations, the same bits; nothing stored between them; gtensor's batchnorm). The updates go
+through ``Tape.update_state``:
 read back with ``tp.state_value``, written into the states' buffers when the episode is reset,
 refreshed by a captured program's step exactly as by the eager step (``gtape.states``).
 """
@@ -81,6 +84,11 @@ def _check(where: str, x: Any, c: int | None, stats: dict[str, Any], params: dic
     return shape[1]
 
 
+def _is_var_of(v: Any, tp: Tape) -> bool:
+    """``v`` a float Var of ``tp`` (an affine the fused op takes as it is)."""
+    return isinstance(v, Var) and v.tape is tp and np.dtype(v.dtype) == np.dtype(tp.dtype)
+
+
 def _per_channel(v: Any, chan: tuple) -> Any:
     return ops.reshape(v, chan) if isinstance(v, Var) else np.reshape(v, chan)
 
@@ -109,17 +117,22 @@ def batch_norm(x: Var, running_mean: Var | None = None, running_var: Var | None 
     if batch and n <= 1:
         raise ValueError(f"{where}: expected more than 1 value per channel when training, got "
                          f"input of shape {shape} (torch's rule)")
-    if batch:  # one op, the batch statistics included (the composite's bits: gtensor's
-        # batchnorm); the running statistics read the mean op's mu and bn_sum_squares' ss
-        y = ops.apply("bn_normalize", (x,), eps=float(eps))
+    if batch and _is_var_of(weight, tp) and _is_var_of(bias, tp):
+        # one op, the batch statistics and the affine included (the composite's bits:
+        # gtensor's batchnorm; no normalised x and no product stored between them)
+        y = ops.apply("bn_affine", (x, weight, bias), eps=float(eps))
     else:
-        d = ops.sub(x, ops.reshape(tp.state_var(running_mean), chan))
-        var = ops.reshape(tp.state_var(running_var), chan)
-        y = ops.mul(d, ops.div(1.0, ops.sqrt(ops.adds(var, float(eps)))))
-    if weight is not None:
-        y = ops.mul(y, _per_channel(weight, chan))
-    if bias is not None:
-        y = ops.add(y, _per_channel(bias, chan))
+        if batch:  # one op, the batch statistics included (the composite's bits: gtensor's
+            # batchnorm); the running statistics read the mean op's mu and bn_sum_squares' ss
+            y = ops.apply("bn_normalize", (x,), eps=float(eps))
+        else:
+            d = ops.sub(x, ops.reshape(tp.state_var(running_mean), chan))
+            var = ops.reshape(tp.state_var(running_var), chan)
+            y = ops.mul(d, ops.div(1.0, ops.sqrt(ops.adds(var, float(eps)))))
+        if weight is not None:
+            y = ops.mul(y, _per_channel(weight, chan))
+        if bias is not None:
+            y = ops.add(y, _per_channel(bias, chan))
     if training and running_mean is not None:  # mu and ss for the running statistics alone
         mu = ops.mean(x, axis=axes, keepdims=True)
         ss = ops.apply("bn_sum_squares", (x, mu))

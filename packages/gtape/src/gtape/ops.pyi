@@ -549,6 +549,22 @@ def bn_sum_squares(x: FloatOperand, mu: FloatOperand) -> Var:
     not differentiable; result float]"""
 
 
+def bn_affine(x: FloatOperand, w: FloatOperand, b: FloatOperand, eps=1e-05) -> Var:
+    """Bn_normalize(x) * w + b, w and b per channel (C,): batch_norm's training normalisation
+    and affine in one op (each operation rounded once: the product, then the sum). [gtensor op
+    bn_affine: differentiable; result float]"""
+
+
+def bn_affine_grad(g: FloatOperand, x: FloatOperand, w: FloatOperand, eps=1e-05) -> Var:
+    """Bn_affine's gradient of x: bn_normalize_grad(g * w, x), each product g * w rounded once.
+    [gtensor op bn_affine_grad: not differentiable; result float]"""
+
+
+def bn_weight_grad(g: FloatOperand, x: FloatOperand, eps=1e-05) -> Var:
+    """Bn_affine's gradient of w: per channel the serial sum over (N, *S) of g * xhat, xhat =
+    bn_normalize(x) (C,). [gtensor op bn_weight_grad: not differentiable; result float]"""
+
+
 def softplus(x: FloatOperand) -> Var:
     """Log1p(exp(x)), x itself where x > 20 (torch's Softplus with beta 1). [gtensor op
     softplus: differentiable; result float]"""

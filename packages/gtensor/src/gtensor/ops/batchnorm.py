@@ -1,5 +1,6 @@
 """bn_normalize: batch normalisation's channels (their batch statistics included) as one op,
-its backward, and the channels' sums of squares.
+its backward, and the channels' sums of squares; bn_affine: the same with the per-channel
+affine, and its backward's two ops.
 
 The whole op in one file: the numpy references (written with the other ops' references), the
 CUDA and cpu kernels, the launch and the backward rule. It is gtape's ``batch_norm`` composite
@@ -30,6 +31,18 @@ y, in the order the tape's backward computes it (recomputing mu, d, ss, sd and r
     gmu = (-gd_0) + (-gd_1) + ...              (sub's rule for mu, then sum_to: a serial sum)
     gx  = gd + gmu * (1 / n)                   (x's two contributions in arrival order: d's,
                                                 then the mean's rule, 1 / n rounded once)
+
+``bn_affine(x, w, b)`` is ``bn_normalize(x) * w + b`` with w and b of shape (C,): the
+element ``y = ((d * r) * w[c]) + b[c]``, the product rounded, then the sum (the composite's
+``mul`` and ``add``, never a fused multiply-add). Its rule gives x's gradient as
+``bn_affine_grad(g, x, w)`` = ``bn_normalize_grad(g * w, x)`` (each ``g * w`` rounded once, in
+the pass: the composite's ``mul`` of the upstream by the weight), w's as ``bn_weight_grad(g,
+x)``::
+
+    gw  = (g_0 * xhat_0) + (g_1 * xhat_1) + ...   (a serial sum over (n, s), xhat = d * r
+                                                    recomputed from x as the forward rounds it)
+
+and b's as ``sum_to(g)``: the composite's gradients, bit for bit.
 
 Under a differentiating backend (``create_graph``) the rule records the same computation op by
 op instead (``composite_grad``: the same bits, differentiable again); ``bn_normalize_grad``
@@ -128,9 +141,30 @@ _GMU_CHAIN = """\
 """
 # one element e of channel k: the forward's y, the backward's out
 _Y = "y[e] = $MUL($SUB(x[e], m[k]), rr[k]);"
+_Y_AFFINE = "y[e] = $ADD($MUL($MUL($SUB(x[e], m[k]), rr[k]), aw[c0 + k]), ab[c0 + k]);"
 _GD = ("{ const $T d = $SUB(x[e], m[k]); "
        "out[e] = $ADD($ADD($MUL(g[e], rr[k]), $MUL(gss[k], d)), $MUL(gss[k], d)); }")
 _GX = "out[e] = $ADD(out[e], gmu[k]);"
+
+# bn_weight_grad, after the statistics: gw[k], the serial sum over (n, s) in row-major order
+# (first value first) of g * xhat, xhat = (x - m) * r as the forward rounds it
+_GW_CHAIN = """\
+    $T gw[G];
+    for (int k = 0; k < G; ++k)
+        gw[k] = $MUL(g[(c0 + k) * S], $MUL($SUB(x[(c0 + k) * S], m[k]), rr[k]));
+    for (long long n0 = 0; n0 < N; ++n0) {
+        const $T* xn = x + (n0 * C + c0) * S;
+        const $T* gn = g + (n0 * C + c0) * S;
+        for (long long q = n0 == 0 ? 1 : 0; q < S; ++q)
+            for (int k = 0; k < G; ++k)
+                gw[k] = $ADD(gw[k], $MUL(gn[k * S + q], $MUL($SUB(xn[k * S + q], m[k]), rr[k])));
+    }
+"""
+# bn_affine_grad: bn_normalize_grad's texts with g read as g * w (each product rounded: the
+# composite's mul(g, w) before the normalisation's rule), scalar text -> affine text
+_AFFINE_G = (("g[(c0 + k) * S]", "$MUL(g[(c0 + k) * S], aw[c0 + k])"),
+             ("gn[k * S + q]", "$MUL(gn[k * S + q], aw[c0 + k])"),
+             ("$MUL(g[e], rr[k])", "$MUL($MUL(g[e], aw[c0 + k]), rr[k])"))
 
 # CUDA / sim: a block per channel (grid-stride), thread 0 its statistics (G = 1), then the
 # block's threads over its elements ($AFTER: the backward's mean rule, thread 0's chain over
@@ -162,14 +196,14 @@ $GMU            gmu_s = gmu[0];
         }
         __syncthreads();
 """)
-# the sums of squares: thread 0 alone
+# the sums of squares (the weight gradient): thread 0 alone
 _CUDA_SUMSQ = Template("""\
     const int t = threadIdx.x;
     for (long long c0 = blockIdx.x; c0 < C; c0 += gridDim.x) {
         if (t == 0 && N * S == 0) {  // no values: +0.0
             y[c0] = ($T)0;
         } else if (t == 0) {
-$STATS            y[c0] = ss[0];
+$STATS            y[c0] = $OUT[0];
         }
     }""")
 
@@ -277,6 +311,23 @@ _SS_GR_CHAIN8 = """\
         }
     }
 """
+_GW_CHAIN8 = """\
+    $T gw[G];
+    {
+        V8 mv, rv;
+        for (int k = 0; k < 8; ++k) {
+            mv[k] = m[k];
+            rv[k] = rr[k];
+        }
+        V8 gv = gather8(g + c0 * S, 0) * ((gather8(x + c0 * S, 0) - mv) * rv);
+        walk8x2(x, g, c0, [&](V8 w, V8 w2) { gv = gv + w2 * ((w - mv) * rv); });
+        for (int k = 0; k < 8; ++k) gw[k] = gv[k];
+    }
+"""
+_AFFINE_G8 = (("V8 mv, sv, gv;", "V8 mv, sv, gv, awv;\n"
+               "        for (int k = 0; k < 8; ++k) awv[k] = aw[c0 + k];"),
+              ("gv = gather8(g + c0 * S, 0) * d0;", "gv = (gather8(g + c0 * S, 0) * awv) * d0;"),
+              ("gv = gv + w2 * d;", "gv = gv + (w2 * awv) * d;"))
 _GMU_CHAIN8 = """\
     $T gmu[G];
     {
@@ -312,6 +363,7 @@ _CPU_ELEMENTS = """\
         }
 """
 _CPU_SUMSQ_OUT = "    for (int k = 0; k < G; ++k) y[c0 + k] = ss[k];\n"
+_CPU_GW_OUT = "    for (int k = 0; k < G; ++k) y[c0 + k] = gw[k];\n"
 _CPU_SUMSQ_EMPTY = """\
     if (N * S == 0) {  // no values: +0.0
         for (long long c = 0; c < C; ++c) y[c] = ($T)0;
@@ -323,10 +375,19 @@ _GEOM = "long long N, long long C, long long S"
 _SIGS = {"bn_normalize": f"const $T* x, $T* y, {_GEOM}, $T eps, $T n",
          "bn_normalize_grad": f"const $T* g, const $T* x, $T* out, {_GEOM}, $T eps, $T n, "
                               "$T inv_n",
-         "bn_sum_squares": f"const $T* x, const $T* mu, $T* y, {_GEOM}"}
+         "bn_sum_squares": f"const $T* x, const $T* mu, $T* y, {_GEOM}",
+         "bn_affine": f"const $T* x, const $T* aw, const $T* ab, $T* y, {_GEOM}, $T eps, $T n",
+         "bn_affine_grad": f"const $T* g, const $T* x, const $T* aw, $T* out, {_GEOM}, $T eps, "
+                           "$T n, $T inv_n",
+         "bn_weight_grad": f"const $T* g, const $T* x, $T* y, {_GEOM}, $T eps, $T n"}
 _CALLS = {"bn_normalize": (SUB, MUL, ADD, DIV, SQRT),
           "bn_normalize_grad": (SUB, MUL, ADD, DIV, SQRT, NEG),
-          "bn_sum_squares": (SUB, MUL, ADD)}
+          "bn_sum_squares": (SUB, MUL, ADD),
+          "bn_affine": (SUB, MUL, ADD, DIV, SQRT),
+          "bn_affine_grad": (SUB, MUL, ADD, DIV, SQRT, NEG),
+          "bn_weight_grad": (SUB, MUL, ADD, DIV, SQRT)}
+# the ops whose kernels end in one value per channel (thread 0's chains on the device)
+_PER_CHANNEL = {"bn_sum_squares": ("ss", _CPU_SUMSQ_OUT), "bn_weight_grad": ("gw", _CPU_GW_OUT)}
 
 
 def _indent(text: str, by: int) -> str:
@@ -340,12 +401,28 @@ def _one_lane(text: str) -> str:
     return re.sub(r"\bG\b", "1", text)
 
 
+def _affine_g(text: str, pairs: tuple) -> str:
+    """bn_normalize_grad's ``text`` with g read as g * w (``pairs``: each replacement, every
+    one found)."""
+    for old, new in pairs:
+        if old not in text:
+            raise AssertionError(f"batchnorm: {old!r} not in the gradient's text")
+        text = text.replace(old, new)
+    return text
+
+
 def _texts(name: str) -> tuple[str, str]:
     """(statistics, element statement) of an op's kernels, before the dtype's names."""
     if name == "bn_sum_squares":
         return _SUMSQ, ""
+    if name == "bn_weight_grad":
+        return _STATS + _GW_CHAIN, ""
     if name == "bn_normalize":
         return _STATS, _Y
+    if name == "bn_affine":
+        return _STATS, _Y_AFFINE
+    if name == "bn_affine_grad":
+        return _affine_g(_GRAD_STATS, _AFFINE_G[:2]), _affine_g(_GD, _AFFINE_G[2:])
     return _GRAD_STATS, _GD
 
 
@@ -363,11 +440,18 @@ def _cpu_texts(name: str) -> tuple[str, str]:
     time where a thread runs 8 channels."""
     if name == "bn_sum_squares":
         return _cpu_chains(_MU_IN, False), ""
-    if name == "bn_normalize":
+    if name in ("bn_normalize", "bn_affine"):
         return _cpu_chains(_MU_CHAIN, False) + _SD, ""
+    if name == "bn_weight_grad":
+        gw = "    $T gw[G];\n" + _eight(_GW_CHAIN8.split("\n", 1)[1],
+                                      _GW_CHAIN.split("\n", 1)[1])
+        return _cpu_chains(_MU_CHAIN, False) + _SD + gw, ""
     gmu_scalar = _GMU_CHAIN.split("\n", 1)[1]  # after its declaration
     gmu = "    $T gmu[G];\n" + _eight(_GMU_CHAIN8.split("\n", 1)[1], gmu_scalar)
-    return _cpu_chains(_MU_CHAIN, True) + _SD + _GRAD_GSS, gmu
+    stats = _cpu_chains(_MU_CHAIN, True) + _SD + _GRAD_GSS
+    if name == "bn_affine_grad":
+        stats = _affine_g(_affine_g(stats, _AFFINE_G8), _AFFINE_G[:2])
+    return stats, gmu
 
 
 def _kernels(name: str, cpu: bool):
@@ -377,11 +461,11 @@ def _kernels(name: str, cpu: bool):
         sig = params(Template(_SIGS[name]).substitute(T=ft.ctype))
         calls = tuple(c[ft] for c in _CALLS[name])
         stats, element = _texts(name)
-        grad = name == "bn_normalize_grad"
+        grad = name in ("bn_normalize_grad", "bn_affine_grad")
         if cpu:
             stats, gmu = _cpu_texts(name)
-            if name == "bn_sum_squares":
-                out = _CPU_SUMSQ_OUT
+            if name in _PER_CHANNEL:
+                out = _PER_CHANNEL[name][1]
             else:
                 out = _CPU_ELEMENTS.replace("$ELEMENT", element)
                 if grad:
@@ -389,10 +473,11 @@ def _kernels(name: str, cpu: bool):
             body = _CPU_LANES + _CPU.safe_substitute(
                 STATS=_indent(stats, 8), ELEMENTS=_indent(out, 8),
                 COST=str(split_cost(calls, ROW_ELEMENT_COST)), L=str(CH_LANES))
-            if name == "bn_sum_squares":
+            if name in _PER_CHANNEL:
                 body = _CPU_SUMSQ_EMPTY + body
-        elif name == "bn_sum_squares":
-            body = _CUDA_SUMSQ.safe_substitute(STATS=_indent(_one_lane(stats), 8))
+        elif name in _PER_CHANNEL:
+            body = _CUDA_SUMSQ.safe_substitute(STATS=_indent(_one_lane(stats), 8),
+                                               OUT=_PER_CHANNEL[name][0])
         else:
             shared = "".join(f"    __shared__ {ft.ctype} {v}_s;\n"
                              for v in ("m", "rr") + (("gss", "gmu") if grad else ()))
@@ -438,6 +523,31 @@ def _infer(op: str, nin: int):
         return x, {"eps": check_eps(op, attrs.get("eps", 1e-5))}
 
     return infer
+
+
+def _check_channels(op: str, x: tuple, name: str, shape: tuple) -> None:
+    if tuple(shape) != (x[1],):
+        raise ValueError(f"{op}: {name} has shape {tuple(shape)}; expected ({x[1]},) (one "
+                         f"value per channel of x, shape {x})")
+
+
+def _affine_infer(shapes_: tuple, attrs: dict) -> tuple[tuple, dict]:
+    x = tuple(shapes_[0])
+    _check_x("bn_affine", x)
+    for name, shape in zip(("w", "b"), shapes_[1:]):
+        _check_channels("bn_affine", x, name, shape)
+    return x, {"eps": check_eps("bn_affine", attrs.get("eps", 1e-5))}
+
+
+def _affine_grad_infer(shapes_: tuple, attrs: dict) -> tuple[tuple, dict]:
+    out, attrs = _infer("bn_affine_grad", 2)(shapes_[:2], attrs)
+    _check_channels("bn_affine_grad", out, "w", shapes_[2])
+    return out, attrs
+
+
+def _weight_grad_infer(shapes_: tuple, attrs: dict) -> tuple[tuple, dict]:
+    x, attrs = _infer("bn_weight_grad", 2)(shapes_, attrs)
+    return (x[1],), attrs
 
 
 def _sumsq_infer(shapes_: tuple, attrs: dict) -> tuple[tuple, dict]:
@@ -506,6 +616,25 @@ def _grad_reference(g: np.ndarray, x: np.ndarray, *, eps: float) -> np.ndarray:
     return ADD[ft].numpy(gd, MUL[ft].numpy(gmu, round_scalar(1.0 / _count(x), dt)))
 
 
+def _affine_reference(x: np.ndarray, w: np.ndarray, b: np.ndarray, *, eps: float
+                      ) -> np.ndarray:
+    ft, stat = of(x), stat_shape(x.shape)
+    xhat = _reference(x, eps=eps)
+    return ADD[ft].numpy(MUL[ft].numpy(xhat, w.reshape(stat)), b.reshape(stat))
+
+
+def _affine_grad_reference(g: np.ndarray, x: np.ndarray, w: np.ndarray, *, eps: float
+                           ) -> np.ndarray:
+    return _grad_reference(MUL[of(x)].numpy(g, w.reshape(stat_shape(x.shape))), x, eps=eps)
+
+
+def _weight_grad_reference(g: np.ndarray, x: np.ndarray, *, eps: float) -> np.ndarray:
+    if not x.size:
+        return np.zeros(x.shape[1], x.dtype)
+    xhat = _reference(x, eps=eps)
+    return serial_sum(MUL[of(x)].numpy(g, xhat), _axes(x.ndim)).reshape(x.shape[1])
+
+
 # --------------------------------------------------------------------------- launches, rules
 def _launch_channels(rt, kernel: Kernel, arrays: tuple, x, scalars: tuple) -> None:
     """A block per channel of ``x`` (threads over its values), the geometry then ``scalars``
@@ -539,6 +668,23 @@ def _grad_launch(rt, ks, ins, out, *, eps):
         _launch_channels(rt, ks.only, (g, x, out), x, _scalars(x, eps))
 
 
+def _affine_launch(rt, ks, ins, out, *, eps):
+    x, w, b = ins
+    if x.size:
+        _launch_channels(rt, ks.only, (x, w, b, out), x, _scalars(x, eps)[:2])
+
+
+def _affine_grad_launch(rt, ks, ins, out, *, eps):
+    g, x, w = ins
+    if x.size:
+        _launch_channels(rt, ks.only, (g, x, w, out), x, _scalars(x, eps))
+
+
+def _weight_grad_launch(rt, ks, ins, out, *, eps):
+    g, x = ins
+    _launch_channels(rt, ks.only, (g, x, out), x, _scalars(x, eps)[:2])
+
+
 def _sumsq_launch(rt, ks, ins, out):
     x, mu = ins
     _launch_channels(rt, ks.only, (x, mu, out), x, ())
@@ -569,6 +715,58 @@ def _vjp(be, g, ins, out, needs, *, eps):
             be.bn_normalize_grad(g, x, eps=eps),)
 
 
+def _affine_vjp(be, g, ins, out, needs, *, eps):
+    """bn_affine's gradients: x's (bn_normalize's rule for the upstream g * w), w's (the serial
+    sum over (N, *S) of g * xhat) and b's (of g), each as the composite's rules give it."""
+    x, w, _ = ins
+    chan, c = stat_shape(tuple(x.shape)), int(x.shape[1])
+    if be.differentiates:  # the composite op by op (differentiable again)
+        gx = composite_grad(be, be.mul(g, be.reshape(w, chan)), x, eps) if needs[0] else None
+        gw = be.reshape(be.sum_to(be.mul(g, be.bn_normalize(x, eps=eps)), chan), (c,)) \
+            if needs[1] else None
+    else:
+        gx = be.bn_affine_grad(g, x, w, eps=eps) if needs[0] else None
+        gw = be.bn_weight_grad(g, x, eps=eps) if needs[1] else None
+    gb = be.reshape(be.sum_to(g, chan), (c,)) if needs[2] else None
+    return gx, gw, gb
+
+
+def _pin_stats(xv: list, T: type, n, eps) -> tuple:
+    """(d, sd, r) of one channel's values ``xv`` on numpy scalars (the module doc's order)."""
+    m = xv[0]
+    for v in xv[1:]:
+        m = m + v
+    m = m / n
+    d = [v - m for v in xv]
+    ss = d[0] * d[0]
+    for v in d[1:]:
+        ss = ss + v * v
+    sd = T(np.sqrt(ss / n + eps))
+    return d, sd, T(1.0) / sd
+
+
+def _affine_pin(ins: list, y, G) -> list:
+    """bn_affine's backward on numpy scalars, independently of the rule: [d x, d w, d b] at
+    eps = PIN_EPS (d x: the normalisation's pin for the upstream g * w)."""
+    x, w, _ = ins
+    T = np.float64 if x.dtype == np.float64 else np.float32
+    nn, c, s = geometry(x.shape)
+    xs, gs = x.reshape(nn, c, s), G.reshape(nn, c, s)
+    gws = np.empty((nn, c, s), x.dtype)
+    gw, gb = np.empty(c, x.dtype), np.empty(c, x.dtype)
+    with np.errstate(all="ignore"):
+        for ch in range(c):
+            gv = [T(gs[i, ch, q]) for i in range(nn) for q in range(s)]
+            gws[:, ch, :] = np.asarray([v * T(w[ch]) for v in gv], x.dtype).reshape(nn, s)
+            xv = [T(xs[i, ch, q]) for i in range(nn) for q in range(s)]
+            d, _, r = _pin_stats(xv, T, T(nn * s), T(PIN_EPS))
+            acc, tot = gv[0] * (d[0] * r), gv[0]
+            for j in range(1, len(gv)):
+                acc, tot = acc + gv[j] * (d[j] * r), tot + gv[j]
+            gw[ch], gb[ch] = acc, tot
+    return [_pin([x], None, gws.reshape(x.shape))[0], gw, gb]
+
+
 def _pin(ins: list, y, G) -> list:
     """The backward of the module doc evaluated channel by channel on numpy scalars (one IEEE
     rounding per operation), independently of the rule: [d x] at eps = PIN_EPS."""
@@ -583,16 +781,7 @@ def _pin(ins: list, y, G) -> list:
         for ch in range(c):
             xv = [T(xs[i, ch, q]) for i in range(nn) for q in range(s)]
             gv = [T(gs[i, ch, q]) for i in range(nn) for q in range(s)]
-            m = xv[0]
-            for v in xv[1:]:
-                m = m + v
-            m = m / n
-            d = [v - m for v in xv]
-            ss = d[0] * d[0]
-            for v in d[1:]:
-                ss = ss + v * v
-            sd = T(np.sqrt(ss / n + eps))
-            r = T(1.0) / sd
+            d, sd, r = _pin_stats(xv, T, n, eps)
             gr = gv[0] * d[0]
             for j in range(1, len(d)):
                 gr = gr + gv[j] * d[j]
@@ -610,6 +799,12 @@ def _twin(t, x, eps):
     """torch's value of bn_normalize: batch normalisation by the batch's mean and biased
     variance (F.batch_norm in training, no affine, no running statistics)."""
     return t.nn.functional.batch_norm(x, None, None, training=True, eps=eps)
+
+
+def _affine_twin(t, x, w, b, eps):
+    """torch's value of bn_affine: F.batch_norm in training with weight and bias (no running
+    statistics)."""
+    return t.nn.functional.batch_norm(x, None, None, w, b, training=True, eps=eps)
 
 
 PIN_EPS = 1e-5
@@ -635,3 +830,21 @@ register(Op("bn_sum_squares", ("x", "mu"), (), _sumsq_infer, _sumsq_reference,
             "sum((x - mu)^2) per channel of x (N, C, *S), a serial sum over (N, *S) (the "
             "running variance's input in batch_norm, mu the mean op's; no gradient)",
             cpu=_kernels("bn_sum_squares", True)))
+register(Op("bn_affine", ("x", "w", "b"), ("eps",), _affine_infer, _affine_reference,
+            _kernels("bn_affine", False), _affine_launch, _affine_vjp,
+            "bn_normalize(x) * w + b, w and b per channel (C,): batch_norm's training "
+            "normalisation and affine in one op (each operation rounded once: the product, then "
+            "the sum)",
+            {"eps": 1e-5}, cpu=_kernels("bn_affine", True),
+            checks=Checks(tuple(((s, (s[1],), (s[1],)), {"eps": e}) for s in X_SHAPES
+                                for e in (1e-5, 0.0)),
+                          (((3, 2, 5), (2,), (2,)), {"eps": PIN_EPS}), (ANY, ANY, ANY),
+                          _affine_pin, _affine_twin)))
+register(Op("bn_affine_grad", ("g", "x", "w"), ("eps",), _affine_grad_infer,
+            _affine_grad_reference, _kernels("bn_affine_grad", False), _affine_grad_launch,
+            None, "bn_affine's gradient of x: bn_normalize_grad(g * w, x), each product g * w "
+            "rounded once", {"eps": 1e-5}, cpu=_kernels("bn_affine_grad", True)))
+register(Op("bn_weight_grad", ("g", "x"), ("eps",), _weight_grad_infer, _weight_grad_reference,
+            _kernels("bn_weight_grad", False), _weight_grad_launch, None,
+            "bn_affine's gradient of w: per channel the serial sum over (N, *S) of g * xhat, "
+            "xhat = bn_normalize(x) (C,)", {"eps": 1e-5}, cpu=_kernels("bn_weight_grad", True)))
