@@ -59,13 +59,17 @@ The exact conv kernels run the matmul kernel's own product on im2col matrices (s
 chunks; the forward's made a panel at a time by the product's pack hook, the weight gradient's
 taps split across threads; docs/semantics.md), keeping each output's serial sum over
 (c, kh, kw) and each weight gradient's over (n, oy, ox); BatchNorm's batch mean and biased
-variance are serial sums over (n, h, w) in row-major order, each BatchNorm one op each way,
-its statistics and the mean's gradient included (`bn_normalize`, `bn_normalize_grad`).
-torch's oneDNN kernels reassociate freely. Where the captured step's time goes (its launches
-timed one by one in program order, float32, 2 threads, 2026-12-05, after the changes below):
-about 63% in the conv kernels, then the elementwise passes around BatchNorm and ReLU (mul,
-add, copies, relu: ~15%), BatchNorm's own ops (~12%; their 8-channel chains run as 8-lane
-vectors), the reductions (~5%) and Adam (~2%). Against the exact matmul of the same
+variance are serial sums over (n, h, w) in row-major order, each BatchNorm with its affine
+one op forward and two back, its statistics and the mean's gradient included (`bn_affine`,
+`bn_affine_grad`, `bn_weight_grad`: nothing stored between the normalisation and the affine).
+torch's oneDNN kernels reassociate freely. Where the captured step's time goes (`perf record`
+of the float64 step, both threads' samples, 2026-12-05 afternoon, after bn_affine): the conv
+kernels ~57% (their products ~35%, im2col, col2im and packing ~22%), BatchNorm's ops ~12%
+(their 8-channel chains run as 8-lane vectors), the pool's workers waiting between splits
+~10%, the elementwise passes (relu, relu_grad, the residual add) ~3.5%, reductions ~1.6%,
+Python ~3%, Adam ~0.7%. BatchNorm's affine as one op took the float64 step from 3.43 to 3.20
+ms and the float32 one from 2.26 to 2.10 ms (an interleaved A/B in one process: the same
+model with the affine as separate mul / add ops). Against the exact matmul of the same
 multiply-adds and shape, interleaved in one process (float32, 2 threads), the 3x3 stride-1
 convs take 1.05-1.3x its time forward, 1.3-1.7x as input gradient and 1.6-1.9x as weight
 gradient (before the pack hook and the split taps: 1.8-2.2x, 1.8-2.1x, 2.4-2.7x); the strided
