@@ -227,6 +227,44 @@ def test_fused_maps_run_the_first_stage_and_fall_back_on_undecided_lanes():
         assert bits_equal(np.asarray(a), np.asarray(b)), first_difference(a, b)
 
 
+def test_fused_zips_run_the_first_stage_and_fall_back_on_undecided_lanes():
+    """A fused two-input zip of a function with a first stage (gelu_gate_grad: exp inside) runs
+    the stage over blocks of its rows, as the per-node kernel does (each element calling the
+    whole correctly rounded function was the GPT's fused step's slowest loops); on inputs the
+    stage flags and gets wrong (exp's results near and in the subnormal range) the fused step
+    equals the per-node replay and the numpy tape."""
+    from gtensor import dtypes
+    from gtensor.ops.elementwise import GELU_GATE_GRAD
+    from gtensor.ops.forms import FIRST_STAGE_LOOP
+
+    fn = GELU_GATE_GRAD[dtypes.F64]
+    x0 = np.linspace(37.0, 38.7, 4099)[None, :]
+    q0 = np.full_like(x0, 1.5)
+    value, bad = fn.first_numpy(q0, x0)
+    assert (bad & ~bits_equal_each(value, fn.numpy(q0, x0))).sum() >= 10
+
+    def graph(tp):
+        w = tp.param(np.ones(x0.shape))
+        x = tp.const(x0)
+        return w, x, g.sum(g.gelu_gate_grad(tp.const(q0), w * x) * x)
+
+    with g.Tape("numpy") as ref:  # the definition
+        w, _, loss = graph(ref)
+        ref.backward(loss)
+        want = (loss.numpy(), ref.grad(w))
+    tp = g.Tape("cpu")
+    w, x, loss = graph(tp)
+    prog = capture(tp, loss, backend="cpu")
+    fp = fuse(prog)
+    src = fp.fused("forward").module.source
+    assert FIRST_STAGE_LOOP in src and f"{fn.first_cname}(ar[" in src
+    assert_fused_first_is_per_node(prog, fp, x, x0)
+    fp.forward()
+    fp.backward()
+    for a, b in zip(want, (fp.value_at(loss.index), fp.grad_at(w.index))):
+        assert bits_equal(np.asarray(a), np.asarray(b)), first_difference(a, b)
+
+
 def bits_equal_each(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """Element by element: the same bits."""
     return a.view(np.uint64) == b.view(np.uint64)

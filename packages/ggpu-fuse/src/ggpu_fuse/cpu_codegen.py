@@ -40,7 +40,7 @@ from gtensor.cuda_source import device_text_for
 from gtensor.dtypes import CTYPES, FLOATS
 from gtensor.kernels import Kernel
 from gtensor.ops import REGISTRY
-from gtensor.ops.forms import FIRST_STAGE_LOOP, Copy, Map, Product, Reduce
+from gtensor.ops.forms import FIRST_BLOCK, FIRST_STAGE_LOOP, Copy, Map, Product, Reduce, Zip
 from gtensor.ops.registry import UPDATES
 from gtensor.recording import Launch
 from gtensor.runtime import cache, toolchain
@@ -321,6 +321,48 @@ def _offset(off: int, strides: list[int], j: str) -> str:
     return " + ".join(terms + [f"{j} * {strides[-1]}LL"])
 
 
+def _staged_rows(info: Info, v: dict[str, str], dims: list[int], ins: dict, lo: str, hi: str,
+                 indent: str) -> str | None:
+    """Iterations [lo, hi) of a two-input zip of a function with a first stage (gelu's
+    gate_grad) whose rows run unit-stride or broadcast, as the per-node kernel runs its
+    contiguous rows: the stage over blocks of a row, then the function where a lane is
+    undecided (the same bits: a decided lane is the function's value); None otherwise (each
+    element then calls the function itself: its whole correctly rounded path)."""
+    fn = info.launch.kernel.calls[0] if info.launch.kernel.calls else None
+    if not isinstance(info.form, Zip) or len(ins) != 2 or not getattr(fn, "first_stage", None) \
+            or any(st[-1] not in (0, 1) for _, st in ins.values()):
+        return None
+    inner, t = dims[-1], _ctype_of(info)
+    (na, (oa, sa)), (nb, (ob, sb)) = ins.items()
+    # the row's operands at j = 0 (c0.. its digits); element j at ar[j * stride]
+    return "\n".join([
+        f"{indent}{FIRST_STAGE_LOOP}",
+        f"{indent}for (long long i = {lo}; i < {hi};) {{",
+        f"{indent}    const long long q = i / {inner}LL, j0 = i % {inner}LL;",
+        f"{indent}    const long long j1 = {inner}LL < j0 + ({hi} - i) ? {inner}LL : "
+        f"j0 + ({hi} - i);",
+        _digits(dims[:-1], indent).rstrip("\n"),
+        f"{indent}    const {t}* __restrict ar = {v[na]} + {_offset(oa, sa, '0')};",
+        f"{indent}    const {t}* __restrict br = {v[nb]} + {_offset(ob, sb, '0')};",
+        f"{indent}    {t}* yr = {v['y']} + q * {inner}LL;",
+        f"{indent}    for (long long b0 = j0; b0 < j1; b0 += {FIRST_BLOCK}) {{",
+        f"{indent}        const int m = (int)(j1 - b0 < {FIRST_BLOCK} ? j1 - b0 : {FIRST_BLOCK});",
+        f"{indent}        {t} w[{FIRST_BLOCK}];",
+        f"{indent}        bool bad[{FIRST_BLOCK}];",
+        f"{indent}        for (int j = 0; j < m; ++j) {{",
+        f"{indent}            bool gt_bad = false;",
+        f"{indent}            w[j] = {fn.first_cname}(ar[(b0 + j) * {sa[-1]}LL], "
+        f"br[(b0 + j) * {sb[-1]}LL], gt_bad);",
+        f"{indent}            bad[j] = gt_bad;",
+        f"{indent}        }}",
+        f"{indent}        for (int j = 0; j < m; ++j)",
+        f"{indent}            yr[b0 + j] = bad[j] ? {fn.cname}(ar[(b0 + j) * {sa[-1]}LL], "
+        f"br[(b0 + j) * {sb[-1]}LL]) : w[j];",
+        f"{indent}    }}",
+        f"{indent}    i += j1 - j0;",
+        f"{indent}}}"]).replace("\n\n", "\n")
+
+
 def _range_loop(info: Info, v: dict[str, str], lo: str, hi: str, indent: str) -> str:
     """Iterations [lo, hi) of the launch: a zip or copy of any rank as rows of its innermost
     dimension (unit-stride or broadcast inner loops the compiler vectorizes; the outer index's
@@ -337,6 +379,9 @@ def _range_loop(info: Info, v: dict[str, str], lo: str, hi: str, indent: str) ->
     inner = dims[-1]
     if inner == 0:
         return f"{indent}// no elements"
+    staged = _staged_rows(info, v, dims, ins, lo, hi, indent)
+    if staged is not None:
+        return staged
     if isinstance(info.form, Copy):
         (ioff, si), (ooff, so) = ins["x"], out
         body = f"{v['y']}[{_offset(ooff, so, 'j')}] = {v['x']}[{_offset(ioff, si, 'j')}];"
