@@ -612,7 +612,8 @@ class CompiledStep:
 
     def set_parallel_work(self, work: int) -> int:
         """Set the work from which a loop splits across threads (a test knob: the split never
-        changes a bit); returns the previous value."""
+        changes a bit); returns the previous value. The setting is the cpu runtime's (the
+        library is bound to it): every kernel of the process reads it."""
         fn = self.lib.gtfuse_set_parallel_work
         fn.argtypes = (ctypes.c_longlong,)
         fn.restype = ctypes.c_longlong
