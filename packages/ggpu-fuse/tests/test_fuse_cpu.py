@@ -211,6 +211,14 @@ def test_fused_maps_run_the_first_stage_and_fall_back_on_undecided_lanes():
         x = tp.const(x0[None, :])
         return w, x, g.sum(g.exp(w * x) * x)
 
+    fp = _fused_is_the_definition(graph, x0[None, :])
+    assert FIRST_STAGE_LOOP in fp.fused("forward").module.source
+
+
+def _fused_is_the_definition(graph, x_new: np.ndarray):
+    """``graph(tp)`` -> (w, x, loss) fused on cpu: its first step node for node the per-node
+    replay's (x set to ``x_new``), then the loss and w's gradient bitwise the numpy tape's;
+    the fused program."""
     with g.Tape("numpy") as ref:  # the definition
         w, _, loss = graph(ref)
         ref.backward(loss)
@@ -219,12 +227,12 @@ def test_fused_maps_run_the_first_stage_and_fall_back_on_undecided_lanes():
     w, x, loss = graph(tp)
     prog = capture(tp, loss, backend="cpu")
     fp = fuse(prog)
-    assert FIRST_STAGE_LOOP in fp.fused("forward").module.source
-    assert_fused_first_is_per_node(prog, fp, x, x0[None, :])
+    assert_fused_first_is_per_node(prog, fp, x, x_new)
     fp.forward()
     fp.backward()
     for a, b in zip(want, (fp.value_at(loss.index), fp.grad_at(w.index))):
         assert bits_equal(np.asarray(a), np.asarray(b)), first_difference(a, b)
+    return fp
 
 
 def test_fused_zips_run_the_first_stage_and_fall_back_on_undecided_lanes():
@@ -248,21 +256,8 @@ def test_fused_zips_run_the_first_stage_and_fall_back_on_undecided_lanes():
         x = tp.const(x0)
         return w, x, g.sum(g.gelu_gate_grad(tp.const(q0), w * x) * x)
 
-    with g.Tape("numpy") as ref:  # the definition
-        w, _, loss = graph(ref)
-        ref.backward(loss)
-        want = (loss.numpy(), ref.grad(w))
-    tp = g.Tape("cpu")
-    w, x, loss = graph(tp)
-    prog = capture(tp, loss, backend="cpu")
-    fp = fuse(prog)
-    src = fp.fused("forward").module.source
+    src = _fused_is_the_definition(graph, x0).fused("forward").module.source
     assert FIRST_STAGE_LOOP in src and f"{fn.first_cname}(ar[" in src
-    assert_fused_first_is_per_node(prog, fp, x, x0)
-    fp.forward()
-    fp.backward()
-    for a, b in zip(want, (fp.value_at(loss.index), fp.grad_at(w.index))):
-        assert bits_equal(np.asarray(a), np.asarray(b)), first_difference(a, b)
 
 
 def bits_equal_each(a: np.ndarray, b: np.ndarray) -> np.ndarray:
