@@ -9,11 +9,12 @@ not deterministic refused at start."""
 from __future__ import annotations
 
 import logging
+import os
 
 import gdist
 import numpy as np
 import pytest
-from gdist import links
+from gdist import links, shared
 from gdist.cluster import Replicas
 from gdist_models import (
     CASES,
@@ -90,6 +91,18 @@ def client(request):
     cluster.close()
 
 
+def counted_run(client, reference, bname: str, what: str, **kw) -> tuple:
+    """The mlp (f64) trained on DataParallel with ``kw``, bitwise ``Local`` at every step
+    (``what`` names the run in a failure); (the trainer, the workers' counters' changes)."""
+    before = client.run(gdist.worker_stats)
+    t, batches = trainer(gdist.DataParallel, "mlp", bname, "float64", client=client, **kw)
+    for step, (got, want) in enumerate(zip(run(t, batches), reference["mlp", "float64"])):
+        assert got == want, f"{what}: step {step} differs from Local"
+    after = client.run(gdist.worker_stats)
+    return t, {k: {w: after[w][k] - before[w][k] for w in after}
+               for k in ("adds", "shared_values", "socket_values")}
+
+
 def two(client) -> None:
     if len(client.nthreads()) != 2:
         pytest.skip("runs on the 2-worker cluster")
@@ -122,13 +135,8 @@ def test_two_replicas_both_add_the_root(client, reference, bname) -> None:
     the root twice), each replica bitwise Local at every step (digests compared each step)."""
     two(client)
     k = 6  # contiguous holders [0, 0, 0, 1, 1, 1]: the root's children on replicas 0 and 1
-    before = client.run(gdist.worker_stats)
-    t, batches = trainer(gdist.DataParallel, "mlp", bname, "float64", client=client,
-                         check_every=1)
-    for step, (got, want) in enumerate(zip(run(t, batches), reference["mlp", "float64"])):
-        assert got == want, f"step {step}: differs from Local"
-    after = client.run(gdist.worker_stats)
-    adds = {w: after[w]["adds"] - before[w]["adds"] for w in after}
+    t, moved = counted_run(client, reference, bname, "two replicas", check_every=1)
+    adds = moved["adds"]
     assert sum(adds.values()) == STEPS * k, adds
     assert all(v >= STEPS for v in adds.values()), adds  # each replica added the root
     t.close()
@@ -243,6 +251,54 @@ def test_both_transports_give_the_local_bits(client, reference, bname, monkeypat
         t.close()
 
 
+def test_values_between_replicas_of_one_machine_go_through_shared_memory(client, reference,
+                                                                        bname) -> None:
+    """On links, tree values between replicas of one machine (here, all of them) go through
+    shared memory by default and over the sockets with ``shared_memory=False``: the Local
+    bits either way, every value counted where it went, the run's segments gone after
+    close; the driver polling or sleeping for the replies changes no bit either."""
+    n = len(client.nthreads())
+    if n < 2:
+        pytest.skip("no values travel between replicas on one worker")
+    for shared_memory, how in ((True, "shared_values"), (False, "socket_values")):
+        for reply_wait in ("poll", "sleep"):
+            t, moved = counted_run(client, reference, bname,
+                                   f"shared_memory={shared_memory}, {reply_wait}",
+                                   check_every=2, shared_memory=shared_memory,
+                                   reply_wait=reply_wait)
+            run_id = t._replicas.run
+            went = {k: sum(moved[k].values()) for k in ("shared_values", "socket_values")}
+            assert went[how] >= STEPS and sum(went.values()) == went[how], went
+            t.close()
+            if shared.available():
+                assert not [f for f in os.listdir(shared.ROOT) if run_id in f]
+    # /dev/shm too small on the workers: every value goes on the sockets instead, same bits
+    client.run(_outbox_full, True)
+    try:
+        t, moved = counted_run(client, reference, bname, "/dev/shm full", timeout=20.0)
+        assert sum(moved["shared_values"].values()) == 0 < sum(moved["socket_values"].values())
+        t.close()
+    finally:
+        client.run(_outbox_full, False)
+
+
+def _outbox_full(full: bool) -> None:
+    """On a worker: make (or stop making) every shared-memory put fail as a full /dev/shm."""
+    import errno
+
+    from gdist import service
+
+    box = service._OUTBOX
+    if not full:
+        box.__dict__.pop("put", None)
+        return
+
+    def put(*args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    box.put = put
+
+
 def test_workers_without_links_keep_dasks_comms(client, bname, monkeypatch) -> None:
     """Workers that offer no link (not tcp://: TLS, ...; here their replies stripped of it):
     "auto" steps on Dask's comms with the Local bits, "direct" is refused naming them."""
@@ -304,6 +360,10 @@ def test_bad_input_is_refused_before_anything_is_sent(client, bname, monkeypatch
             t.step(batch)
     with pytest.raises(ValueError, match="has shape"):
         t.set_params({**t.params, "W1": np.zeros((7, 16))})
+    with pytest.raises(ValueError, match=r"reply_wait is 'busy'; expected one of"):
+        gdist.DataParallel(mlp_ce, init, microbatch=4, client=client, reply_wait="busy")
+    with pytest.raises(TypeError, match=r"shared_memory is .*; expected True or False"):
+        gdist.DataParallel(mlp_ce, init, microbatch=4, client=client, shared_memory="yes")
     sent.clear()  # t.params asked a replica
     nowhere = gdist.DataParallel(mlp_ce, init, microbatch=4, client=client, backend=bname,
                                  placement=lambda i, ws: "tcp://127.0.0.1:1")

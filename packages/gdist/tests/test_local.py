@@ -13,6 +13,7 @@ import gtape as g
 import numpy as np
 import pytest
 from gdist import tree
+from gdist.replica import add
 from gdist_models import CASES, mlp_case, mlp_ce, returns_non_scalar, tanh_case, tanh_reg
 
 
@@ -118,6 +119,110 @@ def test_two_runs_and_fresh_process_caches_agree(bname: str, name: str) -> None:
     for batch in batches:
         assert a.step(batch) == b.step(batch)
     assert a.digest() == b.digest() and a.steps == 3
+
+
+def test_sums_into_an_operand_keep_the_fresh_sums_bits() -> None:
+    """``add(left, right, out)`` (the tree's sums into an operand it owns) gives a fresh sum's
+    bits, the operands in their order: NaN payloads, -0.0 + 0.0, subnormals, inf - inf."""
+    qa = np.array([0x7FF8000000000001, 0x8000000000000000, 1, 0x7FF0000000000000, 5],
+                  np.uint64).view(np.float64)
+    qb = np.array([0x7FF8000000000002, 0, 1, 0xFFF0000000000000, 0x7FF8000000000003],
+                  np.uint64).view(np.float64)
+    with np.errstate(invalid="ignore"):  # inf - inf: the NaN is part of what is compared
+        want = add((np.float64(1.0), {"w": qa}), (np.float64(2.0), {"w": qb}))
+    for into in ("left", "right"):
+        left, right = (np.float64(1.0), {"w": qa.copy()}), (np.float64(2.0), {"w": qb.copy()})
+        out = left if into == "left" else right
+        with np.errstate(invalid="ignore"):
+            got = add(left, right, out)
+        assert got[1]["w"] is out[1]["w"], into  # no new array
+        assert got[1]["w"].tobytes() == want[1]["w"].tobytes(), into
+        assert got[0] == want[0]
+
+
+class _Peers:
+    """Two replicas' sends and waits in one process (mailboxes): sends either copy the value
+    out before returning (True, as the links do) or keep it for later (False, as Dask's comms
+    do); every value sent or received is remembered with its bits."""
+
+    def __init__(self, copies: bool) -> None:
+        from gdist.service import Mailbox
+
+        self.boxes, self.copies, self.seen = [Mailbox(), Mailbox()], copies, []
+
+    def send(self, me: int):
+        def send(node, to, value):
+            kept = (value[0], {n: a.copy() for n, a in value[1].items()}) if self.copies \
+                else value
+            self.seen.append((f"{me}->{to} {node}", kept, bits(kept[1])))
+            self.boxes[to].put(1, node, kept)
+            return self.copies
+        return send
+
+    def wait(self, me: int):
+        return lambda node: self.boxes[me].wait(1, node, 30)
+
+
+@pytest.mark.parametrize("copies", [True, False], ids=["sends-copy", "sends-later"])
+def test_a_share_never_sums_into_a_received_value_or_one_a_send_still_reads(
+        bname: str, copies: bool) -> None:
+    """Two replicas' shares of one step in threads (holders [0, 0, 0, 1, 1, 1]: replica 1
+    sends its block's sum, replica 0 the root's left child to its twin): every value that
+    travelled keeps its bits through both shares, and both land on Local's bits."""
+    import threading
+
+    from gdist import allreduce
+    from gdist.service import Plan
+
+    ref, batches = local("mlp", bname)
+    b = {"x": np.concatenate([batches[0]["x"]] * 2)[:24], "y": np.concatenate(
+        [batches[0]["y"]] * 2)[:24]}
+    ref.step(b)
+    reps = [local("mlp", bname)[0]._rep for _ in range(2)]
+    holders = (0, 0, 0, 1, 1, 1)
+    plan = Plan(0, 1, 0, 6, holders, ("a", "b"), "workers", False, None, None, 30.0)
+    parts = [{i: {k: v[4 * i:4 * i + 4] for k, v in b.items()} for i in range(6)
+              if holders[i] == r} for r in range(2)]
+    peers, errors = _Peers(copies), []
+
+    def run(r: int) -> None:
+        try:
+            allreduce.share(reps[r], plan, r, parts[r], peers.send(r), peers.wait(r))
+        except BaseException as e:  # noqa: BLE001
+            errors.append(e)
+
+    threads = [threading.Thread(target=run, args=(r,)) for r in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert not errors, errors
+    assert sorted(s[0] for s in peers.seen) == ["0->1 9", "1->0 3", "1->0 8"]
+    for what, value, before in peers.seen:
+        assert bits(value[1]) == before, f"{what}: a travelled value was summed into"
+    for r in reps:
+        assert r.digest() == ref.digest()
+
+
+def test_a_scalar_parameter_trains_and_loads(bname: str) -> None:
+    """A 0-d parameter (a learnt offset): its gradient written, set_params and a state round
+    trip keep it 0-d."""
+
+    def loss(tp, params, batch):
+        return g.mean((params["w"] * batch["x"] + params["s"] - batch["y"]) ** 2)
+
+    rng = np.random.default_rng(0)
+    t = gdist.Local(loss, {"w": np.ones(3), "s": np.array(0.5)}, gopt.Adam, {"lr": 1e-2},
+                    microbatch=2, backend=bname)
+    batch = {"x": rng.standard_normal((4, 3)), "y": rng.standard_normal((4, 3))}
+    t.step(batch)
+    assert t.params["s"].shape == () and t.params["s"] != 0.5
+    t.set_params({"w": np.zeros(3), "s": np.array(1.5)})
+    assert t.params["s"] == 1.5
+    state = t.state_dict()
+    t.step(batch)
+    t.load_state_dict(state)
+    assert t.params["s"] == 1.5 and t.params["s"].shape == ()
 
 
 # ---------------------------------------------------------------- refusals

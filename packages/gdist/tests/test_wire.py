@@ -58,6 +58,25 @@ def test_arrays_and_scalars_keep_their_bits_types_and_shapes():
     assert type(back["i"]) is np.int64
 
 
+def test_small_arrays_ride_in_the_header_and_large_ones_as_buffers_with_the_same_bits():
+    at = wire.INLINE // 8  # float64 elements that fill the inline limit exactly
+    rng = np.random.default_rng(3)
+    values = {"inline": rng.standard_normal(at), "buffer": rng.standard_normal(at + 1),
+              "inline_f32": np.array([-0.0, np.nan], "<f4"), "inline_be": np.arange(3, dtype=">i8"),
+              "inline_empty": np.zeros((0, 3)), "inline_0d": np.array(-0.0),
+              "scalar": np.float32(-0.0)}
+    pieces = wire.encode(values)
+    assert len(pieces) == 2 + 2  # prefix, header, then one buffer: the large array's
+    got = _through(values)
+    for k, v in values.items():
+        if isinstance(v, np.generic):
+            assert type(got[k]) is type(v) and np.signbit(got[k]), k
+            continue
+        assert _same_bits(got[k], v), k
+        assert got[k].flags.writeable, k
+    got["inline"][0] = 1.0  # the receiver's own copy
+
+
 def test_structure_comes_back_as_it_left():
     result = (np.float64(1.5), {"W": np.ones((2, 2)), "b": np.zeros(2)})
     msg = {"op": "deliver", "run": "abc", "step": 3, "node": "root", "value": result,

@@ -1,7 +1,9 @@
 """One replica's share of a step: its microbatches, the tree nodes it owns, the root, the apply.
 
 Written against two callbacks, so the same code runs under any transport: ``send(node, rank,
-value)`` hands a value to the replica of that rank, ``wait(node)`` blocks until the value of
+value)`` hands a value to the replica of that rank (True when it was copied out before the
+call returned, so its arrays are free again; False when a send may still read them later),
+``wait(node)`` blocks until the value of
 ``node`` sent to this replica arrives (or raises: an abort, a timeout). The tree is the fixed
 pairwise tree over microbatch index (``gdist.tree``); a node is added by the owner of its left
 child, so each right child whose owner differs travels once, to its parent's owner. At the
@@ -25,7 +27,7 @@ if TYPE_CHECKING:
     from .replica import Replica
     from .service import Plan
 
-Send = Callable[[Any, int, Any], None]
+Send = Callable[[Any, int, Any], bool]
 Wait = Callable[[Any], Any]
 
 
@@ -62,15 +64,24 @@ def share(rep: Replica, plan: Plan, me: int, parts: Mapping[int, Any], send: Sen
     vals: dict[int, Any] = {}
     clock = Clock()
 
+    sent: set[int] = set()  # nodes whose values a send may still read (not copied out yet)
+
+    def sum_of(a: Any, b: Any, a_free: bool, b_free: bool) -> Any:
+        """``a + b``, into an operand this replica made whose value no send still reads, when
+        there is one (never into a received value)."""
+        return clock.timed("adds", rep.add, a, b, a if a_free else b if b_free else None)
+
     def keep(node: int, value: Any) -> None:  # a value this replica made: kept or sent
         if node != root and owner[parent[node]] != me:
-            send(node, owner[parent[node]], value)
+            if not send(node, owner[parent[node]], value):
+                sent.add(node)
             if node == rr and me == twin:
                 vals[node] = value
         else:
             vals[node] = value
             if node == rl and twin is not None:
-                send(node, twin, value)
+                if not send(node, twin, value):
+                    sent.add(node)
 
     leaves(rep, plan, me, parts, keep)
     clock.lap("leaves")
@@ -78,10 +89,10 @@ def share(rep: Replica, plan: Plan, me: int, parts: Mapping[int, Any], send: Sen
         if owner[node] == me:
             a = vals.pop(left)
             b = vals.pop(right) if owner[right] == me else clock.timed("wait", wait, right)
-            keep(node, clock.timed("adds", rep.add, a, b))
+            keep(node, sum_of(a, b, left not in sent, owner[right] == me and right not in sent))
     if me == twin:
         a = clock.timed("wait", wait, rl)
-        vals[root] = clock.timed("adds", rep.add, a, vals.pop(rr))
+        vals[root] = sum_of(a, vals.pop(rr), False, rr not in sent)
     faults.hit("reduce", plan.step)
     first = [owner[root]] + ([twin] if twin is not None else [])
     ranks = first + [r for r in range(len(plan.addresses)) if r not in first]
@@ -89,7 +100,7 @@ def share(rep: Replica, plan: Plan, me: int, parts: Mapping[int, Any], send: Sen
     value = vals.pop(root) if pos < len(first) else clock.timed("wait", wait, "root")
     for c in tree.broadcast_children(pos, len(ranks)):
         if c >= len(first):  # the twin (position 1) has the root already
-            send("root", ranks[c], value)
+            send("root", ranks[c], value)  # the root is only read from here on
     clock.lap()
     out: dict[str, Any] = {"loss": rep.apply(value, k, plan.lrs)}
     clock.lap("apply")
@@ -133,6 +144,7 @@ def partial(rep: Replica, plan: Plan, me: int, parts: Mapping[int, Any]) -> dict
     full = {i: plan.holders[i] == me for i in range(plan.k)}
     for node, left, right in tree.plan(plan.k):
         full[node] = full[left] and full[right]
-        if full[node]:
-            vals[node] = rep.add(vals.pop(left), vals.pop(right))
+        if full[node]:  # both this replica's own: the sums into the left
+            a = vals.pop(left)
+            vals[node] = rep.add(a, vals.pop(right), a)
     return vals

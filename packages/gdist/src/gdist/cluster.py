@@ -28,7 +28,7 @@ from typing import Any
 from distributed.core import ConnectionPool
 
 from . import identity as ident
-from . import links, messages, tree
+from . import links, messages, tree, waiting
 from .definition import Definition
 from .replica import add
 from .service import Plan, Service, StepAborted, UnknownRun
@@ -72,12 +72,16 @@ class Replicas:
     def __init__(self, client: Any, defn: Definition, *, workers: Sequence[str] | None,
                  check_every: int, checkpoint_every: int, timeout: float,
                  replace_wait: float, connect_timeout: float, data: dict | None = None,
-                 transport: str = "auto") -> None:
+                 transport: str = "auto", reply_wait: str = "auto",
+                 shared_memory: bool = True) -> None:
         self.client, self.defn, self.blob = client, defn, defn.remote()
         self.connect_timeout = connect_timeout
         self.transport = transport
+        self.shared_memory = shared_memory
         self._pool: ConnectionPool | None = None
         self.links: dict[str, tuple[str, int] | None] = {}  # worker -> its link server
+        self.hosts: dict[str, tuple[str, int]] = {}  # worker -> (machine, compute threads)
+        self._wait = waiting.ReplyWait(reply_wait)
         self._links = links.Links(connect_timeout)
         self.run = uuid.uuid4().hex[:16]
         self.check_every, self.checkpoint_every = check_every, checkpoint_every
@@ -219,6 +223,7 @@ class Replicas:
                               history_from=history_from)
         link = got.get("link")
         self.links[addr] = None if link is None else (str(link[0]), int(link[1]))
+        self.hosts[addr] = (str(got.get("machine", "")), int(got.get("threads", 1)))
         return got
 
     # ---------------------------------------------------------------- steps
@@ -239,7 +244,9 @@ class Replicas:
             plan = Plan(step, self.tag, serial, k, tuple(holders), tuple(self.addresses),
                         tree_on, check, None if lrs is None else tuple(lrs), order_seed,
                         self.timeout,
-                        tuple(self.links[a] for a in self.addresses) if direct else None)
+                        tuple(self.links[a] for a in self.addresses) if direct else None,
+                        self._machines() if direct else None,
+                        direct and self.shared_memory)
             results = (self._attempt_on_links(plan, parts) if direct
                        else self.sync(self._attempt, plan, parts))
             errors = {r: e for r, e in results.items() if isinstance(e, BaseException)}
@@ -312,6 +319,12 @@ class Replicas:
             return await self._driver_tree(plan, results)
         return results
 
+    def _machines(self) -> tuple[str, ...]:
+        """Each replica's machine (``waiting.machine``): values between replicas of one
+        machine go through shared memory (``gdist.shared``), and a replica's waits poll where
+        its machine has a core for each."""
+        return tuple(self.hosts.get(a, ("", 1))[0] for a in self.addresses)
+
     def _attempt_on_links(self, plan: Plan, parts: list[Any]) -> dict[int, Any]:
         """``_attempt`` over the direct links: every request sent, the replies read as they
         come (a closed link: its worker lost); the first failure aborts the step on the
@@ -322,30 +335,32 @@ class Replicas:
             mine[r][i] = parts[i]
         wire_plan = plan.plain()
         results: dict[int, Any] = {}
-        waiting: dict[Any, tuple[int, Any]] = {}
+        asked: dict[Any, tuple[int, Any]] = {}
+        self._wait.place(self.hosts.get(a, ("", 1)) for a in plan.addresses)
+        sent = time.perf_counter()
         for r, a in enumerate(plan.addresses):
             try:
                 link = self._links.get(self.links[a])
                 link.send({"op": "step", "run": self.run, "plan": wire_plan, "me": r,
                            "parts": mine[r]})
-                waiting[link.sock] = (r, link)
+                asked[link.sock] = (r, link)
             except OSError as e:
                 self._links.drop(self.links[a])
                 results[r] = e
         deadline = time.monotonic() + plan.timeout + 60
         aborted = False
         with selectors.DefaultSelector() as sel:
-            for sock, (r, link) in waiting.items():
+            for sock, (r, link) in asked.items():
                 sel.register(sock, selectors.EVENT_READ, (r, link))
             while len(results) < n:
                 if not aborted and any(isinstance(v, BaseException) for v in results.values()):
                     # a failure: the others stop waiting on it
                     aborted = True
-                    others = [plan.addresses[r] for r, _ in waiting.values() if r not in results]
+                    others = [plan.addresses[r] for r, _ in asked.values() if r not in results]
                     self.sync(self._abort, plan, others)
-                events = sel.select(timeout=max(0.0, deadline - time.monotonic()))
+                events = self._wait.select(sel, sent, deadline)
                 if not events:  # nothing came back in time: give up on the others
-                    for r, link in waiting.values():
+                    for r, link in asked.values():
                         if r not in results:
                             self._links.drop(link.address)  # a late reply must not stay
                             results[r] = TimeoutError(
@@ -360,6 +375,8 @@ class Replicas:
                     except OSError as e:
                         self._links.drop(link.address)
                         results[r] = e
+        if not any(isinstance(v, BaseException) for v in results.values()):
+            self._wait.took(time.perf_counter() - sent)
         return results
 
     async def _abort(self, plan: Plan, addrs: list[str]) -> None:

@@ -119,7 +119,7 @@ class Model:
         """Write every parameter (host arrays of the tape's dtype and the parameter's shape)."""
         be = self.tp.backend
         for name in self.vars:
-            be.write(self.buffer(name), np.ascontiguousarray(values[name], self.tp.dtype))
+            be.write(self.buffer(name), np.asarray(values[name], self.tp.dtype))
             self.note_updated(name)
 
     # ---------------------------------------------------------------- microbatches

@@ -22,10 +22,17 @@ from .model import Model, Result
 from .store import GradStore
 
 
-def add(left: Result, right: Result) -> Result:
+def add(left: Result, right: Result, out: Result | None = None) -> Result:
     """``left + right`` of two (loss, gradients) results: numpy's float add, the IEEE addition
-    that gtensor's ``add`` is on every backend (the numpy backend runs exactly this)."""
-    return np.add(left[0], right[0]), {n: np.add(g, right[1][n]) for n, g in left[1].items()}
+    that gtensor's ``add`` is on every backend (the numpy backend runs exactly this). ``out``:
+    ``left`` or ``right`` itself, a result the caller owns and no longer needs, whose gradient
+    arrays then receive the sums (no new arrays; the operands' order, so every bit, as
+    without)."""
+    if out is None:
+        return np.add(left[0], right[0]), {n: np.add(g, right[1][n])
+                                           for n, g in left[1].items()}
+    return np.add(left[0], right[0]), {n: np.add(g, right[1][n], out=out[1][n])
+                                       for n, g in left[1].items()}
 
 
 class Replica:
@@ -62,11 +69,12 @@ class Replica:
         """Microbatch ``serial`` of the run: its loss and gradient at the current params."""
         return self.model.leaf(serial, self.rows(part))
 
-    def add(self, left: Result, right: Result) -> Result:
+    def add(self, left: Result, right: Result, out: Result | None = None) -> Result:
         """One tree node: ``left + right``, the loss and every gradient, element by element
-        (gtensor's ``add``: one IEEE addition, rounded once, on the host arrays)."""
+        (gtensor's ``add``: one IEEE addition, rounded once, on the host arrays); ``out``: an
+        operand the caller owns, reused for the sums (``gdist.replica.add``)."""
         stats.count("adds")
-        return add(left, right)
+        return add(left, right, out)
 
     def apply(self, root: Result, k: int, lrs: Sequence[float] | None = None) -> float:
         """Apply a step: the root of the tree over its ``k`` microbatches (sums) divided by k

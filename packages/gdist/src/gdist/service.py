@@ -29,7 +29,7 @@ from typing import Any
 from distributed.diagnostics.plugin import WorkerPlugin
 from distributed.protocol import to_serialize
 
-from . import allreduce, heap, links, messages
+from . import allreduce, heap, links, messages, shared, stats, waiting
 from .replica import Replica
 
 _RUNS: dict[str, Replica] = {}
@@ -38,6 +38,8 @@ _EXEC: concurrent.futures.ThreadPoolExecutor | None = None  # the compute thread
 _COMPUTE = threading.Lock()  # one replica computation at a time (the executor's, a link's)
 _SERVER: links.Server | None = None  # this worker's link server (tcp:// workers)
 _PEERS = links.Links(timeout=30.0)  # links to the other replicas' servers
+_OUTBOX = shared.Outbox()  # this process's shared-memory values for peers on its machine
+_INBOX = shared.Inbox()  # its mappings of theirs
 
 
 def held() -> int:
@@ -68,14 +70,23 @@ class Mailbox:
             self._vals.setdefault((step, node), value)
             self._cv.notify_all()
 
-    def wait(self, step: int, node: Any, timeout: float) -> Any:
+    def wait(self, step: int, node: Any, timeout: float, spin: float = 0.0) -> Any:
         """The value for (step, node), once it arrives (StepAborted when the driver aborts
-        the step first, TimeoutError after ``timeout`` seconds)."""
+        the step first, TimeoutError after ``timeout`` seconds; an exception put in its place
+        -- a value that could not be read -- is raised). ``spin``: seconds to poll for it
+        first (the GIL let go between looks) before sleeping until it is put."""
         deadline = time.monotonic() + timeout
+        stop = time.monotonic() + min(spin, timeout)
+        while (step, node) not in self._vals and step not in self._aborted and \
+                time.monotonic() < stop:
+            time.sleep(0)  # lets the link thread that brings the value run
         with self._cv:
             while True:
                 if (step, node) in self._vals:
-                    return self._vals.pop((step, node))
+                    value = self._vals.pop((step, node))
+                    if isinstance(value, BaseException):
+                        raise value
+                    return value
                 if step in self._aborted:
                     raise StepAborted(f"gdist: step {step} was aborted")
                 left = deadline - time.monotonic()
@@ -118,13 +129,16 @@ class Plan:
     order_seed: int | None  # shuffle the order a replica computes its leaves in (a test)
     timeout: float
     links: tuple[tuple[str, int], ...] | None = None  # rank -> link address (None: Dask's)
+    machines: tuple[str, ...] | None = None  # rank -> machine (``waiting.machine``), on links
+    shared: bool = False  # values between replicas of one machine through shared memory
 
     def plain(self) -> list:
         """The fields as plain data (``gdist.messages``: msgpack, not pickle)."""
         return [self.step, self.tag, self.serial, self.k, list(self.holders),
                 list(self.addresses), self.tree_on, self.check,
                 None if self.lrs is None else list(self.lrs), self.order_seed, self.timeout,
-                None if self.links is None else [list(a) for a in self.links]]
+                None if self.links is None else [list(a) for a in self.links],
+                None if self.machines is None else list(self.machines), self.shared]
 
     @classmethod
     def of(cls, x: Plan | list | tuple) -> Plan:
@@ -133,10 +147,11 @@ class Plan:
         if isinstance(x, Plan):
             return x
         (step, tag, serial, k, holders, addresses, tree_on, check, lrs, order_seed, timeout,
-         links) = x
+         links, machines, shared_) = x
         return cls(step, tag, serial, k, tuple(holders), tuple(addresses), tree_on, check,
                    None if lrs is None else tuple(lrs), order_seed, timeout,
-                   None if links is None else tuple((str(h), int(p)) for h, p in links))
+                   None if links is None else tuple((str(h), int(p)) for h, p in links),
+                   None if machines is None else tuple(str(m) for m in machines), bool(shared_))
 
 
 class Service(WorkerPlugin):
@@ -153,6 +168,7 @@ class Service(WorkerPlugin):
         worker.handlers["gdist"] = self.gdist
         if _EXEC is None:
             heap.keep_freed_memory()
+            shared.sweep()  # segments left by processes that died (killed workers)
             _EXEC = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="gdist")
         host = links.tcp_host(getattr(worker, "address", None))
         if _SERVER is None and host is not None:
@@ -165,6 +181,8 @@ class Service(WorkerPlugin):
             _SERVER.close()
             _SERVER = None
         _PEERS.close()
+        _OUTBOX.close()
+        _INBOX.close()
 
     async def gdist(self, call: str = "", run: str = "", payload: Any = None) -> Any:
         """Dispatch one request of the driver or a peer replica."""
@@ -217,7 +235,8 @@ async def _build(worker: Any, run: str, definition: bytes, checkpoint_every: int
     _BOXES[run] = Mailbox()
     return {"digest": await _compute(rep.digest), "steps": rep.steps,
             "params": [[n, list(v.shape)] for n, v in rep.store.vars.items()],
-            "pid": os.getpid(),
+            "pid": os.getpid(), "machine": waiting.machine(),
+            "threads": waiting.compute_threads(defn.backend),
             "link": None if _SERVER is None else list(_SERVER.address)}
 
 
@@ -255,6 +274,8 @@ async def _ping(worker: Any, run: str, to: str | None = None, n: int = 0,
 async def _drop(worker: Any, run: str) -> None:
     _RUNS.pop(run, None)
     _BOXES.pop(run, None)
+    _OUTBOX.drop(run)
+    _INBOX.drop(run)
 
 
 async def _do(worker: Any, run: str, what: str, args: tuple = ()) -> Any:
@@ -298,13 +319,26 @@ async def _step(worker: Any, run: str, plan: Plan | list, me: int, parts: Any) -
             call="deliver", run=run, payload=to_serialize(msg)))
         task.add_done_callback(_retrieved)  # a lost peer is the driver's to find
 
-    def send(node: Any, to: int, value: Any) -> None:  # from the compute thread
+    def send(node: Any, to: int, value: Any) -> bool:  # from the compute thread
         loop.call_soon_threadsafe(post, node, to, value)
+        return False  # the event loop serializes it later
 
     return await _compute(_share, run, plan, me, parts, send)
 
 
-def _share(run: str, plan: Plan, me: int, parts: dict, send: allreduce.Send) -> dict:
+def _spin_for(plan: Plan, run: str, here: str) -> float:
+    """Seconds a wait for a peer's value polls before it sleeps: ``waiting.SPAN`` where this
+    machine's CPUs are at least the compute threads of the replicas on it (each one's core is
+    its own; a wake-up from sleep costs 0.1-0.2 ms on the 2-core KVM host), else 0."""
+    rep = _RUNS.get(run)
+    if plan.machines is None or rep is None:
+        return 0.0
+    threads = waiting.compute_threads(rep.defn.backend)
+    return waiting.SPAN if plan.machines.count(here) * threads <= waiting.cpus() else 0.0
+
+
+def _share(run: str, plan: Plan, me: int, parts: dict, send: allreduce.Send,
+           spin: float = 0.0) -> dict:
     """This replica's share of one step (``gdist.allreduce``; with the tree on the driver,
     its partial sums), whichever transport brought it: ``send`` carries values to peers,
     waits block on the mailbox until the value arrives (or the driver's abort); the mailbox
@@ -316,7 +350,7 @@ def _share(run: str, plan: Plan, me: int, parts: dict, send: allreduce.Send) -> 
         if plan.tree_on == "driver":
             return {"leaves": allreduce.partial(rep, plan, me, parts)}
         return allreduce.share(rep, plan, me, parts, send,
-                               lambda node: box.wait(plan.tag, node, plan.timeout))
+                               lambda node: box.wait(plan.tag, node, plan.timeout, spin))
     finally:
         box.forget(plan.tag)
 
@@ -328,7 +362,14 @@ def _on_link(msg: dict, reply: Any) -> None:
     if op == "deliver":
         box = _BOXES.get(run)
         if box is not None:
-            box.put(msg["step"], msg["node"], msg["value"])
+            if "shared" in msg:  # a peer on this machine: the value is in its segment
+                try:
+                    value = _INBOX.take(msg["shared"], copy=msg["node"] == "root")
+                except shared.SharedValueLost as e:
+                    value = e  # raised by the wait for it
+            else:
+                value = msg["value"]
+            box.put(msg["step"], msg["node"], value)
         return
     if op == "ping":
         reply({"times": _link_pings(msg.get("to"), int(msg.get("n", 0)), msg.get("payload"))})
@@ -347,16 +388,27 @@ def _step_on_link(run: str, plan: Plan, me: int, parts: dict) -> dict:
     """This replica's share of one step (``_share``) in the link's thread: values for peers
     sent on links to their servers."""
     assert plan.links is not None
+    here = waiting.machine()
 
-    def send(node: Any, to: int, value: Any) -> None:
+    def send(node: Any, to: int, value: Any) -> bool:
+        msg = {"op": "deliver", "run": run, "step": plan.tag, "node": node}
         try:
-            _PEERS.send(plan.links[to], {"op": "deliver", "run": run, "step": plan.tag,
-                                         "node": node, "value": value})
+            if plan.shared and plan.machines is not None and plan.machines[to] == here and \
+                    shared.available():
+                try:
+                    msg["shared"] = _OUTBOX.put(run, to, node, plan.tag, value)
+                except OSError:  # /dev/shm too small for it: this value goes on the socket
+                    msg["value"] = value
+            else:
+                msg["value"] = value
+            _PEERS.send(plan.links[to], msg)
+            stats.count("shared_values" if "shared" in msg else "socket_values")
         except OSError:
             pass  # a lost peer is the driver's to find
+        return True  # copied into the segment or the socket before returning
 
     with _COMPUTE:
-        return _share(run, plan, me, parts, send)
+        return _share(run, plan, me, parts, send, _spin_for(plan, run, here))
 
 
 def _link_pings(to: Any, n: int, payload: Any) -> list[float]:

@@ -1,5 +1,6 @@
 """Per-process counters (``gdist.worker_stats``): models built, microbatches, tree additions,
-captures, replicas held."""
+captures, tree values sent to peers through shared memory and on links' sockets, replicas
+held."""
 
 from __future__ import annotations
 
@@ -7,7 +8,8 @@ import os
 import threading
 
 _LOCK = threading.Lock()
-_COUNTS = {"builds": 0, "microbatches": 0, "adds": 0, "captures": 0, "steps": 0}
+_COUNTS = {"builds": 0, "microbatches": 0, "adds": 0, "captures": 0, "steps": 0,
+           "shared_values": 0, "socket_values": 0}
 
 
 def count(what: str, n: int = 1) -> None:

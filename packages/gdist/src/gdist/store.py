@@ -93,8 +93,11 @@ class GradStore:
         they are when ``k`` is None."""
         kk = None if k is None else np.asarray(k, self._dtype)
         for name, buf in self._grads.items():
-            g = np.ascontiguousarray(grads[name], self._dtype)
-            self._be.write(buf, g if kk is None else np.divide(g, kk))
+            g = np.asarray(grads[name], self._dtype)  # (ascontiguousarray makes 0-d 1-d)
+            if kk is not None and isinstance(buf, np.ndarray) and g.shape == buf.shape:
+                np.divide(g, kk, out=buf.view(np.ndarray))  # a host buffer: divided in place
+            else:
+                self._be.write(buf, g if kk is None else np.divide(g, kk))
         self._count += 1
 
     def grads(self) -> dict[str, np.ndarray]:

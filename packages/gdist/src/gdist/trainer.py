@@ -260,7 +260,9 @@ class Local(Trainer):
             except Exception as e:
                 e.gdist_microbatch = i
                 raise
-        return rep.apply(tree.reduce(leaves, rep.add), len(parts), self._lrs)
+        # the leaves are this step's own arrays: each node's sums go into its left operand
+        return rep.apply(tree.reduce(leaves, lambda a, b: rep.add(a, b, a)), len(parts),
+                         self._lrs)
 
     def _ask(self, what: str) -> Any:
         rep = self._rep
@@ -318,7 +320,12 @@ class DataParallel(Trainer):
     the cluster to bring a lost worker back before going on with fewer replicas.
     ``transport``: how a step's messages travel: "auto" (direct TCP links, ``gdist.links``,
     when every worker is ``tcp://``, else Dask's comms), "direct" (links, or refused), "dask"
-    (Dask's comms always; the same bits either way).
+    (Dask's comms always; the same bits either way). ``reply_wait``: how the driver waits
+    for a step's replies on the links (``gdist.waiting``): "auto" polls around the expected
+    reply time where this machine has a core free beside the replicas on it, else sleeps;
+    "poll", "sleep" (the same bits either way). ``shared_memory``: on the links, tree values
+    between replicas of one machine go through shared memory (``gdist.shared``; False: over
+    TCP like the others; the same bits either way).
     """
 
     def __init__(self, loss_fn: Callable[..., Any], init_params: Any,
@@ -334,8 +341,10 @@ class DataParallel(Trainer):
                  workers: Sequence[str] | None = None, check_every: int = 10,
                  checkpoint_every: int = 10, timeout: float = 600.0,
                  replace_wait: float = 30.0, connect_timeout: float = 30.0,
-                 transport: str = "auto") -> None:
+                 transport: str = "auto", reply_wait: str = "auto",
+                 shared_memory: bool = True) -> None:
         from .cluster import TRANSPORTS, TREE_ON, Replicas
+        from .waiting import WAITS
 
         where = "gdist.DataParallel"
         own = isinstance(client, str)
@@ -351,6 +360,11 @@ class DataParallel(Trainer):
         if transport not in TRANSPORTS:
             raise ValueError(f"{where}: transport is {transport!r}; expected one of "
                              f"{TRANSPORTS}")
+        if reply_wait not in WAITS:
+            raise ValueError(f"{where}: reply_wait is {reply_wait!r}; expected one of {WAITS}")
+        if not isinstance(shared_memory, bool):
+            raise TypeError(f"{where}: shared_memory is {describe(shared_memory)}; expected "
+                            "True or False")
         for name, v in (("check_every", check_every), ("checkpoint_every", checkpoint_every)):
             if isinstance(v, bool) or not isinstance(v, int) or v < 0:
                 raise ValueError(f"{where}: {name} is {v!r}; expected an int >= 0 (0: never)")
@@ -376,6 +390,7 @@ class DataParallel(Trainer):
             self._replicas = Replicas(client, defn, workers=workers, check_every=check_every,
                                       checkpoint_every=checkpoint_every, timeout=timeout,
                                       replace_wait=replace_wait, transport=transport,
+                                      reply_wait=reply_wait, shared_memory=shared_memory,
                                       connect_timeout=min(connect_timeout, 30.0) or 30.0)
         except BaseException:
             if own:

@@ -3,10 +3,11 @@
 A message is plain data (dicts, lists, tuples, str, int, float, bool, None, bytes) with numpy
 arrays and numpy scalars anywhere inside. On the wire: a 12-byte prefix (the header's length,
 the number of buffers), the header (msgpack; an array is an ext record naming its dtype, its
-shape and its buffer's index; a tuple an ext record of its items), each buffer's length
-(8 bytes) and its bytes. Arrays travel as their bytes with their dtype's byte order: the
-receiver gets the same bits, writeable arrays of the same dtype and shape, numpy scalars back
-as numpy scalars and tuples as tuples. Nothing is unpickled.
+shape and its buffer's index -- or, up to ``INLINE`` bytes, holding its bytes itself: a step's
+row indices and scalars cost no reads of their own; a tuple an ext record of its items), each
+buffer's length (8 bytes) and its bytes. Arrays travel as their bytes with their dtype's byte
+order: the receiver gets the same bits, writeable arrays of the same dtype and shape, numpy
+scalars back as numpy scalars and tuples as tuples. Nothing is unpickled.
 """
 
 from __future__ import annotations
@@ -21,7 +22,8 @@ import numpy as np
 
 _PREFIX = struct.Struct("<IQ")  # header bytes, buffer count
 _LEN = struct.Struct("<Q")
-_ARRAY, _SCALAR, _TUPLE = 1, 2, 3
+_ARRAY, _SCALAR, _TUPLE, _INLINE_ARRAY, _INLINE_SCALAR = 1, 2, 3, 4, 5
+INLINE = 4096  # arrays of at most this many bytes travel inside the header
 
 
 class WireError(ConnectionError):
@@ -34,14 +36,17 @@ def _packer(buffers: list[memoryview]) -> msgpack.Packer:
             return msgpack.ExtType(_TUPLE, msgpack.packb(list(x), default=default,
                                                          strict_types=True))
         if isinstance(x, np.ndarray) or isinstance(x, np.generic):
-            kind = _SCALAR if isinstance(x, np.generic) else _ARRAY
+            scalar = isinstance(x, np.generic)
             a = np.asarray(x)
             if not a.flags.c_contiguous:
                 a = a.copy(order="C")
             if a.dtype.hasobject:
                 raise TypeError(f"gdist.wire: an object array ({a.dtype}) cannot be sent")
+            if a.nbytes <= INLINE:
+                return msgpack.ExtType(_INLINE_SCALAR if scalar else _INLINE_ARRAY,
+                                       msgpack.packb([a.dtype.str, list(a.shape), a.tobytes()]))
             buffers.append(memoryview(a.reshape(-1).view(np.uint8)))
-            return msgpack.ExtType(kind, msgpack.packb(
+            return msgpack.ExtType(_SCALAR if scalar else _ARRAY, msgpack.packb(
                 [a.dtype.str, list(a.shape), len(buffers) - 1]))
         for base in (bool, int, float, str, bytes):  # subclasses as their base value
             if isinstance(x, base):
@@ -77,6 +82,10 @@ def decode(header: bytes, buffers: list[np.ndarray]) -> Any:
             dtype, shape, i = msgpack.unpackb(data, raw=False)
             a = buffers[i].view(np.dtype(dtype)).reshape(shape)
             return a[()] if code == _SCALAR else a
+        if code in (_INLINE_ARRAY, _INLINE_SCALAR):
+            dtype, shape, raw = msgpack.unpackb(data, raw=False)
+            a = np.frombuffer(bytearray(raw), np.dtype(dtype)).reshape(shape)  # writeable
+            return a[()] if code == _INLINE_SCALAR else a
         raise WireError(f"gdist.wire: unknown record type {code}")
 
     return msgpack.unpackb(header, ext_hook=ext, raw=False, strict_map_key=False)
