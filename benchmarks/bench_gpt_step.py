@@ -17,6 +17,8 @@ gives the median over runs of each run's median step.
 
     python benchmarks/bench_gpt_step.py [--runs 3] [--steps 30] [--wide-steps 10] [--no-compile]
 
+Our captured and fused steps also run under the fma inner-product contract (rows marked fma).
+
 prints the table and writes it, with the command, to benchmarks/results/gpt_step.md.
 """
 
@@ -58,11 +60,12 @@ def _data(width: int, dtype: str):
     return run, cfg, x, y
 
 
-def ours(engine: str, width: int, dtype: str, threads: int) -> tuple:
+def ours(engine: str, width: int, dtype: str, threads: int, inner: str = "plain") -> tuple:
     """(step, seconds to build it): our step (``gpt.TapeSteps`` or ``gpt.ReplaySteps``, the
-    latter captured and compiled here) on cpu, on ``threads`` threads, one fixed batch."""
+    latter captured and compiled here) on cpu, on ``threads`` threads, one fixed batch, under
+    inner-product contract ``inner``."""
     run, cfg, x, y = _data(width, dtype)
-    tp = g.Tape("cpu", dtype, seed=run.seed)
+    tp = g.Tape("cpu", dtype, seed=run.seed, inner=inner)
     model = M.GPT(tp, cfg)
     t0 = time.perf_counter()
     steps = gpt.TapeSteps(tp, model, run) if engine == "tape" else \
@@ -153,9 +156,12 @@ def engines(width: int, dtype: str, compile_: bool) -> tuple[dict, dict]:
     """({engine name: step}, {engine name: build / first-call seconds}) of one config."""
     steps, built = {}, {}
     for t in THREADS:
-        for e, label in (("tape", "our tape, cpu"), ("replay", "our step captured, cpu"),
-                         ("fused", "our step fused, cpu")):
-            steps[f"{label}, {t}t"], built[f"{label}, {t}t"] = ours(e, width, dtype, t)
+        for e, inner, label in (("tape", "plain", "our tape, cpu"),
+                                ("replay", "plain", "our step captured, cpu"),
+                                ("fused", "plain", "our step fused, cpu"),
+                                ("replay", "fma", "our step captured, cpu, fma"),
+                                ("fused", "fma", "our step fused, cpu, fma")):
+            steps[f"{label}, {t}t"], built[f"{label}, {t}t"] = ours(e, width, dtype, t, inner)
         steps[f"torch eager, {t}t"], built[f"torch eager, {t}t"] = torch_step(width, dtype, t,
                                                                               False)
         if compile_:
@@ -227,7 +233,9 @@ every step. The engines of one config and dtype take turns in blocks of 5 steps 
 {args.warmup} untimed steps each, {args.runs} times; each cell is the median over the runs of
 the run's median step (ms), with the ratio to torch eager at the same thread count. Ours is
 exact (each output's serial sum in the defined order; the same bits on numpy, sim, cpu and
-replayed); torch reassociates freely.
+replayed) under the plain inner-product contract (each product rounded, then added: the
+rung's) and, in the rows marked fma, under the fma contract (each step of a chain one fused
+multiply-add: as exact and reproducible, other bits); torch reassociates freely.
 
 Command (from the repository root, with torch installed):
 
