@@ -138,12 +138,21 @@ def test_a_segment_that_does_not_fit_is_refused_up_front_and_leaves_nothing(boxe
     caller then sends the value on the socket), never a SIGBUS on a write to the mapping."""
     import errno
 
-    out, _ = boxes
+    out, inb = boxes
+    rng = np.random.default_rng(6)
+    small = value(rng)
+    out.put("r6", 0, 3, 1, small)
+    reserve = os.posix_fallocate
 
     def full(fd, offset, size):
         raise OSError(errno.ENOSPC, "No space left on device")
 
     monkeypatch.setattr(os, "posix_fallocate", full)
     with pytest.raises(OSError, match="No space left"):
-        out.put("r6", 0, 3, 1, value(np.random.default_rng(6)))
-    assert files("r6") == [] and out._segs == {}
+        out.put("r6", 0, 3, 2, value(rng, scale=50))  # grows: the new generation fails
+    with pytest.raises(OSError, match="No space left"):
+        out.put("r7", 0, 3, 1, small)
+    assert files("r6") == files("r7") == [] and out._segs == {}
+    monkeypatch.setattr(os, "posix_fallocate", reserve)
+    desc = out.put("r6", 0, 3, 3, small)  # space again: a value fits and is read back
+    assert inb.take(desc, copy=True)[1]["W"].tobytes() == small[1]["W"].tobytes()

@@ -24,6 +24,7 @@ import functools
 import math
 import mmap
 import os
+import threading
 from collections.abc import Mapping
 from typing import Any
 
@@ -142,8 +143,8 @@ class Outbox:
         key = (run, int(peer), str(node))
         seg = self._segs.get(key)
         if seg is None or seg.size < size:
-            if seg is not None:
-                seg.close(unlink=True)
+            if seg is not None:  # too small: the next generation replaces it
+                self._segs.pop(key).close(unlink=True)
             self._generation += 1
             seg = _Segment(f"gdist-{run}-{os.getpid()}-{int(peer)}-{node}-{self._generation}",
                            size)
@@ -170,16 +171,22 @@ class Outbox:
 
 
 class Inbox:
-    """A process's read-only mappings of its peers' segments, by name."""
+    """A process's read-only mappings of its peers' segments, by name (used by the links'
+    threads and the event loop: one at a time)."""
 
     def __init__(self) -> None:
         self._maps: dict[str, _Segment] = {}
+        self._lock = threading.Lock()
 
     def take(self, desc: Mapping[str, Any], copy: bool) -> tuple[Any, dict[str, np.ndarray]]:
         """The value a descriptor names (SharedValueLost when its segment is gone or holds
         another attempt's value): read-only views of the segment, or (``copy``) new arrays --
         a value kept past its step (the root, which the log keeps) must be copied; a tree
         node is added within the step, before its sender can write the segment again."""
+        with self._lock:
+            return self._take(desc, copy)
+
+    def _take(self, desc: Mapping[str, Any], copy: bool) -> tuple[Any, dict[str, np.ndarray]]:
         name, tag = str(desc["name"]), int(desc["tag"])
         seg = self._maps.get(name)
         if seg is None:
@@ -206,11 +213,13 @@ class Inbox:
 
     def drop(self, run: str) -> None:
         """Unmap the run's segments."""
-        for name in [n for n in self._maps if n.split("-")[1] == run]:
-            self._maps.pop(name).close(unlink=False)
+        with self._lock:
+            for name in [n for n in self._maps if n.split("-")[1] == run]:
+                self._maps.pop(name).close(unlink=False)
 
     def close(self) -> None:
         """Unmap everything."""
-        for seg in self._maps.values():
-            seg.close(unlink=False)
-        self._maps.clear()
+        with self._lock:
+            for seg in self._maps.values():
+                seg.close(unlink=False)
+            self._maps.clear()
