@@ -6,7 +6,10 @@ microbatches of 4, dropout, AdamW with groups, torch's clipping); float64 and fl
 backend, every step captured (``capture=True``), data resident (``load_data``: a step sends 96
 or 16 row indices). Engines (``dist_engines``), every process with ONE compute thread
 (GTENSOR_CPU_THREADS=1, torch.set_num_threads(1), the BLAS pools at 1): ``Local``;
-``DataParallel`` on a LocalCluster with 1 worker and with 2 workers; torch in one process;
+``DataParallel`` on a LocalCluster with 1 worker and with 2 workers (and, for A/Bs in the same
+round robin, 1 worker with the driver asleep for replies, ``reply_wait="sleep"``; 2 workers
+with the tree's values on the links' sockets, ``shared_memory=False``; 2 workers on Dask's
+comms, ``transport="dask"``); torch in one process;
 torch DDP with gloo over 2 processes (each half of every batch). Each run makes every engine
 afresh, warms it up, then the engines take turns in blocks of ``--block`` timed steps until
 each has ``--steps`` (``_timing``'s scheme: the machine's load hits all of them alike);
@@ -55,10 +58,11 @@ from _machine import cpu_name  # noqa: E402
 from _timing import profile  # noqa: E402
 from dist_engines import Ours, TorchDDP, TorchOne  # noqa: E402
 
-LOCAL, DP1, DP2, DP2D, T1, DDP = (
-    "Local", "DataParallel, 1 worker", "DataParallel, 2 workers",
+LOCAL, DP1, DP1S, DP2, DP2T, DP2D, T1, DDP = (
+    "Local", "DataParallel, 1 worker", "DataParallel, 1 worker, driver asleep",
+    "DataParallel, 2 workers", "DataParallel, 2 workers, values on sockets",
     "DataParallel, 2 workers, Dask's comms", "torch, 1 process", "torch DDP (gloo), 2 processes")
-COLUMNS = (LOCAL, DP1, DP2, DP2D, T1, DDP)
+COLUMNS = (LOCAL, DP1, DP1S, DP2, DP2T, DP2D, T1, DDP)
 WORKER_ENV = {"GTENSOR_CPU_THREADS": "1", "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1",
               "MKL_NUM_THREADS": "1"}
 
@@ -81,8 +85,12 @@ def engines(model: str, dtype: str, hidden: int, case, client, torch: bool) -> d
     out = {LOCAL: Ours(trainer(gdist.Local, model, dtype, hidden), case),
            DP1: Ours(trainer(gdist.DataParallel, model, dtype, hidden, client=client,
                              workers=ws[:1], check_every=0), case),
+           DP1S: Ours(trainer(gdist.DataParallel, model, dtype, hidden, client=client,
+                              workers=ws[:1], check_every=0, reply_wait="sleep"), case),
            DP2: Ours(trainer(gdist.DataParallel, model, dtype, hidden, client=client,
                              workers=ws[:2], check_every=0), case),
+           DP2T: Ours(trainer(gdist.DataParallel, model, dtype, hidden, client=client,
+                              workers=ws[:2], check_every=0, shared_memory=False), case),
            DP2D: Ours(trainer(gdist.DataParallel, model, dtype, hidden, client=client,
                               workers=ws[:2], check_every=0, transport="dask"), case)}
     if torch:
@@ -238,8 +246,9 @@ def write(args, results: dict, cost: list[str], prof: str) -> None:
 
     lines = ["| model | dtype | " + " | ".join(COLUMNS) + " | 1 worker's "
              "overhead (DP1 / Local) | 2 workers' speedup (Local / DP2) | DP2 vs DDP steps/s "
-             "(DDP / DP2) | direct links vs Dask's comms (DP2 Dask / DP2) |",
-             "|---|---|" + "---:|" * (len(COLUMNS) + 4)]
+             "(DDP / DP2) | direct links vs Dask's comms (DP2 Dask / DP2) | the driver polling "
+             "vs asleep (DP1 asleep / DP1) | shared memory vs sockets (DP2 sockets / DP2) |",
+             "|---|---|" + "---:|" * (len(COLUMNS) + 6)]
     per_run = ["| model | dtype | run | " + " | ".join(COLUMNS) +
                " | load avg (start -> end) | sha256 |",
                "|---|---|---:|" + "---:|" * len(COLUMNS) + "---|---|"]
@@ -253,7 +262,8 @@ def write(args, results: dict, cost: list[str], prof: str) -> None:
         lines.append(f"| {name} | {dtype} | " + " | ".join(cells) + f" | "
                      f"{fmt(ratio(runs, DP1, LOCAL))} | {fmt(ratio(runs, LOCAL, DP2))} | "
                      f"{fmt(ratio(runs, DDP, DP2)) if DDP in med else '-'} | "
-                     f"{fmt(ratio(runs, DP2D, DP2))} |")
+                     f"{fmt(ratio(runs, DP2D, DP2))} | {fmt(ratio(runs, DP1S, DP1))} | "
+                     f"{fmt(ratio(runs, DP2T, DP2))} |")
         for i, r in enumerate(runs):
             per_run.append(f"| {name} | {dtype} | {i + 1} | " + " | ".join(
                 f"{r['ms'][n]:.1f}" if n in r["ms"] else "-" for n in COLUMNS)
