@@ -28,11 +28,9 @@ def add(left: Result, right: Result, out: Result | None = None) -> Result:
     ``left`` or ``right`` itself, a result the caller owns and no longer needs, whose gradient
     arrays then receive the sums (no new arrays; the operands' order, so every bit, as
     without)."""
-    if out is None:
-        return np.add(left[0], right[0]), {n: np.add(g, right[1][n])
-                                           for n, g in left[1].items()}
-    return np.add(left[0], right[0]), {n: np.add(g, right[1][n], out=out[1][n])
-                                       for n, g in left[1].items()}
+    return np.add(left[0], right[0]), {
+        n: np.add(g, right[1][n], out=None if out is None else out[1][n])
+        for n, g in left[1].items()}
 
 
 class Replica:
