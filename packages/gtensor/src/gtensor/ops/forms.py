@@ -136,7 +136,7 @@ _GRID_LOOP = ("    const long long step = (long long)gridDim.x * blockDim.x;\n"
 
 
 # The work one element of a cpu loop weighs in its thread split (gtcpu::parallel_for, whose
-# threshold gtcpu::PARALLEL_WORK counts multiply-adds or element operations): at least
+# threshold, the runtime's Shared::parallel_work, counts element operations): at least
 # ELEMENT_COST for a map or zip, ROW_ELEMENT_COST for a row kernel's element.
 ELEMENT_COST = 4
 BLOCK = 256  # threads of a grid-stride kernel's block

@@ -258,16 +258,17 @@
     // would be packed whole by every thread instead, which costs more where a is the larger
     // (1024x200x512 ta: rows stay split). Otherwise they split the rows. Either way each
     // output is computed whole by one thread.
-    // A multiply-add counts as 64 / L units of the split threshold (gtcpu::PARALLEL_WORK, set
-    // for maps: about a unit per element): 8 in f64, 4 in f32 (AVX-512), so a product is split
-    // from 16 K f64 / 32 K f32 multiply-adds (cpu_runtime.h's DEFAULT_PARALLEL_WORK: since the
-    // pool's workers spin between launches, 64^3 and 200x64x32 f64 run 1.2x / 1.4x as fast
-    // split; under the sleeping pool's 4 M threshold they ran 0.8-1.2x, and products split
-    // from 512 K f64 multiply-adds).
-    const long long panels = (n + PW - 1) / PW, unit = 64 / L;
+    // A multiply-add counts as 8 / L units of the split threshold (Shared::parallel_work, set
+    // for maps: about four units per element): 1 in f64, 1/2 in f32 (AVX-512), so a product is
+    // split from 16 K f64 / 32 K f32 multiply-adds (cpu_runtime.h's DEFAULT_PARALLEL_WORK,
+    // 16 K: since the pool's workers spin between launches, 64^3 and 200x64x32 f64 run 1.2x /
+    // 1.4x as fast split; under the sleeping pool's 4 M threshold they ran 0.8-1.2x, and
+    // products split from 512 K f64 multiply-adds; split from 2 K, 16^3 took 8.2 us on 2
+    // threads against 6.7 on one).
+    const long long panels = (n + PW - 1) / PW;
     if (batch == 1 && (panels >= (rows + 7) / 8 ||
                        (panels >= 4 * gtcpu::thread_count() && (tb || !packa || n >= m))))
-        $SPLIT(panels, unit * k * PW * rows,
+        $SPLIT(panels, k * PW * rows * 8 / L,
                [=](long long lo, long long hi) { block(0, rows, lo, hi); });
     else if (tb && rows < 16 * gtcpu::thread_count())
         // under tb split rows would each gather all of b (k x n) for fewer than two 8-row
@@ -275,5 +276,5 @@
         // 9 rows, k = 2048: 51 us on one thread, 74-214 us on two)
         block(0, rows, 0, panels);
     else
-        $SPLIT(rows, unit * k * n,
+        $SPLIT(rows, k * n * 8 / L,
                [=](long long lo, long long hi) { block(lo, hi, 0, panels); });

@@ -176,11 +176,15 @@ struct Shared {
     // a split costs a few microseconds while the pool's workers still spin from the last
     // launch (a step's launches come microseconds apart), tens when they sleep. Tests lower it
     // (gtcpu_set_parallel_work) so that every kernel's split is exercised on small arrays.
-    // 1 << 17 (a map splits from 32 K elements, a float64 product from 16 K multiply-adds),
+    // 1 << 17 (a map split from 32 K elements, a float64 product from 16 K multiply-adds),
     // measured A/B against 1 << 22 on 2 threads: rung 8b's ResNet step -8 / -20% (f64, two
     // runs) and -19 / -20% (f32),
     // rung 9's GPT step replayed -12% / -14%, its tape -8%; 64^3 / 200x64x32 f64 products
-    // 14 / 20 -> 12 / 14 us, 32x64x64 9 -> 9.3 us.
+    // 14 / 20 -> 12 / 14 us, 32x64x64 9 -> 9.3 us. Then 1 << 14 (a map splits from 4 K
+    // elements), with each thread given at least half of it (parallel_for), measured A/B
+    // against 1 << 17 in one process on 2 threads of the Emerald Rapids Xeon (medians of 5
+    // round robins, f64 / f32): the GPT's replayed step -9 / -5%, its tape -8.5 / -5%, the
+    // CNN bench's replayed step -7 / -7%, its tape -8.5 / -14%, the AE's tape -4 / -4%.
     long long parallel_work;
     // TILES_BY_HOST, or a form forced for tests (gtcpu_set_matmul_tiles) so that both forms'
     // branches run on any host
@@ -190,7 +194,7 @@ struct Shared {
     int machine_threads;
     void (*run)(long long parts, int threads, PartFn fn, void* ctx);
 };
-constexpr long long DEFAULT_PARALLEL_WORK = 1LL << 17;
+constexpr long long DEFAULT_PARALLEL_WORK = 1LL << 14;
 #ifdef GTCPU_SHARD
 // the runtime library's state, set by gtcpu_bind (the shard's launchers) before any launch
 static Shared* SHARED = nullptr;
@@ -215,15 +219,20 @@ static int thread_count() {
 }
 
 // f(lo, hi) over [0, n) in contiguous chunks; one chunk (the caller's thread) when the work
-// (n * cost) is small or one thread is asked for. Chunks never share an output.
+// (n * cost) is small or one thread is asked for; otherwise a chunk a thread, each with at
+// least half the split threshold's work (a launch just past it runs on two threads, a bigger
+// one on more). Chunks never share an output.
 template <class F>
 static __forceinline__ void parallel_for(long long n, long long cost, F f) {
     if (n <= 0) return;
-    if (n < 2 || n * cost < SHARED->parallel_work) {
+    const long long work = n * cost;
+    if (n < 2 || work < SHARED->parallel_work) {
         f(0LL, n);
         return;
     }
     int threads = thread_count();
+    const long long least = SHARED->parallel_work > 1 ? SHARED->parallel_work / 2 : 1;
+    if (threads > work / least) threads = (int)(work / least);
     if (threads > n) threads = (int)n;
     if (threads <= 1) {
         f(0LL, n);
