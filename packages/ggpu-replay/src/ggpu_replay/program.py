@@ -554,6 +554,7 @@ class ParamStore:
 
     def __init__(self, prog: Program) -> None:
         self._prog = prog
+        self._params: dict[int, gtape.Var] = {}  # id -> the Var check_param accepted
 
     @property
     def backend(self) -> gtensor.Backend:
@@ -571,12 +572,16 @@ class ParamStore:
         return self._prog._backwards
 
     def check_param(self, where: str, p: Any) -> gtape.Var:
-        """``p`` checked to be a parameter node of the captured episode."""
+        """``p`` checked to be a parameter node of the captured episode (a Var found once
+        stays one: its tape, index and serial never change, nor do the episode's nodes)."""
+        if self._params.get(id(p)) is p:
+            return p
         i = self._prog._check_var(where, p)
         node = self._prog._tr.nodes[i]
         if node.op is not gtape.PARAM:
             raise ValueError(f"{where}: {p!r} is a {node.name!r} node; expected a parameter "
                              "made by tp.param(...) (only parameters are updated)")
+        self._params[id(p)] = p  # the Var itself kept: its id is never another object's
         return p
 
     def value(self, p: gtape.Var) -> Any:

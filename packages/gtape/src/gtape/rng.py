@@ -68,6 +68,10 @@ class Key:
     __slots__ = ("_words",)
 
     def __init__(self, k0: int, k1: int = 0) -> None:
+        if type(k0) is int and type(k1) is int and 0 <= k0 <= philox.MASK64 and \
+                0 <= k1 <= philox.MASK64:  # the common case, checked in one line
+            self._words = (k0, k1)
+            return
         for name, w in (("k0", k0), ("k1", k1)):
             if isinstance(w, bool) or not isinstance(w, (int, np.integer)) or \
                     not 0 <= int(w) <= philox.MASK64:
