@@ -222,6 +222,16 @@ def round_d_f32(m, y, err):
     return m.to_f32(y), m.fabs(d) > err * inv_g
 
 
+def clear_of_midpoint32(m, y, ulps):
+    """Whether no float32 midpoint lies within ``ulps`` of y's float64 ulps of ``y``, for a
+    float64 ``y`` whose float32 rounding is a normal number (2^-126 <= |y| < 2^128): that
+    rounding drops y's 29 low mantissa bits exactly, and a midpoint is where they are 2^28.
+    The float32 first stages' rounding test in two integer comparisons (``round_d_f32``'s
+    general one takes a dozen operations); ``ulps`` below 2^27."""
+    d = (m.bits(y) & ((1 << 29) - 1)) - (1 << 28)
+    return (d > ulps) | (d < -ulps)
+
+
 def round_td_f64(m, t):
     """RN(t0 + t1 + t2), the correctly rounded sum of three (Boldo-Melquiond: two two-sums,
     the low parts rounded to odd, one last rounding)."""
