@@ -36,6 +36,13 @@ def test_strided_host_data_and_lists_and_numbers(be):
     scalar = be.asarray(np.zeros(()), dtype="float32")
     be.write(scalar, 0.1)
     assert be.to_numpy(scalar).tobytes() == np.float32(0.1).tobytes()
+    be.write(scalar, 1e300)  # beyond float32: inf, quietly (the one rounding of the cast)
+    assert be.to_numpy(scalar) == np.inf
+    be.write(scalar, -3.4e38)
+    assert be.to_numpy(scalar).tobytes() == np.float32(-3.4e38).tobytes()
+    wide = be.asarray(np.zeros(()), dtype="float64")
+    be.write(wide, 1e300)
+    assert be.to_numpy(wide) == 1e300
 
 
 def test_bad_data_is_refused_and_dst_kept(be):

@@ -451,6 +451,7 @@ class InputClock:
                 if not isinstance(n.op, gtape.Leaf) and "key" in n.op.inputs}
         self.keys = keys & set(consts)  # keys made by ops (rng_fold of an input) follow theirs
         self.owned: dict[int, tuple[Any, int]] = {}
+        self._plan: tuple[tuple, list] | None = None  # (owned's nodes, key_plan's groups)
         for i in sorted(self.keys):
             got = gtape.rng.key_owner(tape.var_at(i))
             if got is not None and isinstance(got[0], gtape.rng.KeyOwner):
@@ -476,11 +477,15 @@ class InputClock:
         return self._label.get(i, f"node {i}")
 
     def key_plan(self) -> list[tuple[Any, list[tuple[int, int]]]]:
-        """The owned key inputs grouped by owner, in node order: (owner, [(node, draw t)])."""
-        groups: dict[int, tuple[Any, list]] = {}
-        for i, (owner, t) in sorted(self.owned.items()):
-            groups.setdefault(id(owner), (owner, []))[1].append((i, t))
-        return list(groups.values())
+        """The owned key inputs grouped by owner, in node order: (owner, [(node, draw t)])
+        (kept until ``owned`` changes: ``hold_input`` drops a key from it)."""
+        stamp = tuple(self.owned)
+        if self._plan is None or self._plan[0] != stamp:
+            groups: dict[int, tuple[Any, list]] = {}
+            for i, (owner, t) in sorted(self.owned.items()):
+                groups.setdefault(id(owner), (owner, []))[1].append((i, t))
+            self._plan = (stamp, list(groups.values()))
+        return self._plan[1]
 
     def by_name(self, where: str, name: str) -> gtape.Var:
         """The input called ``name`` (CaptureError listing the names otherwise)."""

@@ -166,6 +166,10 @@ class Backend:
                 and x.flags.c_contiguous:  # already what it becomes: a step's keys, ids
             self._upload(dst, x)
             return dst
+        if type(x) is float and dst.shape == () and (dst.dtype == np.float64 or (
+                dst.dtype == np.float32 and abs(x) < 3.0e38)):  # a step's scalar (no overflow)
+            self._upload(dst, np.asarray(x, dtype=dst.dtype))
+            return dst
         if type(x).__module__.split(".")[0] == "cupy":
             raise TypeError(f"write: x is {describe(x)}; write takes host data (copy an array "
                             "of a backend with that backend's copy op or to_numpy)")
