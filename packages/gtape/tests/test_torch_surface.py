@@ -223,6 +223,34 @@ def test_gelu_and_softplus_are_their_written_orders_bitwise():
         assert np.isfinite(g.softplus(X).numpy()).all()
 
 
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+def test_gelu_gradients_are_the_composites_bitwise(dtype):
+    """gelu's two ops (gelu_gate, gelu_mul) give the value and the gradient of the composite
+    muls -> gelu_gate -> mul bit for bit (x read by gelu alone: its two contributions are then
+    summed in one add either way, a + b == b + a); the second order to rounding (the op's
+    rules group the terms' sums in other nodes than the composite's)."""
+    rng = np.random.default_rng(3)
+    x = np.concatenate([rng.standard_normal(40) * 3.0, [0.0, -0.0, 1e-300, -8.5, 30.0]])
+    w = rng.standard_normal(x.shape)
+
+    def grads(f):
+        tp = g.Tape(dtype=dtype)
+        X = tp.param(x)
+        y = g.sum(f(X) * tp.const(w))
+        (gx,) = g.grad(y, [X], create_graph=True)
+        (ggx,) = g.grad(g.sum(gx * gx), [X])
+        return [np.asarray(v.numpy() if isinstance(v, g.Var) else tp.backend.to_numpy(v))
+                for v in (y, gx, ggx)]
+
+    def composite(X):
+        return g.muls(X, 0.5) * g.apply("gelu_gate", (X,))
+
+    got, want = grads(g.gelu), grads(composite)
+    assert bits_equal(got[0], want[0]) and bits_equal(got[1], want[1])
+    eps = np.finfo(dtype).eps
+    assert np.allclose(got[2], want[2], rtol=8 * eps, atol=8 * eps * np.abs(want[2]).max())
+
+
 def test_fully_masked_rows_are_nan_as_torch():
     mask = np.array([[False, False], [True, False]])
     with g.Tape() as tp:

@@ -2,8 +2,11 @@
 once (so every engine lands on the same bits and the backward passes are derived):
 
 * ``gelu(x)`` (exact, torch's default)::   (x * 0.5) * (1 + erf(x * M_SQRT1_2))
-  (the gate ``1 + erf(x * M_SQRT1_2)`` is one gtensor op, ``gelu_gate``: the same roundings in
-  one pass; its backward ``gelu_gate_grad`` is erf's and the scale's rules in one pass)
+  (the gate ``q = 1 + erf(x * M_SQRT1_2)`` is one gtensor op, ``gelu_gate``: the same roundings
+  in one pass; its backward ``gelu_gate_grad`` is erf's and the scale's rules in one pass; the
+  product ``(x * 0.5) * q`` is one op too, ``gelu_mul``, its backward ``(g * q) * 0.5`` for x
+  and ``g * (x * 0.5)`` for q, one pass each. x's two contributions arrive the product's
+  first, then the gate's: ``((g * q) * 0.5) + gelu_gate_grad(g * (x * 0.5), x)``)
 * ``gelu(x, approximate="tanh")``::        x3 = (x * x) * x
                                            inner = BETA * (x + KAPPA * x3)
                                            (x * 0.5) * (1 + tanh(inner))
@@ -62,12 +65,13 @@ def gelu(x: Var, approximate: str = "none") -> Var:
     _var("gelu", x)
     if approximate not in APPROXIMATE:
         raise ValueError(f"gelu: approximate is {approximate!r}; expected one of {APPROXIMATE}")
-    half = ops.muls(x, 0.5)
     if approximate == "tanh":
+        half = ops.muls(x, 0.5)
         x3 = ops.mul(ops.mul(x, x), x)
         inner = ops.muls(ops.add(x, ops.muls(x3, GELU_KAPPA)), GELU_BETA)
         return ops.mul(half, ops.adds(ops.tanh(inner), 1.0))
-    return ops.mul(half, ops.apply("gelu_gate", (x,)))  # 1 + erf(x * M_SQRT1_2), one op
+    # the gate 1 + erf(x * M_SQRT1_2), then (x * 0.5) * gate: one op each
+    return ops.apply("gelu_mul", (x, ops.apply("gelu_gate", (x,))))
 
 
 def silu(x: Var) -> Var:

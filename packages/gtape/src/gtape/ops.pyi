@@ -478,6 +478,21 @@ def gelu_gate_grad(g: FloatOperand, x: FloatOperand) -> Var:
     backward). [gtensor op gelu_gate_grad: differentiable; result float]"""
 
 
+def gelu_mul(x: FloatOperand, q: FloatOperand) -> Var:
+    """(x * 0.5) * q (the exact GELU's product with its gate q = gelu_gate(x); each product
+    rounded once). [gtensor op gelu_mul: differentiable; result float]"""
+
+
+def gelu_mul_grad(g: FloatOperand, q: FloatOperand) -> Var:
+    """(g * q) * 0.5 (gelu_mul's backward for x). [gtensor op gelu_mul_grad: differentiable;
+    result float]"""
+
+
+def gelu_mul_grad_gate(g: FloatOperand, x: FloatOperand) -> Var:
+    """G * (x * 0.5) (gelu_mul's backward for the gate). [gtensor op gelu_mul_grad_gate:
+    differentiable; result float]"""
+
+
 def dropout(x: FloatOperand, key: IndexOperand, p) -> Var:
     """X * 1/(1-p) where the element's uniform >= p, else +0.0 (mask from the key). [gtensor op
     dropout: differentiable; result float]"""

@@ -69,6 +69,13 @@ GELU_GATE = pair("gelu_gate", 1, lambda m, x: m.call(ERF, x * SQRT1_2) + 1.0)
 GELU_GATE_GRAD = pair("gelu_gate_grad", 2, lambda m, g, x: (
     g * (m.call(EXP, -((x * SQRT1_2) * (x * SQRT1_2))) * TWO_OVER_SQRTPI)) * SQRT1_2)
 
+# GELU's product with its gate, one pass: (x * 0.5) * q (the composite's muls, then mul), and
+# its two backward forms, each the composite's chain in one pass: x's (g * q) * 0.5 (mul's rule
+# for x * 0.5, then muls's) and the gate's g * (x * 0.5) (mul's rule, x * 0.5 recomputed)
+GELU_MUL = pair("gelu_mul", 2, lambda m, x, q: (x * 0.5) * q)
+GELU_MUL_GRAD = pair("gelu_mul_grad", 2, lambda m, g, q: (g * q) * 0.5)
+GELU_MUL_GRAD_GATE = pair("gelu_mul_grad_gate", 2, lambda m, g, x: g * (x * 0.5))
+
 # --------------------------------------------------------------------------- kernels
 def _cpu_kernels(cuda: Callable[[FloatType], list[Kernel]],
                  fns: dict[FloatType, ScalarFn]) -> Callable[[FloatType], list[Kernel]]:
@@ -245,6 +252,26 @@ def _gate_slope(T, q, x):
     return (q * (ref(EXP, -(u * u)) * T(TWO_OVER_SQRTPI))) * c
 
 
+def _gelu_mul_vjp(be, g, ins, out, needs):
+    # y = (x * 0.5) * q: d/dx = (g * q) * 0.5, d/dq = g * (x * 0.5) (the composite's rules)
+    x, q = ins
+    return (be.gelu_mul_grad(g, q) if needs[0] else None,
+            be.gelu_mul_grad_gate(g, x) if needs[1] else None)
+
+
+def _gelu_mul_grad_vjp(be, g, ins, out, needs):
+    # y = (a * q) * 0.5: d/da = (g * 0.5) * q, d/dq = (g * 0.5) * a (muls's rule, then mul's)
+    a, q = ins
+    return (be.gelu_mul(g, q) if needs[0] else None, be.gelu_mul(g, a) if needs[1] else None)
+
+
+def _gelu_mul_grad_gate_vjp(be, g, ins, out, needs):
+    # y = a * (x * 0.5): d/da = g * (x * 0.5), d/dx = (g * a) * 0.5 (mul's rule, then muls's)
+    a, x = ins
+    return (be.gelu_mul_grad_gate(g, x) if needs[0] else None,
+            be.gelu_mul_grad(g, a) if needs[1] else None)
+
+
 def _div_vjp(be, g, ins, out, needs):
     ga = be.div(g, ins[1])
     return ga if needs[0] else None, be.neg(be.mul(ga, out)) if needs[1] else None
@@ -338,6 +365,19 @@ binary("gelu_gate_grad", GELU_GATE_GRAD, _gelu_gate_grad_vjp,
                (x * T(SQRT1_2)) * T(-2.0) * T(SQRT1_2))),
            lambda t, g, x: (g * (t.exp(-((x * SQRT1_2) * (x * SQRT1_2))) * TWO_OVER_SQRTPI))
            * SQRT1_2))
+binary("gelu_mul", GELU_MUL, _gelu_mul_vjp,
+       "(x * 0.5) * q (the exact GELU's product with its gate q = gelu_gate(x); each product "
+       "rounded once)", ("x", "q"),
+       checks=binary_checks(lambda T, u, x, q, y: ((u * q) * T(0.5), u * (x * T(0.5))),
+                            lambda t, x, q: (x * 0.5) * q))
+binary("gelu_mul_grad", GELU_MUL_GRAD, _gelu_mul_grad_vjp,
+       "(g * q) * 0.5 (gelu_mul's backward for x)", ("g", "q"),
+       checks=binary_checks(lambda T, u, g, q, y: ((u * T(0.5)) * q, (u * T(0.5)) * g),
+                            lambda t, g, q: (g * q) * 0.5))
+binary("gelu_mul_grad_gate", GELU_MUL_GRAD_GATE, _gelu_mul_grad_gate_vjp,
+       "g * (x * 0.5) (gelu_mul's backward for the gate)", ("g", "x"),
+       checks=binary_checks(lambda T, u, g, x, y: (u * (x * T(0.5)), (u * g) * T(0.5)),
+                            lambda t, g, x: g * (x * 0.5)))
 binary("relu_grad", RELU_GRAD, _relu_grad_vjp, "g where x > 0 else 0 (relu's backward)",
        ("g", "x"))
 binary("sigmoid_grad", SIGMOID_GRAD, _sigmoid_grad_vjp,
