@@ -40,7 +40,16 @@ from gtensor.cuda_source import device_text_for
 from gtensor.dtypes import CTYPES, FLOATS
 from gtensor.kernels import Kernel
 from gtensor.ops import REGISTRY
-from gtensor.ops.forms import FIRST_BLOCK, FIRST_STAGE_LOOP, Copy, Map, Product, Reduce, Zip
+from gtensor.ops.forms import (
+    FIRST_BLOCK,
+    FIRST_STAGE_LOOP,
+    Copy,
+    Map,
+    Product,
+    Reduce,
+    Zip,
+    staged_block,
+)
 from gtensor.ops.registry import UPDATES
 from gtensor.recording import Launch
 from gtensor.runtime import cache, toolchain
@@ -334,6 +343,7 @@ def _staged_rows(info: Info, v: dict[str, str], dims: list[int], ins: dict, lo: 
         return None
     inner, t = dims[-1], _ctype_of(info)
     (na, (oa, sa)), (nb, (ob, sb)) = ins.items()
+    operands = f"ar[(b0 + j) * {sa[-1]}LL], br[(b0 + j) * {sb[-1]}LL]"
     # the row's operands at j = 0 (c0.. its digits); element j at ar[j * stride]
     return "\n".join([
         f"{indent}{FIRST_STAGE_LOOP}",
@@ -347,17 +357,8 @@ def _staged_rows(info: Info, v: dict[str, str], dims: list[int], ins: dict, lo: 
         f"{indent}    {t}* yr = {v['y']} + q * {inner}LL;",
         f"{indent}    for (long long b0 = j0; b0 < j1; b0 += {FIRST_BLOCK}) {{",
         f"{indent}        const int m = (int)(j1 - b0 < {FIRST_BLOCK} ? j1 - b0 : {FIRST_BLOCK});",
-        f"{indent}        {t} w[{FIRST_BLOCK}];",
-        f"{indent}        bool bad[{FIRST_BLOCK}];",
-        f"{indent}        for (int j = 0; j < m; ++j) {{",
-        f"{indent}            bool gt_bad = false;",
-        f"{indent}            w[j] = {fn.first_cname}(ar[(b0 + j) * {sa[-1]}LL], "
-        f"br[(b0 + j) * {sb[-1]}LL], gt_bad);",
-        f"{indent}            bad[j] = gt_bad;",
-        f"{indent}        }}",
-        f"{indent}        for (int j = 0; j < m; ++j)",
-        f"{indent}            yr[b0 + j] = bad[j] ? {fn.cname}(ar[(b0 + j) * {sa[-1]}LL], "
-        f"br[(b0 + j) * {sb[-1]}LL]) : w[j];",
+        staged_block(t, f"{fn.first_cname}({operands}, gt_bad)", f"{fn.cname}({operands})",
+                     "yr[b0 + j]", indent + " " * 8),
         f"{indent}    }}",
         f"{indent}    i += j1 - j0;",
         f"{indent}}}"]).replace("\n\n", "\n")

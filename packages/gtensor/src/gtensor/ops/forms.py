@@ -166,6 +166,30 @@ FIRST_BLOCK = 256
 FIRST_STAGE_LOOP = "// first stage over blocks, then the undecided lanes"
 
 
+def staged_block(ctype: str, stage: str, full: str, out: str, indent: str) -> str:
+    """One block (``m`` lanes, j < m) of a first-stage loop: ``stage`` (a call about j that
+    sets ``gt_bad``) over the block as one vectorized loop into ``gt_v``, then, only if it
+    flagged a lane, ``full`` (the function itself, about j) on the flagged lanes, then
+    ``out`` (an lvalue about j) = ``gt_v[j]`` as one vectorized copy. Every input of the
+    block is read before ``out`` is written, so the output may be an input. The per-node
+    cpu kernels and the fused cpu step (ggpu-fuse) all write it."""
+    lines = [
+        f"{ctype} gt_v[{FIRST_BLOCK}];",
+        f"bool gt_flag[{FIRST_BLOCK}];",
+        "unsigned char gt_any = 0;",
+        "for (int j = 0; j < m; ++j) {",
+        "    bool gt_bad = false;",
+        f"    gt_v[j] = {stage};",
+        "    gt_flag[j] = gt_bad;",
+        "    gt_any |= gt_bad;",
+        "}",
+        "if (gt_any)",
+        "    for (int j = 0; j < m; ++j)",
+        f"        if (gt_flag[j]) gt_v[j] = {full};",
+        f"for (int j = 0; j < m; ++j) {out} = gt_v[j];"]
+    return "\n".join(indent + line for line in lines)
+
+
 @dataclass(frozen=True)
 class Map(Form):
     """``y[i] = f(x[i], *extra)`` for i < n: one input read where the output is written."""
@@ -209,22 +233,13 @@ class Map(Form):
         vectorized loop, then fn itself for the lanes the stage left undecided (each
         element's x is read before its y is written, so y may be x). The per-node cpu kernel
         and the fused cpu step (ggpu-fuse) both write it."""
-        staged = self._call(first, "xb[j]", (*extra, "gt_bad"))
-        lines = [
+        head = [
             f"for (long long b = {lo}; b < {hi}; b += {FIRST_BLOCK}) {{",
             f"    const int m = (int)({hi} - b < {FIRST_BLOCK} ? {hi} - b : {FIRST_BLOCK});",
-            f"    const {ctype}* __restrict xb = {x} + b;",
-            f"    {ctype} v[{FIRST_BLOCK}];",
-            f"    bool bad[{FIRST_BLOCK}];",
-            "    for (int j = 0; j < m; ++j) {",
-            "        bool gt_bad = false;",
-            f"        v[j] = {staged};",
-            "        bad[j] = gt_bad;",
-            "    }",
-            "    for (int j = 0; j < m; ++j)",
-            f"        {y}[b + j] = bad[j] ? {self._call(fn, f'{x}[b + j]', extra)} : v[j];",
-            "}"]
-        return "\n".join(indent + line for line in lines)
+            f"    const {ctype}* __restrict xb = {x} + b;"]
+        block = staged_block(ctype, self._call(first, "xb[j]", (*extra, "gt_bad")),
+                             self._call(fn, f"{x}[b + j]", extra), f"{y}[b + j]", indent + " " * 4)
+        return "\n".join([*(indent + line for line in head), block, indent + "}"])
 
     def index_maps(self, args: dict) -> Access:
         """Iteration i writes y[i] and reads x[i]."""
@@ -737,15 +752,8 @@ _CPU_ROWS2_STAGED = _CPU_ROWS2_WALK.replace("$CONTIGUOUS", """\
                 const int m = (int)(len - b0 < $BLOCK ? len - b0 : $BLOCK);
                 const $T* __restrict ab = ar + b0;
                 const $T* __restrict bb = br + b0;
-                $T v[$BLOCK];
-                bool bad[$BLOCK];
-                for (int j = 0; j < m; ++j) {
-                    bool gt_bad = false;
-                    v[j] = $FIRST(ab[j], bb[j], gt_bad);
-                    bad[j] = gt_bad;
-                }
-                for (int j = 0; j < m; ++j)
-                    yr[b0 + j] = bad[j] ? $FN(ar[b0 + j], br[b0 + j]) : v[j];
+""" + staged_block("$T", "$FIRST(ab[j], bb[j], gt_bad)", "$FN(ar[b0 + j], br[b0 + j])",
+                   "yr[b0 + j]", " " * 16) + """
             }""")
 
 ZIP2 = Zip(("a", "b"))  # the binary elementwise ops' form
