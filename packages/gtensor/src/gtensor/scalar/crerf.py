@@ -11,6 +11,11 @@ Fast path (every element), a = |x| (erf is odd; the sign is put back exactly):
   coefficients c2, c1, c0 as double-double steps.
 * a >= THRESHOLD: erf rounds to 1 (erfc(a) <= 2^-54); +-0 and NaN come out as themselves.
 
+R1 and R2 are one evaluation (``_poly``): R1's coefficients are one more row of R2's table, each
+lane reads its own row and runs the steps of its region (the other region's extra terms exact
+zeros or selected away), so a lane's double-double is the one its region's own evaluation
+gives, at the cost of one polynomial a lane (was both, the lanes being SIMD).
+
 The double-double h + lo has relative error <= EPS (2^-70.0 in R1, 2^-70.2 in R2: the
 polynomial's measured approximation error with a 25% margin plus the evaluation's rounding
 errors, ``tools/gen_crmath_data.py``). The rounding test (``multi.round_dd_f64`` /
@@ -39,45 +44,58 @@ ACC_SCALE = 600  # tiny a scaled by 2^600 in the accurate path
 ROUND_MARGIN = 1.0 + 2.0 ** -20  # covers the roundings inside the rounding test's bounds
 
 R1 = D.R1
-R2_TAB = Table("gt_erf_r2_tab", F64, tuple(D.R2))
+# R2's rows, then R1's coefficients as one more row (R1_ROW) padded with a zero top
+# coefficient: every lane evaluates one polynomial from its own row
+R1_ROW = D.R2_COUNT
+TAB = Table("gt_erf_tab", F64, (*D.R2, *R1, 0.0))
+assert len(R1) + 1 == D.R2_ROW and len(D.R2) == D.R2_COUNT * D.R2_ROW
 K_TD = tuple(C.TWO_OVER_SQRTPI_TD)
 
 
-def _r1(m, a):
-    """erf(a) as a double-double for 2^-960 <= a < 1/4 (R1)."""
-    sh, sl = M.two_prod(m, a, a)
-    c = R1
-    q = c[-1]
-    for ck in reversed(c[6:-1]):  # the doubles c7 .. c3 (c[6] is c3)
-        q = m.fma(q, sh, ck)
-    p, e = M.two_prod(m, q, sh)  # c2 + s q
-    e = m.fma(q, sl, e)
-    h, lo = M.fast_two_sum(c[4], p)
-    lo = lo + (e + c[5])
-    for ch, cl in ((c[2], c[3]), (c[0], c[1])):  # c1 + s (h, lo), then c0 + s (h, lo)
-        p, e = M.two_prod(m, h, sh)
-        e = m.fma(lo, sh, m.fma(h, sl, e))
-        h, f = M.fast_two_sum(ch, p)
-        lo = f + (e + cl)
-    p, e = M.two_prod(m, h, a)
-    return M.fast_two_sum(p, m.fma(lo, a, e))
+def _row(m, a, small):
+    """(row, a1, t) for a = |x| (decided lanes already replaced): the lane's table row (R1's
+    where ``small``, else R2's interval's), R1's argument (a, raised to TINY) and R2's
+    t = a - (i + 1/2)/32 (exact: Sterbenz)."""
+    a1 = m.where(small, m.where(a < TINY, TINY, a), 0.125)
+    a2 = m.where(small, 0.25, a)
+    f = m.floor(a2 * float(D.R2_WIDTH))
+    t = a2 - (f + 0.5) * (1.0 / D.R2_WIDTH)
+    i = m.where(small, float(R1_ROW + D.R2_LO), f)
+    base = (m.f2i(i) - D.R2_LO) * D.R2_ROW
+    return [m.table(TAB, base + j) for j in range(D.R2_ROW)], a1, t
 
 
-def _r2(m, a):
-    """erf(a) as a double-double for 1/4 <= a < THRESHOLD (R2)."""
-    f = m.floor(a * float(D.R2_WIDTH))
-    t = a - (f + 0.5) * (1.0 / D.R2_WIDTH)  # exact (Sterbenz)
-    base = (m.f2i(f) - D.R2_LO) * D.R2_ROW
-    row = [m.table(R2_TAB, base + j) for j in range(D.R2_ROW)]
+def _poly(m, a, small):
+    """erf(a) as a double-double, 2^-960 <= a < THRESHOLD: R1 (``small``, a < 1/4) a P(s),
+    s = a^2 = s_h + s_l exactly (by fma); R2 a polynomial in t. One evaluation for both, in
+    z = z_h + z_l (s, or t + 0): the tail from z^3 by fma-Horner on z_h (R1's top coefficient
+    a zero: its first step gives c8 exactly), c2 + z q in double-double, then c1 and c0 as
+    double-double Horner steps -- R1's (the two-sum of c and the product, its error exact:
+    |c| > |product| there, so the same bits as a fast two-sum, no renormalization), R2's
+    renormalized (``multi.dd_fma``) -- then R1's product by a. A lane's double-double is the
+    one its region's own evaluation gives (the z_l terms vanish in R2): EPS_R1 and EPS_R2
+    bound them."""
+    row, a1, t = _row(m, a, small)
+    zh, zl = M.two_prod(m, a1, a1)
+    zh = m.where(small, zh, t)
+    zl = m.where(small, zl, 0.0)
     q = row[-1]
     for ck in reversed(row[6:-1]):  # c8 .. c3
-        q = m.fma(q, t, ck)
-    p, e = M.two_prod(m, q, t)  # c2 + t q
+        q = m.fma(q, zh, ck)
+    p, e = M.two_prod(m, q, zh)  # c2 + z q
+    e = m.fma(q, zl, e)
     h, lo = M.fast_two_sum(row[4], p)
     lo = lo + (e + row[5])
-    for ch, cl in ((row[2], row[3]), (row[0], row[1])):  # c1 + t (h, lo), c0 + t (h, lo)
-        h, lo = M.dd_fma(m, (h, lo), t, (ch, cl))
-    return h, lo
+    for ch, cl in ((row[2], row[3]), (row[0], row[1])):  # c1 + z (h, lo), c0 + z (h, lo)
+        p, e = M.two_prod(m, h, zh)
+        e = m.fma(lo, zh, m.fma(h, zl, e))
+        s, f = M.two_sum(ch, p)
+        lo = f + (e + cl)
+        rh, rl = M.fast_two_sum(s, lo)
+        h, lo = m.where(small, s, rh), m.where(small, lo, rl)
+    p, e = M.two_prod(m, h, a1)  # R1: a (h, lo)
+    ph, pl = M.fast_two_sum(p, m.fma(lo, a1, e))
+    return m.where(small, ph, h), m.where(small, pl, lo)
 
 
 def _fast(m, x):
@@ -88,11 +106,7 @@ def _fast(m, x):
     big = a >= THRESHOLD
     zero = a == 0.0
     small = a < 0.25
-    live = m.where(nan | big | zero, 0.5, a)
-    h1, l1 = _r1(m, m.where(small, m.where(live < TINY, TINY, live), 0.125))
-    h2, l2 = _r2(m, m.where(small, 0.25, live))
-    h = m.where(small, h1, h2)
-    lo = m.where(small, l1, l2)
+    h, lo = _poly(m, m.where(nan | big | zero, 0.5, a), small)
     eps = m.where(small, m.const(D.EPS_R1 * ROUND_MARGIN, h), D.EPS_R2 * ROUND_MARGIN)
     err = m.fabs(h) * eps
     decided = nan | big | zero
@@ -214,21 +228,12 @@ def fast32(m, x):
     small = a < 0.25
     decided = nan | big | zero
     value = m.where(nan, x + x, m.where(zero, x, _signed(m, x, m.const(1.0, x))))
-    live = m.where(decided, 0.5, a)
-    a1 = m.where(small, live, 0.125)
-    s = a1 * a1
-    q1 = R1[-1]
-    for ck in [*reversed(R1[6:-1]), R1[4], R1[2], R1[0]]:  # c7 .. c3, then c2, c1, c0's heads
-        q1 = m.fma(q1, s, ck)
-    a2 = m.where(small, 0.25, live)
-    f = m.floor(a2 * float(D.R2_WIDTH))
-    t = a2 - (f + 0.5) * (1.0 / D.R2_WIDTH)  # exact (Sterbenz)
-    base = (m.f2i(f) - D.R2_LO) * D.R2_ROW
-    row = [m.table(R2_TAB, base + j) for j in range(D.R2_ROW)]
-    q2 = row[-1]
-    for ck in [*reversed(row[6:-1]), row[4], row[2], row[0]]:  # c8 .. c3, then c2, c1, c0
-        q2 = m.fma(q2, t, ck)
-    y = _signed(m, x, m.where(small, a1 * q1, q2))
+    row, a1, t = _row(m, m.where(decided, 0.5, a), small)
+    z = m.where(small, a1 * a1, t)
+    q = row[-1]  # R1's row: a zero, then c8
+    for ck in [*reversed(row[6:-1]), row[4], row[2], row[0]]:  # c8 .. c3, c2, c1, c0's heads
+        q = m.fma(q, z, ck)
+    y = _signed(m, x, m.where(small, a1 * q, q))
     return y, m.fabs(y) * EPS32, decided, value
 
 
