@@ -82,3 +82,70 @@ def test_the_cpu_kernels_stage_exp_and_the_cuda_kernels_do_not():
                     *cpurt.CXX_FLAGS, *cpurt.FIRST_STAGE_FLAGS, *cpurt.gather_flags())
             for k in op.kernel_set(ft).kernels:
                 assert FIRST_STAGE_LOOP not in k.body and "_first(" not in k.body
+
+
+def _nonfinite_cases(dtype, t):
+    """(name, qkv, g) for a causal tile whose masked words some result could read: a NaN query
+    (its row max NaN: every weight NaN), a key at -inf in a row's only key (max -inf: NaN
+    weights), values at +-inf (g @ v^T infinite above the diagonal: the backward's row sums
+    read the masked words), g at inf, g @ v^T finite but infinite once dropout scales it, a
+    score at +inf (its row's sum NaN: every weight NaN); and finite inputs scaled to overflow
+    the scores (max +inf, the masked weights still +0.0 where the sum is not NaN)."""
+    rng = np.random.default_rng(t)
+    base = rng.standard_normal((2, t, 3, 2, 3)).astype(dtype)
+    g = rng.standard_normal((2, t, 2, 3)).astype(dtype)
+    out = []
+    x = base.copy()
+    x[0, t // 2, 0, 1, 0] = np.nan
+    out.append(("nan query", x, g))
+    x = base.copy()
+    x[1, 0, 1, 0, :] = [-np.inf, 1.0, 1.0]
+    x[1, 0, 0, 0, :] = [1.0, 0.0, 0.0]
+    out.append(("-inf key", x, g))
+    x = base.copy()
+    x[:, 1::3, 2, :, 1] = np.inf
+    x[:, 2::5, 2, :, 2] = -np.inf
+    out.append(("inf values", x, g))
+    gi = g.copy()
+    gi[:, ::2, :, 0] = np.inf
+    out.append(("inf g", base, gi))
+    # (the next two: one entry, or one row, whose words lie in a block above the diagonal
+    # (element (0, 5) or (3, 5..): a wrong word changes the result half the time)
+    x, gi = base.copy(), np.zeros_like(g)  # g @ v^T's (0, 5) finite, scaled (x2) not
+    x[:, :, 2] = 0.0
+    x[:, 5, 2, :, 0] = np.finfo(dtype).max / 1.5
+    gi[:, 0, :, 0] = 1.0
+    out.append(("g @ v^T overflowing once scaled", x, gi))
+    x = base.copy()  # query 3 at inf: its row's scores +-inf, its max +inf, its sum NaN
+    x[:, 3, 0, :, :] = [np.inf, 0.0, 0.0]
+    x[:, :, 1, :, 0] = np.where(x[:, :, 1, :, 0] == 0.0, 1.0, x[:, :, 1, :, 0])
+    out.append(("a row's sum NaN", x, g))
+    big = np.finfo(dtype).max / 4
+    out.append(("overflowing scores", (base * big).astype(dtype), g))
+    return out
+
+
+@pytest.mark.skipif(testing.backend_name() == "numpy",
+                    reason="parity of the numpy reference with itself is vacuous; run with "
+                           "GRAD_TEST_BACKEND=cpu, sim or cuda")
+@pytest.mark.parametrize("dtype", DTYPES, ids=IDS.get)
+def test_causal_dropout_with_nonfinite_inputs_equals_numpy(be, dtype):
+    """The cpu kernels draw a causal tile's dropout words only on and below the diagonal
+    unless a result could read one above it (a NaN or -inf row max; an infinite entry of
+    g @ v^T above it): non-finite queries, keys, values, gradients and overflowing scores
+    equal the numpy definition bitwise (p = 0.5: a word read wrongly flips its weight half
+    the time), odd and even T."""
+    ref = gtensor.backend("numpy")
+    for t in (9, 12):
+        for what, qkv, g in _nonfinite_cases(dtype, t):
+            for key in (np.array([3, -5], np.int64), np.array([11, 2], np.int64)):
+                attrs = {"scale": 0.5, "causal": True, "p": 0.5}
+                for op, ins in (("qkv_attention", (qkv, key)),
+                                ("qkv_attention_grad", (g, qkv, key))):
+                    with np.errstate(all="ignore"):
+                        want = ref.to_numpy(ref.apply(
+                            op, [ref.asarray(a, a.dtype) for a in ins], **attrs))
+                    got = be.to_numpy(be.apply(op, [be.asarray(a, a.dtype) for a in ins],
+                                               **attrs))
+                    assert testing.bits_equal(got, want), (what, op, t, key,
+                                                           testing.first_difference(got, want))

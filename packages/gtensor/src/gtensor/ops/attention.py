@@ -33,7 +33,9 @@ chains, the weights recomputed from the scores as they are used); the backward a
 ``ROWS_CACHED`` rows; later ones computed again where used), dq by rows, dk and dv by columns.
 The cpu kernels run one (b, h) block at a time on a thread, its products with the matmul
 kernel's own tiles (``inner.cpu_product``) and the row steps in the composite's order; the
-backward recomputes the forward's weights (no (B, H, T, T) array is kept between the two).
+backward recomputes the forward's weights (no (B, H, T, T) array is kept between the two). A
+causal tile draws only the dropout words its result can read (those on or below the
+diagonal; every word where a non-finite value could read one above it: ``_CPU_WEIGHTS``).
 """
 
 from __future__ import annotations
@@ -368,6 +370,44 @@ _CPU_SCRATCH = cpu_scratch(13) + """\
     // >= thr, else +0.0 -- the dropout op's rule, as one vector loop (the product computed in
     // every lane, kept where the lane survives; written as a ternary on the word, the loop
     // stayed scalar: 3.5 us a 32 x 32 tile)
+    auto block_list = [](long long n) -> long long* {  // a thread's list of n blocks
+        static thread_local std::vector<long long> buf;
+        if ((long long)buf.size() < n) buf.resize((size_t)n);
+        return buf.data();
+    };
+    // the Philox words of (b, h)'s tile (element u's word at wd[off + u], off = (bh L L) & 3;
+    // block c of the tile at wd + 4 c), 16 blocks side by side: every block, or with lower
+    // only the blocks holding an element on or below the diagonal (j <= i; the others' words
+    // are left as they were: see _CPU_WEIGHTS for when no result can read them)
+    auto tile_words = [=](unsigned long long* wd, long long bh, long long L, bool lower) {
+        const long long off = (bh * L * L) & 3, b0 = (bh * L * L) >> 2;
+        if (!lower) {
+            const long long nb = (off + L * L + 3) >> 2;
+            for (long long c = 0; c < nb; c += 16) {
+                unsigned long long counters[16];
+                for (int j = 0; j < 16; ++j)
+                    counters[j] = (unsigned long long)(b0 + c + j) + 1ULL;
+                gt_philox_lanes(key, counters, 0ULL, 16,
+                                reinterpret_cast<unsigned long long (*)[4]>(wd + 4 * c));
+            }
+            return;
+        }
+        long long* want = block_list((off + L * L + 3) >> 2);  // the blocks, in order
+        long long n = 0, next = 0;  // next: the first block not listed yet
+        for (long long i = 0; i < L; ++i) {
+            const long long c0 = (i * L + off) >> 2, c1 = (i * L + i + off) >> 2;
+            for (long long c = c0 > next ? c0 : next; c <= c1; ++c) want[n++] = c;
+            next = c1 + 1 > next ? c1 + 1 : next;
+        }
+        for (long long s0 = 0; s0 < n; s0 += 16) {
+            unsigned long long counters[16], blk[16][4];
+            for (int j = 0; j < 16; ++j)  // past the end: the last block again
+                counters[j] = (unsigned long long)(b0 + want[s0 + j < n ? s0 + j : n - 1]) + 1ULL;
+            gt_philox_lanes(key, counters, 0ULL, 16, blk);
+            for (int j = 0; j < 16 && s0 + j < n; ++j)
+                for (int e = 0; e < 4; ++e) wd[4 * want[s0 + j] + e] = blk[j][e];
+        }
+    };
     auto dropout_mask = [=](T* out, const T* x, const unsigned long long* wr, long long n) {
         const unsigned long long ut = (unsigned long long)thr;  // thr >= 0
 #pragma GCC ivdep
@@ -395,6 +435,14 @@ _CPU_TILE = """\
 # are not computed, the results written to sr, then unpacked into yw); a causal row's masked
 # scores are -inf, which cannot change its max, and each masked weight is the one value
 # exp(-inf - max) (+0.0, or NaN with a NaN max), added to the row's sum in its place.
+# A causal tile whose masked weights are all +0.0 (no row's max or sum NaN) draws only the
+# Philox blocks holding an element on or below the diagonal (tile_words' lower: about
+# (L + 4) / 2L of them): a masked weight after dropout is +0.0 whatever its word says (kept,
+# +0.0 times the scale; dropped, +0.0). In the backward a masked entry of g @ v^T reaches the
+# result only through softmax_grad's row sum, times its +0.0 weight: a finite one adds a
+# zero either way (its sign can change only a zero of the result's chains, and dqkv adds +0.0
+# last), a non-finite one a NaN or not as its word says -- so a tile holding one (after
+# dropout's scaling: a finite entry can overflow there) draws every word before the mask.
 _CPU_WEIGHTS = """\
             const long long b = bh / H, h = bh % H;
             for (long long i = 0; i < L; ++i)
@@ -422,6 +470,7 @@ _CPU_WEIGHTS = """\
                     for (long long i = 0; i < L; ++i)
                         for (long long j = 0; j <= i; ++j) yw[i * L + j] = sr[i * (i + 1) / 2 + j];
             }
+            bool lower = causal;  // every masked weight +0.0 (so far)
             for (long long i = 0; i < L; ++i) {
                 T* yr = yw + i * L;
                 if (causal && i + 1 < L) {
@@ -431,19 +480,14 @@ _CPU_WEIGHTS = """\
                 T s = yr[0];
                 for (long long j = 1; j < L; ++j) s = $ADD(s, yr[j]);
                 for (long long j = 0; j < L; ++j) yr[j] = $DIV(yr[j], s);
+                if (causal && i + 1 < L)  // its masked weights em / s: NaN with a NaN max or s
+                    lower = lower && yr[i + 1] == (T)0;
             }
             T* w = yw;
             const long long off = (bh * L * L) & 3;  // the tile's first word in its block
-            if (drop) {  // the tile's Philox words, 16 blocks side by side, then the mask
+            if (drop) {  // the tile's Philox words (lower: the diagonal's and below), the mask
                 w = scratch(4, L * L);
-                const long long b0 = (bh * L * L) >> 2, nb = (off + L * L + 3) >> 2;
-                for (long long c = 0; c < nb; c += 16) {
-                    unsigned long long counters[16];
-                    for (int j = 0; j < 16; ++j)
-                        counters[j] = (unsigned long long)(b0 + c + j) + 1ULL;
-                    gt_philox_lanes(key, counters, 0ULL, 16,
-                                    reinterpret_cast<unsigned long long (*)[4]>(wd + 4 * c));
-                }
+                tile_words(wd, bh, L, lower);
                 dropout_mask(w, yw, wd + off, L * L);
             }
 """
@@ -479,6 +523,13 @@ $WEIGHTS
             product(gb, v, dy, 1, L, D, L, 0, 1, true, gtcpu::NoPack{});  // g @ v^T
             product(w, gb, dv, 1, L, L, D, 1, 0, true, gtcpu::NoPack{});  // w^T @ g
             if (drop) {  // dropout's backward: the forward's mask, from the kept words
+                unsigned char inf = 0;  // a masked (j > i) entry of g @ v^T not finite
+                if (lower)          // once scaled (kept, it is its product with dsc)
+                    for (long long i = 0; i + 1 < L; ++i)
+                        for (long long j = i + 1; j < L; ++j)
+                            inf |= (unsigned char)!std::isfinite($MUL(dy[i * L + j], dsc));
+                if (inf)  // its product with its +0.0 weight reads its word
+                    tile_words(wd, bh, L, false);
                 dropout_mask(dy, dy, wd + off, L * L);
             }
             for (long long i = 0; i < L; ++i) {  // softmax_grad, the mask, the scale
