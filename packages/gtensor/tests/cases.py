@@ -298,7 +298,9 @@ def _random_cases() -> list[Case]:
         cases.append(Case("qkv_attention_grad", ((b, t, h, d), (b, t, 3, h, d), (2,)), attrs,
                           id_range=KEY_RANGE))
     # layer_norm's rows after the mean: the backward helper (ln_normalize declares its rows)
-    for s in [(7,), (3, 5), (2, 3, 4), (1, 1), (4, 1), (2, 13), (0, 3), (3, 0)]:
+    # (15 and 22 rows: the cpu kernels' rows 8 at a time, then 4, 2 and 1 at a time)
+    for s in [(7,), (3, 5), (2, 3, 4), (1, 1), (4, 1), (2, 13), (0, 3), (3, 0), (15, 6),
+              (2, 11, 3)]:
         for eps in (1e-5, 0.0):
             cases.append(Case("ln_normalize_grad", (s, s, (*s[:-1], 1)), {"eps": eps}))
     # batch_norm's channels after the mean: the backward helpers (of x; with the affine, of x

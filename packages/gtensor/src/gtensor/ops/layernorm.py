@@ -116,6 +116,55 @@ _CPU_GRAD = Template("""\
     .replace("$D", "d") + """
             }""")
 
+# The same G rows at a time (contiguous rows, Rows.cpu_interleaved_body: row k of the G at
+# xr + k * R, its mean mu[row + k]): the serial chains (the sum of squares; the backward's gr)
+# of the G rows run side by side, one accumulator per row, each over its own row in the
+# defined order (a row alone waits on every add of its chain); each row's scalars and its
+# outputs then as in _STATS, _GRAD_STATS and the row body.
+_LANES_STATS = """\
+                $T m[G], s[G];
+                for (int k = 0; k < G; ++k) {
+                    m[k] = mu[row + k];
+                    const $T d0 = $SUB(xr[k * R], m[k]);
+                    s[k] = $MUL(d0, d0);
+                }
+                for (long long j = 1; j < R; ++j)
+                    for (int k = 0; k < G; ++k) {
+                        const $T d = $SUB(xr[k * R + j], m[k]);
+                        s[k] = $ADD(s[k], $MUL(d, d));
+                    }
+"""
+_CPU_FORWARD_LANES = Template("""\
+                const $T* xr = x + base;
+                $T* yr = y + base;
+""" + _LANES_STATS + """\
+                for (int k = 0; k < G; ++k) {
+                    const $T rr = $DIV(($T)1, $SQRT($ADD($DIV(s[k], n), eps))), mk = m[k];
+                    for (long long j = 0; j < R; ++j)
+                        yr[k * R + j] = $MUL($SUB(xr[k * R + j], mk), rr);
+                }""")
+_CPU_GRAD_LANES = Template("""\
+                const $T* gr_ = g + base;
+                const $T* xr = x + base;
+                $T* outr = out + base;
+""" + _LANES_STATS + """\
+                $T gr[G];
+                for (int k = 0; k < G; ++k) gr[k] = $MUL(gr_[k * R], $SUB(xr[k * R], m[k]));
+                for (long long j = 1; j < R; ++j)
+                    for (int k = 0; k < G; ++k)
+                        gr[k] = $ADD(gr[k], $MUL(gr_[k * R + j], $SUB(xr[k * R + j], m[k])));
+                for (int k = 0; k < G; ++k) {
+                    const $T sd = $SQRT($ADD($DIV(s[k], n), eps));
+                    const $T rr = $DIV(($T)1, sd), mk = m[k];
+                    const $T gsd = $NEG($MUL($DIV(gr[k], sd), rr));
+                    const $T gsq = $MUL($DIV(gsd, $ADD(sd, sd)), inv_n);
+                    for (long long j = 0; j < R; ++j) {
+                        const $T d = $SUB(xr[k * R + j], mk);
+                        """ + _GRAD_ROW.replace("$OUT", "outr[k * R + j]")
+    .replace("$G", "gr_[k * R + j]").replace("$D", "d") + """
+                    }
+                }""")
+
 _SIGS = {"ln_normalize": "const $T* x, const $T* mu, $T* y, long long A, long long R, "
                          "long long B, $T eps, $T n, $T inv_n",
          "ln_normalize_grad": "const $T* g, const $T* x, const $T* mu, $T* out, long long A, "
@@ -137,8 +186,11 @@ def _kernels(name: str, cpu: bool):
         sig = params(Template(_SIGS[name]).substitute(T=ft.ctype))
         calls = tuple(c[ft] for c in _CALLS[name])
         if cpu:
-            text = (_CPU_FORWARD if name == "ln_normalize" else _CPU_GRAD).substitute(f)
-            body = form.cpu_body(text, split_cost(calls, ROW_ELEMENT_COST))
+            fwd = name == "ln_normalize"
+            text = (_CPU_FORWARD if fwd else _CPU_GRAD).substitute(f)
+            lanes = (_CPU_FORWARD_LANES if fwd else _CPU_GRAD_LANES).substitute(f)
+            body = form.cpu_interleaved_body(text, lanes,
+                                             cost=split_cost(calls, ROW_ELEMENT_COST))
             return [Kernel(ft.kernel(name), sig, body, form=form)]
         text = (_CUDA_FORWARD if name == "ln_normalize" else _CUDA_GRAD).substitute(f)
         shared = "" if name == "ln_normalize" else f"    __shared__ {ft.ctype} second;\n"
@@ -284,7 +336,9 @@ def _pin(ins: list, y, G) -> list:
 
 
 PIN_EPS = 1e-5
-_ROW_SHAPES = ((7,), (3, 5), (2, 3, 4), (1, 1), (4, 1), (2, 13), (0, 3), (3, 0))
+# (15 and 22 rows: the cpu kernels' rows 8 at a time, then 4, 2 and 1 at a time)
+_ROW_SHAPES = ((7,), (3, 5), (2, 3, 4), (1, 1), (4, 1), (2, 13), (0, 3), (3, 0), (15, 6),
+               (2, 11, 3))
 register(Op("ln_normalize", ("x", "mu"), ("eps",), _infer("ln_normalize", 2), _reference,
             _kernels("ln_normalize", False), _launch, _vjp,
             "(x - mu) * (1 / sqrt(mean((x - mu)^2) + eps)) along the last axis (layer_norm's "
