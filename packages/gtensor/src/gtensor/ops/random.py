@@ -185,9 +185,20 @@ static inline __attribute__((always_inline)) void gt_philox_lanes16(
             c0[h] = hi1 ^ c1[h] ^ k0; c1[h] = lo1; c2[h] = hi0 ^ c3[h] ^ k1; c3[h] = lo0;
         }
     }
-    for (int j = 0; j < 16; ++j) {
-        w[j][0] = c0[j >> 3][j & 7]; w[j][1] = c1[j >> 3][j & 7];
-        w[j][2] = c2[j >> 3][j & 7]; w[j][3] = c3[j >> 3][j & 7];
+    // blocks 8h .. 8h + 7 from the four word vectors as four vectors of two blocks each
+    // (w's order: a 4 x 8 transpose by eight two-vector shuffles, not 64 lane extracts)
+    const gt_u64x8 lo = {0, 8, 1, 9, 2, 10, 3, 11}, hi = {4, 12, 5, 13, 6, 14, 7, 15};
+    const gt_u64x8 first = {0, 1, 8, 9, 2, 3, 10, 11}, second = {4, 5, 12, 13, 6, 7, 14, 15};
+    for (int h = 0; h < 2; ++h) {
+        const gt_u64x8 a01 = __builtin_shuffle(c0[h], c1[h], lo);
+        const gt_u64x8 a23 = __builtin_shuffle(c2[h], c3[h], lo);
+        const gt_u64x8 b01 = __builtin_shuffle(c0[h], c1[h], hi);
+        const gt_u64x8 b23 = __builtin_shuffle(c2[h], c3[h], hi);
+        const gt_u64x8 out[4] = {__builtin_shuffle(a01, a23, first),
+                                 __builtin_shuffle(a01, a23, second),
+                                 __builtin_shuffle(b01, b23, first),
+                                 __builtin_shuffle(b01, b23, second)};
+        __builtin_memcpy(&w[8 * h][0], out, sizeof out);
     }
 }
 #endif
