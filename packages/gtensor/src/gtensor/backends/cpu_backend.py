@@ -11,7 +11,7 @@ from ..kernels import Kernel
 from ..ops import REGISTRY, Op
 from ..ops.registry import attr_key
 from .base import Backend
-from .host_arrays import HostArray, HostKernelBackend
+from .host_arrays import HostArray, HostKernelBackend, aligned_empty
 
 PLAN_CACHE = 4096  # prepared launches kept (cleared when full)
 _SLOW = object()  # marks a call the hot path leaves to Backend.apply
@@ -158,7 +158,7 @@ class CpuBackend(HostKernelBackend):
             raise NotImplementedError(f"{op.name}: the op has no cpu kernels (Op.cpu); run it on "
                                       "the numpy or sim backend")
         if out is None:
-            out = np.empty(out_shape, dtype).view(CpuArray)
+            out = aligned_empty(out_shape, dtype).view(CpuArray)
         module = self._module or self.module
         if not module.fast:
             op.launch(self, self.kernels_for(op, inputs, out), inputs, out, **attrs)
