@@ -146,13 +146,15 @@ def cpu_product(inner: str) -> str:
 
 def cpu_scratch(slots: int) -> str:
     """C++ text defining ``scratch(slot, n)`` inside a cpu kernel (of element type ``T``): a
-    thread's reusable buffer number ``slot`` (< ``slots``) of at least ``n`` elements (the
-    conv and attention kernels' panels and tiles; kept between calls)."""
+    thread's reusable buffer number ``slot`` (< ``slots``) of at least ``n`` elements starting
+    on a 64-byte boundary (the conv and attention kernels' panels and tiles; kept between
+    calls; whole-vector stores into it never straddle a cache line)."""
     return ("    auto scratch = [](int slot, long long n) -> T* {\n"
             f"        static thread_local std::vector<T> bufs[{slots}];\n"
+            "        constexpr long long pad = 64 / sizeof(T);  // room to align to 64 bytes\n"
             "        std::vector<T>& b = bufs[slot];\n"
-            "        if ((long long)b.size() < n) b.resize((size_t)n);\n"
-            "        return b.data();\n"
+            "        if ((long long)b.size() < n + pad) b.resize((size_t)(n + pad));\n"
+            "        return (T*)(((uintptr_t)b.data() + 63) & ~(uintptr_t)63);\n"
             "    };\n")
 
 
