@@ -871,14 +871,23 @@ _REDUCE = Template(_GEOM + """\
 # reduced offsets (no per-element index decode); the rest is the CUDA body's serial sum (the
 # SUM device function).
 _CPU_REDUCE = Template(_GEOM + """\
+    // w (<= 64) adjacent column sums: y[o] = x[o], then y[o] + x[r * rs + o] for r ascending,
+    // the chains in a local block written to y once (two threads' outputs may share a cache
+    // line: written at every r, it went back and forth between the cores)
+    auto column_block = [](const $T* xb, $T* yo, long long w, long long nred, long long rs) {
+        $T acc[64];
+        for (long long o = 0; o < w; ++o) acc[o] = xb[o];
+        for (long long r = 1; r < nred; ++r) {
+            const $T* xr = xb + r * rs;
+            for (long long o = 0; o < w; ++o) acc[o] = $ADD(acc[o], xr[o]);
+        }
+        for (long long o = 0; o < w; ++o) yo[o] = acc[o];
+    };
     if (ro == 1 && rr == 1 && ostride[0] == 1 && nred > 0) {
         const long long rs = rstride[0];
         gtcpu::parallel_for(nout, nred, [=](long long lo, long long hi) {
-            for (long long o = lo; o < hi; ++o) y[o] = x[o];
-            for (long long r = 1; r < nred; ++r) {
-                const $T* xr = x + r * rs;
-                for (long long o = lo; o < hi; ++o) y[o] = $ADD(y[o], xr[o]);
-            }$FIN_COL
+            for (long long o0 = lo; o0 < hi; o0 += 64)
+                column_block(x + o0, y + o0, hi - o0 < 64 ? hi - o0 : 64, nred, rs);$FIN_COL
         });
         return;
     }
@@ -895,11 +904,8 @@ _CPU_REDUCE = Template(_GEOM + """\
                 }
                 const $T* xb = x + base;
                 $T* yo = y + run * L;
-                for (long long o = 0; o < L; ++o) yo[o] = xb[o];
-                for (long long r = 1; r < nred; ++r) {
-                    const $T* xr = xb + r * rs;
-                    for (long long o = 0; o < L; ++o) yo[o] = $ADD(yo[o], xr[o]);
-                }$FIN_RUN
+                for (long long o0 = 0; o0 < L; o0 += 64)
+                    column_block(xb + o0, yo + o0, L - o0 < 64 ? L - o0 : 64, nred, rs);$FIN_RUN
             }
         });
         return;
