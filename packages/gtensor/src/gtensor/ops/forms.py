@@ -828,6 +828,9 @@ _CPU_COPY = """\
                      long long so) {
         if (si == 1 && so == 1) {
             for (long long j = 0; j < len; ++j) y[oo + j] = x[oi + j];
+        } else if (si == 0 && so == 1) {  // a broadcast row (mean's and sum's backward)
+            const auto v = x[oi];
+            for (long long j = 0; j < len; ++j) y[oo + j] = v;
         } else {
             for (long long j = 0; j < len; ++j) y[oo + j * so] = x[oi + j * si];
         }
