@@ -16,6 +16,7 @@ runs ``--runs`` times: every ratio comes from one process under one machine load
 gives the median over runs of each run's median step.
 
     python benchmarks/bench_gpt_step.py [--runs 3] [--steps 30] [--wide-steps 10] [--no-compile]
+        [--sizes small "wide (4x)"] [--out PATH]
 
 Our captured and fused steps also run under the fma inner-product contract (rows marked fma).
 
@@ -26,6 +27,10 @@ from __future__ import annotations
 
 import argparse
 import os
+
+# numpy's OpenBLAS workers spin between BLAS calls on this 2-core host, taking time from
+# whichever engine runs next; no engine's step calls numpy's BLAS (torch uses its own MKL)
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 import platform
 import statistics
 import time
@@ -183,12 +188,16 @@ def main() -> None:
                     help="timed steps per engine and run, wide config (default 10)")
     ap.add_argument("--warmup", type=int, default=3, help="untimed steps first (default 3)")
     ap.add_argument("--no-compile", action="store_true", help="leave torch.compile out")
+    ap.add_argument("--sizes", nargs="+", choices=list(WIDTHS), default=list(WIDTHS),
+                    metavar="SIZE", help=f"configs to time (default all: {list(WIDTHS)})")
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks/results/gpt_step.md")
     args = ap.parse_args()
     import torch
 
     sections = []
     for size, width in WIDTHS.items():
+        if size not in args.sizes:
+            continue
         n = args.steps if width == WIDTHS["small"] else args.wide_steps
         cols: dict[str, dict[str, tuple]] = {}
         for dtype in ("float64", "float32"):

@@ -349,7 +349,7 @@ def _first_stage32(name, x):
         if name == "sigmoid":
             y, err, decided, _ = crhyp.sig_fast32(NUMPY, x)
             return y, err, ~decided & (x > -138.0)  # below, exp's scaling is clamped
-        if name == "exp":  # exp's own lean stage (its fast32 is sigmoid's: below)
+        if name == "exp":  # exp's own lean stage (its fast32 is sigmoid's: above)
             y, _ = crexp.lean32(NUMPY, x)
             return y, np.abs(y) * crexp.LEAN_EPS, np.abs(x) < crexp.LEAN_LIVE
         offset, tiny = (0, crtrig.SIN_TINY) if name == "sin" else (64, crtrig.COS_TINY)
