@@ -1,10 +1,13 @@
-"""Cold start on the cpu backend: seconds from a new process to rung 9's first captured GPT step
-done, with an empty kernel cache and again with a warm one (what a first-time user waits).
+"""Cold start on the cpu backend: seconds from a new process to rung 9's first captured (and
+fused) GPT step done, with an empty kernel cache and again with a warm one (what a first-time
+user waits).
 
 Each measurement is a fresh ``python`` process with its own ``GTENSOR_CACHE_DIR``; the clock
 starts before the process and stops when the step has run. The child reports its phases
-(imports and model, capture = recording the step eagerly, the first replayed step) and the
-kernel libraries its cpu module loaded. ``--whole`` adds the peer in the same run: the cpu
+(imports and model, capture = recording the step eagerly, the first replayed step; then the
+same step captured again and fused by ggpu-fuse, and its first step: the fused functions'
+compile, which calls the kernel libraries the capture loaded) and the kernel libraries its cpu
+module loaded. ``--whole`` adds the peer in the same run: the cpu
 module as one library of all its kernels (how it was built before kernels were compiled on
 first use), timed by building it into its own empty cache.
 
@@ -45,7 +48,11 @@ steps = gpt.ReplaySteps(tp, model, run, x, y)
 t2 = time.perf_counter()
 steps.step(x, y)
 t3 = time.perf_counter()
+fused = gpt.ReplaySteps(tp, model, run, x, y, fused=True)
+fused.step(x, y)
+t4 = time.perf_counter()
 print(json.dumps({{"setup": t1 - t0, "capture": t2 - t1, "first_step": t3 - t2,
+                  "fuse": t4 - t3, "fuse_compile": fused.prog.compile_seconds,
                   "kernels": len(tp.backend.module.loaded())}}))
 """
 
@@ -107,14 +114,16 @@ def _median(values: list[float]) -> str:
 def _report(args: argparse.Namespace, rows: dict, whole: list[float]) -> str:
     """The markdown table of medians."""
     out = [
-        "# Cold start: a new process to rung 9's first captured GPT step, cpu backend",
+        "# Cold start: a new process to rung 9's first captured and fused GPT steps, cpu backend",
         "",
         f"Rung 9's GPT (n_embd 48, batch 16, {args.dtype}), `gdemos.gpt.ReplaySteps` then one "
         "replayed step, in a fresh process with an empty `GTENSOR_CACHE_DIR` (cold) and again "
         "with the cache it left (warm). Seconds, medians over "
         f"{args.runs} runs; the phases are the child's own clock (setup: imports, data, model "
         "init; capture: recording the step eagerly, which compiles each kernel on its first "
-        "use; the first replayed step). The wall time includes the interpreter's start.",
+        "use; the first replayed step; fuse: the same step captured again, fused by "
+        "`ggpu_fuse.fuse` and stepped once, of which fuse compile is the fused functions' "
+        "compile, `prog.compile_seconds`). The wall time includes the interpreter's start.",
         "",
         "Command (from the repository root):",
         "",
@@ -127,15 +136,17 @@ def _report(args: argparse.Namespace, rows: dict, whole: list[float]) -> str:
         f"{platform.python_version()}; load average when the run ended "
         + " / ".join(f"{x:.1f}" for x in os.getloadavg()) + ".",
         "",
-        "| cache | wall s | setup s | capture s | first step s | kernel libraries loaded |",
-        "|---|---:|---:|---:|---:|---:|",
+        "| cache | wall s | setup s | capture s | first step s | fuse s | fuse compile s "
+        "| kernel libraries loaded |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for name, runs in rows.items():
         walls = [w for w, _ in runs]
-        phase = {k: [r[k] for _, r in runs] for k in ("setup", "capture", "first_step")}
+        phase = {k: [r[k] for _, r in runs]
+                 for k in ("setup", "capture", "first_step", "fuse", "fuse_compile")}
         kernels = runs[0][1].get("kernels", "?")
-        out.append(f"| {name} | {_median(walls)} | {_median(phase['setup'])} | "
-                   f"{_median(phase['capture'])} | {_median(phase['first_step'])} | {kernels} |")
+        out.append(f"| {name} | {_median(walls)} | "
+                   + " | ".join(_median(v) for v in phase.values()) + f" | {kernels} |")
     if whole:
         out += ["", f"Peer in the same run: the whole cpu module as one library (every kernel, "
                 f"one g++ process, an empty cache): {_median(whole)} s (median of "

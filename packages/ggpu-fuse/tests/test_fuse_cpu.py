@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 from fuse_testutil import assert_fused_first_is_per_node, train
 from ggpu_fuse import fuse
+from ggpu_fuse.cpu_codegen import translation_unit
 from ggpu_fuse.cpu_program import CompiledCpuProgram
 from ggpu_replay import capture
 from gtensor import testing
@@ -156,6 +157,11 @@ def test_a_large_matmul_runs_as_its_per_node_kernel_inside_the_function():
     fp = fuse(prog)
     fwd = fp.fused("forward")
     assert "k_matmul_f64" in fwd.module.node_kernels  # 96*128*128 MACs >= SPLIT_MACS
+    # called in its own kernel library (the code the per-node step runs), never recompiled:
+    # the unit holds no kernel body, its pointer table the module's entry of the kernel
+    assert "void k_matmul_f64(" not in translation_unit(fwd.module.source)
+    kernel = next(x.kernel for x in prog.trace.forward if x.kernel.name == "k_matmul_f64")
+    assert int(prog.backend.module.entry(kernel)) in {int(v) for v in fwd.module.table}
     fp.forward()
     fp.backward()
     got = fp.loss(), fp.grad(w)

@@ -186,3 +186,23 @@ def test_warm_builds_one_dtypes_kernels(fresh_cache, monkeypatch, capfd):
         assert cpu.unit_key(cpu.kernel_unit(source, [k]), cpu.kernel_flags(source)) in cpu._LOADED
     with pytest.raises(SystemExit):
         warm.main(["--jobs", "0"])
+
+
+def test_entry_is_the_kernels_own_function_in_its_library(fresh_cache):
+    """``entry``: the address of the kernel's C function in its loaded library (what a fused
+    cpu step calls); called with the kernel's parameters it computes what a launch does, and a
+    kernel the module does not hold is refused."""
+    module = cpu.CpuModule(cpu_kernels())
+    (neg,) = _by_name("k_neg_f64")
+    addr = module.entry(neg)
+    assert module.loaded() == ["k_neg_f64"]  # compiled and loaded on first use
+    lib = module.library(neg).lib
+    assert addr == ctypes.cast(lib.k_neg_f64, ctypes.c_void_p).value
+    fn = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_longlong)(addr)
+    x = np.array([1.5, -0.0, np.inf, -2.25])
+    y, want = np.full(4, np.nan), np.full(4, np.nan)
+    fn(x.ctypes.data, y.ctypes.data, 4)
+    module.launch(neg, 1, 1, [x, want, np.int64(4)])
+    assert y.tobytes() == want.tobytes() == np.negative(x).tobytes()
+    with pytest.raises(KeyError, match="k_cpu_probe"):
+        module.entry(PROBE)

@@ -4,8 +4,8 @@ The planner reads the CUDA twin of each recorded cpu kernel (same name, same par
 kind and form say what it computes) and cuts the launches into segments; each segment becomes
 a loop nest in one generated function, compiled with the cpu runtime's flags
 (``-ffp-contract=off``, no fast-math; ``kernel_flags``: also the first stages' flags when a
-per-node kernel it calls runs a first-stage loop, which stays scalar without them) and cached
-on disk by source hash:
+fused map runs a first-stage loop, which stays scalar without them) and cached on disk by
+source hash:
 
 * ``row``  -- rows of the batch in blocks (blocks split across threads): for each block, every
   launch of the segment in order over those rows (a matmul's row tile, then its epilogue: the
@@ -15,7 +15,9 @@ on disk by source hash:
 * ``tail`` -- one thread, launches in order (the scalar chain);
 * a segment of one launch (or ``node``), and a matmul too large for the row tile to pay (or
   reading an operand transposed under its ta / tb flag),
-  calls the launch's own per-node cpu kernel.
+  calls the launch's own per-node cpu kernel: the function in its kernel library (the code the
+  captured step runs), through the pointer table (``CpuModule.entry``), so the generated unit
+  never compiles a kernel again (a GPT's forward: 70% of its instructions were such copies).
 
 Each statement is one iteration of a recorded launch computed with the same scalar functions in
 the same order (``codegen._statement``: the form's decode and calls); matmul rows keep each
@@ -218,6 +220,13 @@ def as_planned(launch: Launch) -> Launch:
     return dataclasses.replace(launch, kernel=twin)
 
 
+@dataclass(frozen=True)
+class _Entry:
+    """A pointer-table slot holding a per-node kernel's function (not an array)."""
+
+    kernel: Kernel
+
+
 class _Pointers:
     """The arrays the function reads and writes: one slot of its pointer table each."""
 
@@ -235,6 +244,19 @@ class _Pointers:
             self.slots[key] = name
             self.decls.append(f"    {base}* const {name} = ({base}*)P[{len(self.values)}];")
             self.values.append(a)
+        return self.slots[key]
+
+    def kernel(self, k: Kernel) -> str:
+        """The local pointer naming per-node kernel ``k``'s C function (its address a slot
+        of the table: ``compile_step`` fills it from the cpu module)."""
+        key = ("kernel", k.name)
+        if key not in self.slots:
+            name = f"k{len(self.values)}"
+            self.slots[key] = name
+            params = ", ".join(p.ctype for p in k.params)
+            self.decls.append(f"    const auto {name} = reinterpret_cast<void (*)({params})>"
+                              f"(P[{len(self.values)}]);  // {k.name}")
+            self.values.append(_Entry(k))
         return self.slots[key]
 
     def geometry(self, a: Any) -> str:
@@ -283,7 +305,7 @@ def _node_call(launch: Launch, ptrs: _Pointers) -> str:
             args.append(ptrs.geometry(v) if p.is_geometry else ptrs.array(v, p.ctype))
         else:
             args.append(_lit(v, p.ctype))
-    return f"    {launch.kernel.name}({', '.join(args)});  // node {launch.tag}"
+    return f"    {ptrs.kernel(launch.kernel)}({', '.join(args)});  // node {launch.tag}"
 
 
 def _affine(info: Info) -> tuple[list[int], dict[str, tuple[int, list[int]]], tuple] | None:
@@ -477,7 +499,8 @@ def _contract(info: Info) -> str:
 def lower(segments: list[Segment], rows: int, launches: list[Launch], name: str
           ) -> tuple[str, list[Any], list[str]]:
     """The function ``name`` computing ``segments`` (planned over ``launches``): its source,
-    its pointer table's arrays, and the per-node cpu kernels it calls (by name)."""
+    its pointer table's values (arrays, and ``_Entry`` slots of the per-node kernels it
+    calls), and those kernels' names."""
     ptrs = _Pointers()
     nodes: dict[str, Kernel] = {}
     parts: list[str] = []
@@ -519,11 +542,9 @@ def lower(segments: list[Segment], rows: int, launches: list[Launch], name: str
                 parts.append(_flat(piece, ptrs))
         else:
             raise AssertionError(seg.cls)
-    # the per-node kernels as local functions (never resolved against the cpu module's)
-    kernels = "\n".join(k.source().replace('extern "C" ', "static ", 1) for k in nodes.values())
     fn = (f'extern "C" int {name}(void* const* P)\n{{\n    gtcpu::FpEnv env;\n'
           + "\n".join(ptrs.decls) + "\n" + "\n".join(parts) + "\n    return 0;\n}\n")
-    return kernels + "\n" + fn, ptrs.values, list(nodes)
+    return fn, ptrs.values, list(nodes)
 
 
 _HEADER = """\
@@ -545,7 +566,7 @@ def translation_unit(body: str) -> str:
 def _unit(body: str) -> tuple[str, str, list[str], tuple[str, ...]]:
     """(cache key, translation unit, compiler command, flags) of ``body``'s library."""
     tu = translation_unit(body)
-    flags = tuple(cpurt.kernel_flags(tu))  # a node kernel's first-stage loop: its flags
+    flags = tuple(cpurt.kernel_flags(tu))  # a fused first-stage loop: its flags
     return cpurt.unit_key(tu, flags), tu, toolchain.compiler_command(), flags
 
 
@@ -595,7 +616,7 @@ class CompiledStep:
     name: str
     source: str
     lib: ctypes.CDLL
-    arrays: list[Any]  # what the pointer table points at (kept alive)
+    arrays: list[Any]  # what the pointer table points at (arrays kept alive; kernel entries)
     table: np.ndarray  # the pointer table
     node_kernels: list[str]
 
@@ -621,13 +642,20 @@ class CompiledStep:
         return int(fn(int(work)))
 
 
-def compile_step(segments: list[Segment], rows: int, launches: list[Launch], name: str
-                 ) -> CompiledStep:
-    """Lower and compile ``segments`` (planned over ``launches``) as the function ``name``."""
-    body, arrays, nodes = lower(segments, rows, launches, name)
-    for a in arrays:
-        if not isinstance(a, np.ndarray) or a.dtype not in CTYPES:
-            raise TypeError(f"compile_step: an argument of the step is {type(a).__name__}; "
-                            "expected numpy arrays of the cpu backend")
-    table = np.array([a.ctypes.data for a in arrays] or [0], np.uint64)
-    return CompiledStep(name, body, load(body), arrays, table, nodes)
+def compile_step(segments: list[Segment], rows: int, launches: list[Launch], name: str,
+                 module: Any) -> CompiledStep:
+    """Lower and compile ``segments`` (planned over ``launches``) as the function ``name``;
+    ``module`` (the cpu backend's ``CpuModule``) gives the per-node kernels' functions."""
+    body, values, nodes = lower(segments, rows, launches, name)
+    table = np.array([_address(v, module) for v in values] or [0], np.uint64)
+    return CompiledStep(name, body, load(body), values, table, nodes)
+
+
+def _address(value: Any, module: Any) -> int:
+    """A pointer-table value's address: an array's data, a per-node kernel's function."""
+    if isinstance(value, _Entry):
+        return module.entry(value.kernel)
+    if not isinstance(value, np.ndarray) or value.dtype not in CTYPES:
+        raise TypeError(f"compile_step: an argument of the step is {type(value).__name__}; "
+                        "expected numpy arrays of the cpu backend")
+    return value.ctypes.data

@@ -63,7 +63,7 @@ class CompiledCpuProgram(FusedProgram):
     def _fuse(self, phase: str, launches: list[Launch]) -> Fused:
         segments, rows, name = self._planned(phase, launches)
         t0 = time.perf_counter()
-        step = compile_step(segments, rows, list(launches), name)
+        step = compile_step(segments, rows, list(launches), name, self.backend.module)
         seconds = time.perf_counter() - t0
         unit = Launch(Kernel(step.name, (), ""), (1, 1, 1), (1, 1, 1), (), f"compiled {phase}",
                       step)

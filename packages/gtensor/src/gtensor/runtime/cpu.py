@@ -301,6 +301,7 @@ class _KernelLibrary:
             bind_library(self.lib)
             self.slots: dict[str, int] = {}
             self.launchers: dict[str, Any] = {}
+            self.entries: dict[str, int] = {}  # kernel name -> its C function's address
             for k in kernels:
                 slot = _SLOTS.get((key, k.name))
                 if slot is None:
@@ -316,6 +317,8 @@ class _KernelLibrary:
                 fn.restype = ctypes.c_int
                 self.slots[k.name] = slot
                 self.launchers[k.name] = fn
+                self.entries[k.name] = ctypes.cast(getattr(self.lib, k.name),
+                                                   ctypes.c_void_p).value
 
 
 def data_offset() -> int | None:
@@ -396,6 +399,14 @@ class CpuModule(KernelTable):
                     lib = self._libraries[kernel.name] = _KernelLibrary(
                         kernel_source(kernel), [kernel])
         return lib
+
+    def entry(self, kernel: Kernel) -> int:
+        """The address of ``kernel``'s own C function (its parameters, as declared) in its
+        loaded library, bound to the runtime (compiled on first use): a compiled caller (a
+        fused step) calls the very code a launch runs. The library stays loaded for the
+        process."""
+        kernel = self.resolve(kernel)
+        return self.library(kernel).entries[kernel.name]
 
     def load(self, kernels: Sequence[Kernel] | None = None, jobs: int = 1) -> None:
         """Compile and load ``kernels`` (default: all of the module's) now rather than at
