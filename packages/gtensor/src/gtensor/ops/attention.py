@@ -451,7 +451,8 @@ _CPU_WEIGHTS = """\
                     T* dst = (c == 0 ? q : c == 1 ? k : v) + i * D;
                     for (long long e = 0; e < D; ++e) dst[e] = src[e];
                 }
-            product(q, k, sr, 1, L, D, L, 0, 1, true, gtcpu::NoPack{});  // scores: q @ k^T
+            product(q, k, sr, 1, L, D, L, gtcpu::Int<0>{}, 1, true,
+                    gtcpu::NoPack{});  // scores: q @ k^T
             for (long long i = 0; i < L; ++i) {
                 T* xr = sr + i * L;
                 T* zrow = zr + (causal ? i * (i + 1) / 2 : i * L);
@@ -498,7 +499,8 @@ $PRODUCT$SCRATCH
 $TILE        T* ob = scratch(5, L * D);
         for (long long bh = lo; bh < hi; ++bh) {
 $WEIGHTS
-            product(w, v, ob, 1, L, L, D, 0, 0, true, gtcpu::NoPack{});  // out = w @ v
+            product(w, v, ob, 1, L, L, D, gtcpu::Int<0>{}, 0, true,
+                    gtcpu::NoPack{});  // out = w @ v
             for (long long i = 0; i < L; ++i) {
                 T* dst = y + ((b * L + i) * H + h) * D;
                 for (long long e = 0; e < D; ++e) dst[e] = ob[i * D + e];

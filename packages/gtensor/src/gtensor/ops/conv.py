@@ -552,7 +552,8 @@ $ROWS$IM2COL$PACK_COLS$PRODUCT$SCRATCH$CHUNKS
                 auto pack = [=](T* panel, long long j0, long long w) {
                     pack_cols(xps, panel, j0, w);
                 };
-                product(w + gi * Og * K, nullptr, dst, 1, Og, K, Q, 0, 0, outer, pack);
+                product(w + gi * Og * K, nullptr, dst, 1, Og, K, Q, gtcpu::Int<0>{}, 0, outer,
+                        pack);
                 if (nb > 1)
                     for (long long u = 0; u < nb; ++u)
                         for (long long q = 0; q < Og; ++q)
@@ -625,7 +626,8 @@ $ROWS$IM2COL$PRODUCT$SCRATCH
                                   t / KW % KH, t % KW);
                 }
             });
-            product(cols, nullptr, dwt + t0 * Og, 1, t1 - t0, QS, Og, 0, 0, true, pack);
+            product(cols, nullptr, dwt + t0 * Og, 1, t1 - t0, QS, Og, gtcpu::Int<0>{}, 0, true,
+                    pack);
         });
         for (long long q = 0; q < Og; ++q)
             for (long long k = 0; k < K; ++k) y[(gi * Og + q) * K + k] = dwt[k * Og + q];
@@ -670,7 +672,8 @@ $ROWS$PRODUCT$SCRATCH$CHUNKS
                                         (size_t)P * sizeof(T));
                     src = gb;
                 }
-                product(w + gi * Og * K, src, t, 1, K, Og, Q, 1, 0, outer, gtcpu::NoPack{});
+                product(w + gi * Og * K, src, t, 1, K, Og, Q, gtcpu::Int<1>{}, 0, outer,
+                        gtcpu::NoPack{});
                 // col2im into the padded images dp (one per image of the chunk, (H + 2 ph) x
                 // (W + 2 pw) per channel, DPS values apart), every element starting at -0.0 (the
                 // exact identity of +: -0.0 + v is v for every v, -0.0 included, so the sum

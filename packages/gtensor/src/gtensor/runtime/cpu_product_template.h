@@ -107,15 +107,26 @@
             tile(rows_, Int<L>{}, Int<1>{}, part, ks_, ar, pk, cr, k0, k1, w, bs);
     };
     // op(a) read as rows of a, or (ta) from the packed groups or in place: the a-strides
-    // constants where they can be
+    // constants where they can be; a ta known when compiled (gtcpu::Int<0> / Int<1>: a
+    // product's caller) instantiates only the readings it can take (fewer tiles to compile)
     auto run = [=](auto rows_, long long r0, const T* pk, long long bs, long long j0,
                    long long j1, long long k0, long long k1, const T* pa, long long rb) {
-        if (packa)
-            cols(rows_, Int<8>{}, r0, pk, bs, j0, j1, k0, k1, pa, rb);
-        else if (ta)
-            cols(rows_, Int<0>{}, r0, pk, bs, j0, j1, k0, k1, pa, rb);
-        else
+        using TA = gtcpu::Flag<typename std::decay<decltype(ta)>::type>;
+        if constexpr (!TA::can_be_true) {
             cols(rows_, Int<1>{}, r0, pk, bs, j0, j1, k0, k1, pa, rb);
+        } else if constexpr (!TA::can_be_false) {
+            if (packa)
+                cols(rows_, Int<8>{}, r0, pk, bs, j0, j1, k0, k1, pa, rb);
+            else
+                cols(rows_, Int<0>{}, r0, pk, bs, j0, j1, k0, k1, pa, rb);
+        } else {
+            if (packa)
+                cols(rows_, Int<8>{}, r0, pk, bs, j0, j1, k0, k1, pa, rb);
+            else if (ta)
+                cols(rows_, Int<0>{}, r0, pk, bs, j0, j1, k0, k1, pa, rb);
+            else
+                cols(rows_, Int<1>{}, r0, pk, bs, j0, j1, k0, k1, pa, rb);
+        }
     };
     const long long rows = batch * m;
     if (k == 0) {

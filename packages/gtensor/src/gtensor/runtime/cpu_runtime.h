@@ -79,6 +79,16 @@ static __forceinline__ void vstore(S* p, V v) {
 }
 template <int N>
 using Int = std::integral_constant<int, N>;
+// the values a flag can take: a run-time one either, a std::integral_constant its own (so a
+// branch on it need not be instantiated for the other)
+template <class F>
+struct Flag {
+    static constexpr bool can_be_true = true, can_be_false = true;
+};
+template <class I, I v>
+struct Flag<std::integral_constant<I, v>> {
+    static constexpr bool can_be_true = v != 0, can_be_false = v == 0;
+};
 // the cpu product's default panel source (cpu_product_template.h's `pack`): b's own columns
 struct NoPack {
     template <class... A>
