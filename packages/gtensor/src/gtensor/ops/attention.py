@@ -451,8 +451,7 @@ _CPU_WEIGHTS = """\
                     T* dst = (c == 0 ? q : c == 1 ? k : v) + i * D;
                     for (long long e = 0; e < D; ++e) dst[e] = src[e];
                 }
-            product(q, k, sr, 1, L, D, L, gtcpu::Int<0>{}, 1, true,
-                    gtcpu::NoPack{});  // scores: q @ k^T
+            product(q, k, sr, 1, L, D, L, $NOTA, 1, true, gtcpu::NoPack{});  // scores: q @ k^T
             for (long long i = 0; i < L; ++i) {
                 T* xr = sr + i * L;
                 T* zrow = zr + (causal ? i * (i + 1) / 2 : i * L);
@@ -600,7 +599,10 @@ def _kernels(op: str, cpu: bool):
             calls = (PHILOX, ROW, _ROW_FNS[ft, inner], MUL[ft], ADD[ft], SUB[ft], DIV[ft],
                      EXP[ft], MAX[ft])
             if cpu:
-                weights = Template(_CPU_WEIGHTS).substitute(f)
+                # ta = 0 as the kernel's other products pass it (one product instance each:
+                # the forward's knows ta when compiled, the backward's takes it at run time)
+                nota = "gtcpu::Int<0>{}" if op == "qkv_attention" else "0"
+                weights = Template(_CPU_WEIGHTS).substitute(f, NOTA=nota)
                 body = (_CPU_FORWARD if op == "qkv_attention" else _CPU_GRAD).substitute(
                     f, PRODUCT=cpu_product(inner),
                     SCRATCH=Template(_CPU_SCRATCH).substitute(f), TILE=_CPU_TILE,
