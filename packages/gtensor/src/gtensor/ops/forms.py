@@ -536,8 +536,8 @@ class Rows(Form):
                              cost: int = ROW_ELEMENT_COST) -> str:
         """The cpu body with contiguous rows (B == 1) run ``lanes`` at a time, side by side.
 
-        ``lanes_body`` handles the G rows (G a compile-time constant: ``lanes``, then 4, 2, 1
-        for the rows left over) whose first element is ``base``; row k starts at
+        ``lanes_body`` handles the G rows (G a compile-time constant: ``lanes``, then 1 for
+        the rows left over) whose first element is ``base``; row k starts at
         ``base + k * R``. It keeps each row's serial chains in their defined order and only
         interleaves independent rows (G accumulators, one per row), so no bit changes;
         ``body`` runs rows of B > 1.
@@ -1010,7 +1010,8 @@ $BODY
 
 # The same with contiguous rows (B == 1) taken G at a time: G independent serial chains side by
 # side hide the latency of each one (a row's chain alone waits on every add); each row keeps
-# its own order. ``rows`` is instantiated for G = $L, then 4, 2, 1 (the rows left over).
+# its own order. ``rows`` is instantiated for G = $L, then 1 (the rows left over, one at a time:
+# G = 4 and 2 as well made log_softmax's library compile 40% longer for a remainder's few rows).
 _CPU_ROWS_LANES = Template("""\
     gtcpu::parallel_for(A * B, R * $COST, [=](long long lo, long long hi) {
         long long row = lo;
@@ -1021,8 +1022,6 @@ _CPU_ROWS_LANES = Template("""\
 $LANES_BODY
             };
             for (; row + $L <= hi; row += $L) rows(std::integral_constant<int, $L>{});
-            for (; row + 4 <= hi; row += 4) rows(std::integral_constant<int, 4>{});
-            for (; row + 2 <= hi; row += 2) rows(std::integral_constant<int, 2>{});
             for (; row < hi; ++row) rows(std::integral_constant<int, 1>{});
         }
         for (; row < hi; ++row) {

@@ -336,7 +336,7 @@ def _pin(ins: list, y, G) -> list:
 
 
 PIN_EPS = 1e-5
-# (15 and 22 rows: the cpu kernels' rows 8 at a time, then 4, 2 and 1 at a time)
+# (15 and 22 rows: the cpu kernels' rows 8 at a time, then one at a time)
 _ROW_SHAPES = ((7,), (3, 5), (2, 3, 4), (1, 1), (4, 1), (2, 13), (0, 3), (3, 0), (15, 6),
                (2, 11, 3))
 register(Op("ln_normalize", ("x", "mu"), ("eps",), _infer("ln_normalize", 2), _reference,
