@@ -72,7 +72,13 @@ def test_compiled_run_is_bitwise_the_per_node_replay_and_the_tape(dtype, inner):
     sfx = "f" + dtype[5:]
     mm = f"k_matmul_{sfx}" if inner == "plain" else f"k_matmul_fma_{sfx}"
     assert names[:3] == [mm, f"k_add_{sfx}", f"k_relu_{sfx}"], prog.plan
+    # the whole step calls forward's and backward's compiled functions (their libraries:
+    # never compiled again), then runs the optimizer's loops
+    fwd, bwd = prog.fused("forward").module, prog.fused("backward").module
     source = step.module.source
+    assert fwd.name in source and bwd.name in source and f"int {fwd.name}(" not in source
+    assert set(fwd.addresses() + bwd.addresses()) <= {int(v) for v in step.module.table}
+    source = "\n".join([fwd.source, bwd.source, source])
     assert ("gtfuse::Fma" in source, "gtfuse::Plain" in source) == (
         (True, False) if inner == "fma" else (False, True))
     flat = [s for s in step.segments if s.cls == "flat" and s.fused]

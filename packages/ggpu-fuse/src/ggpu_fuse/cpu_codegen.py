@@ -227,6 +227,14 @@ class _Entry:
     kernel: Kernel
 
 
+@dataclass(frozen=True)
+class _PhaseSlot:
+    """A pointer-table slot holding a compiled phase's function or its pointer table."""
+
+    step: CompiledStep
+    part: str  # "function" or "table"
+
+
 class _Pointers:
     """The arrays the function reads and writes: one slot of its pointer table each."""
 
@@ -258,6 +266,17 @@ class _Pointers:
                               f"(P[{len(self.values)}]);  // {k.name}")
             self.values.append(_Entry(k))
         return self.slots[key]
+
+    def phase(self, step: CompiledStep) -> str:
+        """A call of compiled phase ``step``'s function on its own pointer table (both
+        addresses slots of this table: ``compile_step`` fills them), its status."""
+        fn, table = f"f{len(self.values)}", f"t{len(self.values) + 1}"
+        self.decls.append(f"    const auto {fn} = reinterpret_cast<int (*)(void* const*)>"
+                          f"(P[{len(self.values)}]);  // {step.name}")
+        self.decls.append(f"    void* const* const {table} = "
+                          f"reinterpret_cast<void* const*>(P[{len(self.values) + 1}]);")
+        self.values += [_PhaseSlot(step, "function"), _PhaseSlot(step, "table")]
+        return f"{fn}({table})"
 
     def geometry(self, a: Any) -> str:
         """A launch-geometry array baked in as a constant (so decodes fold: ranks, shapes and
@@ -496,14 +515,16 @@ def _contract(info: Info) -> str:
     return "gtfuse::Fma" if info.form.inner == "fma" else "gtfuse::Plain"
 
 
-def lower(segments: list[Segment], rows: int, launches: list[Launch], name: str
-          ) -> tuple[str, list[Any], list[str]]:
-    """The function ``name`` computing ``segments`` (planned over ``launches``): its source,
-    its pointer table's values (arrays, and ``_Entry`` slots of the per-node kernels it
-    calls), and those kernels' names."""
+def lower(segments: list[Segment], rows: int, launches: list[Launch], name: str,
+          prelude: Sequence[CompiledStep] = ()) -> tuple[str, list[Any], list[str]]:
+    """The function ``name`` computing ``segments`` (planned over ``launches``), after calling
+    the compiled phases ``prelude`` in order (the whole step: forward's and backward's
+    functions, then the optimizer's loops): its source, its pointer table's values (arrays,
+    and slots of the functions it calls), and the per-node kernels' names."""
     ptrs = _Pointers()
     nodes: dict[str, Kernel] = {}
-    parts: list[str] = []
+    parts = [f"    if (const int status = {ptrs.phase(step)}) return status;"
+             for step in prelude]
 
     def node(info: Info) -> None:
         launch = launches[info.index]
@@ -632,6 +653,11 @@ class CompiledStep:
         self._fn.argtypes = (ctypes.c_void_p,)
         self._fn.restype = ctypes.c_int
 
+    def addresses(self) -> tuple[int, int]:
+        """(the function's address, its pointer table's): how another compiled phase calls
+        it (the whole step calls forward's and backward's)."""
+        return ctypes.cast(self._fn, ctypes.c_void_p).value, self._table_addr
+
     def set_parallel_work(self, work: int) -> int:
         """Set the work from which a loop splits across threads (a test knob: the split never
         changes a bit); returns the previous value. The setting is the cpu runtime's (the
@@ -643,10 +669,11 @@ class CompiledStep:
 
 
 def compile_step(segments: list[Segment], rows: int, launches: list[Launch], name: str,
-                 module: Any) -> CompiledStep:
-    """Lower and compile ``segments`` (planned over ``launches``) as the function ``name``;
-    ``module`` (the cpu backend's ``CpuModule``) gives the per-node kernels' functions."""
-    body, values, nodes = lower(segments, rows, launches, name)
+                 module: Any, prelude: Sequence[CompiledStep] = ()) -> CompiledStep:
+    """Lower and compile ``segments`` (planned over ``launches``) as the function ``name``,
+    which first calls the phases ``prelude``; ``module`` (the cpu backend's ``CpuModule``)
+    gives the per-node kernels' functions."""
+    body, values, nodes = lower(segments, rows, launches, name, prelude)
     table = np.array([_address(v, module) for v in values] or [0], np.uint64)
     return CompiledStep(name, body, load(body), values, table, nodes)
 
@@ -655,6 +682,8 @@ def _address(value: Any, module: Any) -> int:
     """A pointer-table value's address: an array's data, a per-node kernel's function."""
     if isinstance(value, _Entry):
         return module.entry(value.kernel)
+    if isinstance(value, _PhaseSlot):
+        return value.step.addresses()[value.part == "table"]
     if not isinstance(value, np.ndarray) or value.dtype not in CTYPES:
         raise TypeError(f"compile_step: an argument of the step is {type(value).__name__}; "
                         "expected numpy arrays of the cpu backend")

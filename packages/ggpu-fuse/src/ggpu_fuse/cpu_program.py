@@ -31,7 +31,8 @@ class CompiledCpuProgram(FusedProgram):
         self._device = Device()  # each unit's run is one native call: run them in order
 
     def _planned(self, phase: str, launches: list[Launch]) -> tuple[list, int, str]:
-        """(segments, rows, function name) of ``phase`` over ``launches``."""
+        """(segments, rows, function name) of ``phase`` over ``launches``; the name is unique
+        to the launches (a whole step's: to all of them, its planned optimizer's included)."""
         planned = [as_planned(launch) for launch in launches]
         infos = [analyse(i, launch) for i, launch in enumerate(planned)]
         tr = self.trace
@@ -40,8 +41,7 @@ class CompiledCpuProgram(FusedProgram):
         keep = [buffer(a) for a in [*tr.values, *tr.grads] if a is not None]
         keep += [b for info in infos for b in info.written]
         segments, rows = plan(infos, self._rows, self._alone, keep)
-        digest = hashlib.sha256(repr([launch.tag for launch in launches]).encode()).hexdigest()
-        return segments, rows, f"gtfuse_{phase}_{digest[:12]}"
+        return segments, rows, _name(phase, launches)
 
     @property
     def plan(self) -> list[str]:
@@ -61,11 +61,32 @@ class CompiledCpuProgram(FusedProgram):
         return super().plan
 
     def _fuse(self, phase: str, launches: list[Launch]) -> Fused:
-        segments, rows, name = self._planned(phase, launches)
+        prelude = self._prelude(phase, launches)
+        rest = list(launches[sum(p.launches_before for p in prelude):])
+        segments, rows, _ = self._planned(phase, rest)
         t0 = time.perf_counter()
-        step = compile_step(segments, rows, list(launches), name, self.backend.module)
+        step = compile_step(segments, rows, rest, _name(phase, launches), self.backend.module,
+                            [p.module for p in prelude])
         seconds = time.perf_counter() - t0
         unit = Launch(Kernel(step.name, (), ""), (1, 1, 1), (1, 1, 1), (), f"compiled {phase}",
                       step)
-        return Fused([unit], segments, rows, len(launches), seconds, step, step.arrays)
+        return Fused([unit], [s for p in prelude for s in p.segments] + segments, rows,
+                     len(launches), seconds, step, step.arrays)
+
+    def _prelude(self, phase: str, launches: list[Launch]) -> list[Fused]:
+        """The compiled phases the whole step calls first: forward's and backward's (so its
+        own unit compiles only the optimizer's loops, not both phases' again), when it starts
+        with exactly their launches; [] for any other phase."""
+        tr = self.trace
+        head = [*tr.forward, *tr.backward]
+        if phase != "step" or len(launches) < len(head) or any(
+                a is not b for a, b in zip(launches, head)):
+            return []
+        return [self._phase("forward"), self._phase("backward")]
+
+
+def _name(phase: str, launches: list[Launch]) -> str:
+    """The compiled function's name: the phase and a digest of its launches' tags."""
+    digest = hashlib.sha256(repr([launch.tag for launch in launches]).encode()).hexdigest()
+    return f"gtfuse_{phase}_{digest[:12]}"
 
