@@ -637,7 +637,7 @@ class CompiledStep:
     name: str
     source: str
     lib: ctypes.CDLL
-    arrays: list[Any]  # what the pointer table points at (arrays kept alive; kernel entries)
+    arrays: list[Any]  # what the table points at: arrays (kept alive), kernels, phases
     table: np.ndarray  # the pointer table
     node_kernels: list[str]
 
@@ -679,7 +679,8 @@ def compile_step(segments: list[Segment], rows: int, launches: list[Launch], nam
 
 
 def _address(value: Any, module: Any) -> int:
-    """A pointer-table value's address: an array's data, a per-node kernel's function."""
+    """A pointer-table value's address: an array's data, a per-node kernel's function, a
+    compiled phase's function or table."""
     if isinstance(value, _Entry):
         return module.entry(value.kernel)
     if isinstance(value, _PhaseSlot):

@@ -30,9 +30,8 @@ class CompiledCpuProgram(FusedProgram):
         super().__init__(prog, rows, alone)
         self._device = Device()  # each unit's run is one native call: run them in order
 
-    def _planned(self, phase: str, launches: list[Launch]) -> tuple[list, int, str]:
-        """(segments, rows, function name) of ``phase`` over ``launches``; the name is unique
-        to the launches (a whole step's: to all of them, its planned optimizer's included)."""
+    def _planned(self, launches: list[Launch]) -> tuple[list, int]:
+        """(segments, rows): the plan over ``launches``."""
         planned = [as_planned(launch) for launch in launches]
         infos = [analyse(i, launch) for i, launch in enumerate(planned)]
         tr = self.trace
@@ -40,8 +39,7 @@ class CompiledCpuProgram(FusedProgram):
         # contiguous operands (unit-stride row tiles) and can always run as its per-node kernel
         keep = [buffer(a) for a in [*tr.values, *tr.grads] if a is not None]
         keep += [b for info in infos for b in info.written]
-        segments, rows = plan(infos, self._rows, self._alone, keep)
-        return segments, rows, _name(phase, launches)
+        return plan(infos, self._rows, self._alone, keep)
 
     @property
     def plan(self) -> list[str]:
@@ -53,8 +51,8 @@ class CompiledCpuProgram(FusedProgram):
             for phase, launches in (("forward", self.trace.forward),
                                     ("backward", self.trace.backward)):
                 if self.fused(phase) is None:
-                    segments, rows, name = self._planned(phase, launches)
-                    bodies.append(lower(segments, rows, list(launches), name)[0])
+                    segments, rows = self._planned(launches)
+                    bodies.append(lower(segments, rows, list(launches), _name(phase, launches))[0])
             t0 = time.perf_counter()
             build(bodies)
             self._compile_seconds += time.perf_counter() - t0
@@ -63,7 +61,7 @@ class CompiledCpuProgram(FusedProgram):
     def _fuse(self, phase: str, launches: list[Launch]) -> Fused:
         prelude = self._prelude(phase, launches)
         rest = list(launches[sum(p.launches_before for p in prelude):])
-        segments, rows, _ = self._planned(phase, rest)
+        segments, rows = self._planned(rest)
         t0 = time.perf_counter()
         step = compile_step(segments, rows, rest, _name(phase, launches), self.backend.module,
                             [p.module for p in prelude])
@@ -86,7 +84,8 @@ class CompiledCpuProgram(FusedProgram):
 
 
 def _name(phase: str, launches: list[Launch]) -> str:
-    """The compiled function's name: the phase and a digest of its launches' tags."""
+    """The compiled function's name: the phase and a digest of its launches' tags (a whole
+    step's: of all of them, forward's and backward's included)."""
     digest = hashlib.sha256(repr([launch.tag for launch in launches]).encode()).hexdigest()
     return f"gtfuse_{phase}_{digest[:12]}"
 
